@@ -1,0 +1,112 @@
+// trainbench-cli: headless front end of the engine (no Qt). Subcommands grow with the engine:
+// demo, dispatch, devices, version (run/runs/show/export/schedule/compare/topo come later).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "engine/api/engine_api.h"
+
+namespace {
+
+int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
+  const auto rows = tb::api::dispatch_table();
+  if (matrix) {
+    const std::vector<std::string> keys = {"Autocast", "Autograd", "CPU", "CUDA", "PrivateUse1"};
+    std::map<std::string, std::map<std::string, std::string>> m;
+    for (const auto& r : rows) {
+      if (!op_filter.empty() && r.op.find(op_filter) == std::string::npos) continue;
+      m[r.op][r.key] = r.source == "missing" ? "-" : r.source == "fallthrough" ? "." : r.source;
+    }
+    std::cout << std::left << std::setw(16) << "op";
+    for (const auto& k : keys)
+      std::cout << std::setw(13) << k;
+    std::cout << "\n";
+    for (const auto& [op, byk] : m) {
+      std::cout << std::setw(16) << op;
+      for (const auto& k : keys)
+        std::cout << std::setw(13) << byk.at(k);
+      std::cout << "\n";
+    }
+    std::cout << "(kernel = registered for the key, fallback = the key's fallback, . = falls "
+                 "through, - = missing)\n";
+    return 0;
+  }
+  std::size_t w_op = 2;
+  for (const auto& r : rows)
+    w_op = std::max(w_op, r.op.size());
+  std::cout << std::left << std::setw(static_cast<int>(w_op) + 2) << "op" << std::setw(13) << "key"
+            << std::setw(12) << "source"
+            << "registered at\n";
+  std::size_t shown = 0;
+  for (const auto& r : rows) {
+    if (!op_filter.empty() && r.op.find(op_filter) == std::string::npos) continue;
+    if (!all && (r.source == "missing" || r.source == "fallthrough")) continue;
+    std::cout << std::setw(static_cast<int>(w_op) + 2) << r.op << std::setw(13) << r.key
+              << std::setw(12) << r.source << r.where << "\n";
+    ++shown;
+  }
+  std::cout << shown << " entries"
+            << (all ? "" : " (use --all to include missing and fall-through keys)") << "\n";
+  return 0;
+}
+
+int cmd_devices() {
+  for (const auto& d : tb::api::list_devices()) {
+    std::cout << std::left << std::setw(8) << d.name << std::setw(13)
+              << (d.available ? "available" : "unavailable") << d.detail << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainbench-cli: train and inspect neural-network runs without a display"};
+  app.require_subcommand(1);
+  int threads = 0;
+  std::string gemm = "auto";
+  app.add_option("--threads", threads,
+                 "kernel and BLAS threads (default: the CPUs this process may use)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gemm-backend", gemm, "auto, openblas, reference, cublas or cublaslt");
+  app.set_version_flag("--version", tb::api::version());
+
+  auto* demo = app.add_subcommand("demo", "run the headless demo and print what it did");
+  std::uint64_t seed = 0;
+  int steps = 200;
+  demo->add_option("--seed", seed, "random seed");
+  demo->add_option("--steps", steps, "gradient-descent steps")->check(CLI::Range(1, 1000000));
+
+  auto* dispatch = app.add_subcommand("dispatch", "print the dispatcher's kernel table");
+  std::string op_filter;
+  bool all = false;
+  bool matrix = false;
+  dispatch->add_option("--op", op_filter, "only ops whose name contains this text");
+  dispatch->add_flag("--all", all, "include keys with no kernel (missing or falling through)");
+  dispatch->add_flag("--matrix", matrix, "one row per op, one column per dispatch key");
+
+  auto* devices = app.add_subcommand("devices", "list devices and whether they can be used");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (threads > 0) tb::api::set_num_threads(threads);
+    const auto choice = tb::api::set_gemm_backend(gemm);
+    if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
+    if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
+    if (dispatch->parsed()) return cmd_dispatch(op_filter, all, matrix);
+    if (devices->parsed()) return cmd_devices();
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

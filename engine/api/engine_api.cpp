@@ -1,0 +1,77 @@
+// Implementation of the engine facade.
+#include "engine/api/engine_api.h"
+
+#include "engine/backends/cpu/blas.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/backends/cuda/cuda_status.h"
+#include "engine/dispatch/dispatcher.h"
+
+#if defined(TB_HAVE_OPENBLAS)
+#include <cblas.h>
+#endif
+
+namespace tb::api {
+
+std::string version() {
+  return TB_VERSION_STRING;
+}
+
+std::vector<DeviceInfo> list_devices() {
+  std::vector<DeviceInfo> out;
+  std::string cpu_detail = std::to_string(cpu::num_threads()) + " kernel threads, GEMM " +
+                           std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
+#if defined(TB_HAVE_OPENBLAS)
+  cpu_detail += std::string(" (") + openblas_get_config() + ")";
+#endif
+  out.push_back({"cpu", true, cpu_detail});
+  const backends::CudaStatus cs = backends::cuda_status();
+  if (cs.device_count > 0) {
+    for (int i = 0; i < cs.device_count; ++i) {
+      out.push_back({"cuda:" + std::to_string(i), true, cs.runtime});
+    }
+  } else {
+    out.push_back({"cuda", false, cs.reason});
+  }
+  return out;
+}
+
+std::vector<DispatchRow> dispatch_table() {
+  std::vector<DispatchRow> rows;
+  for (const auto& r : dispatch::Dispatcher::singleton().dump()) {
+    const char* src = "missing";
+    switch (r.source) {
+      case dispatch::KernelSource::Kernel:
+        src = "kernel";
+        break;
+      case dispatch::KernelSource::Fallback:
+        src = "fallback";
+        break;
+      case dispatch::KernelSource::Fallthrough:
+        src = "fallthrough";
+        break;
+      case dispatch::KernelSource::Missing:
+        break;
+    }
+    rows.push_back({r.op, std::string(dispatch::dispatch_key_name(r.key)), src, r.where});
+  }
+  return rows;
+}
+
+int num_threads() {
+  return cpu::num_threads();
+}
+void set_num_threads(int n) {
+  cpu::set_num_threads(n);
+}
+
+GemmBackendChoice set_gemm_backend(const std::string& name) {
+  const auto sel = cpu::set_gemm_backend(cpu::parse_gemm_backend(name));
+  return {std::string(cpu::gemm_backend_name(sel.requested)),
+          std::string(cpu::gemm_backend_name(sel.used)), sel.warning};
+}
+
+std::string current_gemm_backend() {
+  return std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
+}
+
+}  // namespace tb::api

@@ -1,0 +1,52 @@
+// The narrow facade that app/ and ui/ use: plain structs about the engine (version, devices,
+// dispatch table, threads, GEMM backend) and the headless demo. No Tensor or registry types leak.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace tb::api {
+
+/// "0.1.0".
+std::string version();
+
+/// One device kind the engine knows, whether it can be used here, and why not.
+struct DeviceInfo {
+  std::string name;  ///< "cpu", "cuda:0", "cuda"
+  bool available = false;
+  std::string detail;  ///< threads/BLAS for the CPU; the reason when unavailable
+};
+std::vector<DeviceInfo> list_devices();
+
+/// One (op, dispatch key) entry of the dispatcher's computed table.
+struct DispatchRow {
+  std::string op;
+  std::string key;     ///< "CPU", "CUDA", "PrivateUse1", "Autograd", "Autocast"
+  std::string source;  ///< "kernel", "fallback", "fallthrough" or "missing"
+  std::string where;   ///< file:line of the registration
+};
+std::vector<DispatchRow> dispatch_table();
+
+/// Kernel-pool (and BLAS) thread count.
+int num_threads();
+/// Sets the kernel pool and OpenBLAS thread counts together. Throws on n < 1.
+void set_num_threads(int n);
+
+/// Result of choosing a GEMM backend: what was asked, what is used, and why they differ.
+struct GemmBackendChoice {
+  std::string requested;
+  std::string used;
+  std::string warning;  ///< empty when the request was honoured
+};
+/// Selects "auto", "openblas", "reference", "cublas" or "cublaslt". A choice this build or
+/// machine cannot run falls back to the default with a warning; an unknown name throws.
+GemmBackendChoice set_gemm_backend(const std::string& name);
+std::string current_gemm_backend();
+
+/// Runs the headless demo (seeded data, a least-squares fit by gradient descent on the engine's
+/// ops, GEMM vs SYRK timings), printing what it does to `out`. Returns 0 on success.
+int run_demo(std::ostream& out, std::uint64_t seed = 0, int steps = 200);
+
+}  // namespace tb::api

@@ -1,0 +1,251 @@
+// Persistent worker pool behind tb::cpu::parallel_for, and the process-wide thread count.
+#include "engine/backends/cpu/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "engine/core/error.h"
+
+#ifdef TB_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace tb::cpu {
+namespace {
+
+// Serialises changes of the thread count (and the OpenBLAS call that goes with them).
+std::mutex& count_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+void apply_num_threads_locked(int n) {
+  detail::g_num_threads.store(n, std::memory_order_relaxed);
+#ifdef TB_HAVE_OPENBLAS
+  openblas_set_num_threads(n);
+#endif
+}
+
+// One parallel_for call. Lives on the caller's stack; every field below `ctx` is guarded by the
+// pool mutex. The caller destroys it only after `pending` reached 0 under that mutex, and no
+// worker touches a job after its own decrement of `pending`, so there is no use after free.
+struct Job {
+  detail::ChunkFn fn;
+  const void* ctx;
+  int64_t begin;
+  int64_t base;       // every chunk has `base` elements,
+  int64_t remainder;  // the first `remainder` chunks one more
+  int num_chunks;
+  int next_chunk = 1;  // chunk 0 is reserved for the calling thread
+  int pending = 0;     // chunks not finished yet
+  std::exception_ptr error;
+
+  int64_t chunk_begin(int c) const { return begin + c * base + std::min<int64_t>(c, remainder); }
+};
+
+class Pool {
+ public:
+  // Publishes `job` (whose chunk 0 the caller keeps) and wakes workers for the other chunks.
+  void submit(Job* job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const size_t wanted = static_cast<size_t>(job->num_chunks - 1);
+      try {
+        while (workers_.size() < wanted)
+          workers_.emplace_back([this] { worker_loop(); });
+      } catch (const std::system_error&) {
+        // Out of threads: carry on with the workers there are; the caller can finish alone.
+      }
+      queue_.push_back(job);
+    }
+    for (int i = 1; i < job->num_chunks; ++i)
+      work_cv_.notify_one();
+  }
+
+  // Runs chunk `c` of `job`, then records its completion.
+  // Returns the next unclaimed chunk of the same job, or -1; called by the job's owner only.
+  int run_and_claim_next(Job* job, int c) {
+    std::exception_ptr error = run_chunk(job, c);
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_locked(job, error);
+    if (job->next_chunk >= job->num_chunks) return -1;
+    const int next = job->next_chunk++;
+    if (job->next_chunk == job->num_chunks) {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+    }
+    return next;
+  }
+
+  // Blocks until every chunk of `job` has finished.
+  void wait(Job* job) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [job] { return job->pending == 0; });
+  }
+
+ private:
+  static std::exception_ptr run_chunk(Job* job, int c) {
+    try {
+      job->fn(job->ctx, job->chunk_begin(c), job->chunk_begin(c + 1));
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  void finish_locked(Job* job, const std::exception_ptr& error) {
+    if (error && !job->error) {
+      job->error = error;
+      // Chunks nobody started yet are dropped: count them as finished and unpublish the job.
+      const int unclaimed = job->num_chunks - job->next_chunk;
+      if (unclaimed > 0) {
+        job->pending -= unclaimed;
+        job->next_chunk = job->num_chunks;
+        queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+      }
+    }
+    if (--job->pending == 0) done_cv_.notify_all();
+  }
+
+  void worker_loop() {
+    detail::t_in_parallel = true;  // anything a worker calls runs nested, i.e. inline
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [this] { return !queue_.empty(); });
+      Job* job = queue_.front();
+      const int c = job->next_chunk++;
+      if (job->next_chunk == job->num_chunks) queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error = run_chunk(job, c);
+      lock.lock();
+      finish_locked(job, error);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<Job*> queue_;
+  std::vector<std::thread> workers_;
+};
+
+// The pool is created on first use and intentionally never destroyed: workers may be blocked
+// on its condition variable at exit, and static destruction order would otherwise race them.
+std::atomic<Pool*> g_pool{nullptr};
+std::mutex g_pool_create_mutex;
+
+// A forked child has none of the parent's worker threads: give it a fresh pool (leaking the
+// parent's copy, whose mutex may have been held at fork time).
+void reset_pool_in_child() {
+  g_pool.store(nullptr, std::memory_order_relaxed);
+}
+
+Pool& pool() {
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p != nullptr) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_create_mutex);
+  p = g_pool.load(std::memory_order_relaxed);
+  if (p == nullptr) {
+    static const int registered = pthread_atfork(nullptr, nullptr, &reset_pool_in_child);
+    (void)registered;
+    p = new Pool();
+    g_pool.store(p, std::memory_order_release);
+  }
+  return *p;
+}
+
+int affinity_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+// Marks the calling thread as inside a parallel region for the lifetime of the guard.
+struct ParallelRegionGuard {
+  ParallelRegionGuard() { detail::t_in_parallel = true; }
+  ~ParallelRegionGuard() { detail::t_in_parallel = false; }
+  ParallelRegionGuard(const ParallelRegionGuard&) = delete;
+  ParallelRegionGuard& operator=(const ParallelRegionGuard&) = delete;
+};
+
+}  // namespace
+
+int default_num_threads() {
+  if (const char* env = std::getenv("TB_NUM_THREADS"); env != nullptr && *env != '\0') {
+    const std::string_view text(env);
+    int value = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    TB_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 1,
+             "[threads] TB_NUM_THREADS must be an integer >= 1, got '", text,
+             "'; unset it to use every CPU this process may run on");
+    return value;
+  }
+  return affinity_cpu_count();
+}
+
+void set_num_threads(int n) {
+  TB_CHECK(n >= 1, "[threads] thread count must be >= 1, got ", n);
+  std::lock_guard<std::mutex> lock(count_mutex());
+  apply_num_threads_locked(n);
+}
+
+ScopedNumThreads::ScopedNumThreads(int n) : previous_(num_threads()) {
+  set_num_threads(n);
+}
+
+ScopedNumThreads::~ScopedNumThreads() {
+  std::lock_guard<std::mutex> lock(count_mutex());
+  apply_num_threads_locked(previous_);
+}
+
+namespace detail {
+
+int resolve_num_threads() {
+  const int n = default_num_threads();  // may throw for a malformed TB_NUM_THREADS
+  std::lock_guard<std::mutex> lock(count_mutex());
+  const int current = g_num_threads.load(std::memory_order_relaxed);
+  if (current != 0) return current;  // someone set or resolved it meanwhile
+  apply_num_threads_locked(n);
+  return n;
+}
+
+void parallel_for_pooled(int64_t begin, int64_t end, int64_t grain, int threads, ChunkFn fn,
+                         const void* ctx) {
+  if (begin >= end) return;  // reachable with a negative grain
+  const int64_t range = end - begin;
+  const int64_t g = std::max<int64_t>(grain, 1);
+  const int64_t wanted = range / g + (range % g != 0 ? 1 : 0);
+  const int chunks = static_cast<int>(std::min<int64_t>(threads, wanted));
+  ParallelRegionGuard region;
+  if (chunks <= 1) {
+    fn(ctx, begin, end);
+    return;
+  }
+  Job job{fn, ctx, begin, range / chunks, range % chunks, chunks, 1, chunks, nullptr};
+  Pool& p = pool();
+  p.submit(&job);
+  // The caller runs chunk 0, then helps with any chunk no worker has claimed yet.
+  for (int c = 0; c >= 0;)
+    c = p.run_and_claim_next(&job, c);
+  p.wait(&job);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+}  // namespace detail
+}  // namespace tb::cpu

@@ -1,0 +1,119 @@
+// Persistent worker pool for the engine's CPU kernels, kept in step with OpenBLAS's thread count.
+//
+// One process-wide pool. Its size (num_threads) counts the calling thread: with N threads a
+// parallel_for uses the caller plus up to N-1 workers. Setting the size also sets OpenBLAS's
+// thread count, so the kernel pool and BLAS never oversubscribe the cores.
+//
+// Why a FIFO of jobs rather than a single "current job" slot: several threads (run thread,
+// loader threads) may call parallel_for at once. Each caller always works on its own job and can
+// finish it alone, so no caller ever waits for a pool that is busy with someone else's work, and
+// there is no deadlock whatever the nesting or concurrency.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+namespace tb::cpu {
+
+/// Number of threads the CPU kernels use (the caller included), >= 1. The first call resolves
+/// the default (see default_num_threads) and applies it to OpenBLAS as well.
+int num_threads();
+
+/// Sets the number of threads for the kernel pool AND for OpenBLAS (openblas_set_num_threads).
+/// Throws tb::ValueError "[threads] thread count must be >= 1, got N" when n < 1. Call it between
+/// operations: changing OpenBLAS's count while another thread is inside a BLAS call is not safe.
+void set_num_threads(int n);
+
+/// The default thread count: env TB_NUM_THREADS when set (an integer >= 1, else tb::ValueError),
+/// otherwise the number of CPUs this process may run on (sched_getaffinity). Reads the
+/// environment on every call; does not change the current setting.
+int default_num_threads();
+
+/// True while the calling thread runs a chunk of a parallel_for (or is a pool worker). Nested
+/// parallel_for calls and kernels that would start their own threads check this.
+bool in_parallel_region();
+
+/// RAII: sets the thread count for a scope and restores the previous count when it ends.
+class ScopedNumThreads {
+ public:
+  /// Remembers num_threads() and calls set_num_threads(n) (throws like it for n < 1).
+  explicit ScopedNumThreads(int n);
+  /// Restores the count that was current at construction.
+  ~ScopedNumThreads();
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+namespace detail {
+
+/// Type-erased chunk body: ctx points at the caller's callable.
+using ChunkFn = void (*)(const void* ctx, int64_t begin, int64_t end);
+
+/// Current thread count; 0 until resolved (then always >= 1).
+inline std::atomic<int> g_num_threads{0};
+/// Set while this thread executes a parallel_for chunk or is a pool worker.
+inline thread_local bool t_in_parallel = false;
+
+/// Resolves and applies the default thread count (cold path of num_threads()).
+int resolve_num_threads();
+
+/// Splits [begin, end) into chunks and runs them on the pool; see parallel_for.
+void parallel_for_pooled(int64_t begin, int64_t end, int64_t grain, int threads, ChunkFn fn,
+                         const void* ctx);
+
+}  // namespace detail
+
+inline int num_threads() {
+  const int n = detail::g_num_threads.load(std::memory_order_relaxed);
+  return n != 0 ? n : detail::resolve_num_threads();
+}
+
+inline bool in_parallel_region() {
+  return detail::t_in_parallel;
+}
+
+/// Calls fn(chunk_begin, chunk_end) over disjoint chunks that cover [begin, end) exactly once.
+/// - Runs fn(begin, end) inline on the caller (no pool hop) when end - begin <= grain, when
+///   num_threads() == 1, or when called from inside a parallel region (nested: no deadlock).
+/// - Otherwise uses min(num_threads(), ceil((end - begin) / grain)) chunks of near-equal size;
+///   the calling thread runs one of them and waits for the rest.
+/// - An empty range (begin >= end) calls nothing. A grain <= 0 behaves like 1.
+/// - The first exception thrown by any chunk is rethrown on the calling thread after every
+///   started chunk has finished; chunks not yet started when it was thrown are skipped.
+/// - Safe to call from several threads at once.
+/// This template overload takes any callable without wrapping it in std::function, so the inline
+/// path costs a couple of comparisons and nothing else.
+template <typename F>
+requires std::is_invocable_v<F&, int64_t, int64_t>
+inline void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& fn) {
+  if (end - begin <= grain || detail::t_in_parallel) {
+    if (begin < end) fn(begin, end);
+    return;
+  }
+  const int threads = num_threads();
+  if (threads == 1) {
+    if (begin < end) fn(begin, end);
+    return;
+  }
+  using Fn = std::remove_reference_t<F>;
+  detail::parallel_for_pooled(
+      begin, end, grain, threads,
+      [](const void* ctx, int64_t b, int64_t e) {
+        (*static_cast<Fn*>(const_cast<void*>(ctx)))(b, e);
+      },
+      static_cast<const void*>(&fn));
+}
+
+/// Same contract as the template overload, for callers that already hold a std::function.
+inline void parallel_for(int64_t begin, int64_t end, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for<const std::function<void(int64_t, int64_t)>&>(begin, end, grain, fn);
+}
+
+}  // namespace tb::cpu

@@ -1,0 +1,19 @@
+// What the CUDA backend can offer in this build and on this machine (compiled in or not,
+// driver and device count), with the reason when it cannot be used.
+#pragma once
+
+#include <string>
+
+namespace tb::backends {
+
+struct CudaStatus {
+  bool compiled = false;  ///< the backend was built (TB_CUDA found nvcc)
+  int device_count = 0;   ///< usable devices (0 when none or no driver)
+  std::string reason;     ///< why no device can be used ("" when device_count > 0)
+  std::string runtime;    ///< runtime/driver versions when known
+};
+
+/// Queries the CUDA runtime once (cached). Never throws; never crashes without a driver.
+CudaStatus cuda_status();
+
+}  // namespace tb::backends

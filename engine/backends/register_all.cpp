@@ -1,0 +1,21 @@
+// The ONE place that names every compiled-in backend: defines the built-in ops, then lets each
+// backend register its kernels. Adding a backend = its folder + one line here.
+#include "engine/backends/cpu/kernels.h"
+#include "engine/dispatch/dispatcher.h"
+#include "engine/ops/op_signatures.h"
+
+namespace tb::backends {
+// Each optional backend provides this function; its stub (when compiled out) registers nothing.
+void register_cuda_backend(dispatch::Dispatcher& d);
+}  // namespace tb::backends
+
+namespace tb::dispatch {
+
+void register_all() {
+  Dispatcher& d = Dispatcher::raw();
+  ops::define_builtin_ops(d);
+  cpu::register_cpu_kernels(d);
+  backends::register_cuda_backend(d);
+}
+
+}  // namespace tb::dispatch

@@ -1,0 +1,61 @@
+// Definitions of the built-in operators (names, signatures, schema facts).
+#include "engine/ops/op_signatures.h"
+
+namespace tb::ops {
+
+void define_builtin_ops(dispatch::Dispatcher& d) {
+  using dispatch::OpSchema;
+  const OpSchema diff{{}, true, ""};
+  const OpSchema plain{{}, false, ""};
+  const OpSchema mutates0{{0}, false, ""};
+
+#define TB_DEFINE_UNARY(name) d.define<sig::Unary>(#name, diff);
+  TB_UNARY_KEEP_DTYPE_OPS(TB_DEFINE_UNARY)
+  TB_UNARY_FLOAT_OPS(TB_DEFINE_UNARY)
+#undef TB_DEFINE_UNARY
+#define TB_DEFINE_BINARY(name) d.define<sig::Binary>(#name, diff);
+  TB_BINARY_OPS(TB_DEFINE_BINARY)
+#undef TB_DEFINE_BINARY
+#define TB_DEFINE_COMPARE(name) d.define<sig::Binary>(#name, plain);
+  TB_COMPARE_OPS(TB_DEFINE_COMPARE)
+#undef TB_DEFINE_COMPARE
+
+  d.define<sig::BinaryAlpha>("add", diff);
+  d.define<sig::BinaryAlpha>("sub", diff);
+  d.define<sig::InplaceBinaryAlpha>("add_", mutates0);
+  d.define<sig::InplaceBinary>("mul_", mutates0);
+  d.define<sig::InplaceBinary>("copy_", mutates0);
+  d.define<sig::Fill>("fill_", mutates0);
+  d.define<sig::Ternary>("where", diff);
+  d.define<sig::MaskedFill>("masked_fill", diff);
+
+  d.define<sig::Reduce>("sum", diff);
+  d.define<sig::Reduce>("mean", diff);
+  d.define<sig::ReduceAll>("max", diff);
+  d.define<sig::ReduceAll>("min", diff);
+  d.define<sig::ReduceDimWithIndex>("max.dim", diff);
+  d.define<sig::ReduceDimWithIndex>("min.dim", diff);
+  d.define<sig::Argmax>("argmax", plain);
+  d.define<sig::Norm>("norm", diff);
+
+  d.define<sig::Binary>("mm", diff);
+  d.define<sig::Addmm>("addmm", diff);
+  d.define<sig::Binary>("bmm", diff);
+  d.define<sig::Addmm>("baddbmm", diff);
+  d.define<sig::Syrk>("syrk", diff);
+
+  d.define<sig::Softmax>("softmax", diff);
+  d.define<sig::Softmax>("log_softmax", diff);
+
+  d.define<sig::IndexSelect>("index_select", diff);
+  d.define<sig::IndexSelect>("gather", diff);
+  d.define<sig::ScatterAdd>("scatter_add", diff);
+
+  d.define<sig::RandomFill>("uniform_", mutates0);
+  d.define<sig::RandomFill>("normal_", mutates0);
+  d.define<sig::BernoulliScalar>("bernoulli_", mutates0);
+  d.define<sig::BernoulliTensor>("bernoulli", plain);
+  d.define<sig::Randperm>("randperm", plain);
+}
+
+}  // namespace tb::ops

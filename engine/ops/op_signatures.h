@@ -1,0 +1,64 @@
+// C++ signatures of the dispatcher-level operators, shared by their definition (ops/), their
+// callers (ops/) and the kernels that backends register. One alias per calling convention.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+
+#include "engine/core/tensor.h"
+#include "engine/dispatch/dispatcher.h"
+
+namespace tb::rng {
+class Generator;
+}
+
+namespace tb::ops::sig {
+
+using core::Device;
+using core::IntList;
+using core::Scalar;
+using core::ScalarType;
+using core::Tensor;
+
+using Unary = Tensor(const Tensor&);
+using Binary = Tensor(const Tensor&, const Tensor&);
+using BinaryAlpha = Tensor(const Tensor&, const Tensor&, const Scalar&);
+using InplaceBinaryAlpha = void(Tensor&, const Tensor&, const Scalar&);
+using InplaceBinary = void(Tensor&, const Tensor&);
+using Fill = void(Tensor&, const Scalar&);
+using Ternary = Tensor(const Tensor&, const Tensor&, const Tensor&);
+using MaskedFill = Tensor(const Tensor&, const Tensor&, const Scalar&);
+using Reduce = Tensor(const Tensor&, IntList, bool);
+using ReduceAll = Tensor(const Tensor&);
+using ReduceDimWithIndex = std::tuple<Tensor, Tensor>(const Tensor&, std::int64_t, bool);
+using Argmax = Tensor(const Tensor&, std::optional<std::int64_t>, bool);
+using Norm = Tensor(const Tensor&, double, IntList, bool);
+using Addmm = Tensor(const Tensor&, const Tensor&, const Tensor&, double, double);
+using Syrk = Tensor(const Tensor&, double);
+using Softmax = Tensor(const Tensor&, std::int64_t);
+using IndexSelect = Tensor(const Tensor&, std::int64_t, const Tensor&);
+using ScatterAdd = Tensor(const Tensor&, std::int64_t, const Tensor&, const Tensor&);
+using RandomFill = void(Tensor&, double, double, rng::Generator*);
+using BernoulliScalar = void(Tensor&, double, rng::Generator*);
+using BernoulliTensor = Tensor(const Tensor&, rng::Generator*);
+using Randperm = Tensor(std::int64_t, ScalarType, Device, rng::Generator*);
+
+}  // namespace tb::ops::sig
+
+// X-macros listing the elementwise families (name, differentiable) so that definitions, public
+// functions and kernels are generated from one list.
+// Unary ops that keep an integer dtype.
+#define TB_UNARY_KEEP_DTYPE_OPS(_) _(neg) _(abs) _(sign) _(square) _(relu)
+// Unary ops computed in floating point.
+#define TB_UNARY_FLOAT_OPS(_)                                                                     \
+  _(exp)                                                                                          \
+  _(log) _(log1p) _(expm1) _(sqrt) _(rsqrt) _(reciprocal) _(sin) _(cos) _(tanh) _(sigmoid) _(erf) \
+      _(silu) _(gelu)
+#define TB_BINARY_OPS(_) _(mul) _(div) _(pow) _(maximum) _(minimum)
+#define TB_COMPARE_OPS(_) _(eq) _(ne) _(lt) _(le) _(gt) _(ge)
+
+namespace tb::ops {
+/// Defines every built-in operator in the dispatcher (called once by register_all).
+void define_builtin_ops(dispatch::Dispatcher& d);
+}  // namespace tb::ops

@@ -1,0 +1,161 @@
+// The user-facing tensor operations. Each checks its arguments (shapes, dtypes, devices,
+// indices) with messages naming the op and the values, promotes dtypes, and calls the
+// dispatcher; the kernels only compute.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace tb::rng {
+class Generator;
+}
+
+namespace tb::ops {
+
+using core::Device;
+using core::IntList;
+using core::Scalar;
+using core::ScalarType;
+using core::Tensor;
+
+// ---- factories ----------------------------------------------------------------------------------
+Tensor empty(IntList sizes, ScalarType dtype = ScalarType::Float32, Device device = Device());
+Tensor zeros(IntList sizes, ScalarType dtype = ScalarType::Float32, Device device = Device());
+Tensor ones(IntList sizes, ScalarType dtype = ScalarType::Float32, Device device = Device());
+Tensor full(IntList sizes, const Scalar& value, ScalarType dtype = ScalarType::Float32,
+            Device device = Device());
+Tensor zeros_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+/// 0, 1, ..., n-1.
+Tensor arange(std::int64_t n, ScalarType dtype = ScalarType::Int64, Device device = Device());
+/// A 0-d tensor holding `value`.
+Tensor scalar_tensor(const Scalar& value, ScalarType dtype, Device device = Device());
+
+// ---- random (every op draws from `gen`, or the device's default generator when null) -----------
+Tensor rand(IntList sizes, rng::Generator* gen = nullptr, ScalarType dtype = ScalarType::Float32,
+            Device device = Device());
+Tensor randn(IntList sizes, rng::Generator* gen = nullptr, ScalarType dtype = ScalarType::Float32,
+             Device device = Device());
+Tensor randperm(std::int64_t n, rng::Generator* gen = nullptr, ScalarType dtype = ScalarType::Int64,
+                Device device = Device());
+Tensor& uniform_(Tensor& t, double from = 0.0, double to = 1.0, rng::Generator* gen = nullptr);
+Tensor& normal_(Tensor& t, double mean = 0.0, double std = 1.0, rng::Generator* gen = nullptr);
+Tensor& bernoulli_(Tensor& t, double p, rng::Generator* gen = nullptr);
+/// 1 with probability p (elementwise), else 0; same shape and dtype as p.
+Tensor bernoulli(const Tensor& p, rng::Generator* gen = nullptr);
+
+// ---- elementwise (broadcasting, dtype promotion) -----------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor mul(const Tensor& a, const Tensor& b);
+/// True division: integer inputs give float32.
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor pow(const Tensor& a, const Scalar& b);
+
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+
+Tensor neg(const Tensor& a);
+Tensor abs(const Tensor& a);
+Tensor sign(const Tensor& a);
+Tensor square(const Tensor& a);
+Tensor relu(const Tensor& a);
+// These compute in floating point (integer inputs give float32).
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor log1p(const Tensor& a);
+Tensor expm1(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor reciprocal(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor erf(const Tensor& a);
+Tensor silu(const Tensor& a);
+/// GELU with the exact erf form.
+Tensor gelu(const Tensor& a);
+
+/// In place: a += alpha * b (b broadcast to a's shape; result cast to a's dtype).
+Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);
+Tensor& mul_(Tensor& a, const Tensor& b);
+Tensor& mul_(Tensor& a, const Scalar& b);
+
+/// cond ? a : b, broadcasting all three; cond must be bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// A copy of t with value where mask (bool, broadcastable to t) is true.
+Tensor masked_fill(const Tensor& t, const Tensor& mask, const Scalar& value);
+
+// ---- reductions (dims empty = all dims) ---------------------------------------------------------
+Tensor sum(const Tensor& t, IntList dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& t, IntList dims = {}, bool keepdim = false);
+/// Max over all elements (NaN propagates).
+Tensor max(const Tensor& t);
+Tensor min(const Tensor& t);
+/// (values, indices) of the max along dim; the first index wins ties.
+std::tuple<Tensor, Tensor> max(const Tensor& t, std::int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& t, std::int64_t dim, bool keepdim = false);
+/// Index of the max (over the flattened tensor when dim is empty).
+Tensor argmax(const Tensor& t, std::optional<std::int64_t> dim = {}, bool keepdim = false);
+/// p-norm (p = 1, 2, inf, or any p > 0) over dims.
+Tensor norm(const Tensor& t, double p = 2.0, IntList dims = {}, bool keepdim = false);
+
+// ---- linear algebra -----------------------------------------------------------------------------
+/// NumPy matmul semantics: 1-D/2-D, and batched with broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// [m,k] x [k,n] -> [m,n].
+Tensor mm(const Tensor& a, const Tensor& b);
+/// beta * bias + alpha * (a @ b); bias broadcast to [m, n].
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta = 1.0,
+             double alpha = 1.0);
+/// [B,m,k] x [B,k,n] -> [B,m,n].
+Tensor bmm(const Tensor& a, const Tensor& b);
+/// beta * c + alpha * (a @ b), batched.
+Tensor baddbmm(const Tensor& c, const Tensor& a, const Tensor& b, double beta = 1.0,
+               double alpha = 1.0);
+/// The symmetric product X·Xᵀ of a 2-D X ([n,k] -> [n,n]) via SYRK: about half a GEMM's work.
+Tensor syrk(const Tensor& x, double alpha = 1.0);
+
+// ---- softmax ------------------------------------------------------------------------------------
+Tensor softmax(const Tensor& t, std::int64_t dim);
+Tensor log_softmax(const Tensor& t, std::int64_t dim);
+
+// ---- indexing -----------------------------------------------------------------------------------
+/// Rows of t along dim picked by a 1-D int64/int32 index.
+Tensor index_select(const Tensor& t, std::int64_t dim, const Tensor& index);
+/// out[i][j] = t[index[i][j]][j] (dim 0), etc.; index has t's rank.
+Tensor gather(const Tensor& t, std::int64_t dim, const Tensor& index);
+/// A copy of t with src added at index along dim (duplicates accumulate).
+Tensor scatter_add(const Tensor& t, std::int64_t dim, const Tensor& index, const Tensor& src);
+
+// ---- copies and casts ---------------------------------------------------------------------------
+/// dst := src (broadcast, converted to dst's dtype, across devices). Returns dst.
+Tensor& copy_(Tensor& dst, const Tensor& src);
+Tensor& fill_(Tensor& t, const Scalar& value);
+Tensor to_dtype(const Tensor& t, ScalarType dtype);
+Tensor to_device(const Tensor& t, Device device);
+
+/// Result dtype of a binary op between two tensors (0-d tensors count as in PyTorch only when
+/// both are 0-d; see docs/decisions/0002-dtype-codes.md).
+ScalarType result_type(const Tensor& a, const Tensor& b);
+/// Result dtype of a tensor with a Python-style scalar: the tensor's dtype unless the scalar is
+/// of a higher category (bool < integer < float), then the default of that category.
+ScalarType result_type(const Tensor& a, const Scalar& b);
+
+}  // namespace tb::ops
