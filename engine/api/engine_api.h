@@ -14,19 +14,22 @@ std::string version();
 
 /// One device kind the engine knows, whether it can be used here, and why not.
 struct DeviceInfo {
-  std::string name;  ///< "cpu", "cuda:0", "cuda"
-  bool available = false;
-  std::string detail;  ///< threads/BLAS for the CPU; the reason when unavailable
+  std::string name;        ///< "cpu", "cuda:0", "cuda"
+  bool available = false;  ///< whether it can be used in this process
+  std::string detail;      ///< threads/BLAS for the CPU; the reason when unavailable
 };
+/// The CPU, then each usable CUDA device ("cuda:N"), or one unavailable "cuda" entry saying why.
 std::vector<DeviceInfo> list_devices();
 
 /// One (op, dispatch key) entry of the dispatcher's computed table.
 struct DispatchRow {
-  std::string op;
+  std::string op;      ///< operator name
   std::string key;     ///< "CPU", "CUDA", "PrivateUse1", "Autograd", "Autocast"
   std::string source;  ///< "kernel", "fallback", "fallthrough" or "missing"
   std::string where;   ///< file:line of the registration
 };
+/// Every (op, key) entry, ops sorted by name, keys in priority order. The first call registers
+/// the built-in ops and kernels.
 std::vector<DispatchRow> dispatch_table();
 
 /// Kernel-pool (and BLAS) thread count.
@@ -36,13 +39,14 @@ void set_num_threads(int n);
 
 /// Result of choosing a GEMM backend: what was asked, what is used, and why they differ.
 struct GemmBackendChoice {
-  std::string requested;
-  std::string used;
-  std::string warning;  ///< empty when the request was honoured
+  std::string requested;  ///< the name asked for ("auto", "openblas", ...)
+  std::string used;       ///< the backend that runs ("openblas" or "reference" on the CPU)
+  std::string warning;    ///< empty when the request was honoured
 };
 /// Selects "auto", "openblas", "reference", "cublas" or "cublaslt". A choice this build or
 /// machine cannot run falls back to the default with a warning; an unknown name throws.
 GemmBackendChoice set_gemm_backend(const std::string& name);
+/// Name of the GEMM backend in use: "openblas" or "reference".
 std::string current_gemm_backend();
 
 /// Runs the headless demo (seeded data, a least-squares fit by gradient descent on the engine's

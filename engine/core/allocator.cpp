@@ -66,6 +66,8 @@ struct Registry {
   std::array<std::atomic<Allocator*>, kNumDeviceTypes> allocators{};
 };
 
+std::atomic<void (*)()> backend_loader{nullptr};
+
 Registry& registry() {
   static Registry r;
   return r;
@@ -88,9 +90,19 @@ void register_allocator(DeviceType type, Allocator* allocator) {
   slot.store(allocator);
 }
 
+void set_backend_loader(void (*loader)()) {
+  backend_loader.store(loader);
+}
+
 Allocator& get_allocator(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_allocator();
   Allocator* a = registry().allocators[static_cast<int>(type)].load();
+  if (a == nullptr) {
+    if (auto* load = backend_loader.load()) {
+      load();  // registers every compiled-in backend once
+      a = registry().allocators[static_cast<int>(type)].load();
+    }
+  }
   if (a == nullptr) {
     throw NotImplementedError(
         tb::detail::str_cat("[allocator] no allocator for device type '", device_type_name(type),

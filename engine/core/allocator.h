@@ -14,14 +14,20 @@ namespace tb::core {
 /// Move-only. `ctx` is passed back to the deleter (an allocator's bookkeeping, may be null).
 class DataPtr {
  public:
+  /// Frees `data`; called as deleter(ctx, data) on destruction. Must not throw.
   using Deleter = void (*)(void* ctx, void* data) noexcept;
 
+  /// A null pointer on the CPU that owns nothing.
   DataPtr() = default;
+  /// Takes ownership of `data` on `device`: `deleter(ctx, data)` runs on destruction unless
+  /// `data` or `deleter` is null (so a null deleter makes a non-owning pointer).
   DataPtr(void* data, void* ctx, Deleter deleter, Device device)
       : data_(data), ctx_(ctx), deleter_(deleter), device_(device) {}
   DataPtr(const DataPtr&) = delete;
   DataPtr& operator=(const DataPtr&) = delete;
+  /// Takes over `o`'s memory; `o` is left null.
   DataPtr(DataPtr&& o) noexcept { swap(o); }
+  /// Frees the current memory (if any) and takes over `o`'s; `o` is left null.
   DataPtr& operator=(DataPtr&& o) noexcept {
     DataPtr tmp(std::move(o));
     swap(tmp);
@@ -31,7 +37,9 @@ class DataPtr {
     if (deleter_ != nullptr && data_ != nullptr) deleter_(ctx_, data_);
   }
 
+  /// The raw address (null when empty); still owned by this DataPtr.
   void* get() const noexcept { return data_; }
+  /// The device the memory lives on.
   Device device() const noexcept { return device_; }
 
  private:
@@ -50,10 +58,10 @@ class DataPtr {
 
 /// Allocation statistics in bytes (what the allocator handed out, and the peak of that).
 struct AllocatorStats {
-  std::int64_t allocated = 0;
-  std::int64_t peak_allocated = 0;
+  std::int64_t allocated = 0;       ///< bytes currently allocated (CPU: rounded up to 64)
+  std::int64_t peak_allocated = 0;  ///< highest `allocated` since start or the last reset_peak()
   std::int64_t reserved = 0;  ///< bytes held from the system (>= allocated for caching allocators)
-  std::int64_t num_allocs = 0;
+  std::int64_t num_allocs = 0;  ///< number of non-empty allocations so far (never decreases)
 };
 
 /// Interface every device allocator implements. Implementations are thread-safe.
@@ -72,6 +80,10 @@ class Allocator {
 /// Installs the allocator for a device type (a backend does this once at registration).
 /// Replacing an already-installed allocator throws tb::ValueError.
 void register_allocator(DeviceType type, Allocator* allocator);
+
+/// Installs the function that loads the compiled-in backends (the dispatcher does this at
+/// start-up), so that allocating on a device before any op has run still finds its allocator.
+void set_backend_loader(void (*loader)());
 
 /// The allocator of a device type. Throws tb::NotImplementedError naming the device type when
 /// no backend for it is compiled in or registered.

@@ -17,6 +17,7 @@ enum class DeviceType : std::uint8_t { CPU = 0, CUDA = 1, PrivateUse1 = 2 };
 /// Number of DeviceType values (for per-device tables).
 inline constexpr int kNumDeviceTypes = 3;
 
+/// Index of a device among those of its type (0..32767; CPU is always 0).
 using DeviceIndex = std::int16_t;
 
 /// A device: its type and its index among devices of that type (CPU is always index 0).
@@ -31,16 +32,21 @@ class Device {
   /// parsed.
   static Device parse(std::string_view text);
 
+  /// The device type.
   DeviceType type() const noexcept { return type_; }
+  /// The index among devices of this type (>= 0; 0 for the CPU).
   DeviceIndex index() const noexcept { return index_; }
+  /// True for the CPU device.
   bool is_cpu() const noexcept { return type_ == DeviceType::CPU; }
 
   /// "cpu", "cuda:0", "openreg:1".
   std::string str() const;
 
+  /// Same type and same index.
   friend bool operator==(const Device& a, const Device& b) noexcept {
     return a.type_ == b.type_ && a.index_ == b.index_;
   }
+  /// Different type or index.
   friend bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
 
  private:
@@ -53,10 +59,13 @@ std::string device_type_name(DeviceType type);
 
 /// Gives the PrivateUse1 slot a user-visible name, e.g. "openreg" (PyTorch's
 /// rename_privateuse1_backend). May be called once with a new name; calling again with the same
-/// name is a no-op, with a different one throws tb::ValueError.
+/// name is a no-op, with a different one throws tb::ValueError; "", "cpu" and "cuda" are
+/// rejected.
 void rename_privateuse1_backend(const std::string& name);
 
+/// Writes d.str() ("cpu", "cuda:0").
 std::ostream& operator<<(std::ostream& os, const Device& d);
+/// Writes device_type_name(t).
 std::ostream& operator<<(std::ostream& os, DeviceType t);
 
 }  // namespace tb::core

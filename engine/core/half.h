@@ -20,15 +20,23 @@ namespace tb::core {
 namespace detail {
 
 TB_HD inline std::uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
 
 TB_HD inline float f32_from_bits(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
 }  // namespace detail
@@ -93,27 +101,33 @@ TB_HD inline float half_bits_to_float(std::uint16_t h) {
 
 /// IEEE binary16 storage type.
 struct Half {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< raw binary16 bit pattern (0 is +0.0)
   Half() = default;
+  /// Rounds `f` to nearest even (see float_to_half_bits).
   TB_HD explicit Half(float f) : bits(float_to_half_bits(f)) {}
+  /// The Half with bit pattern `b` (no conversion).
   TB_HD static Half from_bits(std::uint16_t b) {
     Half h;
     h.bits = b;
     return h;
   }
+  /// Exact conversion to float.
   TB_HD operator float() const { return half_bits_to_float(bits); }
 };
 
 /// bfloat16 storage type (the upper half of a float32).
 struct BFloat16 {
-  std::uint16_t bits = 0;
+  std::uint16_t bits = 0;  ///< raw bfloat16 bit pattern (0 is +0.0)
   BFloat16() = default;
+  /// Rounds `f` to nearest even (see float_to_bf16_bits).
   TB_HD explicit BFloat16(float f) : bits(float_to_bf16_bits(f)) {}
+  /// The BFloat16 with bit pattern `b` (no conversion).
   TB_HD static BFloat16 from_bits(std::uint16_t b) {
     BFloat16 h;
     h.bits = b;
     return h;
   }
+  /// Exact conversion to float.
   TB_HD operator float() const { return bf16_bits_to_float(bits); }
 };
 

@@ -46,11 +46,13 @@ std::size_t element_size(ScalarType t) noexcept;
 std::string_view scalar_type_name(ScalarType t) noexcept;
 
 /// Parses a dtype name. Accepts the canonical names and the common aliases "float", "double",
-/// "half", "long", "int", "short", "byte", "bf16", "fp16", "fp32", "fp64". Throws tb::TypeError
-/// naming the text and the valid names otherwise.
+/// "half", "long", "int", "short", "byte", "char", "bf16", "fp16", "fp32", "fp64". Throws
+/// tb::TypeError naming the text and the valid names otherwise.
 ScalarType parse_scalar_type(std::string_view name);
 
+/// True for float16, bfloat16, float32 and float64.
 bool is_floating_point(ScalarType t) noexcept;
+/// True for the integer dtypes (uint8 ... int64); bool counts only when `include_bool`.
 bool is_integral(ScalarType t, bool include_bool = false) noexcept;
 
 /// The stable public code of a dtype (PyTorch's numbering: uint8 0, int8 1, int16 2, int32 3,
@@ -74,7 +76,7 @@ struct FInfo {
   double tiny;             ///< smallest positive normal (same as smallest_normal)
   double smallest_normal;  ///< smallest positive normal
   double resolution;       ///< 10^-digits10
-  ScalarType dtype;
+  ScalarType dtype;        ///< the dtype described
 };
 
 /// finfo of a floating-point dtype. Throws tb::TypeError naming the dtype for non-float types.
@@ -82,16 +84,20 @@ FInfo finfo(ScalarType t);
 
 /// Integer limits of an integral dtype, as torch.iinfo. Throws tb::TypeError for float types.
 struct IInfo {
-  int bits;
-  std::int64_t min;
-  std::int64_t max;
-  ScalarType dtype;
+  int bits;          ///< storage bits (8 for bool)
+  std::int64_t min;  ///< smallest value (0 for bool and uint8)
+  std::int64_t max;  ///< largest value (1 for bool)
+  ScalarType dtype;  ///< the dtype described
 };
+/// iinfo of an integral dtype or bool. Throws tb::TypeError naming the dtype for float types.
 IInfo iinfo(ScalarType t);
 
+/// Writes scalar_type_name(t).
 std::ostream& operator<<(std::ostream& os, ScalarType t);
 
-/// Compile-time C++ type <-> ScalarType mapping.
+/// Compile-time C++ type -> ScalarType mapping, in `value`. Specialised for bool, std::uint8_t,
+/// std::int8_t, std::int16_t, std::int32_t, std::int64_t, Half, BFloat16, float and double; other
+/// types are incomplete (a compile error).
 template <typename T>
 struct CppTypeToScalarType;
 template <>
@@ -135,19 +141,22 @@ struct CppTypeToScalarType<double> {
   static constexpr ScalarType value = ScalarType::Float64;
 };
 
+/// The ScalarType of C++ element type T (CppTypeToScalarType<T>::value).
 template <typename T>
 inline constexpr ScalarType scalar_type_of = CppTypeToScalarType<T>::value;
 
 }  // namespace tb::core
 
-/// Calls `__VA_ARGS__` (a generic lambda body using `scalar_t`) for the C++ type of `TYPE`.
-/// Example: TB_DISPATCH_ALL_TYPES(t.dtype(), "add", [&] { kernel<scalar_t>(...); });
+// Helper of the TB_DISPATCH_* macros (not for direct use): one `case` that binds `scalar_t`.
 #define TB_DISPATCH_CASE_(ENUM, CPPTYPE, ...) \
   case ::tb::core::ScalarType::ENUM: {        \
     using scalar_t = CPPTYPE;                 \
     return __VA_ARGS__();                     \
   }
 
+/// Calls `__VA_ARGS__` (a lambda taking no arguments that uses `scalar_t`) with `scalar_t` bound
+/// to the C++ type of `TYPE`, and returns its result. `NAME` labels the error message.
+/// Example: TB_DISPATCH_ALL_TYPES(t.dtype(), "add", [&] { kernel<scalar_t>(...); });
 #define TB_DISPATCH_ALL_TYPES(TYPE, NAME, ...)                                        \
   [&] {                                                                               \
     switch (TYPE) {                                                                   \

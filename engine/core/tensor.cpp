@@ -68,10 +68,12 @@ Tensor Tensor::empty(IntList sizes, ScalarType dtype, Device device) {
 }
 
 std::int64_t Tensor::size(std::int64_t d) const {
+  TB_CHECK_T(IndexError, dim() > 0, "[size] a 0-d tensor has no dimension ", d);
   return checked().sizes[static_cast<std::size_t>(wrap_dim(d, dim(), "size"))];
 }
 
 std::int64_t Tensor::stride(std::int64_t d) const {
+  TB_CHECK_T(IndexError, dim() > 0, "[stride] a 0-d tensor has no dimension ", d);
   return checked().strides[static_cast<std::size_t>(wrap_dim(d, dim(), "stride"))];
 }
 
@@ -264,6 +266,7 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
 }
 
 Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) const {
+  TB_CHECK(dim() > 0, "[narrow] cannot narrow a 0-d tensor");
   d = wrap_dim(d, dim(), "narrow");
   const std::int64_t n = sizes()[static_cast<std::size_t>(d)];
   if (start < 0) start += n;

@@ -19,6 +19,7 @@ enum class DispatchKey : std::uint8_t {
   PrivateUse1 = 4,
 };
 
+/// Number of DispatchKey values (for per-key tables).
 inline constexpr int kNumDispatchKeys = 5;
 
 /// "Autocast", "Autograd", "CPU", "CUDA", "PrivateUse1".
@@ -61,16 +62,25 @@ constexpr core::DeviceType key_device_type(DispatchKey k) noexcept {
 /// A small bit set of dispatch keys.
 class DispatchKeySet {
  public:
+  /// The empty set.
   constexpr DispatchKeySet() = default;
+  /// The set holding only `k`.
   constexpr explicit DispatchKeySet(DispatchKey k) : bits_(bit(k)) {}
+  /// A copy with `k` added (this set is unchanged).
   constexpr DispatchKeySet add(DispatchKey k) const { return from_bits(bits_ | bit(k)); }
+  /// A copy without `k` (this set is unchanged).
   constexpr DispatchKeySet remove(DispatchKey k) const { return from_bits(bits_ & ~bit(k)); }
+  /// True when `k` is in the set.
   constexpr bool has(DispatchKey k) const { return (bits_ & bit(k)) != 0; }
+  /// True when the set holds no key.
   constexpr bool empty() const { return bits_ == 0; }
+  /// Union.
   constexpr DispatchKeySet operator|(DispatchKeySet o) const { return from_bits(bits_ | o.bits_); }
+  /// Difference: the keys of this set that are not in `o`.
   constexpr DispatchKeySet operator-(DispatchKeySet o) const { return from_bits(bits_ & ~o.bits_); }
   /// Highest-priority key in the set (lowest enum value). Precondition: !empty().
   DispatchKey highest() const { return static_cast<DispatchKey>(__builtin_ctz(bits_)); }
+  /// The bits: bit i is set when the key with value i is in the set.
   constexpr std::uint32_t raw() const { return bits_; }
 
  private:
@@ -90,7 +100,9 @@ DispatchKeySet tls_excluded_keys() noexcept;
 /// RAII: excludes `keys` on this thread for the guard's lifetime (nests correctly).
 class ExcludeKeysGuard {
  public:
+  /// Adds `keys` to this thread's excluded keys.
   explicit ExcludeKeysGuard(DispatchKeySet keys);
+  /// Restores the excluded keys in effect at construction.
   ~ExcludeKeysGuard();
   ExcludeKeysGuard(const ExcludeKeysGuard&) = delete;
   ExcludeKeysGuard& operator=(const ExcludeKeysGuard&) = delete;

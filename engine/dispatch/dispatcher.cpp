@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "engine/core/allocator.h"
+
 namespace tb::dispatch {
 
 // ---- keys ---------------------------------------------------------------------------------------
@@ -168,6 +170,9 @@ void OperatorHandle::call_boxed(Stack& stack, DispatchKeySet skip) const {
 void OperatorHandle::call_boxed_at(DispatchKey key, Stack& stack) const {
   KernelSource source;
   auto k = entry_->lookup(key, source);
+  TB_CHECK_T(NotImplementedError, source != KernelSource::Fallthrough, "[dispatch] op '", name(),
+             "' has nothing registered at the layer key ", dispatch_key_name(key),
+             " (calls fall through it); call a backend key instead");
   if (k == nullptr) entry_->throw_missing(key, core::device_type_name(key_device_type(key)));
   entry_->call_kernel_boxed(*k, *this, DispatchKeySet(key), stack);
 }
@@ -180,6 +185,14 @@ Dispatcher& Dispatcher::raw() {
   return *d;
 }
 
+namespace {
+// Lets core find device allocators before the first op call has loaded the backends.
+[[maybe_unused]] const bool kBackendLoaderInstalled = [] {
+  core::set_backend_loader([] { Dispatcher::singleton(); });
+  return true;
+}();
+}  // namespace
+
 Dispatcher& Dispatcher::singleton() {
   static std::once_flag once;
   std::call_once(once, [] { register_all(); });
@@ -187,15 +200,19 @@ Dispatcher& Dispatcher::singleton() {
 }
 
 std::string Dispatcher::where_text(const std::source_location& loc) {
+  // The build maps the source directory away (-fmacro-prefix-map), so paths are already
+  // repository-relative; otherwise cut at the first top-level folder of the repository.
   std::string file = loc.file_name();
-  // Keep the path from the repository's top folders on (no machine-specific prefix).
+  std::size_t best = std::string::npos;
   for (const char* top : {"engine/", "tests/", "app/", "bench/", "ui/"}) {
-    const auto pos = file.rfind(top);
-    if (pos != std::string::npos) {
-      file = file.substr(pos);
-      break;
+    for (auto pos = file.find(top); pos != std::string::npos; pos = file.find(top, pos + 1)) {
+      if (pos == 0 || file[pos - 1] == '/') {
+        best = std::min(best, pos);
+        break;
+      }
     }
   }
+  if (best != std::string::npos) file = file.substr(best);
   return file + ":" + std::to_string(loc.line());
 }
 

@@ -35,7 +35,9 @@ using BoxedKernel =
 /// Liveness flag shared between a registered kernel and the SafeKernelHandles taken from it.
 class KernelToken {
  public:
+  /// True until invalidate() is called. Thread-safe.
   bool valid() const noexcept { return !invalid_.load(std::memory_order_acquire); }
+  /// Marks the kernel gone, permanently. Thread-safe.
   void invalidate() noexcept { invalid_.store(true, std::memory_order_release); }
 
  private:
@@ -46,30 +48,40 @@ class KernelToken {
 /// (or the object dies) every token registered with it is invalidated.
 class KernelFunction {
  public:
+  /// A typed kernel with C++ signature Sig (signature() is typeid(Sig)).
   template <typename Sig>
   static std::shared_ptr<KernelFunction> make_typed(std::function<Sig> fn) {
     auto k = std::shared_ptr<KernelFunction>(new KernelFunction(typeid(Sig)));
     k->typed_ = std::make_shared<const std::function<Sig>>(std::move(fn));
     return k;
   }
+  /// A boxed kernel (signature() is typeid(void)).
   static std::shared_ptr<KernelFunction> make_boxed(BoxedKernel fn);
 
   /// A copy of the callable parts (no token registrations are transferred).
   std::shared_ptr<KernelFunction> copy() const;
 
+  /// Invalidates every registered token.
   ~KernelFunction();
   KernelFunction(const KernelFunction&) = delete;
   KernelFunction& operator=(const KernelFunction&) = delete;
 
+  /// True for a boxed kernel, false for a typed one.
   bool is_boxed() const noexcept { return typed_ == nullptr; }
+  /// typeid of the typed kernel's signature; typeid(void) for a boxed kernel.
   std::type_index signature() const noexcept { return sig_; }
+  /// The typed callable. Unchecked: undefined behaviour unless !is_boxed() and Sig is exactly
+  /// the signature it was made with (compare signature() first).
   template <typename Sig>
   const std::function<Sig>& typed() const {
     return *static_cast<const std::function<Sig>*>(typed_.get());
   }
+  /// The boxed callable (empty for a typed kernel).
   const BoxedKernel& boxed() const noexcept { return boxed_; }
 
+  /// Remembers `token` (weakly) so that invalidate_tokens() reaches it. Thread-safe.
   void register_token(const std::shared_ptr<KernelToken>& token);
+  /// Invalidates every registered token that is still alive and forgets them all. Thread-safe.
   void invalidate_tokens() noexcept;
 
  private:
@@ -97,18 +109,22 @@ enum class KernelSource : std::uint8_t { Kernel, Fallback, Fallthrough, Missing 
 
 /// One row of the dispatch-table dump.
 struct DispatchTableRow {
-  std::string op;
-  DispatchKey key;
-  KernelSource source;
-  std::string where;  ///< file:line of the registration ("" when missing/fallthrough)
+  std::string op;       ///< operator name
+  DispatchKey key;      ///< the dispatch key of this entry
+  KernelSource source;  ///< how the entry was resolved
+  std::string where;    ///< file:line of the registration ("" when missing/fallthrough)
 };
 
 /// Undoes a registration when destroyed (or when reset() is called). Move-only.
 class RegistrationHandle {
  public:
+  /// An inactive handle (undoes nothing).
   RegistrationHandle() = default;
+  /// A handle that calls `undo` once, on reset() or destruction. `undo` should not throw.
   explicit RegistrationHandle(std::function<void()> undo) : undo_(std::move(undo)) {}
+  /// Takes over `o`'s registration.
   RegistrationHandle(RegistrationHandle&&) noexcept = default;
+  /// Deregisters the current registration (if any), then takes over `o`'s; `o` becomes inactive.
   RegistrationHandle& operator=(RegistrationHandle&& o) noexcept {
     reset();
     undo_ = std::move(o.undo_);
@@ -120,6 +136,7 @@ class RegistrationHandle {
   void reset() noexcept;
   /// Keeps the registration for the life of the process (built-in kernels).
   void detach() noexcept { undo_ = nullptr; }
+  /// True while the handle still has a registration to undo.
   bool active() const noexcept { return static_cast<bool>(undo_); }
 
  private:
@@ -131,6 +148,9 @@ class RegistrationHandle {
 /// "[dispatch] SafeKernelFunction has been invalidated <debug>" instead of calling a dead kernel.
 class SafeKernelHandle {
  public:
+  /// Made by Dispatcher::get_kernel(): `kernel` is the handle's own copy, `token` the liveness
+  /// flag registered with the original, `op` keeps the operator alive, `debug` describes the
+  /// origin for error messages.
   SafeKernelHandle(std::shared_ptr<KernelFunction> kernel, std::shared_ptr<KernelToken> token,
                    std::shared_ptr<const OperatorEntry> op, DispatchKey key, std::string debug)
       : kernel_(std::move(kernel)),
@@ -139,14 +159,19 @@ class SafeKernelHandle {
         key_(key),
         debug_(std::move(debug)) {}
 
+  /// False once the registration it came from is gone (calls then throw tb::Error).
   bool valid() const noexcept { return token_ && token_->valid(); }
+  /// "(op NAME, key KEY, kernel|fallback registered at FILE:LINE)".
   const std::string& debug() const noexcept { return debug_; }
+  /// The dispatch key the kernel was taken for.
   DispatchKey key() const noexcept { return key_; }
 
-  /// Calls the kernel with typed arguments; Sig must be the operator's signature.
+  /// Calls the kernel with typed arguments; Sig must be the operator's signature. Throws
+  /// tb::Error when invalidated, tb::TypeError when a typed kernel's signature differs from Sig.
   template <typename Sig, typename... Args>
   decltype(auto) call(Args&&... args) const;
-  /// Calls the kernel on a boxed stack (arguments in, results out).
+  /// Calls the kernel on a boxed stack (arguments in, results out). Throws tb::Error when
+  /// invalidated.
   void call_boxed(Stack& stack) const;
 
  private:
@@ -161,8 +186,10 @@ class SafeKernelHandle {
 /// An operator: its name, signature, schema facts, registrations and computed table.
 class OperatorEntry : public std::enable_shared_from_this<OperatorEntry> {
  public:
+  /// Runs a typed kernel of this op on a boxed stack (unbox arguments, call, box results).
   using BoxedCaller = void (*)(const KernelFunction& kernel, Stack& stack);
 
+  /// Made by Dispatcher::define(); `sig` is typeid of the C++ signature, `sig_name` its name.
   OperatorEntry(std::string name, std::type_index sig, std::string sig_name, OpSchema schema,
                 BoxedCaller boxed_caller)
       : name_(std::move(name)),
@@ -171,14 +198,18 @@ class OperatorEntry : public std::enable_shared_from_this<OperatorEntry> {
         schema_(std::move(schema)),
         boxed_caller_(boxed_caller) {}
 
+  /// The operator's name.
   const std::string& name() const noexcept { return name_; }
+  /// typeid of the operator's C++ signature.
   std::type_index signature() const noexcept { return sig_; }
+  /// The schema facts given at definition.
   const OpSchema& schema() const noexcept { return schema_; }
 
+  /// One resolved table entry.
   struct Computed {
-    std::shared_ptr<KernelFunction> kernel;
-    KernelSource source = KernelSource::Missing;
-    std::string where;
+    std::shared_ptr<KernelFunction> kernel;       ///< what runs; null for fallthrough/missing
+    KernelSource source = KernelSource::Missing;  ///< how it was resolved
+    std::string where;                            ///< file:line of the registration ("" when none)
   };
 
   /// The computed entry for `key` (a copy; safe to use after the lock is released).
@@ -190,6 +221,7 @@ class OperatorEntry : public std::enable_shared_from_this<OperatorEntry> {
     source = c.source;
     return c.kernel;
   }
+  /// True when a kernel of its own (not a fallback) is registered for `key`.
   bool has_kernel(DispatchKey key) const;
 
   /// Runs a (typed or boxed) kernel of this op on a boxed stack.
@@ -218,11 +250,17 @@ class OperatorEntry : public std::enable_shared_from_this<OperatorEntry> {
 /// A cheap, copyable reference to an operator.
 class OperatorHandle {
  public:
+  /// A null handle: only entry_ptr() may be used on it.
   OperatorHandle() = default;
+  /// A handle sharing ownership of `e`.
   explicit OperatorHandle(std::shared_ptr<OperatorEntry> e) : entry_(std::move(e)) {}
+  /// The operator's name. Precondition (like the other accessors): the handle is not null.
   const std::string& name() const { return entry_->name(); }
+  /// The operator's schema facts.
   const OpSchema& schema() const { return entry_->schema(); }
+  /// The operator; lives at least as long as this handle.
   OperatorEntry& entry() const { return *entry_; }
+  /// The owning pointer to the operator (null for a null handle).
   const std::shared_ptr<OperatorEntry>& entry_ptr() const { return entry_; }
   /// Calls the op on a boxed stack, dispatching on the tensors in it (minus `skip` keys).
   void call_boxed(Stack& stack, DispatchKeySet skip = {}) const;
@@ -308,11 +346,16 @@ class TypedOp;
 template <typename Ret, typename... Args>
 class TypedOp<Ret(Args...)> {
  public:
+  /// A null TypedOp; call() must not be used on it.
   TypedOp() = default;
+  /// Wraps `h`, whose signature must be Ret(Args...) (Dispatcher::typed() checks it).
   explicit TypedOp(OperatorHandle h) : handle_(std::move(h)) {}
+  /// The underlying operator handle.
   const OperatorHandle& handle() const { return handle_; }
 
   /// Dispatches on the arguments' devices (and autograd/autocast state) and runs the kernel.
+  /// Throws tb::ValueError when no argument yields a dispatch key, tb::NotImplementedError when
+  /// the resolved key has no kernel, and whatever the kernel throws.
   Ret call(Args... args) const {
     DispatchKeySet ks;
     (detail::collect_keys(ks, args), ...);
@@ -369,7 +412,9 @@ class Dispatcher {
 
   /// The operator named `name`. Throws tb::ValueError "operator NAME does not exist".
   OperatorHandle find(std::string_view name) const;
+  /// True when an operator named `name` is defined.
   bool exists(std::string_view name) const;
+  /// Names of every defined operator, sorted.
   std::vector<std::string> op_names() const;
 
   /// Typed access; throws tb::TypeError if Sig differs from the op's defined signature.

@@ -25,22 +25,31 @@ namespace tb::dispatch {
 
 /// One boxed value. `None` stands for an empty optional (or a default generator).
 struct IValue {
+  /// The empty alternative.
   using None = std::monostate;
+  /// Every type a boxed value can hold (an IntList is boxed as std::vector<std::int64_t>).
   using Variant = std::variant<None, core::Tensor, std::vector<core::Tensor>, double, std::int64_t,
                                bool, std::vector<std::int64_t>, core::ScalarType, core::Device,
                                core::Scalar, std::string, rng::Generator*>;
-  Variant v;
+  Variant v;  ///< the value; a Generator* is not owned
 
+  /// None.
   IValue() = default;
-  template <typename T>
+  /// Holds `x`, converted to the Variant alternative std::variant's converting constructor picks.
+  template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, IValue>>>
   IValue(T&& x) : v(std::forward<T>(x)) {}  // NOLINT(google-explicit-constructor)
 
+  /// True when a core::Tensor is held.
   bool is_tensor() const noexcept { return std::holds_alternative<core::Tensor>(v); }
+  /// True when None is held.
   bool is_none() const noexcept { return std::holds_alternative<None>(v); }
+  /// The held tensor. Throws std::bad_variant_access when no tensor is held.
   core::Tensor& tensor() { return std::get<core::Tensor>(v); }
+  /// The held tensor. Throws std::bad_variant_access when no tensor is held.
   const core::Tensor& tensor() const { return std::get<core::Tensor>(v); }
 };
 
+/// Boxed arguments (in order) going into a kernel; its results (in order) coming out.
 using Stack = std::vector<IValue>;
 
 namespace detail {
@@ -56,32 +65,44 @@ T& get_or_throw(IValue& iv) {
 /// How a C++ argument/return type is boxed and unboxed.
 template <typename T>
 struct IValueTraits {
+  /// An IValue holding a copy of `x`.
   static IValue box(const T& x) { return IValue(x); }
+  /// The T held by `iv` (a reference into it). Throws tb::TypeError if `iv` holds another type.
   static T& unbox(IValue& iv) { return detail::get_or_throw<T>(iv); }
 };
 
+/// An IntList is boxed as an owning std::vector<std::int64_t>.
 template <>
 struct IValueTraits<core::IntList> {
+  /// Copies the viewed values into the IValue.
   static IValue box(core::IntList x) {
     return IValue(std::vector<std::int64_t>(x.begin(), x.end()));
   }
+  /// A view of the vector held by `iv` (valid while `iv` lives unchanged). Throws tb::TypeError
+  /// if `iv` holds no std::vector<std::int64_t>.
   static core::IntList unbox(IValue& iv) {
     return core::IntList(detail::get_or_throw<std::vector<std::int64_t>>(iv));
   }
 };
 
+/// An empty optional is boxed as None; a full one as its value.
 template <typename T>
 struct IValueTraits<std::optional<T>> {
+  /// None for an empty optional, else the boxed value.
   static IValue box(const std::optional<T>& x) { return x ? IValueTraits<T>::box(*x) : IValue(); }
+  /// std::nullopt for None, else a copy of the unboxed value (throws like IValueTraits<T>).
   static std::optional<T> unbox(IValue& iv) {
     if (iv.is_none()) return std::nullopt;
     return IValueTraits<T>::unbox(iv);
   }
 };
 
+/// A null generator (use the default one) is boxed as None. The generator is not owned.
 template <>
 struct IValueTraits<rng::Generator*> {
+  /// None for null, else the pointer.
   static IValue box(rng::Generator* g) { return g ? IValue(g) : IValue(); }
+  /// Null for None, else the pointer. Throws tb::TypeError if `iv` holds another type.
   static rng::Generator* unbox(IValue& iv) {
     if (iv.is_none()) return nullptr;
     return detail::get_or_throw<rng::Generator*>(iv);
@@ -91,15 +112,20 @@ struct IValueTraits<rng::Generator*> {
 /// Pushes a typed result onto a stack / pops it back.
 template <typename R>
 struct ReturnTraits {
+  /// Appends the boxed `r` to `s`.
   static void push(Stack& s, R&& r) { s.emplace_back(IValueTraits<R>::box(r)); }
+  /// Moves the single value out of `s` (the slot stays, moved-from). Throws tb::InternalError if
+  /// `s` does not hold exactly one value, tb::TypeError if it has the wrong type.
   static R pop(Stack& s) {
     TB_INTERNAL_ASSERT(s.size() == 1, "boxed kernel returned ", s.size(), " values, expected 1");
     return std::move(IValueTraits<R>::unbox(s[0]));
   }
 };
 
+/// A tuple result occupies one stack slot per element, in order.
 template <typename... Ts>
 struct ReturnTraits<std::tuple<Ts...>> {
+  /// Appends each boxed element of `r` to `s`.
   static void push(Stack& s, std::tuple<Ts...>&& r) {
     std::apply(
         [&](auto&... xs) {
@@ -107,6 +133,8 @@ struct ReturnTraits<std::tuple<Ts...>> {
         },
         r);
   }
+  /// Unboxes the elements from `s`. Throws tb::InternalError if `s` does not hold exactly
+  /// sizeof...(Ts) values, tb::TypeError if one has the wrong type.
   static std::tuple<Ts...> pop(Stack& s) {
     TB_INTERNAL_ASSERT(s.size() == sizeof...(Ts), "boxed kernel returned ", s.size(),
                        " values, expected ", sizeof...(Ts));

@@ -95,13 +95,26 @@ ScalarType float_result(ScalarType t) {
   return core::is_floating_point(t) ? t : ScalarType::Float32;
 }
 
+// A float alpha would be truncated by the integer kernels: refuse it, as PyTorch does.
+void check_alpha(const char* op, const Scalar& alpha, ScalarType dt) {
+  TB_CHECK_T(TypeError, !(alpha.is_floating_point() && !core::is_floating_point(dt)), "[", op,
+             "] alpha ", alpha, " must be an integer for integer inputs (", dt, ")");
+}
+
+// In-place ops store into self: a result type of a higher category cannot be cast down.
+void check_inplace_result(const char* op, const Tensor& self, ScalarType dt) {
+  TB_CHECK_T(
+      TypeError,
+      dt == self.dtype() || core::is_floating_point(self.dtype()) || !core::is_floating_point(dt),
+      "[", op, "] result type ", dt, " cannot be cast to self's dtype ", self.dtype(), " in place");
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   static const auto op = Dispatcher::singleton().typed<sig::BinaryAlpha>("add");
   const ScalarType dt = result_type(a, b);
-  TB_CHECK_T(TypeError, !(alpha.is_floating_point() && !core::is_floating_point(dt)),
-             "[add] alpha ", alpha, " must be an integer for integer inputs (", dt, ")");
+  check_alpha("add", alpha, dt);
   auto [x, y] = prepare_binary("add", a, b, dt);
   return op.call(x, y, alpha);
 }
@@ -111,6 +124,7 @@ Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   const ScalarType dt = result_type(a, b);
   TB_CHECK_T(TypeError, dt != ScalarType::Bool,
              "[sub] subtraction of bool tensors is not supported; use logical ops");
+  check_alpha("sub", alpha, dt);
   auto [x, y] = prepare_binary("sub", a, b, dt);
   return op.call(x, y, alpha);
 }
@@ -191,9 +205,8 @@ Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha) {
            core::DimVector(b.sizes()), " cannot be broadcast to self's shape ",
            core::DimVector(a.sizes()), " in place");
   const ScalarType dt = result_type(a, b);
-  TB_CHECK_T(TypeError,
-             dt == a.dtype() || core::is_floating_point(a.dtype()) || !core::is_floating_point(dt),
-             "[add_] result type ", dt, " cannot be cast to self's dtype ", a.dtype(), " in place");
+  check_inplace_result("add_", a, dt);
+  check_alpha("add_", alpha, a.dtype());
   op.call(a, cast_if_needed(b, a.dtype()), alpha);
   a.impl()->version++;
   return a;
@@ -208,6 +221,7 @@ Tensor& mul_(Tensor& a, const Tensor& b) {
   TB_CHECK(shape == core::DimVector(a.sizes()), "[mul_] other of shape ",
            core::DimVector(b.sizes()), " cannot be broadcast to self's shape ",
            core::DimVector(a.sizes()), " in place");
+  check_inplace_result("mul_", a, result_type(a, b));
   op.call(a, cast_if_needed(b, a.dtype()));
   a.impl()->version++;
   return a;
@@ -215,7 +229,8 @@ Tensor& mul_(Tensor& a, const Tensor& b) {
 
 Tensor& mul_(Tensor& a, const Scalar& b) {
   check_defined("mul_", a, "self");
-  return mul_(a, scalar_tensor(b, a.dtype(), a.device()));
+  // The scalar's own category counts (int tensor *= 2.5 is refused, not truncated to 2).
+  return mul_(a, scalar_tensor(b, result_type(a, b), a.device()));
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

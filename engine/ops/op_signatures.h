@@ -51,10 +51,11 @@ using Randperm = Tensor(std::int64_t, ScalarType, Device, rng::Generator*);
 // Unary ops that keep an integer dtype.
 #define TB_UNARY_KEEP_DTYPE_OPS(_) _(neg) _(abs) _(sign) _(square) _(relu)
 // Unary ops computed in floating point.
-#define TB_UNARY_FLOAT_OPS(_)                                                                     \
-  _(exp)                                                                                          \
-  _(log) _(log1p) _(expm1) _(sqrt) _(rsqrt) _(reciprocal) _(sin) _(cos) _(tanh) _(sigmoid) _(erf) \
-      _(silu) _(gelu)
+#define TB_UNARY_FLOAT_OPS(_) \
+  _(exp)                      \
+  _(log)                      \
+  _(log1p)                    \
+  _(expm1) _(sqrt) _(rsqrt) _(reciprocal) _(sin) _(cos) _(tanh) _(sigmoid) _(erf) _(silu) _(gelu)
 #define TB_BINARY_OPS(_) _(mul) _(div) _(pow) _(maximum) _(minimum)
 #define TB_COMPARE_OPS(_) _(eq) _(ne) _(lt) _(le) _(gt) _(ge)
 

@@ -151,8 +151,9 @@ Tensor& fill_(Tensor& t, const Scalar& value);
 Tensor to_dtype(const Tensor& t, ScalarType dtype);
 Tensor to_device(const Tensor& t, Device device);
 
-/// Result dtype of a binary op between two tensors (0-d tensors count as in PyTorch only when
-/// both are 0-d; see docs/decisions/0002-dtype-codes.md).
+/// Result dtype of a binary op between two tensors, by PyTorch's rule: dimensioned tensors
+/// decide, unless a 0-d tensor is of a higher category (bool < integer < float), e.g.
+/// int32 with a 0-d float64 gives float64 and float32 with a 0-d float64 gives float32.
 ScalarType result_type(const Tensor& a, const Tensor& b);
 /// Result dtype of a tensor with a Python-style scalar: the tensor's dtype unless the scalar is
 /// of a higher category (bool < integer < float), then the default of that category.

@@ -114,7 +114,8 @@ Tensor norm(const Tensor& t, double p, IntList dims, bool keepdim) {
   static const auto op = Dispatcher::singleton().typed<sig::Norm>("norm");
   check_defined("norm", t, "self");
   check_float("norm", t);
-  TB_CHECK(p > 0.0 || std::isinf(p), "[norm] p must be > 0 or inf, got ", p);
+  // +inf passes (max |x|); -inf (min |x|) and NaN are not supported.
+  TB_CHECK(p > 0.0, "[norm] p must be > 0 or inf, got ", p);
   return op.call(t, p, normalize_dims("norm", t, dims), keepdim);
 }
 

@@ -70,27 +70,21 @@ std::uint64_t parse_seed(std::string_view text) {
   }
   TB_CHECK(pos < text.size(), "[generator] invalid seed '", text,
            "': expected a decimal integer in ", kRange);
-  unsigned __int128 value = 0;
-  bool overflow = false;
+  std::uint64_t value = 0;
+  bool overflow = false;  // the magnitude exceeds 2^64 - 1
   for (; pos < text.size(); ++pos) {
     const char c = text[pos];
     TB_CHECK(c >= '0' && c <= '9', "[generator] invalid seed '", text,
              "': expected a decimal integer in ", kRange);
-    if (!overflow) {
-      value = value * 10 + static_cast<unsigned>(c - '0');
-      // Anything above 2^64 is out of range either way; stop growing to avoid wrap-around.
-      if (value > (static_cast<unsigned __int128>(1) << 64)) overflow = true;
-    }
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (!overflow && value > (UINT64_MAX - digit) / 10) overflow = true;
+    if (!overflow) value = value * 10 + digit;
   }
-  if (negative) {
-    const unsigned __int128 kMinMagnitude = static_cast<unsigned __int128>(1) << 63;
-    TB_CHECK(!overflow && value <= kMinMagnitude, "[generator] seed ", text,
-             " is out of range: seeds must be integers in ", kRange);
-    return static_cast<std::uint64_t>(0) - static_cast<std::uint64_t>(value);
-  }
-  TB_CHECK(!overflow && value <= static_cast<unsigned __int128>(UINT64_MAX), "[generator] seed ",
-           text, " is out of range: seeds must be integers in ", kRange);
-  return static_cast<std::uint64_t>(value);
+  constexpr std::uint64_t kMinMagnitude = std::uint64_t{1} << 63;  // |INT64_MIN|
+  TB_CHECK(!overflow && (!negative || value <= kMinMagnitude), "[generator] seed ", text,
+           " is out of range: seeds must be integers in ", kRange);
+  // Negative seeds reinterpret the two's-complement bit pattern (-1 -> 2^64 - 1).
+  return negative ? std::uint64_t{0} - value : value;
 }
 
 namespace {

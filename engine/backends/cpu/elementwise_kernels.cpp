@@ -266,21 +266,26 @@ Tensor compare_kernel(const char* name, const Tensor& a, const Tensor& b, Cmp cm
   return out;
 }
 
+template <typename T>
+Tensor add_typed(const char* name, const Tensor& a, const Tensor& b, const core::Scalar& alpha,
+                 int sign) {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<C, bool>) {
+    return binary_kernel(name, a, b, [](C u, C v) { return static_cast<C>(u || v); });
+  } else if constexpr (std::is_floating_point_v<C>) {
+    const C al = static_cast<C>(alpha.to_double() * sign);
+    if (al == C(1)) return binary_kernel(name, a, b, [](C u, C v) { return u + v; });
+    return binary_kernel(name, a, b, [al](C u, C v) { return u + al * v; });
+  } else {
+    const auto al = static_cast<C>(alpha.to_int() * sign);
+    return binary_kernel(name, a, b, [al](C u, C v) { return static_cast<C>(u + al * v); });
+  }
+}
+
 Tensor add_kernel(const char* name, const Tensor& a, const Tensor& b, const core::Scalar& alpha,
-                  double sign) {
-  return TB_DISPATCH_ALL_TYPES(a.dtype(), name, [&]() -> Tensor {
-    using C = compute_t<scalar_t>;
-    if constexpr (std::is_same_v<C, bool>) {
-      return binary_kernel(name, a, b, [](C u, C v) { return static_cast<C>(u || v); });
-    } else if constexpr (std::is_floating_point_v<C>) {
-      const C al = static_cast<C>(alpha.to_double() * sign);
-      if (al == C(1)) return binary_kernel(name, a, b, [](C u, C v) { return u + v; });
-      return binary_kernel(name, a, b, [al](C u, C v) { return u + al * v; });
-    } else {
-      const auto al = static_cast<C>(alpha.to_int() * static_cast<std::int64_t>(sign));
-      return binary_kernel(name, a, b, [al](C u, C v) { return static_cast<C>(u + al * v); });
-    }
-  });
+                  int sign) {
+  return TB_DISPATCH_ALL_TYPES(
+      a.dtype(), name, [&]() -> Tensor { return add_typed<scalar_t>(name, a, b, alpha, sign); });
 }
 
 // In place: a = f(a, b) with b broadcast to a's shape.
@@ -296,6 +301,15 @@ void inplace_binary(const char* name, Tensor& a, const Tensor& b, F f) {
 }
 
 // ---- copy / fill --------------------------------------------------------------------------------
+
+// dst (element type D) := src converted elementwise; the second dtype dispatch lives here so
+// the two dispatch levels do not shadow each other's scalar_t.
+template <typename D>
+void copy_from(Tensor& dst, const Tensor& src) {
+  TB_DISPATCH_ALL_TYPES(src.dtype(), "copy_", [&] {
+    unary_loop<D, scalar_t>(dst, src, [](scalar_t v) { return convert<D>(v); });
+  });
+}
 
 void copy_kernel(Tensor& dst, const Tensor& src) {
   TB_CHECK(src.device().is_cpu() && dst.device().is_cpu(),
@@ -313,13 +327,7 @@ void copy_kernel(Tensor& dst, const Tensor& src) {
     });
     return;
   }
-  TB_DISPATCH_ALL_TYPES(dst.dtype(), "copy_", [&] {
-    using D = scalar_t;
-    TB_DISPATCH_ALL_TYPES(s.dtype(), "copy_", [&] {
-      using S = scalar_t;
-      unary_loop<D, S>(dst, s, [](S v) { return convert<D>(v); });
-    });
-  });
+  TB_DISPATCH_ALL_TYPES(dst.dtype(), "copy_", [&] { copy_from<scalar_t>(dst, s); });
 }
 
 template <typename T>
@@ -427,12 +435,12 @@ void register_elementwise_kernels(dispatch::Dispatcher& d) {
 
   d.impl<sig::BinaryAlpha>("add", cpu,
                            [](const Tensor& a, const Tensor& b, const core::Scalar& al) {
-                             return add_kernel("add", a, b, al, 1.0);
+                             return add_kernel("add", a, b, al, 1);
                            })
       .detach();
   d.impl<sig::BinaryAlpha>("sub", cpu,
                            [](const Tensor& a, const Tensor& b, const core::Scalar& al) {
-                             return add_kernel("sub", a, b, al, -1.0);
+                             return add_kernel("sub", a, b, al, -1);
                            })
       .detach();
   d.impl<sig::Binary>("mul", cpu, [](const Tensor& a, const Tensor& b) {

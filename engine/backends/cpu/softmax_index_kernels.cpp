@@ -47,9 +47,12 @@ Tensor softmax_kernel(const Tensor& t, std::int64_t dim) {
               s += std::exp(static_cast<double>(static_cast<C>(in[i]) - m));
             }
             if constexpr (Log) {
-              const C lse = static_cast<C>(std::log(s)) + m;
-              for (std::int64_t i = 0; i < n; ++i)
-                out[i] = convert<T>(static_cast<C>(in[i]) - lse);
+              // (x - m) - log(s), not x - (m + log(s)): folding log(s) into m first rounds it
+              // to m's ulp (~1e-3 for logits ~1e4 in float32).
+              const double log_s = std::log(s);
+              for (std::int64_t i = 0; i < n; ++i) {
+                out[i] = convert<T>(static_cast<double>(static_cast<C>(in[i]) - m) - log_s);
+              }
             } else {
               const double inv = 1.0 / s;
               for (std::int64_t i = 0; i < n; ++i) {

@@ -1,0 +1,317 @@
+// The CUDA backend, first increment: device discovery with reasons, a device allocator with
+// statistics, Philox generators per device, and kernels for copy_ (host<->device, device<->
+// device), fill_, add (contiguous, same shape) and mm (cuBLAS). Everything else reports a
+// missing CUDA kernel naming the op. See README.md beside this file for what comes next.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "engine/backends/cuda/cuda_kernels.h"
+#include "engine/backends/cuda/cuda_status.h"
+#include "engine/core/allocator.h"
+#include "engine/core/error.h"
+#include "engine/core/tensor.h"
+#include "engine/dispatch/dispatcher.h"
+#include "engine/ops/op_signatures.h"
+#include "engine/rng/generator.h"
+#include "engine/rng/philox.h"
+
+namespace tb::backends {
+
+namespace {
+
+using core::Device;
+using core::DeviceType;
+using core::ScalarType;
+using core::Tensor;
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw Error(tb::detail::str_cat("[cuda] ", what, " failed: ", cudaGetErrorString(err), " (",
+                                    cudaGetErrorName(err), ")"));
+  }
+}
+
+// Makes `index` the current device for the guard's lifetime.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != index) check_cuda(cudaSetDevice(index), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaAllocator final : public core::Allocator {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  core::DataPtr allocate(std::size_t nbytes, Device device) override {
+    const CudaStatus st = cuda_status();
+    TB_CHECK_T(NotImplementedError, device.index() < st.device_count, "[cuda] cannot allocate on ",
+               device, ": ",
+               st.device_count == 0
+                   ? st.reason
+                   : "no such device (" + std::to_string(st.device_count) + " present)");
+    if (nbytes == 0) return core::DataPtr(nullptr, nullptr, nullptr, device);
+    DeviceGuard guard(device.index());
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, nbytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error(tb::detail::str_cat("[allocator] out of memory on ", device,
+                                      ": failed to allocate ", nbytes, " bytes (",
+                                      cudaGetErrorString(err), ")"));
+    }
+    auto& s = stats_[static_cast<std::size_t>(device.index())];
+    const auto now = s.allocated.fetch_add(static_cast<std::int64_t>(nbytes)) +
+                     static_cast<std::int64_t>(nbytes);
+    s.count.fetch_add(1);
+    auto peak = s.peak.load();
+    while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
+    }
+    // ctx packs the size and device so the deleter can keep statistics exact.
+    auto* ctx = new Block{nbytes, device.index()};
+    return core::DataPtr(p, ctx, &CudaAllocator::free, device);
+  }
+
+  core::AllocatorStats stats(Device device) const override {
+    const auto& s = stats_[static_cast<std::size_t>(device.index())];
+    core::AllocatorStats out;
+    out.allocated = s.allocated.load();
+    out.peak_allocated = s.peak.load();
+    out.reserved = out.allocated;
+    out.num_allocs = s.count.load();
+    return out;
+  }
+
+  void reset_peak(Device device) override {
+    auto& s = stats_[static_cast<std::size_t>(device.index())];
+    s.peak.store(s.allocated.load());
+  }
+
+  static CudaAllocator& instance() {
+    static CudaAllocator a;
+    return a;
+  }
+
+ private:
+  struct Block {
+    std::size_t nbytes;
+    int device;
+  };
+  struct Stats {
+    std::atomic<std::int64_t> allocated{0};
+    std::atomic<std::int64_t> peak{0};
+    std::atomic<std::int64_t> count{0};
+  };
+
+  static void free(void* ctx, void* data) noexcept {
+    auto* b = static_cast<Block*>(ctx);
+    int prev = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != b->device) (void)cudaSetDevice(b->device);
+    (void)cudaFree(data);
+    if (prev != b->device) (void)cudaSetDevice(prev);
+    instance().stats_[static_cast<std::size_t>(b->device)].allocated.fetch_sub(
+        static_cast<std::int64_t>(b->nbytes));
+    delete b;
+  }
+
+  std::array<Stats, kMaxDevices> stats_{};
+};
+
+// ---- kernels ------------------------------------------------------------------------------------
+
+int dtype_code(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float32:
+      return 0;
+    case ScalarType::Float64:
+      return 1;
+    case ScalarType::Float16:
+      return 2;
+    case ScalarType::BFloat16:
+      return 3;
+    default:
+      return -1;
+  }
+}
+
+void copy_kernel(Tensor& dst, const Tensor& src) {
+  // Host-side conversions first: the device transfer itself is always a plain byte copy.
+  const bool dst_cuda = dst.device().type() == DeviceType::CUDA;
+  const bool src_cuda = src.device().type() == DeviceType::CUDA;
+  TB_CHECK_T(NotImplementedError, dst.is_contiguous(), "[copy_] copying into a non-contiguous ",
+             dst.device(), " tensor is not supported by the CUDA backend yet");
+  if (dst_cuda && !src_cuda) {
+    const Tensor host = src.expand(dst.sizes()).to(dst.dtype()).contiguous();
+    DeviceGuard guard(dst.device().index());
+    check_cuda(cudaMemcpy(dst.data_ptr(), host.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice),
+               "cudaMemcpy host->device");
+    return;
+  }
+  if (!dst_cuda && src_cuda) {
+    TB_CHECK_T(NotImplementedError,
+               src.is_contiguous() && src.sizes().size() == dst.sizes().size() &&
+                   std::equal(src.sizes().begin(), src.sizes().end(), dst.sizes().begin()),
+               "[copy_] the CUDA backend copies to the host only from contiguous tensors of the "
+               "same shape");
+    if (src.dtype() == dst.dtype()) {
+      DeviceGuard guard(src.device().index());
+      check_cuda(cudaMemcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy device->host");
+    } else {
+      Tensor host = Tensor::empty(src.sizes(), src.dtype(), Device());
+      DeviceGuard guard(src.device().index());
+      check_cuda(cudaMemcpy(host.data_ptr(), src.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy device->host");
+      dst.copy_(host);
+    }
+    return;
+  }
+  // device -> device (same device type; possibly another index).
+  TB_CHECK_T(NotImplementedError,
+             src.is_contiguous() && src.dtype() == dst.dtype() && src.numel() == dst.numel(),
+             "[copy_] device-to-device copies on CUDA need contiguous tensors of one dtype and "
+             "shape for now");
+  check_cuda(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
+                            src.device().index(), dst.nbytes()),
+             "cudaMemcpyPeer");
+}
+
+void fill_kernel(Tensor& t, const core::Scalar& value) {
+  TB_CHECK_T(NotImplementedError, t.is_contiguous(),
+             "[fill_] non-contiguous CUDA tensors are not supported yet");
+  // The element's bit pattern is made on the host (exact conversion), then splatted.
+  Tensor one = Tensor::empty({}, t.dtype(), Device());
+  one.fill_(value);
+  DeviceGuard guard(t.device().index());
+  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_fill(
+                 t.data_ptr(), t.numel(), static_cast<int>(t.element_size()), one.data_ptr())),
+             "fill kernel launch");
+}
+
+Tensor add_kernel(const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
+  const int code = dtype_code(a.dtype());
+  TB_CHECK_T(NotImplementedError,
+             code >= 0 && a.is_contiguous() && b.is_contiguous() &&
+                 a.sizes().size() == b.sizes().size() &&
+                 std::equal(a.sizes().begin(), a.sizes().end(), b.sizes().begin()),
+             "[add] the CUDA backend adds contiguous floating tensors of one shape for now (got ",
+             a.dtype(), " ", core::DimVector(a.sizes()), " and ", core::DimVector(b.sizes()), ")");
+  Tensor out = Tensor::empty(a.sizes(), a.dtype(), a.device());
+  DeviceGuard guard(a.device().index());
+  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_add(
+                 out.data_ptr(), a.data_ptr(), b.data_ptr(), alpha.to_double(), a.numel(), code)),
+             "add kernel launch");
+  return out;
+}
+
+cublasHandle_t cublas_handle(int device) {
+  static std::mutex m;
+  static std::vector<cublasHandle_t> handles(CudaAllocator::kMaxDevices, nullptr);
+  std::lock_guard lock(m);
+  auto& h = handles[static_cast<std::size_t>(device)];
+  if (h == nullptr) {
+    const cublasStatus_t st = cublasCreate(&h);
+    TB_CHECK(st == CUBLAS_STATUS_SUCCESS, "[cuda] cublasCreate failed on cuda:", device, " (",
+             cublasGetStatusString(st), ")");
+  }
+  return h;
+}
+
+// out[m,n] = a[m,k] @ b[k,n], row-major, via column-major cuBLAS: out^T = b^T a^T.
+Tensor mm_kernel(const Tensor& a0, const Tensor& b0) {
+  TB_CHECK_T(NotImplementedError,
+             a0.dtype() == ScalarType::Float32 || a0.dtype() == ScalarType::Float64,
+             "[mm] the CUDA backend multiplies float32 and float64 for now, got ", a0.dtype());
+  const Tensor a = a0.contiguous();
+  const Tensor b = b0.contiguous();
+  const int m = static_cast<int>(a.size(0));
+  const int k = static_cast<int>(a.size(1));
+  const int n = static_cast<int>(b.size(1));
+  Tensor out = Tensor::empty({m, n}, a.dtype(), a.device());
+  if (m == 0 || n == 0) return out;
+  DeviceGuard guard(a.device().index());
+  cublasHandle_t h = cublas_handle(a.device().index());
+  cublasStatus_t st;
+  if (a.dtype() == ScalarType::Float32) {
+    const float one = 1.0f;
+    const float zero = 0.0f;
+    st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                     static_cast<const float*>(b.data_ptr()), n,
+                     static_cast<const float*>(a.data_ptr()), k, &zero, out.data_ptr<float>(), n);
+  } else {
+    const double one = 1.0;
+    const double zero = 0.0;
+    st = cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+                     static_cast<const double*>(b.data_ptr()), n,
+                     static_cast<const double*>(a.data_ptr()), k, &zero, out.data_ptr<double>(), n);
+  }
+  TB_CHECK(st == CUBLAS_STATUS_SUCCESS, "[mm] cuBLAS gemm failed: ", cublasGetStatusString(st));
+  return out;
+}
+
+}  // namespace
+
+CudaStatus cuda_status() {
+  static const CudaStatus status = [] {
+    CudaStatus s;
+    s.compiled = true;
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      s.reason = tb::detail::str_cat("the CUDA runtime reports: ", cudaGetErrorString(err), " (",
+                                     cudaGetErrorName(err), ")");
+      return s;
+    }
+    if (count == 0) {
+      s.reason = "no CUDA-capable device is present";
+      return s;
+    }
+    s.device_count = count;
+    int runtime = 0;
+    int driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaDriverGetVersion(&driver);
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+      s.runtime = tb::detail::str_cat(prop.name, ", sm_", prop.major, prop.minor, ", ",
+                                      prop.totalGlobalMem >> 20, " MiB, runtime ", runtime / 1000,
+                                      ".", (runtime % 1000) / 10, ", driver ", driver / 1000, ".",
+                                      (driver % 1000) / 10);
+    }
+    return s;
+  }();
+  return status;
+}
+
+void register_cuda_backend(dispatch::Dispatcher& d) {
+  namespace sig = ops::sig;
+  core::register_allocator(DeviceType::CUDA, &CudaAllocator::instance());
+  if (!rng::has_generator_factory(DeviceType::CUDA)) {
+    rng::register_generator_factory(DeviceType::CUDA, [](core::DeviceIndex i) {
+      return std::make_unique<rng::PhiloxGenerator>(Device(DeviceType::CUDA, i));
+    });
+  }
+  const auto key = dispatch::DispatchKey::CUDA;
+  d.impl<sig::InplaceBinary>("copy_", key, copy_kernel).detach();
+  d.impl<sig::Fill>("fill_", key, fill_kernel).detach();
+  d.impl<sig::BinaryAlpha>("add", key, add_kernel).detach();
+  d.impl<sig::Binary>("mm", key, mm_kernel).detach();
+}
+
+}  // namespace tb::backends

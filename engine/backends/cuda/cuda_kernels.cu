@@ -1,0 +1,86 @@
+// CUDA kernels of the first CUDA increment: fill and contiguous add (compute in float for
+// 16-bit types). Shape comments: all buffers are flat [n].
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "engine/backends/cuda/cuda_kernels.h"
+#include "engine/core/half.h"
+
+namespace tb::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(std::int64_t n) {
+  const std::int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 65535 * 16 ? b : 65535 * 16);
+}
+
+template <typename T>
+__global__ void fill_kernel(T* dst, std::int64_t n, T value) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+template <typename T, typename C>
+__global__ void add_kernel(T* out, const T* a, const T* b, C alpha, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = T(static_cast<C>(a[i]) + alpha * static_cast<C>(b[i]));
+  }
+}
+
+template <typename T>
+int fill_as(void* dst, std::int64_t n, const void* value) {
+  T v;
+  std::memcpy(&v, value, sizeof(T));
+  fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), n, v);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <typename T, typename C>
+int add_as(void* out, const void* a, const void* b, double alpha, std::int64_t n) {
+  add_kernel<T, C><<<blocks_for(n), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(a),
+                                                static_cast<const T*>(b), static_cast<C>(alpha), n);
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_fill(void* dst, std::int64_t n, int elem_size, const void* value) {
+  if (n == 0) return 0;
+  switch (elem_size) {
+    case 1:
+      return fill_as<std::uint8_t>(dst, n, value);
+    case 2:
+      return fill_as<std::uint16_t>(dst, n, value);
+    case 4:
+      return fill_as<std::uint32_t>(dst, n, value);
+    case 8:
+      return fill_as<std::uint64_t>(dst, n, value);
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+int launch_add(void* out, const void* a, const void* b, double alpha, std::int64_t n, int dtype) {
+  if (n == 0) return 0;
+  switch (dtype) {
+    case 0:
+      return add_as<float, float>(out, a, b, alpha, n);
+    case 1:
+      return add_as<double, double>(out, a, b, alpha, n);
+    case 2:
+      return add_as<core::Half, float>(out, a, b, alpha, n);
+    case 3:
+      return add_as<core::BFloat16, float>(out, a, b, alpha, n);
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace tb::cuda
