@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# TrainBench quick start for a fresh Debian 12 machine.
+#   ./quickstart.sh run    install what is missing, build, start TrainBench
+#                          (the GUI once it exists; without a display: the headless demo)
+#   ./quickstart.sh test   install what is missing, build with warnings as errors, check
+#                          formatting, build the API docs, run every test (ctest)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+log() { printf '\n==> %s\n' "$*"; }
+
+install_missing() {
+  local wanted missing=()
+  mapfile -t wanted < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' packaging/debian-build-deps.txt)
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    log "All build dependencies are installed"
+    return
+  fi
+  log "Installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+jobs() { nproc 2>/dev/null || echo 2; }
+
+check_format() {
+  log "Checking formatting (clang-format --dry-run -Werror)"
+  local files
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    files=$(git ls-files '*.h' '*.hpp' '*.cpp' '*.cu' '*.cuh')
+  else
+    files=$(find engine app ui tests bench -name '*.h' -o -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh')
+  fi
+  # shellcheck disable=SC2086
+  clang-format --dry-run -Werror $files
+}
+
+cmd_run() {
+  install_missing
+  log "Building (release preset)"
+  cmake --preset release >/dev/null
+  cmake --build --preset release -j "$(jobs)"
+  local cli=build/release/app/cli/trainbench-cli
+  if [ -x build/release/app/gui/trainbench ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
+    exec build/release/app/gui/trainbench
+  fi
+  log "Running the headless demo ($cli demo)"
+  exec "$cli" demo
+}
+
+cmd_test() {
+  install_missing
+  log "Building with warnings as errors (ci preset)"
+  cmake --preset ci
+  cmake --build --preset ci -j "$(jobs)"
+  check_format
+  log "Building the API reference (doxygen, warnings as errors)"
+  cmake --build --preset ci --target docs
+  log "Running the tests"
+  ctest --preset ci -j "$(jobs)"
+}
+
+case "${1:-}" in
+  run) cmd_run ;;
+  test) cmd_test ;;
+  *)
+    echo "usage: $0 run|test" >&2
+    exit 2
+    ;;
+esac
