@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=${1:-build/ci}
 out=.device
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
-for b in tests/tb_cuda_tests tests/tb_engine_tests app/cli/trainbench-cli bench/cuda_bench bench/gemm_bench; do
+for b in tests/tb_cuda_tests tests/tb_engine_tests app/cli/trainbench-cli bench/cuda_bench; do
   cp "$build/$b" "$out/bin/"
   strip "$out/bin/$(basename "$b")"
 done

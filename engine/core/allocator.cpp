@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -11,24 +13,53 @@ namespace tb::core {
 
 namespace {
 
+// Small blocks are recycled through a per-thread cache (power-of-two classes of 64 B to 4 KiB,
+// at most kCachePerClass blocks each): tiny tensors are created on every op, and a cached block
+// costs a few instructions where aligned_alloc/free cost about as much as the op itself.
+constexpr std::size_t kMinClassBytes = 64;
+constexpr int kNumClasses = 7;  // 64 B .. 4 KiB
+constexpr int kCachePerClass = 32;
+// Larger blocks are kept in one shared cache keyed by exact size (a training loop asks for the
+// same sizes every step), up to kLargeCacheBytes in all: fresh pages cost a page fault each, which
+// on some machines makes a big matmul's output allocation cost more than the matmul.
+constexpr std::size_t kLargeGranule = 4096;
+constexpr std::int64_t kLargeCacheBytes = std::int64_t{1} << 30;
+
+int size_class(std::size_t rounded) {
+  if (rounded > (kMinClassBytes << (kNumClasses - 1))) return -1;
+  int c = 0;
+  while ((kMinClassBytes << c) < rounded)
+    ++c;
+  return c;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   DataPtr allocate(std::size_t nbytes, Device device) override {
     TB_INTERNAL_ASSERT(device.is_cpu());
     if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, device);
     // aligned_alloc requires a size that is a multiple of the alignment.
-    const std::size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded);
+    std::size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+    const int cls = size_class(rounded);
+    if (cls >= 0) rounded = kMinClassBytes << cls;
+    if (cls < 0) rounded = (rounded + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+    void* p = cls >= 0 ? cache().pop(cls) : large_pop(rounded);
+    if (p != nullptr) {
+      cached_.fetch_sub(static_cast<std::int64_t>(rounded), std::memory_order_relaxed);
+    } else {
+      p = std::aligned_alloc(kCpuAlignment, rounded);
+    }
     if (p == nullptr) {
       throw Error(tb::detail::str_cat("[allocator] out of memory on cpu: failed to allocate ",
                                       nbytes, " bytes (", static_cast<double>(nbytes) / (1 << 20),
                                       " MiB)"));
     }
-    const auto now = allocated_.fetch_add(static_cast<std::int64_t>(rounded)) +
-                     static_cast<std::int64_t>(rounded);
+    const auto now =
+        allocated_.fetch_add(static_cast<std::int64_t>(rounded), std::memory_order_relaxed) +
+        static_cast<std::int64_t>(rounded);
     num_allocs_.fetch_add(1, std::memory_order_relaxed);
     auto peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
     // The rounded size travels in ctx so the deleter can keep the statistics exact.
     return DataPtr(p, reinterpret_cast<void*>(rounded), &CpuAllocator::free, device);
@@ -38,7 +69,7 @@ class CpuAllocator final : public Allocator {
     AllocatorStats s;
     s.allocated = allocated_.load();
     s.peak_allocated = peak_.load();
-    s.reserved = s.allocated;
+    s.reserved = s.allocated + cached_.load();
     s.num_allocs = num_allocs_.load();
     return s;
   }
@@ -46,8 +77,26 @@ class CpuAllocator final : public Allocator {
   void reset_peak(Device) override { peak_.store(allocated_.load()); }
 
   static void free(void* ctx, void* data) noexcept {
-    instance().allocated_.fetch_sub(static_cast<std::int64_t>(reinterpret_cast<std::size_t>(ctx)));
+    const auto rounded = reinterpret_cast<std::size_t>(ctx);
+    CpuAllocator& a = instance();
+    a.allocated_.fetch_sub(static_cast<std::int64_t>(rounded), std::memory_order_relaxed);
+    const int cls = size_class(rounded);
+    if (cls >= 0 && (kMinClassBytes << cls) == rounded && a.cache().push(cls, data)) {
+      a.cached_.fetch_add(static_cast<std::int64_t>(rounded), std::memory_order_relaxed);
+      return;
+    }
+    if (cls < 0 && a.large_push(rounded, data)) return;
     std::free(data);
+  }
+
+  void empty_cache() override {
+    std::lock_guard lock(large_mutex_);
+    for (auto& [size, blocks] : large_) {
+      for (void* p : blocks)
+        std::free(p);
+      cached_.fetch_sub(static_cast<std::int64_t>(size * blocks.size()));
+    }
+    large_.clear();
   }
 
   static CpuAllocator& instance() {
@@ -56,8 +105,58 @@ class CpuAllocator final : public Allocator {
   }
 
  private:
+  // Per-thread free lists; blocks left at thread exit go back to the system.
+  struct ThreadCache {
+    std::array<std::array<void*, kCachePerClass>, kNumClasses> blocks{};
+    std::array<int, kNumClasses> count{};
+    void* pop(int cls) noexcept { return count[cls] > 0 ? blocks[cls][--count[cls]] : nullptr; }
+    bool push(int cls, void* p) noexcept {
+      if (count[cls] == kCachePerClass) return false;
+      blocks[cls][count[cls]++] = p;
+      return true;
+    }
+    ~ThreadCache() {
+      for (int c = 0; c < kNumClasses; ++c) {
+        for (int i = 0; i < count[c]; ++i)
+          std::free(blocks[c][i]);
+        instance().cached_.fetch_sub(static_cast<std::int64_t>(kMinClassBytes << c) * count[c]);
+      }
+    }
+  };
+  void* large_pop(std::size_t size) {
+    std::lock_guard lock(large_mutex_);
+    auto it = large_.find(size);
+    if (it == large_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    return p;
+  }
+
+  bool large_push(std::size_t size, void* p) noexcept {
+    std::lock_guard lock(large_mutex_);
+    if (cached_.load(std::memory_order_relaxed) + static_cast<std::int64_t>(size) >
+        kLargeCacheBytes) {
+      return false;
+    }
+    try {
+      large_[size].push_back(p);
+    } catch (...) {
+      return false;
+    }
+    cached_.fetch_add(static_cast<std::int64_t>(size), std::memory_order_relaxed);
+    return true;
+  }
+
+  static ThreadCache& cache() noexcept {
+    thread_local ThreadCache c;
+    return c;
+  }
+
+  std::mutex large_mutex_;
+  std::unordered_map<std::size_t, std::vector<void*>> large_;
   std::atomic<std::int64_t> allocated_{0};
   std::atomic<std::int64_t> peak_{0};
+  std::atomic<std::int64_t> cached_{0};
   std::atomic<std::int64_t> num_allocs_{0};
 };
 

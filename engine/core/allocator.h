@@ -58,7 +58,7 @@ class DataPtr {
 
 /// Allocation statistics in bytes (what the allocator handed out, and the peak of that).
 struct AllocatorStats {
-  std::int64_t allocated = 0;       ///< bytes currently allocated (CPU: rounded up to 64)
+  std::int64_t allocated = 0;       ///< bytes currently allocated (CPU: rounded to its size class)
   std::int64_t peak_allocated = 0;  ///< highest `allocated` since start or the last reset_peak()
   std::int64_t reserved = 0;  ///< bytes held from the system (>= allocated for caching allocators)
   std::int64_t num_allocs = 0;  ///< number of non-empty allocations so far (never decreases)
@@ -75,6 +75,8 @@ class Allocator {
   virtual AllocatorStats stats(Device device) const = 0;
   /// Resets the peak to the current allocation for `device`.
   virtual void reset_peak(Device device) = 0;
+  /// Returns cached free blocks to the system (no-op for allocators that do not cache).
+  virtual void empty_cache() {}
 };
 
 /// Installs the allocator for a device type (a backend does this once at registration).
@@ -92,7 +94,9 @@ Allocator& get_allocator(DeviceType type);
 /// Alignment of every CPU allocation (enough for AVX-512 and a cache line).
 inline constexpr std::size_t kCpuAlignment = 64;
 
-/// The CPU allocator: 64-byte aligned host memory with statistics.
+/// The CPU allocator: 64-byte aligned host memory with statistics. Freed blocks are reused:
+/// up to 4 KiB through a per-thread cache, larger ones through a shared exact-size cache of at
+/// most 1 GiB (empty_cache() releases it; `reserved` counts what is cached).
 Allocator& cpu_allocator();
 
 }  // namespace tb::core

@@ -1,4 +1,5 @@
 // Elementwise ops: argument checks, dtype promotion, then the dispatcher.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops/op_common.h"
@@ -81,13 +82,19 @@ using detail::check_same_device;
 
 namespace {
 
+bool same_sizes(const Tensor& a, const Tensor& b) {
+  const auto sa = a.sizes();
+  const auto sb = b.sizes();
+  return sa.size() == sb.size() && std::equal(sa.begin(), sa.end(), sb.begin());
+}
+
 // Checks and promotes two operands of a binary op; returns them in the common dtype.
 std::pair<Tensor, Tensor> prepare_binary(const char* op, const Tensor& a, const Tensor& b,
                                          ScalarType dtype) {
   check_defined(op, a, "self");
   check_defined(op, b, "other");
   check_same_device(op, a, b);
-  core::broadcast_shapes(a.sizes(), b.sizes(), op);  // validates, message names the op
+  if (!same_sizes(a, b)) core::broadcast_shapes(a.sizes(), b.sizes(), op);  // validates
   return {cast_if_needed(a, dtype), cast_if_needed(b, dtype)};
 }
 

@@ -63,6 +63,27 @@ TEST(Allocator, CpuMemoryIsAlignedAndCounted) {
                         "no allocator for device type");
 }
 
+TEST(Allocator, CpuBlocksAreReusedAndReleasable) {
+  auto& a = core::cpu_allocator();
+  void* small = nullptr;
+  void* large = nullptr;
+  {
+    Tensor s = Tensor::empty({10}, ScalarType::Float32);       // 40 B -> the 64 B class
+    Tensor l = Tensor::empty({1 << 20}, ScalarType::Float32);  // 4 MiB
+    small = s.data_ptr();
+    large = l.data_ptr();
+  }
+  EXPECT_GE(a.stats(Device()).reserved, a.stats(Device()).allocated + (4 << 20));
+  // The same sizes come back from the caches (same thread for the small one).
+  Tensor s2 = Tensor::empty({16}, ScalarType::Float32);
+  Tensor l2 = Tensor::empty({1 << 20}, ScalarType::Float32);
+  EXPECT_EQ(s2.data_ptr(), small);
+  EXPECT_EQ(l2.data_ptr(), large);
+  l2 = Tensor();
+  a.empty_cache();
+  EXPECT_LT(a.stats(Device()).reserved - a.stats(Device()).allocated, 4 << 20);
+}
+
 TEST(TensorMeta, EmptyHasContiguousStrides) {
   Tensor t = Tensor::empty({2, 3, 4}, ScalarType::Float64);
   EXPECT_EQ(t.dim(), 3);

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/tensor.h"
@@ -108,9 +109,32 @@ struct ComputeType<core::BFloat16> {
 template <typename T>
 using compute_t = typename ComputeType<T>::type;
 
+/// True when every operand is contiguous (then one flat loop covers them all).
+inline bool all_contiguous(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (!t->is_contiguous()) return false;
+  }
+  return true;
+}
+
+/// Runs body(begin, end) over [0, n) in parallel chunks (the flat, all-contiguous fast path).
+template <typename Body>
+void flat_loop(std::int64_t n, Body&& body) {
+  parallel_for(0, n, 32768, body);
+}
+
 /// out[i] = f(a[i]) over same-shaped operands of element types Out and In.
 template <typename Out, typename In, typename F>
 void unary_loop(Tensor& out, const Tensor& a, F f) {
+  if (all_contiguous({&out, &a})) {
+    Out* o = static_cast<Out*>(out.data_ptr());
+    const In* x = static_cast<const In*>(a.data_ptr());
+    flat_loop(out.numel(), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i)
+        o[i] = f(x[i]);
+    });
+    return;
+  }
   LoopGeometry<2> g(out.sizes(), {&out, &a});
   std::array<char*, 2> base = {static_cast<char*>(out.data_ptr()),
                                static_cast<char*>(a.data_ptr())};
@@ -132,6 +156,16 @@ void unary_loop(Tensor& out, const Tensor& a, F f) {
 /// out[i] = f(a[i], b[i]) over same-shaped operands (inputs may have stride 0).
 template <typename Out, typename In, typename F>
 void binary_loop(Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  if (all_contiguous({&out, &a, &b})) {
+    Out* o = static_cast<Out*>(out.data_ptr());
+    const In* x = static_cast<const In*>(a.data_ptr());
+    const In* y = static_cast<const In*>(b.data_ptr());
+    flat_loop(out.numel(), [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i)
+        o[i] = f(x[i], y[i]);
+    });
+    return;
+  }
   LoopGeometry<3> g(out.sizes(), {&out, &a, &b});
   std::array<char*, 3> base = {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()),
                                static_cast<char*>(b.data_ptr())};
