@@ -17,6 +17,38 @@ using dispatch::Dispatcher;
 
 // ---- copies and fills ---------------------------------------------------------------------------
 
+namespace {
+
+// Element range [first, last] a tensor touches in its storage.
+std::pair<std::int64_t, std::int64_t> element_span(const Tensor& t) {
+  std::int64_t lo = t.storage_offset();
+  std::int64_t hi = lo;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {0, -1};
+    const std::int64_t extent = (t.size(d) - 1) * t.stride(d);
+    (extent < 0 ? lo : hi) += extent;
+  }
+  return {lo, hi};
+}
+
+// True when src and dst share memory in a way an elementwise copy would corrupt (reading an
+// element after it was overwritten): same storage, overlapping ranges, different layout.
+bool partially_overlaps(const Tensor& dst, const Tensor& src) {
+  if (dst.storage() != src.storage() || dst.numel() == 0) return false;
+  if (dst.storage_offset() == src.storage_offset() && dst.dtype() == src.dtype() &&
+      core::DimVector(dst.strides()) == core::DimVector(src.strides()) &&
+      core::DimVector(dst.sizes()) == core::DimVector(src.sizes())) {
+    return false;  // the very same elements: a no-op copy
+  }
+  const auto [dlo, dhi] = element_span(dst);
+  const auto [slo, shi] = element_span(src);
+  const auto de = static_cast<std::int64_t>(dst.element_size());
+  const auto se = static_cast<std::int64_t>(src.element_size());
+  return dlo * de <= (shi + 1) * se - 1 && slo * se <= (dhi + 1) * de - 1;
+}
+
+}  // namespace
+
 Tensor& copy_(Tensor& dst, const Tensor& src) {
   static const auto op = Dispatcher::singleton().typed<sig::InplaceBinary>("copy_");
   check_defined("copy_", dst, "self");
@@ -28,7 +60,9 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   const Device dd = dst.device();
   const Device sd = src.device();
   if (dd == sd) {
-    op.call(dst, src);
+    // x.copy_(x.t()) and friends: read from a snapshot so no element is read after it was
+    // overwritten.
+    op.call(dst, partially_overlaps(dst, src) ? src.clone() : src);
   } else if (dd.is_cpu() || sd.is_cpu()) {
     // Host <-> device: the device backend's kernel does the transfer, so skip the CPU key.
     dispatch::ExcludeKeysGuard guard{dispatch::DispatchKeySet(dispatch::DispatchKey::CPU)};

@@ -2189,5 +2189,17 @@ TEST(OpsViews, ViewAndReshape) {
   EXPECT_ERROR(ValueError, x.view({5, 3}), "[view] shape [5, 3]");
 }
 
+TEST(OpsCopy, OverlappingSourceAndDestination) {
+  // x.copy_(x.t()) must behave as if the source were read before anything is written.
+  Tensor x = from_vector(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {3, 3});
+  x.copy_(x.t());
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 4, 7, 2, 5, 8, 3, 6, 9}));
+  // Shifted views of one buffer.
+  Tensor y = from_vector(std::vector<float>{0, 1, 2, 3, 4, 5});
+  Tensor dst = y.slice(0, 1, 6);
+  dst.copy_(y.slice(0, 0, 5));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 0, 1, 2, 3, 4}));
+}
+
 }  // namespace
 }  // namespace tb::ops

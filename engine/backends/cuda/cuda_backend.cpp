@@ -4,10 +4,12 @@
 // missing CUDA kernel naming the op. See README.md beside this file for what comes next.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/backends/cuda/cuda_kernels.h"
@@ -219,15 +221,48 @@ Tensor add_kernel(const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
   return out;
 }
 
+// cuBLAS is loaded on first use, not linked: linking it made every start of trainbench-cli take
+// ~0.5 s and ~200 MB (libcublasLt's initialisation), GPU or not, and made the binary refuse to
+// start where the CUDA libraries are absent.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasDgemm_v2) dgemm = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+const CublasApi& cublas_api() {
+  static const CublasApi api = [] {
+    const std::string versioned = "libcublas.so." + std::to_string(CUDART_VERSION / 1000);
+    void* lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+    TB_CHECK_T(NotImplementedError, lib != nullptr, "[cuda] cuBLAS could not be loaded (",
+               versioned, "): ", dlerror(), "; install the CUDA toolkit's cuBLAS library");
+    CublasApi a;
+    auto sym = [lib](const char* name) {
+      void* f = dlsym(lib, name);
+      TB_CHECK_T(NotImplementedError, f != nullptr, "[cuda] cuBLAS lacks ", name);
+      return f;
+    };
+    a.create = reinterpret_cast<decltype(a.create)>(sym("cublasCreate_v2"));
+    a.sgemm = reinterpret_cast<decltype(a.sgemm)>(sym("cublasSgemm_v2"));
+    a.dgemm = reinterpret_cast<decltype(a.dgemm)>(sym("cublasDgemm_v2"));
+    a.status_string = reinterpret_cast<decltype(a.status_string)>(sym("cublasGetStatusString"));
+    return a;
+  }();
+  return api;
+}
+
 cublasHandle_t cublas_handle(int device) {
   static std::mutex m;
   static std::vector<cublasHandle_t> handles(CudaAllocator::kMaxDevices, nullptr);
+  const CublasApi& api = cublas_api();
   std::lock_guard lock(m);
   auto& h = handles[static_cast<std::size_t>(device)];
   if (h == nullptr) {
-    const cublasStatus_t st = cublasCreate(&h);
+    const cublasStatus_t st = api.create(&h);
     TB_CHECK(st == CUBLAS_STATUS_SUCCESS, "[cuda] cublasCreate failed on cuda:", device, " (",
-             cublasGetStatusString(st), ")");
+             api.status_string(st), ")");
   }
   return h;
 }
@@ -250,17 +285,18 @@ Tensor mm_kernel(const Tensor& a0, const Tensor& b0) {
   if (a.dtype() == ScalarType::Float32) {
     const float one = 1.0f;
     const float zero = 0.0f;
-    st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                     static_cast<const float*>(b.data_ptr()), n,
-                     static_cast<const float*>(a.data_ptr()), k, &zero, out.data_ptr<float>(), n);
+    st = cublas_api().sgemm(
+        h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, static_cast<const float*>(b.data_ptr()), n,
+        static_cast<const float*>(a.data_ptr()), k, &zero, out.data_ptr<float>(), n);
   } else {
     const double one = 1.0;
     const double zero = 0.0;
-    st = cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
-                     static_cast<const double*>(b.data_ptr()), n,
-                     static_cast<const double*>(a.data_ptr()), k, &zero, out.data_ptr<double>(), n);
+    st = cublas_api().dgemm(
+        h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, static_cast<const double*>(b.data_ptr()), n,
+        static_cast<const double*>(a.data_ptr()), k, &zero, out.data_ptr<double>(), n);
   }
-  TB_CHECK(st == CUBLAS_STATUS_SUCCESS, "[mm] cuBLAS gemm failed: ", cublasGetStatusString(st));
+  TB_CHECK(st == CUBLAS_STATUS_SUCCESS,
+           "[mm] cuBLAS gemm failed: ", cublas_api().status_string(st));
   return out;
 }
 

@@ -1,0 +1,2 @@
+// Fixture for the no-Qt build check: an engine file that includes a Qt header.
+#include <QtCore/QString>
