@@ -100,8 +100,10 @@ class CpuAllocator final : public Allocator {
   }
 
   static CpuAllocator& instance() {
-    static CpuAllocator a;
-    return a;
+    // Never destroyed: tensors in static objects may be freed during static destruction, and
+    // the cached blocks stay reachable (not leaks) until the process ends.
+    static CpuAllocator* a = new CpuAllocator();
+    return *a;
   }
 
  private:

@@ -217,7 +217,7 @@ class DimVector {
   void assign(const std::int64_t* src, std::size_t n) {
     size_ = 0;
     reserve(n);
-    std::memcpy(data(), src, n * sizeof(std::int64_t));
+    if (n > 0) std::memcpy(data(), src, n * sizeof(std::int64_t));
     size_ = n;
   }
 
