@@ -3,6 +3,9 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# CPU topology (engine/numa): hwloc for the machine model, libnuma for memory policy/placement.
+pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
+pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 

@@ -1,14 +1,16 @@
 // trainbench-cli: headless front end of the engine (no Qt). Subcommands grow with the engine:
-// demo, dispatch, devices, version (run/runs/show/export/schedule/compare/topo come later).
+// demo, dispatch, devices, topo, version (run/runs/show/export/schedule/compare come later).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <exception>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "engine/api/engine_api.h"
+#include "engine/api/topology_api.h"
 
 namespace {
 
@@ -62,6 +64,60 @@ int cmd_devices() {
   return 0;
 }
 
+std::string gib(std::uint64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1024.0 * 1024 * 1024)
+     << " GiB";
+  return os.str();
+}
+
+int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int slots,
+             bool fallback) {
+  const auto info = tb::api::describe_topology(req);
+  std::cout << "Topology: " << info.source << "\n"
+            << "  " << info.packages.size() << " packages, " << info.nodes.size() << " NUMA nodes, "
+            << info.cache_groups.size() << " last-level-cache groups, " << info.cores.size()
+            << " physical cores, " << info.n_cpus << " logical CPUs (" << info.cpus << ")\n"
+            << "  allowed CPUs: " << info.allowed_cpus << " (" << info.n_allowed << " of "
+            << info.n_cpus << ")\n";
+  for (const auto& p : info.packages)
+    std::cout << "  package " << p.index << ": CPUs " << p.cpus << "\n";
+  for (const auto& n : info.nodes) {
+    std::cout << "  NUMA node " << n.index << ": CPUs " << (n.cpus.empty() ? "none" : n.cpus)
+              << ", allowed " << (n.allowed_cpus.empty() ? "none" : n.allowed_cpus);
+    if (n.memory_bytes > 0) std::cout << ", memory " << gib(n.memory_bytes);
+    std::cout << "\n";
+  }
+  for (const auto& g : info.cache_groups)
+    std::cout << "  L" << g.level << " cache group: CPUs " << g.cpus << "\n";
+  for (std::size_t i = 0; i < info.cores.size(); ++i) {
+    const auto& c = info.cores[i];
+    std::cout << "  core " << i << ": threads " << c.cpus << " (package " << c.package << ", node "
+              << c.node << ")\n";
+  }
+  if (info.gpus.empty()) {
+    std::cout << "  GPUs: none given (--gpu-nodes)\n";
+  } else {
+    for (const auto& g : info.gpus)
+      std::cout << "  GPU " << g.index << ": NUMA node " << g.node << "\n";
+  }
+  const auto plan = tb::api::plan_binding(req, mode, slots, fallback);
+  std::cout << "Binding: " << plan.mode << ", " << plan.slots.size() << " "
+            << (plan.slot_kind == "gpu" ? "GPU" : "CPU worker") << " slot"
+            << (plan.slots.size() == 1 ? "" : "s") << " (" << plan.slot_rule << ")\n";
+  for (const auto& r : plan.slots) {
+    std::cout << "  slot " << r.slot << ": ";
+    if (r.bound) {
+      std::cout << "node " << r.node << ", CPUs " << r.cpus << " (" << r.n_cpus << ")\n"
+                << "    " << r.numactl << "\n";
+    } else {
+      std::cout << "unbound\n";
+    }
+    if (!r.warning.empty()) std::cout << "    warning: " << r.warning << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,6 +147,27 @@ int main(int argc, char** argv) {
 
   auto* devices = app.add_subcommand("devices", "list devices and whether they can be used");
 
+  auto* topo = app.add_subcommand(
+      "topo", "print the CPU topology and the CPUs each slot gets for a binding mode");
+  tb::api::TopologyRequest topo_req;
+  std::string binding = "none";
+  int slots = 0;
+  bool fallback = false;
+  topo->add_option("--binding", binding, "none, node, socket, exclusive or core-complex")
+      ->capture_default_str();
+  topo->add_option("--slots", slots, "number of slots (default: one per GPU given, else 1)")
+      ->check(CLI::PositiveNumber);
+  auto* xml_opt =
+      topo->add_option("--topology-xml", topo_req.xml_path, "read an hwloc XML export instead");
+  auto* syn_opt = topo->add_option("--synthetic", topo_req.synthetic,
+                                   "hwloc synthetic topology, e.g. \"pack:2 numa:2 l3:2 core:4 "
+                                   "pu:2\"");
+  xml_opt->excludes(syn_opt);
+  topo->add_option("--gpu-nodes", topo_req.gpu_nodes,
+                   "NUMA node of GPU 0, 1, ... (comma-separated); slots become GPU local ranks")
+      ->delimiter(',');
+  topo->add_flag("--fallback", fallback, "on a binding error, report the slot unbound and warn");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -104,6 +181,7 @@ int main(int argc, char** argv) {
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) return cmd_dispatch(op_filter, all, matrix);
     if (devices->parsed()) return cmd_devices();
+    if (topo->parsed()) return cmd_topo(topo_req, binding, slots, fallback);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
