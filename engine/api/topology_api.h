@@ -15,28 +15,33 @@ struct TopologyRequest {
   std::vector<int> gpu_nodes;  ///< NUMA node of GPU 0, 1, ... (empty: no GPUs given)
 };
 
+/// A processor package (socket).
 struct TopologyPackage {
-  int index = 0;
-  std::string cpus;
+  int index = 0;     ///< OS index of the package
+  std::string cpus;  ///< its logical CPUs
 };
+/// A NUMA node.
 struct TopologyNode {
-  int index = 0;
-  std::string cpus;          ///< all CPUs of the node
-  std::string allowed_cpus;  ///< those this process may use
-  std::uint64_t memory_bytes = 0;
+  int index = 0;                   ///< OS index of the node
+  std::string cpus;                ///< all CPUs of the node
+  std::string allowed_cpus;        ///< those this process may use
+  std::uint64_t memory_bytes = 0;  ///< local memory size
 };
+/// CPUs sharing a last-level cache (a core complex).
 struct TopologyCacheGroup {
-  int level = 0;  ///< 3 for an L3
-  std::string cpus;
+  int level = 0;     ///< 3 for an L3
+  std::string cpus;  ///< the CPUs sharing it
 };
+/// A physical core.
 struct TopologyCore {
   std::string cpus;  ///< the hyper-thread siblings
-  int package = 0;
-  int node = -1;
+  int package = 0;   ///< its package
+  int node = -1;     ///< its NUMA node (-1 when unknown)
 };
+/// A GPU and the NUMA node it is attached to.
 struct TopologyGpu {
-  int index = 0;
-  int node = 0;
+  int index = 0;  ///< GPU index (local rank)
+  int node = 0;   ///< NUMA node
 };
 
 /// The whole topology, every list sorted.
@@ -44,13 +49,13 @@ struct TopologyInfo {
   std::string source;        ///< "this machine (hwloc 2.9.0)", "xml FILE", "synthetic DESC"
   std::string cpus;          ///< every logical CPU
   std::string allowed_cpus;  ///< CPUs this process may use
-  int n_cpus = 0;
-  int n_allowed = 0;
-  std::vector<TopologyPackage> packages;
-  std::vector<TopologyNode> nodes;
-  std::vector<TopologyCacheGroup> cache_groups;
-  std::vector<TopologyCore> cores;
-  std::vector<TopologyGpu> gpus;
+  int n_cpus = 0;            ///< number of logical CPUs
+  int n_allowed = 0;         ///< number of allowed CPUs
+  std::vector<TopologyPackage> packages;         ///< packages (sockets)
+  std::vector<TopologyNode> nodes;               ///< NUMA nodes
+  std::vector<TopologyCacheGroup> cache_groups;  ///< last-level-cache groups
+  std::vector<TopologyCore> cores;               ///< physical cores
+  std::vector<TopologyGpu> gpus;                 ///< GPUs given in the request
 };
 
 /// Reads the requested topology. Throws tb::ValueError "[numa] ..." when both xml_path and
@@ -59,21 +64,21 @@ TopologyInfo describe_topology(const TopologyRequest& request);
 
 /// One slot of a binding plan.
 struct SlotPlanRow {
-  int slot = 0;
-  bool bound = false;
-  int node = -1;     ///< -1 when unbound
-  std::string cpus;  ///< empty when unbound
-  int n_cpus = 0;
+  int slot = 0;         ///< slot number (GPU local rank or CPU worker slot)
+  bool bound = false;   ///< whether the slot gets a CPU set
+  int node = -1;        ///< -1 when unbound
+  std::string cpus;     ///< empty when unbound
+  int n_cpus = 0;       ///< number of CPUs in `cpus`
   std::string numactl;  ///< "numactl --physcpubind=... <cmd...>", empty when unbound
   std::string warning;  ///< why a slot is unbound after a failure with fallback on
 };
 
 /// The CPU sets a binding mode gives to each slot.
 struct BindingPlan {
-  std::string mode;       ///< "none", "node", "socket", "exclusive", "core-complex"
-  std::string slot_kind;  ///< "gpu" (slots are GPU local ranks) or "cpu-worker"
-  std::string slot_rule;  ///< one sentence describing how slots map to NUMA nodes
-  std::vector<SlotPlanRow> slots;
+  std::string mode;                ///< "none", "node", "socket", "exclusive", "core-complex"
+  std::string slot_kind;           ///< "gpu" (slots are GPU local ranks) or "cpu-worker"
+  std::string slot_rule;           ///< one sentence describing how slots map to NUMA nodes
+  std::vector<SlotPlanRow> slots;  ///< one row per slot
 };
 
 /// Plans `mode` for `slots` slots: GPU slots when request.gpu_nodes is given, CPU worker slots

@@ -1,5 +1,6 @@
 // The ONE place that names every compiled-in backend: defines the built-in ops, then lets each
 // backend register its kernels. Adding a backend = its folder + one line here.
+#include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/ops/op_signatures.h"
@@ -16,6 +17,7 @@ void register_all() {
   ops::define_builtin_ops(d);
   cpu::register_cpu_kernels(d);
   backends::register_cuda_backend(d);
+  autograd::register_autograd(d);  // the layer above every backend
 }
 
 }  // namespace tb::dispatch

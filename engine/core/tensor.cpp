@@ -2,6 +2,7 @@
 #include "engine/core/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -104,9 +105,21 @@ void* Tensor::data_ptr() const {
 }
 
 namespace {
+std::atomic<ViewHook> view_hook{nullptr};
+}  // namespace
 
-// A new handle sharing storage, dtype, device and autograd flag, with new geometry.
-Tensor make_view(const Tensor& base, DimVector sizes, DimVector strides, std::int64_t offset) {
+void set_view_hook(ViewHook hook) {
+  view_hook.store(hook);
+}
+
+namespace {
+
+using VK = ViewRecord::Kind;
+
+// A new handle sharing storage, dtype, device and autograd flag, with new geometry; tells the
+// autograd layer about it when the base requires grad.
+Tensor make_view(const Tensor& base, DimVector sizes, DimVector strides, std::int64_t offset,
+                 const ViewRecord& record) {
   auto impl = std::make_shared<TensorImpl>();
   const TensorImpl& b = *base.impl();
   impl->storage = b.storage;
@@ -116,7 +129,15 @@ Tensor make_view(const Tensor& base, DimVector sizes, DimVector strides, std::in
   impl->dtype = b.dtype;
   impl->device = b.device;
   impl->requires_grad = b.requires_grad;
-  return Tensor(std::move(impl));
+  Tensor view(std::move(impl));
+  if (b.requires_grad) {
+    if (ViewHook hook = view_hook.load()) hook(base, view, record);
+  }
+  return view;
+}
+
+ViewRecord reshape_record() {
+  return ViewRecord{};
 }
 
 // Infers a single -1 entry so the product matches numel.
@@ -199,13 +220,13 @@ Tensor Tensor::view(IntList sizes) const {
   TB_CHECK(st.has_value(), "[view] cannot view a tensor of shape ", DimVector(this->sizes()),
            " and strides ", DimVector(strides()), " as shape ", shape,
            ": the memory is not laid out compatibly; use reshape() (it copies when needed)");
-  return make_view(*this, shape, std::move(*st), storage_offset());
+  return make_view(*this, shape, std::move(*st), storage_offset(), reshape_record());
 }
 
 Tensor Tensor::reshape(IntList sizes) const {
   const DimVector shape = infer_size(sizes, numel(), "reshape");
   if (auto st = view_strides(this->sizes(), strides(), shape.span())) {
-    return make_view(*this, shape, std::move(*st), storage_offset());
+    return make_view(*this, shape, std::move(*st), storage_offset(), reshape_record());
   }
   return contiguous().view(shape.span());
 }
@@ -219,7 +240,11 @@ Tensor Tensor::transpose(std::int64_t d0, std::int64_t d1) const {
     std::swap(sz[static_cast<std::size_t>(d0)], sz[static_cast<std::size_t>(d1)]);
     std::swap(st[static_cast<std::size_t>(d0)], st[static_cast<std::size_t>(d1)]);
   }
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  ViewRecord r;
+  r.kind = VK::Transpose;
+  r.dim0 = d0;
+  r.dim1 = d1;
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), r);
 }
 
 Tensor Tensor::t() const {
@@ -242,7 +267,11 @@ Tensor Tensor::permute(IntList dims) const {
     sz[i] = sizes()[d];
     st[i] = strides()[d];
   }
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  ViewRecord rec;
+  rec.kind = VK::Permute;
+  for (auto d : dims)
+    rec.dims.push_back(wrap_dim(d, dim(), "permute"));
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), rec);
 }
 
 Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
@@ -261,8 +290,14 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end,
   DimVector st(strides());
   sz[static_cast<std::size_t>(d)] = (end - start + step - 1) / step;
   st[static_cast<std::size_t>(d)] *= step;
+  ViewRecord r;
+  r.kind = VK::Slice;
+  r.dim0 = d;
+  r.start = start;
+  r.end = end;
+  r.step = step;
   return make_view(*this, std::move(sz), std::move(st),
-                   storage_offset() + start * strides()[static_cast<std::size_t>(d)]);
+                   storage_offset() + start * strides()[static_cast<std::size_t>(d)], r);
 }
 
 Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) const {
@@ -287,7 +322,11 @@ Tensor Tensor::select(std::int64_t d, std::int64_t index) const {
   const std::int64_t offset = storage_offset() + index * st[static_cast<std::size_t>(d)];
   sz.erase(static_cast<std::size_t>(d));
   st.erase(static_cast<std::size_t>(d));
-  return make_view(*this, std::move(sz), std::move(st), offset);
+  ViewRecord r;
+  r.kind = VK::Select;
+  r.dim0 = d;
+  r.start = index;
+  return make_view(*this, std::move(sz), std::move(st), offset, r);
 }
 
 Tensor Tensor::expand(IntList target) const {
@@ -318,7 +357,9 @@ Tensor Tensor::expand(IntList target) const {
       st[static_cast<std::size_t>(i)] = 0;
     }
   }
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  ViewRecord rec;
+  rec.kind = VK::Expand;
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), rec);
 }
 
 Tensor Tensor::squeeze() const {
@@ -330,19 +371,20 @@ Tensor Tensor::squeeze() const {
       st.push_back(strides()[static_cast<std::size_t>(i)]);
     }
   }
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), reshape_record());
 }
 
 Tensor Tensor::squeeze(std::int64_t d) const {
   if (dim() == 0) return *this;
   d = wrap_dim(d, dim(), "squeeze");
   if (sizes()[static_cast<std::size_t>(d)] != 1)
-    return make_view(*this, DimVector(sizes()), DimVector(strides()), storage_offset());
+    return make_view(*this, DimVector(sizes()), DimVector(strides()), storage_offset(),
+                     reshape_record());
   DimVector sz(sizes());
   DimVector st(strides());
   sz.erase(static_cast<std::size_t>(d));
   st.erase(static_cast<std::size_t>(d));
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), reshape_record());
 }
 
 Tensor Tensor::unsqueeze(std::int64_t d) const {
@@ -353,7 +395,7 @@ Tensor Tensor::unsqueeze(std::int64_t d) const {
   const std::int64_t stride = i < sz.size() ? sz[i] * st[i] : 1;
   sz.insert(i, 1);
   st.insert(i, stride);
-  return make_view(*this, std::move(sz), std::move(st), storage_offset());
+  return make_view(*this, std::move(sz), std::move(st), storage_offset(), reshape_record());
 }
 
 Tensor Tensor::flatten(std::int64_t start_dim, std::int64_t end_dim) const {
@@ -396,7 +438,9 @@ Tensor Tensor::as_strided(IntList sizes, IntList strides,
   TB_CHECK(empty || max_index < capacity, "[as_strided] sizes ", DimVector(sizes), ", strides ",
            DimVector(strides), " and offset ", off, " reach element ", max_index,
            " but the storage holds ", capacity, " elements");
-  return make_view(*this, DimVector(sizes), DimVector(strides), off);
+  ViewRecord r;
+  r.kind = VK::AsStrided;
+  return make_view(*this, DimVector(sizes), DimVector(strides), off, r);
 }
 
 template <typename T>

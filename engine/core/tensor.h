@@ -68,6 +68,34 @@ struct TensorImpl {
   std::shared_ptr<AutogradMetaInterface> autograd_meta;  ///< owned by autograd; null until set
 };
 
+/// What a view operation did, for the autograd layer to differentiate it. Filled by every view
+/// method; only looked at when the base requires grad.
+struct ViewRecord {
+  /// The kind of view; the fields below that a kind uses are noted per kind.
+  enum class Kind : std::uint8_t {
+    Reshape,    ///< view/reshape/flatten/squeeze/unsqueeze (no fields)
+    Transpose,  ///< dim0, dim1
+    Permute,    ///< dims
+    Expand,     ///< (no fields)
+    Slice,      ///< dim, start, end, step
+    Select,     ///< dim, index (in start)
+    AsStrided,  ///< the view's own sizes/strides/offset
+  };
+  Kind kind = Kind::Reshape;  ///< which view operation
+  std::int64_t dim0 = 0;      ///< Transpose dim0; Slice/Select dim
+  std::int64_t dim1 = 0;      ///< Transpose dim1
+  std::int64_t start = 0;     ///< Slice start; Select index
+  std::int64_t end = 0;       ///< Slice end
+  std::int64_t step = 1;      ///< Slice step
+  DimVector dims;             ///< Permute order
+};
+
+/// Called for every view whose base requires grad: the autograd layer connects `view` to the
+/// graph (or clears its requires_grad when grad mode is off). Installed once by engine/autograd.
+using ViewHook = void (*)(const class Tensor& base, class Tensor& view, const ViewRecord& record);
+/// Installs the view hook (engine/autograd does this; there is one hook per process).
+void set_view_hook(ViewHook hook);
+
 /// Contiguous (row-major) strides for `sizes`.
 DimVector contiguous_strides(IntList sizes);
 

@@ -8,6 +8,7 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   const OpSchema diff{{}, true, ""};
   const OpSchema plain{{}, false, ""};
   const OpSchema mutates0{{0}, false, ""};
+  const OpSchema mutates0_diff{{0}, true, ""};  // writes arg 0, differentiable w.r.t. the others
 
 #define TB_DEFINE_UNARY(name) d.define<sig::Unary>(#name, diff);
   TB_UNARY_KEEP_DTYPE_OPS(TB_DEFINE_UNARY)
@@ -24,7 +25,7 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::BinaryAlpha>("sub", diff);
   d.define<sig::InplaceBinaryAlpha>("add_", mutates0);
   d.define<sig::InplaceBinary>("mul_", mutates0);
-  d.define<sig::InplaceBinary>("copy_", mutates0);
+  d.define<sig::InplaceBinary>("copy_", mutates0_diff);
   d.define<sig::Fill>("fill_", mutates0);
   d.define<sig::Ternary>("where", diff);
   d.define<sig::MaskedFill>("masked_fill", diff);

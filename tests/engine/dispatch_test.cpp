@@ -189,8 +189,12 @@ TEST(Dispatch, AutogradLayerRunsOnlyForTensorsThatRequireGrad) {
     op.call(x);
   }
   EXPECT_EQ(layer_calls, 1);
-  // Without an Autograd kernel the key falls through to the backend.
+  // Without its own Autograd kernel the op reaches the autograd fallback, which needs a
+  // derivative rule for a differentiable op; below the layer the backend still runs.
   ag.reset();
+  EXPECT_NE(error_of([&] { op.call(x); }).find("op 'test.double_it' has no derivative rule"),
+            std::string::npos);
+  tb::dispatch::ExcludeKeysGuard below{DispatchKeySet(DispatchKey::Autograd)};
   EXPECT_EQ(op.call(x).to_vector<float>(), (std::vector<float>{2.0f, 2.0f, 2.0f}));
 }
 
@@ -243,8 +247,9 @@ TEST(SafeKernelHandle, LookupErrors) {
   EXPECT_EQ(error_of([&] { d.get_kernel("add", "GPU"); }), "Invalid dispatch key: GPU");
   EXPECT_NE(error_of([&] { d.get_kernel("add", DispatchKey::PrivateUse1); }).find("has no kernel"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { d.get_kernel("add", DispatchKey::Autograd); }).find("fall through"),
+  EXPECT_NE(error_of([&] { d.get_kernel("add", DispatchKey::Autocast); }).find("fall through"),
             std::string::npos);
+  EXPECT_TRUE(d.get_kernel("add", DispatchKey::Autograd).valid());  // the autograd fallback
 }
 
 TEST(Dispatch, DumpListsEveryEntryWithItsOrigin) {
@@ -263,6 +268,10 @@ TEST(Dispatch, DumpListsEveryEntryWithItsOrigin) {
       EXPECT_NE(row.where.find("engine/backends/cpu/elementwise_kernels.cpp"), std::string::npos);
     }
     if (row.op == "add" && row.key == DispatchKey::Autograd) {
+      EXPECT_EQ(row.source, tb::dispatch::KernelSource::Fallback);  // the autograd layer
+      EXPECT_NE(row.where.find("engine/autograd/autograd.cpp"), std::string::npos) << row.where;
+    }
+    if (row.op == "add" && row.key == DispatchKey::Autocast) {
       EXPECT_EQ(row.source, tb::dispatch::KernelSource::Fallthrough);
     }
   }
