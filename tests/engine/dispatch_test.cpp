@@ -12,6 +12,7 @@
 #include "engine/core/tensor.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/ops/ops.h"
+#include "tests/engine/test_util.h"
 
 namespace {
 
@@ -57,15 +58,7 @@ Tensor fake_device_tensor() {
   return Tensor(impl);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using tb::test::error_of;
 
 TEST(Dispatch, RegisteredKernelRunsAndDeregistersWithItsHandle) {
   auto& d = dispatcher_with_test_ops();

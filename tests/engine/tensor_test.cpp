@@ -9,6 +9,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "tests/engine/test_util.h"
 
 namespace {
 
@@ -26,15 +27,7 @@ Tensor iota(std::vector<std::int64_t> shape) {
   return core::from_vector(v, shape);
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using tb::test::error_of;
 
 #define EXPECT_ERROR_CONTAINS(stmt, text) \
   EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
