@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "engine/api/engine_api.h"
+#include "engine/autograd/autograd.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
@@ -37,25 +38,28 @@ int run_demo(std::ostream& out, std::uint64_t seed, int steps) {
   const Tensor w_true = ops::randn({d, 1}, gen.get());
   const Tensor noise = ops::mul(ops::randn({n, 1}, gen.get()), 0.01);
   const Tensor y = ops::add(ops::mm(x, w_true), noise);
-  Tensor w = ops::zeros({d, 1});
+  Tensor w = autograd::requires_grad_(ops::zeros({d, 1}));
   const double lr = 0.1;
   out << "\nFitting a " << d << "-parameter linear model to " << n
-      << " noisy samples by gradient descent (seed " << seed << ", lr " << lr << "):\n";
+      << " noisy samples by gradient descent, gradients by autograd (seed " << seed << ", lr " << lr
+      << "):\n";
   const auto t0 = std::chrono::steady_clock::now();
   double first = 0.0;
   double loss = 0.0;
   for (int step = 0; step <= steps; ++step) {
-    const Tensor r = ops::sub(ops::mm(x, w), y);  // residuals [n, 1]
-    loss = ops::mean(ops::square(r)).item();      // mean squared error
+    const Tensor l = ops::mean(ops::square(ops::sub(ops::mm(x, w), y)));  // mean squared error
+    loss = l.item();
     if (step == 0) first = loss;
     if (step % std::max(1, steps / 4) == 0) {
       out << "  step " << std::setw(4) << step << "  loss " << std::scientific
           << std::setprecision(4) << loss << std::defaultfloat << "\n";
     }
-    const Tensor grad = ops::mul(ops::mm(x.t(), r), 2.0 / static_cast<double>(n));  // [d, 1]
-    ops::add_(w, grad, -lr);
+    autograd::zero_grad(w);
+    autograd::backward(l);
+    autograd::NoGradGuard no_grad;  // the update itself is not part of the graph
+    ops::add_(w, autograd::grad(w), -lr);
   }
-  const double err = ops::norm(ops::sub(w, w_true)).item();
+  const double err = ops::norm(ops::sub(autograd::detach(w), w_true)).item();
   out << "  loss " << std::scientific << std::setprecision(3) << first << " -> " << loss
       << ", |w - w_true| = " << err << std::defaultfloat << " in " << std::fixed
       << std::setprecision(3) << seconds_since(t0) << " s\n"
