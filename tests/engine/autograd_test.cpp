@@ -43,7 +43,8 @@ void expect_gradcheck(const std::string& what, const Fn& f, const std::vector<Te
 TEST(Autograd, EveryDifferentiableOpHasARule) {
   auto& d = tb::dispatch::Dispatcher::singleton();
   for (const auto& name : d.op_names()) {
-    if (!d.find(name).schema().differentiable) continue;
+    // Ops other suites define for their own tests ("test.*") are not the engine's.
+    if (name.rfind("test.", 0) == 0 || !d.find(name).schema().differentiable) continue;
     EXPECT_NE(ag::find_derivative(name), nullptr)
         << "differentiable op '" << name << "' has no derivative rule";
   }
