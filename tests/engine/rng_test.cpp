@@ -125,25 +125,24 @@ TEST(CpuSampling, PyTorchReferenceVectorsBitExact) {
     CpuGenerator gen;
     gen.manual_seed(parse_seed(key));
 
-    float r32[8];
-    uniform_fill(gen, r32, 8);
-    for (int i = 0; i < 8; ++i)
-      EXPECT_EQ(r32[i], d.at("rand_f32_8")[i].get<float>()) << i;
-
-    double r64[4];
-    uniform_fill(gen, r64, 4);
-    for (int i = 0; i < 4; ++i)
-      EXPECT_EQ(r64[i], d.at("rand_f64_4")[i].get<double>()) << i;
-
-    float n8[8];
-    normal_fill(gen, n8, 8);
-    for (int i = 0; i < 8; ++i)
-      EXPECT_EQ(n8[i], d.at("randn_f32_8")[i].get<float>()) << i;
-
-    float n16[16];
-    normal_fill(gen, n16, 16);
-    for (int i = 0; i < 16; ++i)
-      EXPECT_EQ(n16[i], d.at("randn_f32_16")[i].get<float>()) << i;
+    // Each stream is drawn in the file's order from the one generator, then compared exactly.
+    auto expect_stream = [&](const char* name, auto fill, auto value_type) {
+      using T = decltype(value_type);
+      const auto& want = d.at(name);
+      std::vector<T> got(want.size());
+      fill(got.data(), static_cast<std::int64_t>(got.size()));
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], want[i].template get<T>()) << name << "[" << i << "] seed " << key;
+      }
+    };
+    expect_stream(
+        "rand_f32_8", [&](float* p, std::int64_t n) { uniform_fill(gen, p, n); }, float{});
+    expect_stream(
+        "rand_f64_4", [&](double* p, std::int64_t n) { uniform_fill(gen, p, n); }, double{});
+    expect_stream(
+        "randn_f32_8", [&](float* p, std::int64_t n) { normal_fill(gen, p, n); }, float{});
+    expect_stream(
+        "randn_f32_16", [&](float* p, std::int64_t n) { normal_fill(gen, p, n); }, float{});
 
     std::int64_t perm[10];
     randperm(gen, perm, 10);
