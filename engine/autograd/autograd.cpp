@@ -269,7 +269,7 @@ void view_hook(const Tensor& base, Tensor& view, const core::ViewRecord& record)
 // ---- the Autograd-key fallback
 // -------------------------------------------------------------------
 
-void autograd_fallback(const dispatch::OperatorHandle& op, DispatchKeySet, Stack& stack) {
+void autograd_fallback(const dispatch::OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
   const dispatch::OpSchema& schema = op.schema();
   std::vector<bool> needs(stack.size(), false);
   bool any = false;
@@ -305,8 +305,16 @@ void autograd_fallback(const dispatch::OperatorHandle& op, DispatchKeySet, Stack
       mutated.push_back(stack[static_cast<std::size_t>(m)].tensor());
   }
   {
+    // Ops the kernel runs are not recorded (guard); this op continues with the keys it was
+    // dispatched with, so a key its caller skipped (copy_ skips CPU) stays skipped.
     dispatch::ExcludeKeysGuard below{DispatchKeySet(DispatchKey::Autograd)};
-    op.call_boxed(stack);
+    // (Called through a kernel handle, the set holds only Autograd: dispatch afresh.)
+    const DispatchKeySet below_keys = ks.remove(DispatchKey::Autograd);
+    if (below_keys.empty()) {
+      op.call_boxed(stack);
+    } else {
+      op.redispatch_boxed(below_keys, stack);
+    }
   }
   // Outputs: what the op returned, or for in-place/out ops the tensors it wrote.
   std::vector<Tensor> outputs;

@@ -150,7 +150,10 @@ void OperatorHandle::call_boxed(Stack& stack, DispatchKeySet skip) const {
       detail::collect_keys(ks, *ts);
     if (const auto* d = std::get_if<core::Device>(&iv.v)) detail::collect_keys(ks, *d);
   }
-  ks = (ks | detail::tls_included_keys()) - tls_excluded_keys() - skip;
+  redispatch_boxed((ks | detail::tls_included_keys()) - tls_excluded_keys() - skip, stack);
+}
+
+void OperatorHandle::redispatch_boxed(DispatchKeySet ks, Stack& stack) const {
   while (true) {
     TB_CHECK(!ks.empty(), "[dispatch] op '", name(),
              "' was called without any tensor or device argument");

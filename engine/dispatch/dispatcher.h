@@ -264,6 +264,9 @@ class OperatorHandle {
   const std::shared_ptr<OperatorEntry>& entry_ptr() const { return entry_; }
   /// Calls the op on a boxed stack, dispatching on the tensors in it (minus `skip` keys).
   void call_boxed(Stack& stack, DispatchKeySet skip = {}) const;
+  /// Continues a dispatch with exactly the keys `ks` (a layer's fallback passes on the set it was
+  /// called with, minus its own key, so keys skipped by the caller stay skipped).
+  void redispatch_boxed(DispatchKeySet ks, Stack& stack) const;
   /// Calls the kernel that `key` resolves to (used by fallbacks to run e.g. the CPU kernel).
   void call_boxed_at(DispatchKey key, Stack& stack) const;
 
@@ -356,10 +359,15 @@ class TypedOp<Ret(Args...)> {
   /// Dispatches on the arguments' devices (and autograd/autocast state) and runs the kernel.
   /// Throws tb::ValueError when no argument yields a dispatch key, tb::NotImplementedError when
   /// the resolved key has no kernel, and whatever the kernel throws.
-  Ret call(Args... args) const {
+  Ret call(Args... args) const { return call_skipping(DispatchKeySet(), args...); }
+
+  /// Like call(), but `skip` keys are left out of this one dispatch (not of ops the kernel
+  /// calls, unlike an ExcludeKeysGuard): e.g. copy_ skips CPU so that the device backend does a
+  /// host<->device transfer while its kernel can still run CPU ops on host buffers.
+  Ret call_skipping(DispatchKeySet skip, Args... args) const {
     DispatchKeySet ks;
     (detail::collect_keys(ks, args), ...);
-    ks = (ks | detail::tls_included_keys()) - tls_excluded_keys();
+    ks = (ks | detail::tls_included_keys()) - tls_excluded_keys() - skip;
     OperatorEntry& e = handle_.entry();
     while (true) {
       TB_CHECK(!ks.empty(), "[dispatch] op '", e.name(),

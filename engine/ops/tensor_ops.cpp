@@ -64,9 +64,9 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
     // overwritten.
     op.call(dst, partially_overlaps(dst, src) ? src.clone() : src);
   } else if (dd.is_cpu() || sd.is_cpu()) {
-    // Host <-> device: the device backend's kernel does the transfer, so skip the CPU key.
-    dispatch::ExcludeKeysGuard guard{dispatch::DispatchKeySet(dispatch::DispatchKey::CPU)};
-    op.call(dst, src);
+    // Host <-> device: the device backend's kernel does the transfer, so this dispatch skips the
+    // CPU key (only this one: the kernel may convert dtypes on the host with CPU ops).
+    op.call_skipping(dispatch::DispatchKeySet(dispatch::DispatchKey::CPU), dst, src);
   } else {
     // Device -> another device: stage through the host.
     Tensor host = to_device(src, Device());

@@ -311,3 +311,29 @@ TEST(DispatchKeys, NamesRoundTrip) {
 }
 
 }  // namespace
+
+// A host<->device copy skips the CPU key for its own dispatch only: the device's copy_ kernel
+// may convert on the host with CPU ops (found on a real GPU, where the CUDA copy_ converts the
+// dtype on the host first). Also through the autograd layer, which must keep CPU skipped.
+TEST(Dispatch, CrossDeviceCopySkipsCpuOnlyForItsOwnDispatch) {
+  auto& d = Dispatcher::singleton();
+  int device_copies = 0;
+  RegistrationHandle h = d.impl<void(Tensor&, const Tensor&)>(
+      "copy_", DispatchKey::PrivateUse1, [&](Tensor& dst, const Tensor&) {
+        ++device_copies;
+        // Host-side work inside the device kernel: a CPU conversion and a CPU fill.
+        const Tensor host = ops::full({2}, 1.5, tb::core::ScalarType::Float64).to(dst.dtype());
+        dst.copy_(host);
+      });
+  Tensor dst = ops::zeros({2});
+  ops::copy_(dst, fake_device_tensor());
+  EXPECT_EQ(device_copies, 1);
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));
+  Tensor src = fake_device_tensor();
+  src.impl()->requires_grad = true;  // routes the call through the autograd layer first
+  src.impl()->dtype = tb::core::ScalarType::Float32;
+  Tensor dst2 = ops::zeros({2});
+  ops::copy_(dst2, src);
+  EXPECT_EQ(device_copies, 2);
+  EXPECT_EQ(dst2.to_vector<float>(), (std::vector<float>{1.5f, 1.5f}));
+}
