@@ -17,10 +17,15 @@ namespace tb::rng {
 namespace unlocked {
 
 float uniform_float(CpuGenerator& gen, float from, float to) {
+  // PyTorch's CPU dist_acctype<float> is double: x * (to - from) + from is evaluated in double
+  // (from/to already rounded to float) and rounded once. With from=0, to=1 that equals the float
+  // computation; with other bounds (e.g. nn.Linear's init) float arithmetic differs in the last
+  // bit.
   constexpr std::uint32_t kMask = (1U << 24) - 1;
-  constexpr float kDivisor = 1.0f / static_cast<float>(1U << 24);
-  const float x = static_cast<float>(gen.random() & kMask) * kDivisor;
-  return x * (to - from) + from;
+  constexpr double kDivisor = 1.0 / static_cast<double>(1U << 24);
+  const double x = static_cast<double>(gen.random() & kMask) * kDivisor;
+  return static_cast<float>(x * (static_cast<double>(to) - static_cast<double>(from)) +
+                            static_cast<double>(from));
 }
 
 double uniform_double(CpuGenerator& gen, double from, double to) {

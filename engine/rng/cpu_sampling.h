@@ -11,8 +11,9 @@ namespace tb::rng {
 // ---- Single draws. The caller must hold gen.mutex() (use these inside your own locked loop). ----
 namespace unlocked {
 
-/// at::uniform_real_distribution<float>(from, to): one 32-bit draw, 24 random bits, computed in
-/// float: ((bits & (2^24-1)) * 2^-24) * (to - from) + from.
+/// at::uniform_real_distribution<float>(from, to): one 32-bit draw, 24 random bits; like PyTorch's
+/// CPU kernel the affine map runs in double: float(((bits & (2^24-1)) * 2^-24) * (to - from) +
+/// from).
 float uniform_float(CpuGenerator& gen, float from = 0.0f, float to = 1.0f);
 
 /// at::uniform_real_distribution<double>(from, to): random64(), 53 random bits, in double.

@@ -316,7 +316,10 @@ TEST(Seed, ParseSeedRange) {
 
 // ---------------------------------------------------------- sampling primitives
 
-TEST(CpuSampling, UniformRangeUsesFloatArithmetic) {
+// PyTorch's CPU uniform_ for float32 maps the 24-bit draw to [from, to) in double and rounds
+// once (checked against torch 1.13: nn.Linear's init, see nn_test.cpp); float arithmetic would
+// differ in the last bit for some draws.
+TEST(CpuSampling, UniformRangeUsesDoubleArithmeticLikePyTorch) {
   CpuGenerator gen(11);
   auto ref = gen.clone();
   float out[64];
@@ -324,11 +327,17 @@ TEST(CpuSampling, UniformRangeUsesFloatArithmetic) {
   auto& r = static_cast<CpuGenerator&>(*ref);
   std::lock_guard<std::mutex> lock(r.mutex());
   for (float v : out) {
-    const float x = static_cast<float>(r.random() & 0xFFFFFF) / 16777216.0f;
-    EXPECT_EQ(v, x * (5.5f - -3.0f) + -3.0f);
+    const double x = static_cast<double>(r.random() & 0xFFFFFF) / 16777216.0;
+    EXPECT_EQ(v, static_cast<float>(x * (5.5 - -3.0) + -3.0));
     EXPECT_GE(v, -3.0f);
     EXPECT_LT(v, 5.5f);
   }
+  // torch.manual_seed(0); torch.empty(15).uniform_(-b, b), b = 1/sqrt(5): draws 0 and 6.
+  CpuGenerator g0(0);
+  float w[15];
+  uniform_fill(g0, w, 15, -0.44721359549995787, 0.44721359549995787);
+  EXPECT_EQ(w[0], -0.003348207799717784f);
+  EXPECT_EQ(w[6], -0.008860723115503788f);
 }
 
 TEST(CpuSampling, UniformDigitsForHalfAndBFloat16) {
