@@ -7,6 +7,8 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)
 find_package(nlohmann_json 3.10 REQUIRED)
+# Gzip-compressed IDX files of Fashion-MNIST (engine/data).
+find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
 
 if(TB_BUILD_TESTS)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/api/engine_api.h"
+#include "engine/api/model_api.h"
 #include "engine/api/topology_api.h"
 
 namespace {
@@ -168,6 +169,14 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   topo->add_flag("--fallback", fallback, "on a binding error, report the slot unbound and warn");
 
+  auto* model = app.add_subcommand(
+      "model", "build a model from its defaults and settings; print its config and parameters");
+  std::string model_kind;
+  std::vector<std::string> model_settings;
+  model->add_option("kind", model_kind, "mlp or qwen-tiny")->required();
+  model->add_option("--set", model_settings,
+                    "field=value over the defaults, e.g. --set d_model=256 --set hidden=[512,512]");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -182,6 +191,11 @@ int main(int argc, char** argv) {
     if (dispatch->parsed()) return cmd_dispatch(op_filter, all, matrix);
     if (devices->parsed()) return cmd_devices();
     if (topo->parsed()) return cmd_topo(topo_req, binding, slots, fallback);
+    if (model->parsed()) {
+      const auto m = tb::api::describe_model(model_kind, model_settings);
+      std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
+      return 0;
+    }
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

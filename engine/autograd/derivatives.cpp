@@ -314,6 +314,21 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
     return {ops::sub(c.grad(), mul(ops::exp(c.outputs[0]), total)), Tensor()};
   };
 
+  // ---- fused nn ops
+  // ------------------------------------------------------------------------------
+  t["rope"] = [](const GradContext& c) -> Grads {
+    // A rotation per (position, pair): its transpose is the rotation by -angle.
+    TB_CHECK_T(NotImplementedError, !c.needs[1] && !c.needs[2],
+               "[autograd] rope: gradients with respect to cos/sin are not supported (they are "
+               "constant tables; detach them)");
+    return {ops::rope(c.grad(), c.tensor(1), ops::neg(c.tensor(2))), Tensor(), Tensor()};
+  };
+  t["cross_entropy"] = [](const GradContext& c) -> Grads {
+    return {
+        ops::cross_entropy_backward(c.grad(), c.tensor(0), c.tensor(1), c.integer(2), c.real(3)),
+        Tensor(), Tensor(), Tensor()};
+  };
+
   // ---- indexing ---------------------------------------------------------------------------------
   t["index_select"] = [](const GradContext& c) -> Grads {
     const Tensor& x = c.tensor(0);

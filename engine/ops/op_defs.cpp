@@ -52,6 +52,10 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::IndexSelect>("gather", diff);
   d.define<sig::ScatterAdd>("scatter_add", diff);
 
+  d.define<sig::Ternary>("rope", diff);
+  d.define<sig::CrossEntropy>("cross_entropy", diff);
+  d.define<sig::CrossEntropyBackward>("cross_entropy_backward", plain);
+
   d.define<sig::RandomFill>("uniform_", mutates0);
   d.define<sig::RandomFill>("normal_", mutates0);
   d.define<sig::BernoulliScalar>("bernoulli_", mutates0);

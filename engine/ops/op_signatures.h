@@ -42,6 +42,9 @@ using ScatterAdd = Tensor(const Tensor&, std::int64_t, const Tensor&, const Tens
 using RandomFill = void(Tensor&, double, double, rng::Generator*);
 using BernoulliScalar = void(Tensor&, double, rng::Generator*);
 using BernoulliTensor = Tensor(const Tensor&, rng::Generator*);
+using CrossEntropy = Tensor(const Tensor&, const Tensor&, std::int64_t, double);
+using CrossEntropyBackward = Tensor(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
+                                    double);
 using Randperm = Tensor(std::int64_t, ScalarType, Device, rng::Generator*);
 
 }  // namespace tb::ops::sig

@@ -144,6 +144,22 @@ Tensor gather(const Tensor& t, std::int64_t dim, const Tensor& index);
 /// A copy of t with src added at index along dim (duplicates accumulate).
 Tensor scatter_add(const Tensor& t, std::int64_t dim, const Tensor& index, const Tensor& src);
 
+// ---- fused neural-network ops ------------------------------------------------------------------
+/// Rotary position embedding, rotate-half form (as in Llama/Qwen): x is [..., T, D] with D even,
+/// cos and sin are [T, D/2]. With x1 = x[..., :D/2], x2 = x[..., D/2:]:
+/// out = [x1·cos − x2·sin, x2·cos + x1·sin]. Differentiable in x (its gradient is rope(g, cos,
+/// −sin)); cos and sin are constants.
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+/// Mean cross-entropy of logits [N, C] against int64 class indices [N], fused (stable
+/// log-softmax + NLL, accumulated in double). Rows whose target equals ignore_index are left out
+/// of the sum and of the count; with every row ignored the result is NaN (as in PyTorch). With
+/// label smoothing ε the target distribution is (1 − ε)·one_hot + ε/C. Returns a 0-d tensor.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+/// Gradient of cross_entropy w.r.t. the logits, scaled by the 1-element `grad`.
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
+                              std::int64_t ignore_index, double label_smoothing);
+
 // ---- copies and casts ---------------------------------------------------------------------------
 /// dst := src (broadcast, converted to dst's dtype, across devices). Returns dst.
 Tensor& copy_(Tensor& dst, const Tensor& src);

@@ -210,6 +210,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (a.dim() == 2 && b.dim() == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
   if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
   if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+  if (a.dim() >= 3 && b.dim() == 2) {
+    // [..., m, k] x [k, n]: one GEMM over the folded rows (no copy of b per batch).
+    TB_CHECK(a.size(-1) == b.size(0), "[matmul] shapes ", DimVector(a.sizes()), " and ",
+             DimVector(b.sizes()), " cannot be multiplied (", a.size(-1), " != ", b.size(0), ")");
+    DimVector out_shape(a.sizes());
+    out_shape.back() = b.size(1);
+    return mm(a.reshape({-1, a.size(-1)}), b).view(out_shape.span());
+  }
   // Batched: broadcast the batch dims, fold them into one, bmm, unfold.
   const Tensor a3 = a.dim() == 1 ? a.unsqueeze(0) : a;
   const Tensor b3 = b.dim() == 1 ? b.unsqueeze(1) : b;

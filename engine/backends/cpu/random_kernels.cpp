@@ -119,6 +119,7 @@ void register_cpu_kernels(dispatch::Dispatcher& d) {
   register_linalg_kernels(d);
   register_softmax_index_kernels(d);
   register_random_kernels(d);
+  register_nn_kernels(d);
 }
 
 }  // namespace tb::cpu

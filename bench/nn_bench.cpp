@@ -1,0 +1,70 @@
+// Forward+backward time of the two reference models, to compare with PyTorch at the same
+// shapes and thread count (bench/torch_nn.py):
+//   mlp:       784-256-256-10 (ReLU), batch 128, cross-entropy
+//   qwen-tiny: d=128, 4 layers, 4 heads, T=64, B=16, vocab 256, cross-entropy
+// One iteration = forward + loss + backward + zero_grad (no optimizer step).
+// Run: nn_bench --benchmark_min_time=2 (threads: the /N argument).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/nn/models.h"
+#include "engine/ops/ops.h"
+#include "engine/rng/generator.h"
+
+namespace {
+
+using tb::core::ScalarType;
+using tb::core::Tensor;
+namespace nn = tb::nn;
+namespace ops = tb::ops;
+
+void run_steps(benchmark::State& state, nn::Model& model, const Tensor& input,
+               const Tensor& target) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(0)));
+  for (int i = 0; i < 2; ++i) {  // warm-up: caches, allocator
+    tb::autograd::backward(model.loss(model.forward(input), target));
+    model.zero_grad();
+  }
+  for (auto _ : state) {
+    const Tensor loss = model.loss(model.forward(input), target);
+    tb::autograd::backward(loss);
+    model.zero_grad();
+    benchmark::DoNotOptimize(loss.data_ptr());
+  }
+  state.counters["threads"] = static_cast<double>(state.range(0));
+}
+
+void BM_mlp_fwd_bwd(benchmark::State& state) {
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(0);
+  nn::MlpConfig cfg;  // 784-256-256-10
+  nn::Mlp model(cfg, gen.get());
+  const Tensor x = ops::randn({128, 784}, gen.get());
+  std::vector<std::int64_t> labels(128);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int64_t>(i * 7 % 10);
+  const Tensor target = tb::core::from_vector(labels);
+  run_steps(state, model, x, target);
+}
+
+void BM_qwen_tiny_fwd_bwd(benchmark::State& state) {
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(0);
+  nn::QwenTinyConfig cfg;  // d=128, 4 layers, 4 heads, context 64, vocab 256
+  nn::QwenTiny model(cfg, gen.get());
+  const Tensor u = ops::rand({16, 65}, gen.get());
+  const Tensor tokens = ops::mul(u, 255.99).to(ScalarType::Int64);
+  run_steps(state, model, tokens.narrow(1, 0, 64).contiguous(),
+            tokens.narrow(1, 1, 64).contiguous());
+}
+
+BENCHMARK(BM_mlp_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_qwen_tiny_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/nn_bench.cpp: forward + cross-entropy + backward + zero_grad of the same
+two models at the same shapes, float32 on the CPU.
+
+Run with Debian's PyTorch:  /usr/bin/python3 bench/torch_nn.py --threads 1
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, ctx):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(d, d) for _ in range(3))
+        self.o_proj = nn.Linear(d, d, bias=False)
+        inv = 10000.0 ** (-torch.arange(0, self.hd, 2, dtype=torch.float64) / self.hd)
+        ang = torch.arange(ctx, dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", ang.cos().float(), persistent=False)
+        self.register_buffer("sin", ang.sin().float(), persistent=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q = self.q_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.h, self.hd).transpose(1, 2)
+        q, k = rope(q, self.cos[:t], self.sin[:t]), rope(k, self.cos[:t], self.sin[:t])
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        p = s.masked_fill(mask, float("-inf")).softmax(-1)
+        return self.o_proj((p @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, ctx, ffn):
+        super().__init__()
+        self.attn_norm, self.mlp_norm = RMSNorm(d), RMSNorm(d)
+        self.attn = Attention(d, heads, ctx)
+        self.gate_proj = nn.Linear(d, ffn, bias=False)
+        self.up_proj = nn.Linear(d, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        h = self.mlp_norm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class QwenTiny(nn.Module):
+    def __init__(self, vocab=256, d=128, layers=4, heads=4, ctx=64, ffn=352):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(Block(d, heads, ctx, ffn) for _ in range(layers))
+        self.norm = RMSNorm(d)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.norm(h) @ self.embed.weight.t()
+
+
+def time_steps(model, x, y, seconds):
+    def step():
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    for _ in range(2):
+        step()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        n += 1
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                        nn.Linear(256, 10))
+    x = torch.randn(128, 784)
+    y = torch.arange(128) * 7 % 10
+    print(f"torch {torch.__version__} threads={a.threads}")
+    print(f"mlp_fwd_bwd        {time_steps(mlp, x, y, a.seconds):8.3f} ms")
+    q = QwenTiny()
+    tok = torch.randint(0, 256, (16, 65))
+    print(f"qwen_tiny_fwd_bwd  {time_steps(q, tok[:, :64], tok[:, 1:], a.seconds):8.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+#include "engine/nn/layers.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/init.h"
+#include "engine/ops/ops.h"
+
+namespace tb::nn {
+
+using core::DimVector;
+
+namespace {
+
+std::string shape_str(const Tensor& t) {
+  std::ostringstream os;
+  os << DimVector(t.sizes());
+  return os.str();
+}
+
+// Checks that x is defined, floating point, and has `dim` features in its last dimension.
+void check_features(const Module& m, const char* what, const Tensor& x, std::int64_t dim) {
+  TB_CHECK(x.defined(), "[nn] ", m.describe(), ": input is an undefined tensor");
+  TB_CHECK(x.dim() >= 1 && x.size(-1) == dim, "[nn] ", m.describe(), ": input of shape ",
+           shape_str(x), " has ", x.dim() == 0 ? 0 : x.size(-1),
+           " features in its last dimension, expected ", dim, " (", what, ")");
+}
+
+void check_positive(const char* layer, const char* field, std::int64_t v) {
+  TB_CHECK(v > 0, "[nn] ", layer, ": ", field, " must be positive, got ", v);
+}
+
+}  // namespace
+
+// ---- Linear -------------------------------------------------------------------------------------
+
+Linear::Linear(std::int64_t in_features, std::int64_t out_features, bool bias, rng::Generator* gen)
+    : Module("Linear"), in_(in_features), out_(out_features) {
+  check_positive("Linear", "in_features", in_features);
+  check_positive("Linear", "out_features", out_features);
+  weight_ = register_parameter("weight", ops::empty({out_, in_}));
+  init::kaiming_uniform_(weight_, std::sqrt(5.0), gen);
+  if (bias) {
+    bias_ = register_parameter("bias", ops::empty({out_}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+    init::uniform_(bias_, -bound, bound, gen);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_features(*this, "in_features", x, in_);
+  if (x.dim() == 2) {
+    return bias_.defined() ? ops::addmm(bias_, x, weight_.t()) : ops::mm(x, weight_.t());
+  }
+  // Fold leading dimensions into rows: one GEMM.
+  DimVector out_shape(x.sizes());
+  out_shape.back() = out_;
+  const Tensor rows = x.reshape({-1, in_});
+  const Tensor y =
+      bias_.defined() ? ops::addmm(bias_, rows, weight_.t()) : ops::mm(rows, weight_.t());
+  return y.view(out_shape.span());
+}
+
+std::string Linear::extra_repr() const {
+  return tb::detail::str_cat("in_features=", in_, ", out_features=", out_,
+                             ", bias=", bias_.defined() ? "true" : "false");
+}
+
+// ---- Embedding ----------------------------------------------------------------------------------
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, rng::Generator* gen)
+    : Module("Embedding"), num_(num_embeddings), dim_(embedding_dim) {
+  check_positive("Embedding", "num_embeddings", num_embeddings);
+  check_positive("Embedding", "embedding_dim", embedding_dim);
+  weight_ = register_parameter("weight", ops::empty({num_, dim_}));
+  init::normal_(weight_, 0.0, 1.0, gen);
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  TB_CHECK(indices.defined(), "[nn] ", describe(), ": input is an undefined tensor");
+  TB_CHECK_T(TypeError, indices.dtype() == core::ScalarType::Int64, "[nn] ", describe(),
+             ": indices must be int64, got ", indices.dtype());
+  const Tensor flat = indices.reshape({-1});
+  if (flat.numel() > 0 && flat.device().is_cpu()) {
+    const Tensor c = flat.contiguous();
+    const auto* p = c.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < c.numel(); ++i) {
+      TB_CHECK_T(IndexError, p[i] >= 0 && p[i] < num_, "[nn] ", describe(), ": index ", p[i],
+                 " is out of range for num_embeddings=", num_);
+    }
+  }
+  DimVector out_shape(indices.sizes());
+  out_shape.push_back(dim_);
+  return ops::index_select(weight_, 0, flat).view(out_shape.span());
+}
+
+std::string Embedding::extra_repr() const {
+  return tb::detail::str_cat("num_embeddings=", num_, ", embedding_dim=", dim_);
+}
+
+// ---- norms --------------------------------------------------------------------------------------
+
+LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine)
+    : Module("LayerNorm"), dim_(dim), eps_(eps) {
+  check_positive("LayerNorm", "dim", dim);
+  TB_CHECK(eps > 0, "[nn] LayerNorm: eps must be positive, got ", eps);
+  if (affine) {
+    weight_ = register_parameter("weight", ops::ones({dim_}));
+    bias_ = register_parameter("bias", ops::zeros({dim_}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_features(*this, "normalized dim", x, dim_);
+  const Tensor mu = ops::mean(x, {-1}, true);
+  const Tensor centered = ops::sub(x, mu);
+  const Tensor var = ops::mean(ops::square(centered), {-1}, true);
+  Tensor y = ops::mul(centered, ops::rsqrt(ops::add(var, eps_)));
+  if (weight_.defined()) y = ops::add(ops::mul(y, weight_), bias_);
+  return y;
+}
+
+std::string LayerNorm::extra_repr() const {
+  return tb::detail::str_cat("dim=", dim_, ", eps=", eps_);
+}
+
+RMSNorm::RMSNorm(std::int64_t dim, double eps) : Module("RMSNorm"), dim_(dim), eps_(eps) {
+  check_positive("RMSNorm", "dim", dim);
+  TB_CHECK(eps > 0, "[nn] RMSNorm: eps must be positive, got ", eps);
+  weight_ = register_parameter("weight", ops::ones({dim_}));
+}
+
+Tensor RMSNorm::forward(const Tensor& x) {
+  check_features(*this, "normalized dim", x, dim_);
+  const Tensor ms = ops::mean(ops::square(x), {-1}, true);
+  return ops::mul(ops::mul(x, ops::rsqrt(ops::add(ms, eps_))), weight_);
+}
+
+std::string RMSNorm::extra_repr() const {
+  return tb::detail::str_cat("dim=", dim_, ", eps=", eps_);
+}
+
+// ---- Dropout ------------------------------------------------------------------------------------
+
+Dropout::Dropout(double p, rng::Generator* gen) : Module("Dropout"), p_(p), gen_(gen) {
+  TB_CHECK(p >= 0.0 && p <= 1.0, "[nn] Dropout: p must be in [0, 1], got ", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0.0) return x;
+  if (p_ == 1.0) return ops::mul(x, 0.0);
+  Tensor mask = ops::empty(x.sizes(), x.dtype(), x.device());
+  {
+    autograd::NoGradGuard no_grad;
+    ops::bernoulli_(mask, 1.0 - p_, gen_);
+  }
+  return ops::mul(x, ops::mul(mask, 1.0 / (1.0 - p_)));
+}
+
+std::string Dropout::extra_repr() const {
+  return tb::detail::str_cat("p=", p_);
+}
+
+// ---- activations --------------------------------------------------------------------------------
+
+ActivationKind parse_activation(const std::string& name) {
+  if (name == "relu") return ActivationKind::ReLU;
+  if (name == "gelu") return ActivationKind::GELU;
+  if (name == "silu") return ActivationKind::SiLU;
+  if (name == "tanh") return ActivationKind::Tanh;
+  throw ValueError("[nn] unknown activation '" + name + "' (choose relu, gelu, silu or tanh)");
+}
+
+const char* activation_name(ActivationKind kind) {
+  switch (kind) {
+    case ActivationKind::ReLU:
+      return "relu";
+    case ActivationKind::GELU:
+      return "gelu";
+    case ActivationKind::SiLU:
+      return "silu";
+    case ActivationKind::Tanh:
+      return "tanh";
+  }
+  return "?";
+}
+
+namespace {
+const char* activation_type(ActivationKind kind) {
+  switch (kind) {
+    case ActivationKind::ReLU:
+      return "ReLU";
+    case ActivationKind::GELU:
+      return "GELU";
+    case ActivationKind::SiLU:
+      return "SiLU";
+    case ActivationKind::Tanh:
+      return "Tanh";
+  }
+  return "?";
+}
+}  // namespace
+
+Activation::Activation(ActivationKind kind) : Module(activation_type(kind)), kind_(kind) {}
+
+Tensor Activation::forward(const Tensor& x) {
+  switch (kind_) {
+    case ActivationKind::ReLU:
+      return ops::relu(x);
+    case ActivationKind::GELU:
+      return ops::gelu(x);
+    case ActivationKind::SiLU:
+      return ops::silu(x);
+    case ActivationKind::Tanh:
+      return ops::tanh(x);
+  }
+  return x;
+}
+
+// ---- losses -------------------------------------------------------------------------------------
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index,
+                     double label_smoothing) {
+  TB_CHECK(logits.defined() && target.defined(), "[cross_entropy] undefined input or target");
+  TB_CHECK(logits.dim() >= 1 && target.dim() == logits.dim() - 1,
+           "[cross_entropy] logits of shape ", shape_str(logits), " and target of shape ",
+           shape_str(target),
+           " do not match (target must be logits' shape without the class "
+           "dimension)");
+  for (std::int64_t d = 0; d < target.dim(); ++d) {
+    TB_CHECK(target.size(d) == logits.size(d), "[cross_entropy] logits of shape ",
+             shape_str(logits), " and target of shape ", shape_str(target), " differ in dimension ",
+             d);
+  }
+  const std::int64_t c = logits.size(-1);
+  return ops::cross_entropy(logits.reshape({-1, c}), target.reshape({-1}), ignore_index,
+                            label_smoothing);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target) {
+  TB_CHECK(input.defined() && target.defined(), "[mse_loss] undefined input or target");
+  TB_CHECK(DimVector(input.sizes()) == DimVector(target.sizes()), "[mse_loss] input of shape ",
+           shape_str(input), " and target of shape ", shape_str(target), " differ");
+  return ops::mean(ops::square(ops::sub(input, target)));
+}
+
+}  // namespace tb::nn

@@ -1,0 +1,149 @@
+// Basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout and activations. Initialisation
+// follows PyTorch's defaults and draws from the generator passed in (null = default generator).
+// Shape errors name the layer (type and path) and the numbers involved.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/nn/module.h"
+
+namespace tb::rng {
+class Generator;
+}
+
+namespace tb::nn {
+
+/// y = x·Wᵀ + b over the last dimension. weight [out, in]: Kaiming-uniform (a = √5); bias [out]:
+/// U(−1/√in, 1/√in) — torch.nn.Linear's initialisation, draw for draw.
+class Linear : public Module {
+ public:
+  /// A layer in_features -> out_features.
+  Linear(std::int64_t in_features, std::int64_t out_features, bool bias = true,
+         rng::Generator* gen = nullptr);
+  /// x [..., in] -> [..., out].
+  Tensor forward(const Tensor& x) override;
+  /// The weight [out, in].
+  const Tensor& weight() const { return weight_; }
+  /// The bias [out] (undefined without bias).
+  const Tensor& bias() const { return bias_; }
+  /// in_features.
+  std::int64_t in_features() const { return in_; }
+  /// out_features.
+  std::int64_t out_features() const { return out_; }
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t in_;
+  std::int64_t out_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+/// A lookup table: int64 indices [...] -> rows [..., dim]. weight ~ N(0, 1) (PyTorch's default).
+class Embedding : public Module {
+ public:
+  /// num_embeddings rows of size embedding_dim.
+  Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, rng::Generator* gen = nullptr);
+  /// Rows of the table for each index; an index outside [0, num_embeddings) is an IndexError
+  /// naming the layer.
+  Tensor forward(const Tensor& indices) override;
+  /// The table [num_embeddings, embedding_dim].
+  const Tensor& weight() const { return weight_; }
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t num_;
+  std::int64_t dim_;
+  Tensor weight_;
+};
+
+/// Layer normalisation over the last dimension: (x − mean)/√(var + eps)·weight + bias, with the
+/// biased variance; weight = 1, bias = 0 initially.
+class LayerNorm : public Module {
+ public:
+  /// Normalises vectors of size `dim`.
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
+  /// x [..., dim] -> same shape.
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t dim_;
+  double eps_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+/// Root-mean-square normalisation: x/√(mean(x²) + eps)·weight (weight = 1 initially).
+class RMSNorm : public Module {
+ public:
+  /// Normalises vectors of size `dim`.
+  explicit RMSNorm(std::int64_t dim, double eps = 1e-6);
+  /// x [..., dim] -> same shape.
+  Tensor forward(const Tensor& x) override;
+  /// The scale [dim].
+  const Tensor& weight() const { return weight_; }
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t dim_;
+  double eps_;
+  Tensor weight_;
+};
+
+/// In training, zeroes each element with probability p (mask drawn from `gen`, null = default
+/// generator) and scales the rest by 1/(1 − p); the identity in eval mode or for p = 0.
+class Dropout : public Module {
+ public:
+  /// p in [0, 1].
+  explicit Dropout(double p = 0.5, rng::Generator* gen = nullptr);
+  /// The generator masks are drawn from (not owned; must outlive the layer).
+  void set_generator(rng::Generator* gen) { gen_ = gen; }
+  /// See the class comment.
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  double p_;
+  rng::Generator* gen_;
+};
+
+/// Elementwise activation functions by name.
+enum class ActivationKind { ReLU, GELU, SiLU, Tanh };
+
+/// Parses "relu", "gelu", "silu" or "tanh"; anything else is a tb::ValueError listing them.
+ActivationKind parse_activation(const std::string& name);
+/// The lower-case name parse_activation() accepts.
+const char* activation_name(ActivationKind kind);
+
+/// An activation as a module (no parameters): ReLU, GELU (erf form), SiLU or Tanh.
+class Activation : public Module {
+ public:
+  /// The activation `kind`.
+  explicit Activation(ActivationKind kind);
+  /// f(x) elementwise.
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  ActivationKind kind_;
+};
+
+/// Mean cross-entropy of logits [..., C] against int64 targets [...] (flattened to [N, C]):
+/// fused, stable for large logits, with ignore_index and label smoothing (see ops::cross_entropy).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index = -100,
+                     double label_smoothing = 0.0);
+/// Mean squared error mean((a − b)²) (shapes must match).
+Tensor mse_loss(const Tensor& input, const Tensor& target);
+
+}  // namespace tb::nn
