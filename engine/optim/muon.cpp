@@ -1,0 +1,169 @@
+#include "engine/optim/muon.h"
+
+#include <cmath>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/ops/ops.h"
+
+namespace tb::optim {
+
+using core::DimVector;
+using core::ScalarType;
+
+namespace {
+
+// Polar Express (arXiv 2505.16932, degree 5): per-iteration (a, b, c); the paper divides all
+// but the last by (1.01, 1.01^3, 1.01^5) for bf16 safety; the last repeats afterwards.
+constexpr double kPolarExpress[][3] = {
+    {8.28721201814563, -23.595886519098837, 17.300387312530933},
+    {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
+    {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
+    {3.3184196573706015, -2.488488024314874, 0.51004894012372},
+    {2.300652019954817, -1.6689039845747493, 0.4188073119525673},
+    {1.891301407787398, -1.2679958271945868, 0.37680408948524835},
+    {1.8750014808534479, -1.2500016453999487, 0.3750001645474248},
+    {1.875, -1.25, 0.375},
+};
+constexpr int kPolarExpressCount = sizeof(kPolarExpress) / sizeof(kPolarExpress[0]);
+
+// torch.lerp's two-sided formula (exact at both ends).
+Tensor lerp(const Tensor& start, const Tensor& end, double w) {
+  if (w < 0.5) return ops::add(start, ops::sub(end, start), w);
+  return ops::add(end, ops::sub(end, start), -(1.0 - w));
+}
+
+}  // namespace
+
+std::array<double, 3> ns_coefficients(const std::string& schedule, int i,
+                                      const std::array<double, 3>& constant) {
+  if (schedule == "default" || schedule.empty()) return constant;
+  if (schedule == "polar_express") {
+    if (i >= kPolarExpressCount - 1) {
+      const auto& c = kPolarExpress[kPolarExpressCount - 1];
+      return {c[0], c[1], c[2]};
+    }
+    const auto& c = kPolarExpress[i];
+    const double s = 1.01;
+    return {c[0] / s, c[1] / (s * s * s), c[2] / (s * s * s * s * s)};
+  }
+  throw ValueError("[muon] unknown Newton-Schulz coefficient schedule '" + schedule +
+                   "' (choose default or polar_express)");
+}
+
+Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& o) {
+  TB_CHECK(o.steps < 100, "Number of steps must be less than 100 for computational efficiency");
+  TB_CHECK(o.steps >= 0, "[muon] ns_steps must be >= 0, got ", o.steps);
+  TB_CHECK(g.defined() && g.dim() == 2, "Input tensor gradient must be a 2D matrix");
+  ScalarType dt =
+      o.dtype.value_or(g.device().is_cpu() ? ScalarType::Float32 : ScalarType::BFloat16);
+  TB_CHECK(dt == ScalarType::BFloat16 || dt == ScalarType::Float32 || dt == ScalarType::Float64,
+           "[muon] Newton-Schulz runs in bfloat16, float32 or float64, got ", dt);
+  Tensor x = g.to(dt);
+  const bool transposed = g.size(0) > g.size(1);
+  if (transposed) x = x.t();
+  x = x.contiguous();
+  // X / clamp(||X||_F, eps)
+  const double norm = ops::norm(x).item();
+  x = ops::div(x, std::max(norm, o.eps));
+  for (int i = 0; i < o.steps; ++i) {
+    const auto [a, b, c] = ns_coefficients(o.schedule, i, o.coefficients);
+    Tensor bm;
+    if (o.symmetric) {
+      const Tensor gram = ops::syrk(x);            // A = X·Xᵀ
+      bm = ops::add(ops::syrk(gram, c), gram, b);  // B = c·A·A + b·A (A symmetric: A·A = A·Aᵀ)
+    } else {
+      const Tensor gram = ops::mm(x, x.t());
+      bm = ops::addmm(gram, gram, gram, b, c);
+    }
+    x = ops::addmm(x, bm, x, a, 1.0);  // X = a·X + B·X
+  }
+  return transposed ? x.t().contiguous() : x;
+}
+
+double muon_adjusted_lr(double lr, const std::string& fn, std::int64_t rows, std::int64_t cols) {
+  const auto a = static_cast<double>(rows);
+  const auto b = static_cast<double>(cols);
+  if (fn.empty() || fn == "original") return lr * std::sqrt(std::max(1.0, a / b));
+  if (fn == "match_rms_adamw") return lr * 0.2 * std::sqrt(std::max(a, b));
+  return lr;
+}
+
+namespace {
+HyperMap muon_defaults(const MuonOptions& o) {
+  return {{"lr", o.lr},
+          {"weight_decay", o.weight_decay},
+          {"momentum", o.momentum},
+          {"nesterov", o.nesterov},
+          {"adjust_lr_fn", o.adjust_lr_fn},
+          {"ns_a", o.ns.coefficients[0]},
+          {"ns_b", o.ns.coefficients[1]},
+          {"ns_c", o.ns.coefficients[2]},
+          {"ns_steps", static_cast<double>(o.ns.steps)},
+          {"eps", o.ns.eps},
+          {"ns_schedule", o.ns.schedule}};
+}
+}  // namespace
+
+Muon::Muon(std::vector<Tensor> params, const MuonOptions& options)
+    : Muon(single_group(std::move(params)), options) {}
+
+Muon::Muon(std::vector<ParamGroup> groups, const MuonOptions& options)
+    : Optimizer("Muon", muon_defaults(options)), ns_(options.ns) {
+  for (auto& g : groups)
+    add_param_group(std::move(g));
+}
+
+void Muon::validate_group(const ParamGroup& g) const {
+  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
+    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
+  }
+  const double lr = g.number("lr");
+  TB_CHECK(lr >= 0.0, "Learning rate should be >= 0 but is: ", lr);
+  TB_CHECK(g.number("momentum") >= 0.0, "momentum should be >= 0 but is: ", g.number("momentum"));
+  TB_CHECK(g.number("weight_decay") >= 0.0,
+           "weight decay should be >= 0 but is: ", g.number("weight_decay"));
+  const std::string& fn = g.text("adjust_lr_fn");
+  TB_CHECK(fn.empty() || fn == "original" || fn == "match_rms_adamw",
+           "Adjust learning rate function ", fn, " is not supported");
+  ns_coefficients(g.text("ns_schedule"), 0, {0, 0, 0});  // validates the name
+  for (const auto& p : g.params) {
+    TB_CHECK(p.dim() == 2,
+             "Muon only supports 2D parameters whereas we found a parameter with size: ",
+             DimVector(p.sizes()));
+  }
+}
+
+void Muon::step() {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const double lr = group.number("lr");
+    const double wd = group.number("weight_decay");
+    const double mu = group.number("momentum");
+    const bool nesterov = group.flag("nesterov");
+    const std::string& fn = group.text("adjust_lr_fn");
+    NewtonSchulzOptions ns = ns_;
+    ns.coefficients = {group.number("ns_a"), group.number("ns_b"), group.number("ns_c")};
+    ns.steps = static_cast<int>(group.number("ns_steps"));
+    ns.eps = group.number("eps");
+    ns.schedule = group.text("ns_schedule");
+    for (auto& p : group.params) {
+      Tensor grad = autograd::grad(p);
+      if (!grad.defined()) continue;
+      TB_CHECK(grad.dim() == 2, "Param gradient must be a 2D matrix");
+      ParamState& st = state(p);
+      auto it = st.find("momentum_buffer");
+      if (it == st.end()) it = st.emplace("momentum_buffer", ops::zeros_like(grad)).first;
+      Tensor& buf = it->second;
+      buf.copy_(lerp(buf, grad, 1.0 - mu));                   // buf = mu·buf + (1 − mu)·g
+      const Tensor u = nesterov ? lerp(grad, buf, mu) : buf;  // (1 − mu)·g + mu·buf
+      const Tensor o = newton_schulz(u, ns);
+      const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.size(1));
+      if (wd != 0.0) ops::mul_(p, 1.0 - lr * wd);
+      ops::add_(p, o.to(p.dtype()), -adjusted);
+    }
+  }
+  count_step();
+}
+
+}  // namespace tb::optim

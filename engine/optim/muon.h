@@ -1,0 +1,75 @@
+// Muon (spec §1): momentum as an exponential average with Nesterov, Newton–Schulz
+// orthogonalisation of the update, decoupled weight decay with the unadjusted LR, and the
+// `original` / `match_rms_adamw` LR adjustments. 2-D parameters only.
+//
+// Newton–Schulz runs in a selectable precision (bf16 — the reference's choice, and the default
+// where the device has fast bf16 GEMMs —, fp32, or fp64 for verification) and in two forms:
+// the symmetric/fused one (X·Xᵀ and A·A as SYRK, a·X folded into the GEMM's beta) and the
+// plain-GEMM one, for comparison. Per-iteration coefficient schedules are selectable by name.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/core/scalar_type.h"
+#include "engine/optim/optimizer.h"
+
+namespace tb::optim {
+
+/// Newton–Schulz settings.
+struct NewtonSchulzOptions {
+  std::array<double, 3> coefficients = {3.4445, -4.7750, 2.0315};  ///< (a, b, c) of every step
+  int steps = 5;                                                   ///< iterations (< 100)
+  double eps = 1e-7;  ///< the norm is clamped to at least eps
+  /// "default" (the constant coefficients above) or "polar_express" (Amsel et al. 2025:
+  /// per-iteration coefficients with safety factor 1.01, the last one repeating).
+  std::string schedule = "default";
+  /// Working precision: BFloat16, Float32 or Float64; unset = automatic (bf16 on CUDA,
+  /// fp32 on the CPU, whose bf16 GEMM is not fast).
+  std::optional<core::ScalarType> dtype;
+  bool symmetric = true;  ///< SYRK for X·Xᵀ and A·A (false: plain GEMMs)
+};
+
+/// Orthogonalises the 2-D `g` (spec §1.3) and returns the result in the working dtype.
+Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& options = {});
+
+/// The (a, b, c) of iteration `i` (0-based) of a named schedule; throws tb::ValueError for an
+/// unknown name, listing the known ones.
+std::array<double, 3> ns_coefficients(const std::string& schedule, int i,
+                                      const std::array<double, 3>& constant);
+
+/// Spec §1.4: lr·√max(1, rows/cols) ("original", also for ""), lr·0.2·√max(rows, cols)
+/// ("match_rms_adamw").
+double muon_adjusted_lr(double lr, const std::string& adjust_lr_fn, std::int64_t rows,
+                        std::int64_t cols);
+
+/// Muon options (PyTorch's defaults; note the non-zero weight decay).
+struct MuonOptions {
+  double lr = 1e-3;                       ///< learning rate (>= 0)
+  double weight_decay = 0.1;              ///< decoupled, with the unadjusted lr (>= 0)
+  double momentum = 0.95;                 ///< EMA factor (>= 0)
+  bool nesterov = true;                   ///< Nesterov-style update input
+  std::string adjust_lr_fn = "original";  ///< "original" or "match_rms_adamw"
+  NewtonSchulzOptions ns;                 ///< orthogonalisation settings
+};
+
+/// The Muon optimizer. Group keys: lr, weight_decay, momentum, nesterov, adjust_lr_fn, ns_a,
+/// ns_b, ns_c, ns_steps, eps, ns_schedule. State: "momentum_buffer".
+class Muon : public Optimizer {
+ public:
+  /// One group holding `params` (each must be 2-D).
+  Muon(std::vector<Tensor> params, const MuonOptions& options = {});
+  /// Groups given explicitly.
+  Muon(std::vector<ParamGroup> groups, const MuonOptions& options = {});
+  void step() override;
+
+ protected:
+  void validate_group(const ParamGroup& group) const override;
+
+ private:
+  NewtonSchulzOptions ns_;
+};
+
+}  // namespace tb::optim

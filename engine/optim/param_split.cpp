@@ -1,0 +1,100 @@
+#include "engine/optim/param_split.h"
+
+#include <iomanip>
+#include <sstream>
+
+#include "engine/core/error.h"
+
+namespace tb::optim {
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  // Iterative wildcard match with backtracking to the last '*'.
+  std::size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride>& overrides) {
+  for (const auto& [pattern, opt] : overrides) {
+    TB_CHECK(opt == "muon" || opt == "adamw", "parameter split: override '", pattern, "' names '",
+             opt, "'; choose muon or adamw");
+  }
+  const auto params = model.named_parameters();
+  // The output head: "lm_head" by name; in a model without an embedding table (an mlp) the
+  // last 2-D parameter. With an embedding and no lm_head the head is tied to the embedding.
+  std::string last_2d;
+  bool has_embedding = false;
+  for (const auto& [name, t] : params) {
+    if (t.dim() == 2) last_2d = name;
+    has_embedding |= name.find("embed") != std::string::npos;
+  }
+  if (has_embedding) last_2d.clear();
+  ParamSplit out;
+  for (const auto& [name, t] : params) {
+    SplitRow row;
+    row.name = name;
+    row.shape.assign(t.sizes().begin(), t.sizes().end());
+    if (t.dim() != 2) {
+      row.optimizer = "adamw";
+      row.reason = std::to_string(t.dim()) + "-D";
+    } else if (name.find("embed") != std::string::npos) {
+      row.optimizer = "adamw";
+      row.reason = "embedding";
+    } else if (name.find("lm_head") != std::string::npos || name == last_2d) {
+      row.optimizer = "adamw";
+      row.reason = "output head";
+    } else {
+      row.optimizer = "muon";
+      row.reason = "2-D hidden matrix";
+    }
+    for (const auto& [pattern, opt] : overrides) {
+      if (!glob_match(pattern, name)) continue;
+      TB_CHECK(opt != "muon" || t.dim() == 2, "parameter split: override '", pattern, "' sends '",
+               name, "' to muon, but Muon only supports 2-D parameters (shape ",
+               core::DimVector(t.sizes()), ")");
+      row.optimizer = opt;
+      row.reason = "override '" + pattern + "'";
+    }
+    (row.optimizer == "muon" ? out.muon : out.adamw).emplace_back(name, t);
+    out.table.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::string ParamSplit::str() const {
+  std::size_t w = 4;
+  for (const auto& r : table)
+    w = std::max(w, r.name.size());
+  std::ostringstream os;
+  std::int64_t n_muon = 0, n_adamw = 0;
+  for (const auto& r : table) {
+    std::ostringstream shape;
+    shape << core::DimVector(core::IntList(r.shape.data(), r.shape.size()));
+    std::int64_t numel = 1;
+    for (auto s : r.shape)
+      numel *= s;
+    (r.optimizer == "muon" ? n_muon : n_adamw) += numel;
+    os << std::left << std::setw(static_cast<int>(w) + 2) << r.name << std::setw(14) << shape.str()
+       << std::setw(7) << r.optimizer << r.reason << "\n";
+  }
+  os << "muon: " << muon.size() << " tensors, " << n_muon << " elements; adamw: " << adamw.size()
+     << " tensors, " << n_adamw << " elements\n";
+  return os.str();
+}
+
+}  // namespace tb::optim

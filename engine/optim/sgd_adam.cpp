@@ -1,0 +1,341 @@
+#include "engine/optim/sgd_adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/autograd/autograd.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/error.h"
+#include "engine/ops/ops.h"
+
+namespace tb::optim {
+
+using core::ScalarType;
+
+namespace {
+
+// Gradient of p, converted to p's dtype when it differs.
+Tensor grad_of(const Tensor& p) {
+  Tensor g = autograd::grad(p);
+  if (g.defined() && g.dtype() != p.dtype()) g = g.to(p.dtype());
+  return g;
+}
+
+bool fast_path(const std::vector<Tensor>& ts) {
+  for (const auto& t : ts) {
+    if (!t.device().is_cpu() || !t.is_contiguous() ||
+        (t.dtype() != ScalarType::Float32 && t.dtype() != ScalarType::Float64)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Runs body(tensor index, begin, end) over the elements of a list of tensors in one parallel
+// loop (the "multi-tensor" pass): chunks may span tensor boundaries.
+template <typename Body>
+void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
+  std::vector<std::int64_t> start(sizes.size() + 1, 0);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    start[i + 1] = start[i] + sizes[i];
+  cpu::parallel_for(0, start.back(), 16384, [&](std::int64_t b, std::int64_t e) {
+    auto it = std::upper_bound(start.begin(), start.end(), b);
+    std::size_t i = static_cast<std::size_t>(it - start.begin()) - 1;
+    while (b < e) {
+      while (start[i + 1] <= b)
+        ++i;
+      const std::int64_t end = std::min(e, start[i + 1]);
+      body(i, b - start[i], end - start[i]);
+      b = end;
+    }
+  });
+}
+
+Tensor& assign(Tensor& dst, const Tensor& src) {
+  return dst.copy_(src);
+}
+
+}  // namespace
+
+// ---- SGD ----------------------------------------------------------------------------------------
+
+namespace {
+HyperMap sgd_defaults(const SgdOptions& o) {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov},
+          {"maximize", o.maximize}};
+}
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, const SgdOptions& options)
+    : SGD(single_group(std::move(params)), options) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, const SgdOptions& options)
+    : Optimizer("SGD", sgd_defaults(options)) {
+  for (auto& g : groups)
+    add_param_group(std::move(g));
+}
+
+void SGD::validate_group(const ParamGroup& g) const {
+  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
+    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
+  }
+  const double lr = g.number("lr");
+  TB_CHECK(lr >= 0.0, "Invalid learning rate: ", lr);
+  TB_CHECK(g.number("momentum") >= 0.0, "Invalid momentum value: ", g.number("momentum"));
+  TB_CHECK(g.number("weight_decay") >= 0.0,
+           "Invalid weight_decay value: ", g.number("weight_decay"));
+  TB_CHECK(!g.flag("nesterov") || (g.number("momentum") > 0 && g.number("dampening") == 0),
+           "Nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::step() {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const double lr = group.number("lr");
+    const double mu = group.number("momentum");
+    const double damp = group.number("dampening");
+    const double wd = group.number("weight_decay");
+    const bool nesterov = group.flag("nesterov");
+    const bool maximize = group.flag("maximize");
+    std::vector<Tensor> ps, gs, bufs;
+    std::vector<bool> fresh;
+    for (const auto& p : group.params) {
+      Tensor g = grad_of(p);
+      if (!g.defined()) continue;
+      ps.push_back(p);
+      gs.push_back(g.contiguous());
+      if (mu != 0.0) {
+        ParamState& st = state(p);
+        auto it = st.find("momentum_buffer");
+        fresh.push_back(it == st.end());
+        if (it == st.end()) it = st.emplace("momentum_buffer", ops::empty_like(p)).first;
+        bufs.push_back(it->second);
+      }
+    }
+    if (ps.empty()) continue;
+    std::vector<Tensor> all = ps;
+    all.insert(all.end(), gs.begin(), gs.end());
+    all.insert(all.end(), bufs.begin(), bufs.end());
+    if (fast_path(all)) {
+      std::vector<std::int64_t> sizes;
+      for (const auto& p : ps)
+        sizes.push_back(p.numel());
+      const bool dbl = ps[0].dtype() == ScalarType::Float64;
+      auto run = [&](auto zero) {
+        using T = decltype(zero);
+        for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+          T* p = ps[i].data_ptr<T>();
+          const T* g = gs[i].data_ptr<T>();
+          T* buf = mu != 0.0 ? bufs[i].data_ptr<T>() : nullptr;
+          const bool first = mu != 0.0 && fresh[i];
+          for (std::int64_t k = b; k < e; ++k) {
+            T d = maximize ? -g[k] : g[k];
+            if (wd != 0.0) d = d + static_cast<T>(wd) * p[k];
+            if (mu != 0.0) {
+              buf[k] = first ? d : static_cast<T>(mu) * buf[k] + static_cast<T>(1.0 - damp) * d;
+              d = nesterov ? d + static_cast<T>(mu) * buf[k] : buf[k];
+            }
+            p[k] = p[k] + static_cast<T>(-lr) * d;
+          }
+        });
+      };
+      bool mixed = false;
+      for (const auto& t : all)
+        mixed |= t.dtype() != ps[0].dtype();
+      if (!mixed) {
+        if (dbl) {
+          run(0.0);
+        } else {
+          run(0.0f);
+        }
+        continue;
+      }
+    }
+    // Any device or dtype: the same math as engine ops.
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      Tensor d = maximize ? ops::neg(gs[i]) : gs[i];
+      if (wd != 0.0) d = ops::add(d, ops::mul(ps[i], wd));
+      if (mu != 0.0) {
+        if (fresh[i]) {
+          assign(bufs[i], d);
+        } else {
+          assign(bufs[i], ops::add(ops::mul(bufs[i], mu), ops::mul(d, 1.0 - damp)));
+        }
+        d = nesterov ? ops::add(d, ops::mul(bufs[i], mu)) : bufs[i];
+      }
+      ops::add_(ps[i], d, -lr);
+    }
+  }
+  count_step();
+}
+
+// ---- Adam / AdamW -------------------------------------------------------------------------------
+
+namespace {
+HyperMap adam_defaults(const AdamOptions& o, bool decoupled) {
+  return {{"lr", o.lr},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad},
+          {"maximize", o.maximize},
+          {"decoupled_weight_decay", decoupled}};
+}
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled)
+    : Adam(decoupled ? "AdamW" : "Adam", single_group(std::move(params)), options, decoupled) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled)
+    : Adam(decoupled ? "AdamW" : "Adam", std::move(groups), options, decoupled) {}
+
+Adam::Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& options,
+           bool decoupled)
+    : Optimizer(std::move(name), adam_defaults(options, decoupled)) {
+  for (auto& g : groups)
+    add_param_group(std::move(g));
+}
+
+void Adam::validate_group(const ParamGroup& g) const {
+  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
+    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
+  }
+  const double lr = g.number("lr");
+  TB_CHECK(lr >= 0.0, "Invalid learning rate: ", lr);
+  TB_CHECK(g.number("eps") >= 0.0, "Invalid epsilon value: ", g.number("eps"));
+  const double b1 = g.number("beta1");
+  const double b2 = g.number("beta2");
+  TB_CHECK(b1 >= 0.0 && b1 < 1.0, "Invalid beta parameter at index 0: ", b1);
+  TB_CHECK(b2 >= 0.0 && b2 < 1.0, "Invalid beta parameter at index 1: ", b2);
+  TB_CHECK(g.number("weight_decay") >= 0.0,
+           "Invalid weight_decay value: ", g.number("weight_decay"));
+}
+
+void Adam::step() {
+  autograd::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const double lr = group.number("lr");
+    const double b1 = group.number("beta1");
+    const double b2 = group.number("beta2");
+    const double eps = group.number("eps");
+    const double wd = group.number("weight_decay");
+    const bool amsgrad = group.flag("amsgrad");
+    const bool maximize = group.flag("maximize");
+    const bool decoupled = group.flag("decoupled_weight_decay");
+    std::vector<Tensor> ps, gs, ms, vs, vmaxs;
+    std::vector<double> step_size, bc2_sqrt;
+    for (const auto& p : group.params) {
+      Tensor g = grad_of(p);
+      if (!g.defined()) continue;
+      ParamState& st = state(p);
+      if (st.empty()) {
+        st.emplace("step", ops::zeros({}, ScalarType::Float32));
+        st.emplace("exp_avg", ops::zeros_like(p));
+        st.emplace("exp_avg_sq", ops::zeros_like(p));
+        if (amsgrad) st.emplace("max_exp_avg_sq", ops::zeros_like(p));
+      }
+      if (amsgrad && !st.count("max_exp_avg_sq")) st.emplace("max_exp_avg_sq", ops::zeros_like(p));
+      Tensor& step_t = st.at("step");
+      const double t = step_t.item() + 1.0;
+      step_t.fill_(t);  // a host scalar: no device synchronisation
+      ps.push_back(p);
+      gs.push_back(g.contiguous());
+      ms.push_back(st.at("exp_avg"));
+      vs.push_back(st.at("exp_avg_sq"));
+      if (amsgrad) vmaxs.push_back(st.at("max_exp_avg_sq"));
+      step_size.push_back(lr / (1.0 - std::pow(b1, t)));
+      bc2_sqrt.push_back(std::sqrt(1.0 - std::pow(b2, t)));
+    }
+    if (ps.empty()) continue;
+    std::vector<Tensor> all = ps;
+    for (auto* v : {&gs, &ms, &vs, &vmaxs})
+      all.insert(all.end(), v->begin(), v->end());
+    bool same_dtype = true;
+    for (const auto& t : all)
+      same_dtype &= t.dtype() == ps[0].dtype();
+    if (fast_path(all) && same_dtype) {
+      std::vector<std::int64_t> sizes;
+      for (const auto& p : ps)
+        sizes.push_back(p.numel());
+      auto run = [&](auto zero) {
+        using T = decltype(zero);
+        for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+          T* p = ps[i].data_ptr<T>();
+          const T* g = gs[i].data_ptr<T>();
+          T* m = ms[i].data_ptr<T>();
+          T* v = vs[i].data_ptr<T>();
+          T* vmax = amsgrad ? vmaxs[i].data_ptr<T>() : nullptr;
+          const T decay = static_cast<T>(1.0 - lr * wd);
+          const T one_minus_b1 = static_cast<T>(1.0 - b1);
+          const T one_minus_b2 = static_cast<T>(1.0 - b2);
+          const T bc2s = static_cast<T>(bc2_sqrt[i]);
+          const T neg_step = static_cast<T>(-step_size[i]);
+          for (std::int64_t k = b; k < e; ++k) {
+            T d = maximize ? -g[k] : g[k];
+            if (wd != 0.0) {
+              if (decoupled) {
+                p[k] = p[k] * decay;
+              } else {
+                d = d + static_cast<T>(wd) * p[k];
+              }
+            }
+            m[k] = m[k] + one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
+            v[k] = v[k] * static_cast<T>(b2) + one_minus_b2 * d * d;
+            T second = v[k];
+            if (amsgrad) {
+              vmax[k] = std::max(vmax[k], v[k]);
+              second = vmax[k];
+            }
+            const T denom = std::sqrt(second) / bc2s + static_cast<T>(eps);
+            p[k] = p[k] + neg_step * (m[k] / denom);
+          }
+        });
+      };
+      if (ps[0].dtype() == ScalarType::Float64) {
+        run(0.0);
+      } else {
+        run(0.0f);
+      }
+      continue;
+    }
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      Tensor d = maximize ? ops::neg(gs[i]) : gs[i];
+      if (wd != 0.0) {
+        if (decoupled) {
+          assign(ps[i], ops::mul(ps[i], 1.0 - lr * wd));
+        } else {
+          d = ops::add(d, ops::mul(ps[i], wd));
+        }
+      }
+      assign(ms[i], ops::add(ms[i], ops::mul(ops::sub(d, ms[i]), 1.0 - b1)));
+      assign(vs[i], ops::add(ops::mul(vs[i], b2), ops::mul(ops::mul(d, d), 1.0 - b2)));
+      Tensor second = vs[i];
+      if (amsgrad) {
+        assign(vmaxs[i], ops::maximum(vmaxs[i], vs[i]));
+        second = vmaxs[i];
+      }
+      const Tensor denom = ops::add(ops::div(ops::sqrt(second), bc2_sqrt[i]), eps);
+      ops::add_(ps[i], ops::div(ms[i], denom), -step_size[i]);
+    }
+  }
+  count_step();
+}
+
+AdamOptions AdamW::default_options() {
+  AdamOptions o;
+  o.weight_decay = 1e-2;
+  return o;
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam("AdamW", single_group(std::move(params)), options, true) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options)
+    : Adam("AdamW", std::move(groups), options, true) {}
+
+}  // namespace tb::optim

@@ -1,0 +1,501 @@
+// Optimizers (spec §0–2): every vector of §11.1–11.2, PyTorch 1.13's trajectories
+// (tests/data/optimizers.json, copied from the shared spec vectors), constructor validation
+// messages, state_dict layout and round trips, tensor LRs, Newton–Schulz forms and schedules,
+// and the Muon/AdamW parameter split.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/models.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/param_split.h"
+#include "engine/optim/sgd_adam.h"
+#include "engine/rng/generator.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+using tb::core::ScalarType;
+using tb::core::Tensor;
+namespace ag = tb::autograd;
+namespace ops = tb::ops;
+namespace optim = tb::optim;
+using tb::test::error_of;
+
+Tensor param(const std::vector<double>& v, std::vector<std::int64_t> shape) {
+  return ag::requires_grad_(
+      tb::core::from_vector(v, tb::core::IntList(shape.data(), shape.size())));
+}
+
+void set_grad(const Tensor& p, const std::vector<double>& g) {
+  ag::set_grad(p, tb::core::from_vector(g, p.sizes()));
+}
+
+// ---- §11.2: scalar trajectories ----------------------------------------------------------------
+
+std::vector<double> run_scalar(optim::Optimizer& opt, const Tensor& p,
+                               const std::vector<double>& grads) {
+  std::vector<double> out;
+  for (double g : grads) {
+    set_grad(p, {g});
+    opt.step();
+    out.push_back(p.item());
+  }
+  return out;
+}
+
+void expect_traj(const std::vector<double>& got, const std::vector<double>& want, double tol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], tol) << what << " step " << i + 1;
+}
+
+TEST(OptimVectors, AdamFamilyScalar) {
+  {
+    Tensor p = param({1.0}, {1});
+    optim::AdamOptions o;
+    o.lr = 0.1;
+    o.weight_decay = 0.01;
+    optim::AdamW opt({p}, o);
+    expect_traj(run_scalar(opt, p, {0.5, 0.5, 0.5}), {0.899000002, 0.798101004, 0.697302905}, 1e-9,
+                "11.2.1 AdamW");
+    const auto& st = opt.state(p);
+    EXPECT_NEAR(st.at("exp_avg").item(), 0.1355, 1e-12);
+    EXPECT_NEAR(st.at("exp_avg_sq").item(), 7.4925025e-4, 1e-15);
+    EXPECT_EQ(st.at("step").dtype(), ScalarType::Float32);
+    EXPECT_EQ(st.at("step").item(), 3.0);
+  }
+  {
+    Tensor p = param({1.0}, {1});
+    optim::AdamOptions o;
+    o.lr = 0.1;
+    o.weight_decay = 0.01;
+    optim::Adam opt({p}, o);
+    expect_traj(run_scalar(opt, p, {0.5, 0.5, 0.5}), {0.900000002, 0.800005168, 0.700018941}, 1e-9,
+                "11.2.2 Adam L2");
+  }
+  {
+    Tensor p = param({1.0}, {1});
+    optim::AdamOptions o;
+    o.lr = 0.1;
+    o.amsgrad = true;
+    optim::Adam opt({p}, o);
+    expect_traj(run_scalar(opt, p, {1, 0, 0}), {0.900000001, 0.833027688, 0.781283787}, 1e-9,
+                "11.2.3 AMSGrad (code, not docstring)");
+  }
+  for (bool ams : {false, true}) {
+    Tensor p = param({1.0}, {1});
+    optim::AdamOptions o;
+    o.lr = 0.1;
+    o.amsgrad = ams;
+    optim::Adam opt({p}, o);
+    expect_traj(run_scalar(opt, p, {0.5, 0.1, 0.2}), {0.900000002, 0.819695906, 0.738568499}, 1e-9,
+                "11.2.4 Adam");
+  }
+}
+
+TEST(OptimVectors, SgdScalar) {
+  auto run = [](optim::SgdOptions o) {
+    Tensor p = param({1.0}, {1});
+    optim::SGD opt({p}, o);
+    auto traj = run_scalar(opt, p, {1, 1, 1});
+    traj.push_back(opt.state(p).at("momentum_buffer").item());
+    return traj;
+  };
+  optim::SgdOptions a;
+  a.lr = 0.1;
+  a.momentum = 0.9;
+  a.dampening = 0.1;
+  expect_traj(run(a), {0.9, 0.72, 0.468, 2.52}, 1e-12, "momentum+dampening");
+  optim::SgdOptions b;
+  b.lr = 0.1;
+  b.momentum = 0.9;
+  b.nesterov = true;
+  expect_traj(run(b), {0.81, 0.539, 0.1951, 2.71}, 1e-12, "nesterov");
+  optim::SgdOptions c;
+  c.lr = 0.1;
+  c.momentum = 0.9;
+  c.weight_decay = 0.1;
+  expect_traj(run(c), {0.89, 0.6821, 0.388169, 2.93931}, 1e-12, "weight decay");
+  // momentum 0: no state at all.
+  Tensor p = param({1.0}, {1});
+  optim::SGD plain({p});
+  set_grad(p, {1});
+  plain.step();
+  EXPECT_FALSE(plain.has_state(p));
+}
+
+// ---- PyTorch 1.13 trajectories: 3x4 float64, 5 gradients ---------------------------------------
+
+TEST(OptimVectors, PyTorchTrajectories) {
+  std::ifstream f(std::string(TB_TEST_DATA_DIR) + "/optimizers.json");
+  ASSERT_TRUE(f.good());
+  const auto j = nlohmann::json::parse(f);
+  const auto p0 = j["param0"].get<std::vector<double>>();
+  const auto grads = j["grads"].get<std::vector<std::vector<double>>>();
+  int cases = 0;
+  for (const auto& [name, c] : j["cases"].items()) {
+    Tensor p = param(p0, {3, 4});
+    const auto& kw = c["kwargs"];
+    std::unique_ptr<optim::Optimizer> opt;
+    const std::string kind = c["optimizer"];
+    if (kind == "SGD") {
+      optim::SgdOptions o;
+      o.lr = kw.value("lr", o.lr);
+      o.momentum = kw.value("momentum", 0.0);
+      o.dampening = kw.value("dampening", 0.0);
+      o.weight_decay = kw.value("weight_decay", 0.0);
+      o.nesterov = kw.value("nesterov", false);
+      o.maximize = kw.value("maximize", false);
+      opt = std::make_unique<optim::SGD>(std::vector<Tensor>{p}, o);
+    } else {
+      optim::AdamOptions o =
+          kind == "AdamW" ? optim::AdamW::default_options() : optim::AdamOptions{};
+      o.lr = kw.value("lr", o.lr);
+      if (kw.contains("betas")) {
+        o.beta1 = kw["betas"][0];
+        o.beta2 = kw["betas"][1];
+      }
+      o.eps = kw.value("eps", o.eps);
+      o.weight_decay = kw.value("weight_decay", o.weight_decay);
+      o.amsgrad = kw.value("amsgrad", false);
+      o.maximize = kw.value("maximize", false);
+      opt = kind == "AdamW" ? std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, o)
+                            : std::make_unique<optim::Adam>(std::vector<Tensor>{p}, o);
+    }
+    const auto& want = c["params_after_each_step"];
+    ASSERT_EQ(want.size(), grads.size()) << name;
+    for (std::size_t s = 0; s < grads.size(); ++s) {
+      set_grad(p, grads[s]);
+      opt->step();
+      const auto got = p.to_vector<double>();
+      const auto w = want[s].get<std::vector<double>>();
+      for (std::size_t k = 0; k < w.size(); ++k)
+        ASSERT_NEAR(got[k], w[k], 1e-12 * std::max(1.0, std::abs(w[k])))
+            << name << " step " << s + 1 << " element " << k;
+    }
+    ++cases;
+  }
+  EXPECT_EQ(cases, 9);
+}
+
+// ---- §11.1: Newton–Schulz and Muon -------------------------------------------------------------
+
+optim::NewtonSchulzOptions ns64(int steps = 5, bool symmetric = true) {
+  optim::NewtonSchulzOptions o;
+  o.dtype = ScalarType::Float64;
+  o.steps = steps;
+  o.symmetric = symmetric;
+  return o;
+}
+
+void expect_matrix(const Tensor& got, const std::vector<double>& want, double tol,
+                   const std::string& what) {
+  const auto g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], tol) << what << "[" << i << "]";
+}
+
+TEST(NewtonSchulz, SpecVectors) {
+  for (bool sym : {true, false}) {
+    const std::string form = sym ? " (symmetric)" : " (plain GEMM)";
+    expect_matrix(
+        optim::newton_schulz(tb::core::from_vector(std::vector<double>{5.0}, {1, 1}), ns64(5, sym)),
+        {0.6964364}, 1e-7, "11.1.1" + form);
+    const Tensor g = tb::core::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2});
+    expect_matrix(optim::newton_schulz(g, ns64(5, sym)), {-0.680661, 0.825540, 0.741295, 0.259440},
+                  1e-6, "11.1.2" + form);
+    const Tensor tall = tb::core::from_vector(std::vector<double>{1, 0, 0, 2, 0, 0}, {3, 2});
+    expect_matrix(optim::newton_schulz(tall, ns64(5, sym)), {1.114164, 0, 0, 0.688763, 0, 0}, 1e-6,
+                  "11.1.3" + form);
+    expect_matrix(optim::newton_schulz(g, ns64(0, sym)), {0.182574, 0.365148, 0.547723, 0.730297},
+                  1e-6, "11.1.4" + form);
+    expect_matrix(optim::newton_schulz(ops::zeros({3, 2}, ScalarType::Float64), ns64(5, sym)),
+                  std::vector<double>(6, 0.0), 0.0, "11.1.4 zero" + form);
+  }
+  // bf16 (the reference's precision): ~1e-2 from the bf16-emulated values.
+  optim::NewtonSchulzOptions bf;
+  bf.dtype = ScalarType::BFloat16;
+  const Tensor g = tb::core::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2});
+  const Tensor o = optim::newton_schulz(g, bf);
+  EXPECT_EQ(o.dtype(), ScalarType::BFloat16);
+  expect_matrix(o, {-0.683594, 0.816406, 0.734375, 0.247070}, 2e-2, "11.1.2 bf16");
+  EXPECT_EQ(error_of([] { optim::newton_schulz(ops::zeros({4})); }),
+            "Input tensor gradient must be a 2D matrix");
+  EXPECT_EQ(error_of([&] { optim::newton_schulz(g, ns64(100)); }),
+            "Number of steps must be less than 100 for computational efficiency");
+}
+
+TEST(NewtonSchulz, SymmetricAndPlainFormsAgreeAndPolarExpressConverges) {
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(4);
+  const Tensor g = ops::randn({24, 40}, gen.get(), ScalarType::Float64);
+  const auto a = optim::newton_schulz(g, ns64(5, true)).to_vector<double>();
+  const auto b = optim::newton_schulz(g, ns64(5, false)).to_vector<double>();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], 1e-12);
+  auto off_orthogonal = [&](const std::string& schedule) {
+    auto o = ns64(5);
+    o.schedule = schedule;
+    const Tensor x = optim::newton_schulz(g, o);
+    const Tensor d = ops::sub(ops::mm(x, x.t()), ops::full({24, 24}, 0.0, ScalarType::Float64));
+    double worst = 0;
+    const auto v = d.to_vector<double>();
+    for (int i = 0; i < 24; ++i)  // singular values² on the diagonal of X·Xᵀ when orthogonal
+      worst = std::max(worst, std::abs(v[static_cast<std::size_t>(i * 25)] - 1.0));
+    return worst;
+  };
+  EXPECT_LT(off_orthogonal("polar_express"), off_orthogonal("default"));
+  EXPECT_NE(error_of([] {
+              optim::ns_coefficients("fastest", 0, {1, 2, 3});
+            }).find("unknown Newton-Schulz coefficient schedule 'fastest'"),
+            std::string::npos);
+  const auto c0 = optim::ns_coefficients("polar_express", 0, {});
+  EXPECT_NEAR(c0[0], 8.28721201814563 / 1.01, 1e-15);
+  EXPECT_EQ(optim::ns_coefficients("polar_express", 20, {})[0], 1.875);
+}
+
+TEST(MuonVectors, FullStepsAndAdjustedLr) {
+  Tensor p = param({1, 2, 3, 4}, {2, 2});
+  optim::MuonOptions o;
+  o.lr = 0.1;
+  o.weight_decay = 0.1;
+  o.ns.dtype = ScalarType::Float64;
+  optim::Muon opt({p}, o);
+  set_grad(p, {0.1, 0.2, 0.3, 0.4});
+  opt.step();
+  expect_matrix(opt.state(p).at("momentum_buffer"), {0.005, 0.01, 0.015, 0.02}, 1e-15, "buf 1");
+  expect_matrix(p, {1.058066, 1.897446, 2.895870, 3.934056}, 1e-6, "11.1.5 step 1");
+  set_grad(p, {0.1, 0.2, 0.3, 0.4});
+  opt.step();
+  expect_matrix(p, {1.115552, 1.795918, 2.792782, 3.868771}, 1e-6, "11.1.5 step 2");
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "original", 4, 2), 0.0282843, 1e-7);
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "match_rms_adamw", 4, 2), 0.008, 1e-12);
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "original", 2, 4), 0.02, 1e-15);
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "match_rms_adamw", 2, 4), 0.008, 1e-12);
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "match_rms_adamw", 768, 3072), 0.2217025, 1e-7);
+  EXPECT_NEAR(optim::muon_adjusted_lr(0.02, "match_rms_adamw", 1024, 1024), 0.128, 1e-12);
+}
+
+// ---- validation messages -----------------------------------------------------------------------
+
+TEST(OptimValidation, PyTorchMessages) {
+  Tensor p = param({1, 2, 3, 4}, {2, 2});
+  auto adam = [&](optim::AdamOptions o) { optim::Adam a({p}, o); };
+  optim::AdamOptions o;
+  o.lr = -1;
+  EXPECT_EQ(error_of([&] { adam(o); }), "Invalid learning rate: -1");
+  o = {};
+  o.beta1 = 1.0;
+  EXPECT_EQ(error_of([&] { adam(o); }), "Invalid beta parameter at index 0: 1");
+  o = {};
+  o.beta2 = -0.1;
+  EXPECT_EQ(error_of([&] { adam(o); }), "Invalid beta parameter at index 1: -0.1");
+  o = {};
+  o.eps = -1e-8;
+  EXPECT_EQ(error_of([&] { adam(o); }), "Invalid epsilon value: -1e-08");
+  o = {};
+  o.weight_decay = -0.5;
+  EXPECT_EQ(error_of([&] { adam(o); }), "Invalid weight_decay value: -0.5");
+  optim::SgdOptions s;
+  s.nesterov = true;
+  EXPECT_EQ(error_of([&] { optim::SGD x({p}, s); }),
+            "Nesterov momentum requires a momentum and zero dampening");
+  s = {};
+  s.momentum = -0.1;
+  EXPECT_EQ(error_of([&] { optim::SGD x({p}, s); }), "Invalid momentum value: -0.1");
+  optim::MuonOptions m;
+  m.lr = -0.5;
+  EXPECT_EQ(error_of([&] { optim::Muon x({p}, m); }), "Learning rate should be >= 0 but is: -0.5");
+  m = {};
+  m.momentum = -1;
+  EXPECT_EQ(error_of([&] { optim::Muon x({p}, m); }), "momentum should be >= 0 but is: -1");
+  m = {};
+  m.weight_decay = -1;
+  EXPECT_EQ(error_of([&] { optim::Muon x({p}, m); }), "weight decay should be >= 0 but is: -1");
+  m = {};
+  m.adjust_lr_fn = "fast";
+  EXPECT_EQ(error_of([&] { optim::Muon x({p}, m); }),
+            "Adjust learning rate function fast is not supported");
+  Tensor v = param({1, 2, 3}, {3});
+  EXPECT_EQ(error_of([&] { optim::Muon x({v}); }),
+            "Muon only supports 2D parameters whereas we found a parameter with size: [3]");
+  EXPECT_EQ(error_of([&] {
+              optim::SGD x({p, p});
+            }),
+            "[SGD] some parameters appear in more than one parameter group");
+}
+
+// ---- state_dict ---------------------------------------------------------------------------------
+
+// Runs `steps` steps of an optimizer made by make() on a fresh 3x4 parameter; when split_at >= 0
+// the optimizer is rebuilt there from a state_dict (as a resumed run would).
+template <typename Make>
+std::vector<double> run_with_resume(Make make, int steps, int split_at) {
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(11);
+  Tensor p = ag::requires_grad_(ops::randn({3, 4}, gen.get(), ScalarType::Float64));
+  auto opt = make(p);
+  for (int s = 0; s < steps; ++s) {
+    if (s == split_at) {
+      const auto sd = opt->state_dict();
+      // Deep copy of the state (a checkpoint would serialise it).
+      optim::OptimizerStateDict copy = sd;
+      for (auto& [id, st] : copy.state)
+        for (auto& [k, t] : st)
+          t = t.clone();
+      opt = make(p);
+      opt->load_state_dict(copy);
+    }
+    ag::set_grad(p, ops::sin(ops::mul(p, static_cast<double>(s + 1))));
+    opt->step();
+  }
+  return p.to_vector<double>();
+}
+
+TEST(OptimStateDict, ResumeEqualsUninterrupted) {
+  auto adamw = [](const Tensor& p) {
+    optim::AdamOptions o = optim::AdamW::default_options();
+    o.amsgrad = true;
+    return std::unique_ptr<optim::Optimizer>(new optim::AdamW({p}, o));
+  };
+  auto sgd = [](const Tensor& p) {
+    optim::SgdOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.nesterov = true;
+    return std::unique_ptr<optim::Optimizer>(new optim::SGD({p}, o));
+  };
+  auto muon = [](const Tensor& p) {
+    optim::MuonOptions o;
+    o.lr = 0.05;
+    o.ns.dtype = ScalarType::Float64;
+    return std::unique_ptr<optim::Optimizer>(new optim::Muon({p}, o));
+  };
+  EXPECT_EQ(run_with_resume(adamw, 6, 3), run_with_resume(adamw, 6, -1));
+  EXPECT_EQ(run_with_resume(sgd, 6, 2), run_with_resume(sgd, 6, -1));
+  EXPECT_EQ(run_with_resume(muon, 6, 4), run_with_resume(muon, 6, -1));
+}
+
+TEST(OptimStateDict, LayoutAndErrors) {
+  Tensor a = param({1, 2}, {2});
+  Tensor b = param({3}, {1});
+  Tensor c = param({4, 5}, {2});
+  optim::ParamGroup g0, g1;
+  g0.params = {a, b};
+  g1.params = {c};
+  g1.options["lr"] = 0.5;
+  optim::SGD opt(std::vector<optim::ParamGroup>{g0, g1}, optim::SgdOptions{0.1, 0.9});
+  set_grad(a, {1, 1});
+  set_grad(c, {1, 1});  // b has no grad: skipped, no state
+  opt.step();
+  const auto sd = opt.state_dict();
+  ASSERT_EQ(sd.param_groups.size(), 2u);
+  EXPECT_EQ(sd.param_groups[0].params, (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(sd.param_groups[1].params, (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(std::get<double>(sd.param_groups[1].options.at("lr")), 0.5);
+  EXPECT_EQ(std::get<double>(sd.param_groups[0].options.at("lr")), 0.1);
+  EXPECT_EQ(sd.state.size(), 2u);  // ids 0 and 2
+  EXPECT_TRUE(sd.state.count(0) && sd.state.count(2));
+  EXPECT_TRUE(sd.state.at(0).at("momentum_buffer").is_same(opt.state(a).at("momentum_buffer")));
+  optim::SGD one({a});
+  EXPECT_EQ(error_of([&] { one.load_state_dict(sd); }),
+            "[SGD] loaded state dict has a different number of parameter groups (2 vs 1)");
+  optim::ParamGroup h0, h1;
+  h0.params = {a};
+  h1.params = {c};
+  optim::SGD other(std::vector<optim::ParamGroup>{h0, h1});
+  EXPECT_EQ(error_of([&] { other.load_state_dict(sd); }),
+            "[SGD] loaded state dict contains a parameter group that doesn't match the size of "
+            "optimizer's group (group 0: 2 vs 1)");
+  EXPECT_FALSE(other.has_state(a));  // nothing changed
+}
+
+TEST(OptimTensorLr, FilledInPlaceAndCopiedOnRead) {
+  Tensor p = param({1.0}, {1});
+  optim::ParamGroup g;
+  g.params = {p};
+  const Tensor lr = ops::full({}, 0.1, ScalarType::Float64);
+  g.options["lr"] = lr;
+  optim::SGD opt(std::vector<optim::ParamGroup>{g});
+  auto& group = opt.param_groups()[0];
+  EXPECT_TRUE(std::get<Tensor>(group.get("lr")).is_same(lr));
+  const auto copy = optim::copy_value(group.get("lr"));
+  EXPECT_FALSE(std::get<Tensor>(copy).is_same(lr));  // a copy, not an alias
+  group.update_value("lr", 0.5);
+  EXPECT_TRUE(std::get<Tensor>(group.get("lr")).is_same(lr));  // same cell, new value
+  EXPECT_EQ(lr.item(), 0.5);
+  EXPECT_EQ(std::get<Tensor>(copy).item(), 0.1);
+  set_grad(p, {1.0});
+  opt.step();
+  EXPECT_DOUBLE_EQ(p.item(), 0.5);
+  Tensor q = param({1.0}, {1});
+  optim::ParamGroup bad;
+  bad.params = {q};
+  bad.options["lr"] = ops::zeros({2}, ScalarType::Float64);
+  EXPECT_EQ(error_of([&] { optim::SGD x(std::vector<optim::ParamGroup>{bad}); }),
+            "Tensor lr must be 1-element");
+}
+
+// ---- the parameter split ------------------------------------------------------------------------
+
+TEST(ParamSplit, QwenTinyTableAndOverrides) {
+  tb::nn::QwenTinyConfig cfg;
+  cfg.n_layers = 1;
+  cfg.d_model = 32;
+  cfg.n_heads = 2;
+  tb::nn::QwenTiny model(cfg);
+  const auto split = optim::split_params(model);
+  auto row = [&](const std::string& name) {
+    for (const auto& r : split.table)
+      if (r.name == name) return r;
+    ADD_FAILURE() << "no row " << name;
+    return optim::SplitRow{};
+  };
+  EXPECT_EQ(row("embed_tokens.weight").optimizer, "adamw");
+  EXPECT_EQ(row("embed_tokens.weight").reason, "embedding");
+  EXPECT_EQ(row("layers.0.attn.q_proj.weight").optimizer, "muon");
+  EXPECT_EQ(row("layers.0.attn.q_proj.bias").optimizer, "adamw");
+  EXPECT_EQ(row("layers.0.mlp.down_proj.weight").optimizer, "muon");
+  EXPECT_EQ(row("layers.0.attn_norm.weight").optimizer, "adamw");
+  EXPECT_EQ(row("norm.weight").reason, "1-D");
+  EXPECT_EQ(split.muon.size(), 7u);  // q, k, v, o, gate, up, down
+  EXPECT_EQ(split.muon.size() + split.adamw.size(), model.named_parameters().size());
+  EXPECT_NE(split.str().find("muon: 7 tensors"), std::string::npos) << split.str();
+  cfg.tie_embeddings = false;
+  tb::nn::QwenTiny untied(cfg);
+  const auto s2 = optim::split_params(untied, {{"*.mlp.*", "adamw"}});
+  for (const auto& r : s2.table) {
+    if (r.name == "lm_head.weight") EXPECT_EQ(r.reason, "output head");
+    if (r.name.find(".mlp.") != std::string::npos) EXPECT_EQ(r.optimizer, "adamw") << r.name;
+  }
+  EXPECT_EQ(s2.muon.size(), 4u);
+  EXPECT_NE(error_of([&] {
+              optim::split_params(model, {{"norm.*", "muon"}});
+            }).find("sends 'norm.weight' to muon, but Muon only supports 2-D parameters"),
+            std::string::npos);
+  EXPECT_TRUE(optim::glob_match("layers.*.attn.?_proj.weight", "layers.12.attn.q_proj.weight"));
+  EXPECT_FALSE(optim::glob_match("layers.*.bias", "layers.0.attn.q_proj.weight"));
+}
+
+// The MLP's output layer is its last 2-D parameter: AdamW.
+TEST(ParamSplit, MlpHeadGoesToAdamW) {
+  tb::nn::Mlp mlp(tb::nn::MlpConfig{});
+  const auto split = optim::split_params(mlp);
+  EXPECT_EQ(split.table.back().name, "layers.4.bias");
+  EXPECT_EQ(split.table[4].name, "layers.4.weight");
+  EXPECT_EQ(split.table[4].reason, "output head");
+  EXPECT_EQ(split.muon.size(), 2u);
+}
+
+}  // namespace
