@@ -10,6 +10,8 @@ find_package(nlohmann_json 3.10 REQUIRED)
 # Gzip-compressed IDX files of Fashion-MNIST (engine/data).
 find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
+# The run store (engine/store) uses the SQLite 3 C API.
+find_package(SQLite3 REQUIRED)
 
 if(TB_BUILD_TESTS)
   find_package(GTest REQUIRED)

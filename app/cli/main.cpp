@@ -1,5 +1,6 @@
 // trainbench-cli: headless front end of the engine (no Qt). Subcommands grow with the engine:
-// demo, dispatch, devices, topo, version (run/runs/show/export/schedule/compare come later).
+// demo, dispatch, devices, topo, model, schedule, version (run/runs/show/export/compare come
+// later).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <exception>
@@ -11,6 +12,7 @@
 
 #include "engine/api/engine_api.h"
 #include "engine/api/model_api.h"
+#include "engine/api/schedule_api.h"
 #include "engine/api/topology_api.h"
 
 namespace {
@@ -119,6 +121,34 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
   return 0;
 }
 
+int cmd_schedule(const std::string& kind, const std::vector<std::string>& settings,
+                 const std::vector<double>& lrs, int steps, bool momentum) {
+  const auto t = tb::api::preview_schedule(kind, settings, lrs, steps);
+  const bool groups = !t.rows.empty() && t.rows[0].lr.size() > 1;
+  std::cout << "step";
+  const std::size_t n = t.rows.empty() ? 0 : t.rows[0].lr.size();
+  for (std::size_t g = 0; g < n; ++g)
+    std::cout << " lr" << (groups ? std::to_string(g) : "");
+  if (momentum) {
+    for (std::size_t g = 0; g < n; ++g)
+      std::cout << " " << t.momentum_key << (groups ? std::to_string(g) : "");
+  }
+  std::cout << "\n" << std::setprecision(12);
+  for (const auto& r : t.rows) {
+    std::cout << r.step;
+    for (double v : r.lr)
+      std::cout << " " << v;
+    if (momentum) {
+      for (double v : r.momentum)
+        std::cout << " " << v;
+    }
+    std::cout << "\n";
+  }
+  for (const auto& w : t.warnings)
+    std::cerr << "warning: " << w << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -177,6 +207,31 @@ int main(int argc, char** argv) {
   model->add_option("--set", model_settings,
                     "field=value over the defaults, e.g. --set d_model=256 --set hidden=[512,512]");
 
+  auto* schedule = app.add_subcommand(
+      "schedule", "print the learning rate of a scheduler after construction and each step");
+  std::string sched_kind;
+  std::vector<std::string> sched_settings;
+  std::vector<double> sched_lrs;
+  int sched_steps = 20;
+  bool sched_momentum = false;
+  schedule
+      ->add_option("kind", sched_kind,
+                   "step, multistep, constant, linear, exponential, polynomial, cosine, "
+                   "cosine_warm_restarts, cyclic, one_cycle, lambda, multiplicative, sequential, "
+                   "chained, plateau or swa")
+      ->required();
+  schedule->add_option("--set", sched_settings,
+                       "field=value (PyTorch's argument names), e.g. --set T_max=100 --set "
+                       "eta_min=0.01");
+  schedule
+      ->add_option("--lr", sched_lrs,
+                   "base learning rate (default 0.1); repeat for several param groups")
+      ->allow_extra_args(false);
+  schedule->add_option("--steps", sched_steps, "scheduler steps to print")
+      ->check(CLI::Range(0, 10000000));
+  schedule->add_flag("--momentum", sched_momentum,
+                     "also print the momentum (or beta1 with --set optimizer=adam)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -196,6 +251,8 @@ int main(int argc, char** argv) {
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
       return 0;
     }
+    if (schedule->parsed())
+      return cmd_schedule(sched_kind, sched_settings, sched_lrs, sched_steps, sched_momentum);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -1,5 +1,6 @@
 // The ONE place that names every compiled-in backend: defines the built-in ops, then lets each
 // backend register its kernels. Adding a backend = its folder + one line here.
+#include "engine/amp/autocast.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/dispatch/dispatcher.h"
@@ -18,6 +19,7 @@ void register_all() {
   cpu::register_cpu_kernels(d);
   backends::register_cuda_backend(d);
   autograd::register_autograd(d);  // the layer above every backend
+  amp::register_autocast(d);       // the layer above autograd (active under an AutocastGuard)
 }
 
 }  // namespace tb::dispatch

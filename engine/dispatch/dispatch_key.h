@@ -111,4 +111,20 @@ class ExcludeKeysGuard {
   DispatchKeySet previous_;
 };
 
+/// RAII: includes `keys` on this thread for the guard's lifetime (nests correctly): every dispatch
+/// on this thread then considers them, as if an argument had contributed them (AutocastGuard
+/// includes Autocast this way). Excluded keys still win.
+class IncludeKeysGuard {
+ public:
+  /// Adds `keys` to this thread's included keys.
+  explicit IncludeKeysGuard(DispatchKeySet keys);
+  /// Restores the included keys in effect at construction.
+  ~IncludeKeysGuard();
+  IncludeKeysGuard(const IncludeKeysGuard&) = delete;
+  IncludeKeysGuard& operator=(const IncludeKeysGuard&) = delete;
+
+ private:
+  DispatchKeySet previous_;
+};
+
 }  // namespace tb::dispatch

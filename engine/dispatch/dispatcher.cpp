@@ -42,6 +42,13 @@ ExcludeKeysGuard::~ExcludeKeysGuard() {
   tls_excluded = previous_;
 }
 
+IncludeKeysGuard::IncludeKeysGuard(DispatchKeySet keys) : previous_(tls_included) {
+  tls_included = tls_included | keys;
+}
+IncludeKeysGuard::~IncludeKeysGuard() {
+  tls_included = previous_;
+}
+
 // ---- kernels and handles ------------------------------------------------------------------------
 
 std::shared_ptr<KernelFunction> KernelFunction::make_boxed(BoxedKernel fn) {

@@ -61,6 +61,11 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::BernoulliScalar>("bernoulli_", mutates0);
   d.define<sig::BernoulliTensor>("bernoulli", plain);
   d.define<sig::Randperm>("randperm", plain);
+
+  // Mixed precision (engine/amp/grad_scaler.h): in-place, not differentiable.
+  const OpSchema mutates01{{0, 1}, false, ""};
+  d.define<sig::AmpUnscale>("amp_foreach_non_finite_check_and_unscale_", mutates01);
+  d.define<sig::AmpUpdateScale>("amp_update_scale_", mutates01);
 }
 
 }  // namespace tb::ops

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "engine/core/tensor.h"
 #include "engine/dispatch/dispatcher.h"
@@ -46,6 +47,10 @@ using CrossEntropy = Tensor(const Tensor&, const Tensor&, std::int64_t, double);
 using CrossEntropyBackward = Tensor(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
                                     double);
 using Randperm = Tensor(std::int64_t, ScalarType, Device, rng::Generator*);
+/// _amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale): in place.
+using AmpUnscale = void(const std::vector<Tensor>&, Tensor&, const Tensor&);
+/// _amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff, interval): in place.
+using AmpUpdateScale = void(Tensor&, Tensor&, const Tensor&, double, double, std::int64_t);
 
 }  // namespace tb::ops::sig
 

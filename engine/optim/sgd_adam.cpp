@@ -55,6 +55,60 @@ Tensor& assign(Tensor& dst, const Tensor& src) {
   return dst.copy_(src);
 }
 
+// One contiguous run of Adam's update. The flags are template parameters so the loop has no
+// branches and vectorises; the arithmetic is spec §2.2's, in its order.
+template <typename T>
+struct AdamChunk {
+  T* __restrict p;
+  const T* __restrict g;
+  T* __restrict m;
+  T* __restrict v;
+  T* __restrict vmax;
+  std::int64_t n;
+  T decay, wd, b2, one_minus_b1, one_minus_b2, bc2_sqrt, eps, neg_step;
+};
+
+template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
+void adam_chunk(const AdamChunk<T>& c) {
+  T* __restrict p = c.p;
+  const T* __restrict g = c.g;
+  T* __restrict m = c.m;
+  T* __restrict v = c.v;
+  T* __restrict vmax = c.vmax;
+  for (std::int64_t k = 0; k < c.n; ++k) {
+    T d = Maximize ? -g[k] : g[k];
+    if constexpr (Decoupled) p[k] = p[k] * c.decay;
+    if constexpr (L2) d = d + c.wd * p[k];
+    const T mk = m[k] + c.one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
+    const T vk = v[k] * c.b2 + c.one_minus_b2 * d * d;
+    m[k] = mk;
+    v[k] = vk;
+    T second = vk;
+    if constexpr (Ams) {
+      second = vmax[k] < vk ? vk : vmax[k];
+      vmax[k] = second;
+    }
+    const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
+    p[k] = p[k] + c.neg_step * (mk / denom);
+  }
+}
+
+template <typename T>
+void adam_dispatch(const AdamChunk<T>& c, bool maximize, bool decoupled, bool l2, bool ams) {
+  const int key = (maximize ? 8 : 0) | (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (ams ? 1 : 0);
+  switch (key) {
+#define TB_ADAM_CASE(K) \
+  case K:               \
+    return adam_chunk<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>(c);
+    TB_ADAM_CASE(0)
+    TB_ADAM_CASE(1) TB_ADAM_CASE(2) TB_ADAM_CASE(3) TB_ADAM_CASE(4) TB_ADAM_CASE(5) TB_ADAM_CASE(6)
+        TB_ADAM_CASE(7) TB_ADAM_CASE(8) TB_ADAM_CASE(9) TB_ADAM_CASE(10) TB_ADAM_CASE(11)
+            TB_ADAM_CASE(12) TB_ADAM_CASE(13) TB_ADAM_CASE(14) TB_ADAM_CASE(15)
+#undef TB_ADAM_CASE
+                default : break;
+  }
+}
+
 }  // namespace
 
 // ---- SGD ----------------------------------------------------------------------------------------
@@ -265,35 +319,22 @@ void Adam::step() {
       auto run = [&](auto zero) {
         using T = decltype(zero);
         for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
-          T* p = ps[i].data_ptr<T>();
-          const T* g = gs[i].data_ptr<T>();
-          T* m = ms[i].data_ptr<T>();
-          T* v = vs[i].data_ptr<T>();
-          T* vmax = amsgrad ? vmaxs[i].data_ptr<T>() : nullptr;
-          const T decay = static_cast<T>(1.0 - lr * wd);
-          const T one_minus_b1 = static_cast<T>(1.0 - b1);
-          const T one_minus_b2 = static_cast<T>(1.0 - b2);
-          const T bc2s = static_cast<T>(bc2_sqrt[i]);
-          const T neg_step = static_cast<T>(-step_size[i]);
-          for (std::int64_t k = b; k < e; ++k) {
-            T d = maximize ? -g[k] : g[k];
-            if (wd != 0.0) {
-              if (decoupled) {
-                p[k] = p[k] * decay;
-              } else {
-                d = d + static_cast<T>(wd) * p[k];
-              }
-            }
-            m[k] = m[k] + one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
-            v[k] = v[k] * static_cast<T>(b2) + one_minus_b2 * d * d;
-            T second = v[k];
-            if (amsgrad) {
-              vmax[k] = std::max(vmax[k], v[k]);
-              second = vmax[k];
-            }
-            const T denom = std::sqrt(second) / bc2s + static_cast<T>(eps);
-            p[k] = p[k] + neg_step * (m[k] / denom);
-          }
+          AdamChunk<T> c;
+          c.p = ps[i].data_ptr<T>() + b;
+          c.g = gs[i].data_ptr<T>() + b;
+          c.m = ms[i].data_ptr<T>() + b;
+          c.v = vs[i].data_ptr<T>() + b;
+          c.vmax = amsgrad ? vmaxs[i].data_ptr<T>() + b : nullptr;
+          c.n = e - b;
+          c.decay = static_cast<T>(1.0 - lr * wd);
+          c.wd = static_cast<T>(wd);
+          c.b2 = static_cast<T>(b2);
+          c.one_minus_b1 = static_cast<T>(1.0 - b1);
+          c.one_minus_b2 = static_cast<T>(1.0 - b2);
+          c.bc2_sqrt = static_cast<T>(bc2_sqrt[i]);
+          c.eps = static_cast<T>(eps);
+          c.neg_step = static_cast<T>(-step_size[i]);
+          adam_dispatch(c, maximize, wd != 0.0 && decoupled, wd != 0.0 && !decoupled, amsgrad);
         });
       };
       if (ps[0].dtype() == ScalarType::Float64) {

@@ -1,0 +1,177 @@
+// Optimizer benchmarks (issue 4):
+//  - Newton–Schulz, 5 steps, fp32, symmetric/fused form (SYRK, beta folding) vs plain GEMMs, at
+//    256x784, 768x768, 768x3072, 1024x4096, 1 and 2 threads. Target: symmetric >= 1.4x on one
+//    thread, never slower at small sizes.
+//  - One optimizer step of AdamW and of Muon+AdamW (the parameter split) over the MLP
+//    784-256-256-10 and qwen-tiny parameters; and a training step (forward+backward+step) of the
+//    MLP at batch 128 with each, whose ratio is the "Muon epoch <= 1.5x AdamW epoch" target.
+//  - AdamW update bandwidth vs memcpy of the same bytes (16M float32 parameters: AdamW reads p,
+//    g, m, v and writes p, m, v = 28 bytes per element).
+// Run: optim_bench --benchmark_min_time=1
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/nn/models.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
+#include "engine/optim/param_split.h"
+#include "engine/optim/sgd_adam.h"
+#include "engine/rng/generator.h"
+
+namespace {
+
+using tb::core::ScalarType;
+using tb::core::Tensor;
+namespace ag = tb::autograd;
+namespace nn = tb::nn;
+namespace ops = tb::ops;
+namespace optim = tb::optim;
+
+std::unique_ptr<tb::rng::Generator> seeded(std::uint64_t s) {
+  auto g = tb::rng::make_generator(tb::core::Device());
+  g->manual_seed(s);
+  return g;
+}
+
+// args: rows, cols, threads, symmetric
+void BM_newton_schulz(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  auto g = seeded(0);
+  const Tensor x = ops::randn({state.range(0), state.range(1)}, g.get());
+  optim::NewtonSchulzOptions o;
+  o.dtype = ScalarType::Float32;
+  o.symmetric = state.range(3) != 0;
+  for (auto _ : state) {
+    Tensor y = optim::newton_schulz(x, o);
+    benchmark::DoNotOptimize(y.data_ptr());
+  }
+  state.SetLabel(o.symmetric ? "symmetric" : "plain");
+}
+
+void ns_args(benchmark::internal::Benchmark* b) {
+  for (auto [r, c] : {std::pair<int, int>{256, 784}, {768, 768}, {768, 3072}, {1024, 4096}})
+    for (int t : {1, 2})
+      for (int sym : {0, 1})
+        b->Args({r, c, t, sym});
+}
+
+// A model with gradients set, and the two optimizer set-ups over it.
+struct Setup {
+  std::shared_ptr<nn::Model> model;
+  std::unique_ptr<optim::AdamW> adamw_all;
+  std::unique_ptr<optim::Muon> muon;
+  std::unique_ptr<optim::AdamW> adamw_rest;
+};
+
+std::vector<Tensor> tensors_of(const nn::NamedTensors& named) {
+  std::vector<Tensor> out;
+  for (const auto& [n, t] : named)
+    out.push_back(t);
+  return out;
+}
+
+Setup make_setup(const nn::ModelConfig& cfg) {
+  Setup s;
+  auto g = seeded(1);
+  s.model = nn::build_model(cfg, g.get());
+  for (const auto& p : s.model->parameters())
+    ag::set_grad(p, ops::mul(ops::randn(p.sizes(), g.get()), 1e-2));
+  s.adamw_all = std::make_unique<optim::AdamW>(s.model->parameters());
+  const auto split = optim::split_params(*s.model);
+  optim::MuonOptions mo;
+  mo.lr = 0.02;
+  s.muon = std::make_unique<optim::Muon>(tensors_of(split.muon), mo);
+  s.adamw_rest = std::make_unique<optim::AdamW>(tensors_of(split.adamw));
+  return s;
+}
+
+nn::ModelConfig model_arg(std::int64_t which) {
+  if (which == 0) return nn::MlpConfig{};
+  return nn::QwenTinyConfig{};
+}
+
+// args: model (0 mlp, 1 qwen-tiny), optimizer (0 AdamW, 1 Muon+AdamW), threads
+void BM_optimizer_step(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  Setup s = make_setup(model_arg(state.range(0)));
+  for (auto _ : state) {
+    if (state.range(1) == 0) {
+      s.adamw_all->step();
+    } else {
+      s.muon->step();
+      s.adamw_rest->step();
+    }
+  }
+  state.SetLabel(std::string(state.range(0) == 0 ? "mlp " : "qwen-tiny ") +
+                 (state.range(1) == 0 ? "AdamW" : "Muon+AdamW"));
+}
+
+// A full MLP training step at batch 128: forward, loss, backward, optimizer step, zero_grad.
+// args: optimizer (0 AdamW, 1 Muon+AdamW), threads
+void BM_mlp_train_step(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  Setup s = make_setup(nn::MlpConfig{});
+  auto g = seeded(2);
+  const Tensor x = ops::randn({128, 784}, g.get());
+  std::vector<std::int64_t> labels(128);
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    labels[i] = static_cast<std::int64_t>(i * 7 % 10);
+  const Tensor y = tb::core::from_vector(labels);
+  for (auto _ : state) {
+    const Tensor loss = s.model->loss(s.model->forward(x), y);
+    ag::backward(loss);
+    if (state.range(0) == 0) {
+      s.adamw_all->step();
+    } else {
+      s.muon->step();
+      s.adamw_rest->step();
+    }
+    s.model->zero_grad();
+  }
+  state.SetLabel(state.range(0) == 0 ? "AdamW" : "Muon+AdamW");
+}
+
+constexpr std::int64_t kBandwidthElems = 1 << 24;
+
+void BM_adamw_bandwidth(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(0)));
+  Tensor p = ag::requires_grad_(ops::zeros({kBandwidthElems}));
+  ag::set_grad(p, ops::full({kBandwidthElems}, 1e-3));
+  optim::AdamW opt({p});
+  opt.step();  // state allocated
+  for (auto _ : state)
+    opt.step();
+  state.SetBytesProcessed(state.iterations() * kBandwidthElems * 28);
+}
+
+void BM_memcpy_same_bytes(benchmark::State& state) {
+  // 28 bytes per element moved: memcpy 14 bytes per element (each byte copied is read + written).
+  const std::size_t n = static_cast<std::size_t>(kBandwidthElems) * 14;
+  std::vector<char> a(n, 1), b(n, 0);
+  for (auto _ : state) {
+    std::memcpy(b.data(), a.data(), n);
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kBandwidthElems * 28);
+}
+
+BENCHMARK(BM_newton_schulz)->Apply(ns_args)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_optimizer_step)
+    ->ArgsProduct({{0, 1}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_mlp_train_step)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_adamw_bandwidth)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_memcpy_same_bytes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,200 @@
+// SQLite connection and statement wrappers.
+#include "engine/store/database.h"
+
+#include <sqlite3.h>
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace tb::store::detail {
+namespace {
+
+[[noreturn]] void throw_sqlite(sqlite3* db, int rc, const std::string& file,
+                               std::string_view what) {
+  const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  throw StoreError(
+      ::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg, " (SQLite code ", rc, ")"));
+}
+
+}  // namespace
+
+Statement::Statement(sqlite3* db, std::string_view sql, const std::string& file)
+    : db_(db), file_(&file) {
+  const int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
+                                    SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
+  if (rc != SQLITE_OK) {
+    throw_sqlite(db, rc, file, ::tb::detail::str_cat("cannot prepare '", sql, "'"));
+  }
+}
+
+Statement::~Statement() {
+  sqlite3_finalize(stmt_);
+}
+
+Statement::Statement(Statement&& other) noexcept
+    : stmt_(std::exchange(other.stmt_, nullptr)), db_(other.db_), file_(other.file_) {}
+
+Statement& Statement::operator=(Statement&& other) noexcept {
+  if (this != &other) {
+    sqlite3_finalize(stmt_);
+    stmt_ = std::exchange(other.stmt_, nullptr);
+    db_ = other.db_;
+    file_ = other.file_;
+  }
+  return *this;
+}
+
+Statement& Statement::bind(int i, std::int64_t value) {
+  sqlite3_bind_int64(stmt_, i, value);
+  return *this;
+}
+
+Statement& Statement::bind(int i, double value) {
+  if (std::isnan(value)) {
+    sqlite3_bind_null(stmt_, i);
+  } else {
+    sqlite3_bind_double(stmt_, i, value);
+  }
+  return *this;
+}
+
+Statement& Statement::bind(int i, std::string_view value) {
+  sqlite3_bind_text64(stmt_, i, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+  return *this;
+}
+
+Statement& Statement::bind_null(int i) {
+  sqlite3_bind_null(stmt_, i);
+  return *this;
+}
+
+Statement& Statement::bind(int i, std::optional<std::int64_t> value) {
+  return value ? bind(i, *value) : bind_null(i);
+}
+
+bool Statement::step() {
+  const int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  const std::string sql = sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "";
+  sqlite3_reset(stmt_);
+  throw_sqlite(db_, rc, *file_, ::tb::detail::str_cat("'", sql, "' failed"));
+}
+
+void Statement::run() {
+  while (step()) {
+  }
+  reset();
+}
+
+void Statement::reset() {
+  sqlite3_reset(stmt_);
+}
+
+std::int64_t Statement::int64(int i) const {
+  return sqlite3_column_int64(stmt_, i);
+}
+
+double Statement::real(int i) const {
+  if (is_null(i)) return std::numeric_limits<double>::quiet_NaN();
+  return sqlite3_column_double(stmt_, i);
+}
+
+std::string Statement::text(int i) const {
+  const auto* p = sqlite3_column_text(stmt_, i);
+  const int n = sqlite3_column_bytes(stmt_, i);
+  return p != nullptr ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n))
+                      : std::string();
+}
+
+bool Statement::is_null(int i) const {
+  return sqlite3_column_type(stmt_, i) == SQLITE_NULL;
+}
+
+std::optional<std::int64_t> Statement::opt_int64(int i) const {
+  if (is_null(i)) return std::nullopt;
+  return int64(i);
+}
+
+std::optional<double> Statement::opt_real(int i) const {
+  if (is_null(i)) return std::nullopt;
+  return real(i);
+}
+
+Connection::Connection(const std::filesystem::path& path, OpenFlags flags) : file_(path.string()) {
+  int mode = SQLITE_OPEN_NOMUTEX;
+  if (flags.read_only) {
+    mode |= SQLITE_OPEN_READONLY;
+  } else {
+    mode |= SQLITE_OPEN_READWRITE;
+    if (flags.create) mode |= SQLITE_OPEN_CREATE;
+  }
+  const int rc = sqlite3_open_v2(file_.c_str(), &db_, mode, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db_);
+    db_ = nullptr;
+    throw StoreError(::tb::detail::str_cat(
+        "[store] ", file_, ": cannot open the run database: ", msg, " (SQLite code ", rc, ")"));
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_, flags.busy_timeout_ms);
+}
+
+Connection::~Connection() {
+  sqlite3_close_v2(db_);
+}
+
+Connection::Connection(Connection&& other) noexcept
+    : db_(std::exchange(other.db_, nullptr)), file_(std::move(other.file_)) {}
+
+Connection& Connection::operator=(Connection&& other) noexcept {
+  if (this != &other) {
+    sqlite3_close_v2(db_);
+    db_ = std::exchange(other.db_, nullptr);
+    file_ = std::move(other.file_);
+  }
+  return *this;
+}
+
+void Connection::exec(std::string_view sql) {
+  const std::string s(sql);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_, s.c_str(), nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    const std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    throw StoreError(::tb::detail::str_cat("[store] ", file_, ": '", sql, "' failed: ", msg,
+                                           " (SQLite code ", rc, ")"));
+  }
+}
+
+Statement Connection::prepare(std::string_view sql) const {
+  return Statement(db_, sql, file_);
+}
+
+std::int64_t Connection::query_int(std::string_view sql) const {
+  Statement st = prepare(sql);
+  if (!st.step()) fail(SQLITE_ERROR, ::tb::detail::str_cat("'", sql, "' returned no row"));
+  return st.int64(0);
+}
+
+void Connection::fail(int rc, std::string_view what) const {
+  throw_sqlite(db_, rc, file_, what);
+}
+
+Transaction::Transaction(Connection& db) : db_(db) {
+  db_.exec("BEGIN IMMEDIATE");
+}
+
+Transaction::~Transaction() {
+  if (open_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+void Transaction::commit() {
+  db_.exec("COMMIT");
+  open_ = false;
+}
+
+}  // namespace tb::store::detail

@@ -1,0 +1,404 @@
+// RunStore: open + crash recovery, run metadata, and the read API.
+#include "engine/store/run_store.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "engine/store/process_info.h"
+#include "engine/store/run_ops.h"
+
+#ifndef TB_VERSION_STRING
+#define TB_VERSION_STRING "unknown"
+#endif
+
+namespace tb::store {
+
+using ::tb::detail::str_cat;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::filesystem::path default_database_path() {
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  if (xdg != nullptr && xdg[0] == '/') {
+    return std::filesystem::path(xdg) / "trainbench" / "runs.sqlite";
+  }
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || home[0] == '\0') {
+    throw StoreError(
+        "[store] cannot find the default run database: neither XDG_DATA_HOME nor HOME is set; "
+        "pass a database path (--db PATH)");
+  }
+  return std::filesystem::path(home) / ".local" / "share" / "trainbench" / "runs.sqlite";
+}
+
+namespace detail {
+
+RunStatus read_status(const Connection& db, std::int64_t run) {
+  Statement st = db.prepare("SELECT status FROM runs WHERE id = ?");
+  st.bind(1, run);
+  if (!st.step()) throw ValueError(str_cat("[store] ", db.file(), ": no run ", run));
+  return run_status_from_string(st.text(0));
+}
+
+void insert_event(Connection& db, std::int64_t run, double time, EventLevel level,
+                  std::string_view text) {
+  Statement st = db.prepare("INSERT INTO events (run_id, time, level, text) VALUES (?, ?, ?, ?)");
+  st.bind(1, run).bind(2, time).bind(3, to_string(level)).bind(4, text);
+  st.run();
+}
+
+void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_view message,
+                   double time, const ProcessIdentity* writer) {
+  const RunStatus from = read_status(db, run);
+  if (!is_allowed_transition(from, to)) {
+    throw ValueError(str_cat("[store] ", db.file(), ": run ", run, " cannot go from '",
+                             to_string(from), "' to '", to_string(to), "'"));
+  }
+  if (to == RunStatus::kRunning) {
+    Statement st = db.prepare(
+        "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), "
+        "ended_at = NULL, message = '', writer_pid = ?, writer_host = ?, writer_start_time = ? "
+        "WHERE id = ?");
+    st.bind(1, time);
+    if (writer != nullptr) {
+      st.bind(2, writer->pid).bind(3, writer->host).bind(4, writer->start_time);
+    } else {
+      st.bind_null(2).bind_null(3).bind_null(4);
+    }
+    st.bind(5, run);
+    st.run();
+  } else {
+    Statement st = db.prepare("UPDATE runs SET status = ?, ended_at = ?, message = ? WHERE id = ?");
+    st.bind(1, to_string(to));
+    if (is_terminal(to)) {
+      st.bind(2, time);
+    } else {
+      st.bind_null(2);
+    }
+    st.bind(3, message).bind(4, run);
+    st.run();
+  }
+  std::string text = str_cat("status ", to_string(from), " -> ", to_string(to));
+  if (to == RunStatus::kRunning && writer != nullptr) {
+    text += str_cat(" (pid ", writer->pid, " on ", writer->host, ")");
+  }
+  if (!message.empty()) text += str_cat(": ", message);
+  const EventLevel level =
+      (to == RunStatus::kFailed || to == RunStatus::kCrashed || to == RunStatus::kDiverged)
+          ? EventLevel::kError
+          : EventLevel::kInfo;
+  insert_event(db, run, time, level, text);
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string tags_to_json(const std::vector<std::string>& tags) {
+  return nlohmann::json(tags).dump();
+}
+
+std::vector<std::string> tags_from_json(const std::string& text) {
+  try {
+    return nlohmann::json::parse(text).get<std::vector<std::string>>();
+  } catch (const std::exception&) {
+    return {};  // a hand-edited tags column; show no tags rather than fail the list
+  }
+}
+
+constexpr const char* kSummaryColumns =
+    "id, name, tags, status, created_at, started_at, ended_at, last_step, host, message";
+
+RunSummary read_summary(const detail::Statement& st) {
+  RunSummary s;
+  s.id = st.int64(0);
+  s.name = st.text(1);
+  s.tags = tags_from_json(st.text(2));
+  s.status = run_status_from_string(st.text(3));
+  s.created_at = st.real(4);
+  s.started_at = st.opt_real(5);
+  s.ended_at = st.opt_real(6);
+  s.last_step = st.opt_int64(7);
+  s.host = st.text(8);
+  s.message = st.text(9);
+  return s;
+}
+
+}  // namespace
+
+RunStore::RunStore(std::filesystem::path path, detail::Connection db)
+    : path_(std::move(path)), db_(std::make_unique<detail::Connection>(std::move(db))) {}
+
+RunStore::RunStore(RunStore&&) noexcept = default;
+RunStore& RunStore::operator=(RunStore&&) noexcept = default;
+RunStore::~RunStore() = default;
+
+RunStore RunStore::open(const std::filesystem::path& path, const StoreOptions& options) {
+  detail::OpenOptions o;
+  o.read_only = options.read_only;
+  o.check = options.check;
+  o.busy_timeout_ms = options.busy_timeout_ms;
+  RunStore store(path, detail::open_database(path, o));
+  if (!options.read_only && options.recover_crashed) store.recover_crashed_runs();
+  return store;
+}
+
+std::vector<std::int64_t> RunStore::recover_crashed_runs() {
+  const std::string here = host_name();
+  struct Candidate {
+    std::int64_t id;
+    ProcessIdentity who;
+  };
+  std::vector<Candidate> dead;
+  {
+    detail::Statement st = db_->prepare(
+        "SELECT id, writer_pid, writer_host, writer_start_time FROM runs WHERE status = 'running'");
+    while (st.step()) {
+      ProcessIdentity who{st.opt_int64(1).value_or(0), st.text(2), st.opt_int64(3).value_or(0)};
+      if (who.host == here && !process_alive(who)) dead.push_back({st.int64(0), who});
+    }
+  }
+  std::vector<std::int64_t> changed;
+  if (dead.empty()) return changed;
+  detail::Transaction tx(*db_);
+  for (const Candidate& c : dead) {
+    // Re-check under the write lock: another process may have recovered or resumed it.
+    if (detail::read_status(*db_, c.id) != RunStatus::kRunning) continue;
+    detail::Statement w =
+        db_->prepare("SELECT writer_pid, writer_start_time, last_step FROM runs WHERE id = ?");
+    w.bind(1, c.id);
+    w.step();
+    if (w.opt_int64(0).value_or(0) != c.who.pid || w.opt_int64(1).value_or(0) != c.who.start_time) {
+      continue;
+    }
+    const auto last = w.opt_int64(2);
+    const std::string why =
+        str_cat("the writing process (pid ", c.who.pid, " on ", c.who.host,
+                ") ended without closing the run; ",
+                last ? str_cat("every committed step is kept (last step ", *last, ")")
+                     : std::string("no metrics had been committed"));
+    detail::change_status(*db_, c.id, RunStatus::kCrashed, why, unix_now());
+    changed.push_back(c.id);
+  }
+  tx.commit();
+  return changed;
+}
+
+std::int64_t RunStore::create_run(const NewRun& run) {
+  if (run.name.empty()) {
+    throw ValueError(str_cat("[store] ", path_.string(), ": a run needs a non-empty name"));
+  }
+  detail::Statement st = db_->prepare(
+      "INSERT INTO runs (name, tags, status, created_at, config, config_format, seed, host, "
+      "cpu_info, gpu_info, engine_version) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)");
+  st.bind(1, run.name).bind(2, tags_to_json(run.tags)).bind(3, unix_now());
+  st.bind(4, run.config).bind(5, run.config_format);
+  if (run.seed) {
+    st.bind(6, static_cast<std::int64_t>(*run.seed));
+  } else {
+    st.bind_null(6);
+  }
+  st.bind(7, run.host.empty() ? host_name() : run.host);
+  st.bind(8, run.cpu_info.empty() ? cpu_description() : run.cpu_info);
+  st.bind(9, run.gpu_info);
+  st.bind(10, run.engine_version.empty() ? std::string(TB_VERSION_STRING) : run.engine_version);
+  detail::Transaction tx(*db_);
+  st.run();
+  const std::int64_t id = db_->query_int("SELECT last_insert_rowid()");
+  detail::insert_event(*db_, id, unix_now(), EventLevel::kInfo, "created (queued)");
+  tx.commit();
+  return id;
+}
+
+RunStatus RunStore::status_of(std::int64_t run) const {
+  return detail::read_status(*db_, run);
+}
+
+void RunStore::require_run(std::int64_t run) const {
+  if (!has_run(run)) throw ValueError(str_cat("[store] ", path_.string(), ": no run ", run));
+}
+
+void RunStore::set_status(std::int64_t run, RunStatus status, std::string_view message) {
+  // A run set running here is run by this process: record it, so crash recovery can tell.
+  const ProcessIdentity me = current_process();
+  detail::Transaction tx(*db_);
+  detail::change_status(*db_, run, status, message, unix_now(), &me);
+  tx.commit();
+}
+
+void RunStore::rename_run(std::int64_t run, std::string_view name) {
+  if (name.empty()) {
+    throw ValueError(str_cat("[store] ", path_.string(), ": run ", run, ": empty name"));
+  }
+  require_run(run);
+  detail::Statement st = db_->prepare("UPDATE runs SET name = ? WHERE id = ?");
+  st.bind(1, name).bind(2, run);
+  st.run();
+}
+
+void RunStore::set_tags(std::int64_t run, const std::vector<std::string>& tags) {
+  require_run(run);
+  detail::Statement st = db_->prepare("UPDATE runs SET tags = ? WHERE id = ?");
+  st.bind(1, tags_to_json(tags)).bind(2, run);
+  st.run();
+}
+
+void RunStore::delete_run(std::int64_t run) {
+  detail::Transaction tx(*db_);
+  if (status_of(run) == RunStatus::kRunning) {
+    throw ValueError(str_cat("[store] ", path_.string(), ": run ", run,
+                             " is running; cancel it before deleting it"));
+  }
+  for (const char* sql :
+       {"DELETE FROM metrics WHERE run_id = ?", "DELETE FROM events WHERE run_id = ?",
+        "DELETE FROM checkpoints WHERE run_id = ?", "DELETE FROM runs WHERE id = ?"}) {
+    detail::Statement st = db_->prepare(sql);
+    st.bind(1, run);
+    st.run();
+  }
+  tx.commit();
+}
+
+std::vector<RunSummary> RunStore::list_runs() const {
+  detail::Statement st =
+      db_->prepare(str_cat("SELECT ", kSummaryColumns, " FROM runs ORDER BY id DESC"));
+  std::vector<RunSummary> out;
+  while (st.step())
+    out.push_back(read_summary(st));
+  return out;
+}
+
+bool RunStore::has_run(std::int64_t run) const {
+  detail::Statement st = db_->prepare("SELECT 1 FROM runs WHERE id = ?");
+  st.bind(1, run);
+  return st.step();
+}
+
+RunDetails RunStore::get_run(std::int64_t run) const {
+  detail::Statement st = db_->prepare(
+      str_cat("SELECT ", kSummaryColumns,
+              ", config, config_format, seed, cpu_info, gpu_info, engine_version, writer_pid, "
+              "writer_host, writer_start_time FROM runs WHERE id = ?"));
+  st.bind(1, run);
+  if (!st.step()) throw ValueError(str_cat("[store] ", path_.string(), ": no run ", run));
+  RunDetails d;
+  d.summary = read_summary(st);
+  d.config = st.text(10);
+  d.config_format = st.text(11);
+  if (const auto seed = st.opt_int64(12)) d.seed = static_cast<std::uint64_t>(*seed);
+  d.cpu_info = st.text(13);
+  d.gpu_info = st.text(14);
+  d.engine_version = st.text(15);
+  d.writer_pid = st.opt_int64(16);
+  d.writer_host = st.text(17);
+  d.writer_start_time = st.opt_int64(18);
+
+  // Per key: count and extremes in one grouped scan (SQLite's bare columns with MIN/MAX give the
+  // step of the extreme), the final point from the end of the key's range.
+  detail::Statement agg = db_->prepare(
+      "SELECT k.id, k.name, COUNT(*), MAX(m.step) FROM metrics m JOIN metric_keys k "
+      "ON k.id = m.key_id WHERE m.run_id = ? GROUP BY k.id ORDER BY k.name");
+  detail::Statement lo = db_->prepare(
+      "SELECT value, step FROM metrics WHERE run_id = ? AND key_id = ? AND value IS NOT NULL "
+      "ORDER BY value ASC, step ASC LIMIT 1");
+  detail::Statement hi = db_->prepare(
+      "SELECT value, step FROM metrics WHERE run_id = ? AND key_id = ? AND value IS NOT NULL "
+      "ORDER BY value DESC, step ASC LIMIT 1");
+  detail::Statement last =
+      db_->prepare("SELECT value FROM metrics WHERE run_id = ? AND key_id = ? AND step = ?");
+  agg.bind(1, run);
+  while (agg.step()) {
+    MetricSummary m;
+    const std::int64_t key_id = agg.int64(0);
+    m.key = agg.text(1);
+    m.count = agg.int64(2);
+    m.last_step = agg.int64(3);
+    last.bind(1, run).bind(2, key_id).bind(3, m.last_step);
+    m.last_value = last.step() ? last.real(0) : std::numeric_limits<double>::quiet_NaN();
+    last.reset();
+    m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
+    lo.bind(1, run).bind(2, key_id);
+    if (lo.step()) {
+      m.min_value = lo.real(0);
+      m.min_step = lo.int64(1);
+    }
+    lo.reset();
+    hi.bind(1, run).bind(2, key_id);
+    if (hi.step()) {
+      m.max_value = hi.real(0);
+      m.max_step = hi.int64(1);
+    }
+    hi.reset();
+    d.metrics.push_back(std::move(m));
+  }
+  return d;
+}
+
+std::vector<std::string> RunStore::metric_keys(std::int64_t run) const {
+  detail::Statement st = db_->prepare(
+      "SELECT name FROM metric_keys k WHERE EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = ? "
+      "AND m.key_id = k.id) ORDER BY name");
+  st.bind(1, run);
+  std::vector<std::string> out;
+  while (st.step())
+    out.push_back(st.text(0));
+  return out;
+}
+
+std::vector<SeriesPoint> RunStore::series(std::int64_t run, std::string_view key,
+                                          std::int64_t from_step) const {
+  detail::Statement st = db_->prepare(
+      "SELECT m.step, m.value, m.time FROM metrics m WHERE m.run_id = ? AND m.key_id = "
+      "(SELECT id FROM metric_keys WHERE name = ?) AND m.step >= ? ORDER BY m.step");
+  st.bind(1, run).bind(2, key).bind(3, from_step);
+  std::vector<SeriesPoint> out;
+  while (st.step())
+    out.push_back({st.int64(0), st.real(1), st.real(2)});
+  return out;
+}
+
+std::optional<std::int64_t> RunStore::latest_step(std::int64_t run) const {
+  detail::Statement st = db_->prepare("SELECT last_step FROM runs WHERE id = ?");
+  st.bind(1, run);
+  if (!st.step()) throw ValueError(str_cat("[store] ", path_.string(), ": no run ", run));
+  return st.opt_int64(0);
+}
+
+std::vector<RunProgress> RunStore::progress() const {
+  detail::Statement st = db_->prepare("SELECT id, status, last_step FROM runs ORDER BY id DESC");
+  std::vector<RunProgress> out;
+  while (st.step()) {
+    out.push_back({st.int64(0), run_status_from_string(st.text(1)), st.opt_int64(2)});
+  }
+  return out;
+}
+
+std::vector<Event> RunStore::events(std::int64_t run, std::int64_t after_id) const {
+  detail::Statement st = db_->prepare(
+      "SELECT id, time, level, text FROM events WHERE run_id = ? AND id > ? ORDER BY id");
+  st.bind(1, run).bind(2, after_id);
+  std::vector<Event> out;
+  while (st.step()) {
+    out.push_back({st.int64(0), st.real(1), event_level_from_string(st.text(2)), st.text(3)});
+  }
+  return out;
+}
+
+std::vector<Checkpoint> RunStore::checkpoints(std::int64_t run) const {
+  detail::Statement st = db_->prepare(
+      "SELECT id, step, path, created_at, metadata FROM checkpoints WHERE run_id = ? "
+      "ORDER BY step, id");
+  st.bind(1, run);
+  std::vector<Checkpoint> out;
+  while (st.step()) {
+    out.push_back({st.int64(0), st.int64(1), st.text(2), st.real(3), st.text(4)});
+  }
+  return out;
+}
+
+}  // namespace tb::store

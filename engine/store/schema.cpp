@@ -1,0 +1,260 @@
+// Schema v1, the migration ladder and the checks that refuse foreign or broken files.
+#include "engine/store/schema.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tb::store::detail {
+namespace {
+
+using ::tb::detail::str_cat;
+
+// Version 1. Times are Unix seconds (REAL). metrics is clustered on (run_id, key_id, step), so a
+// per-run per-key series is one range scan; metric names are interned in metric_keys. A NULL
+// value is a NaN (SQLite stores NaN as NULL).
+constexpr std::string_view kSchemaV1 = R"sql(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  tags TEXT NOT NULL DEFAULT '[]',
+  status TEXT NOT NULL CHECK (status IN
+    ('queued', 'running', 'finished', 'failed', 'diverged', 'cancelled', 'crashed')),
+  created_at REAL NOT NULL,
+  started_at REAL,
+  ended_at REAL,
+  config TEXT NOT NULL DEFAULT '',
+  config_format TEXT NOT NULL DEFAULT '',
+  seed INTEGER,
+  host TEXT NOT NULL DEFAULT '',
+  cpu_info TEXT NOT NULL DEFAULT '',
+  gpu_info TEXT NOT NULL DEFAULT '',
+  engine_version TEXT NOT NULL DEFAULT '',
+  writer_pid INTEGER,
+  writer_host TEXT,
+  writer_start_time INTEGER,
+  last_step INTEGER,
+  message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX runs_status ON runs (status);
+CREATE TABLE metric_keys (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+CREATE TABLE metrics (
+  run_id INTEGER NOT NULL,
+  key_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  time REAL NOT NULL,
+  PRIMARY KEY (run_id, key_id, step)
+) WITHOUT ROWID;
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL,
+  time REAL NOT NULL,
+  level TEXT NOT NULL CHECK (level IN ('info', 'warning', 'error')),
+  text TEXT NOT NULL
+);
+CREATE INDEX events_run ON events (run_id, id);
+CREATE TABLE checkpoints (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  created_at REAL NOT NULL,
+  metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX checkpoints_run ON checkpoints (run_id, step);
+)sql";
+
+constexpr std::array<Migration, 1> kLadder = {{
+    {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
+}};
+
+constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL
+
+std::uint32_t be32(const unsigned char* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+[[noreturn]] void reject(const std::string& file, std::string_view why) {
+  throw DatabaseRejectedError(str_cat("[store] ", file, ": ", why,
+                                      "; the file was left unchanged. Pass another database path "
+                                      "(--db PATH) or move this file away."));
+}
+
+// What an existing file holds, read without modifying it.
+struct Inspection {
+  bool fresh = false;  // empty: no schema yet
+  int version = 0;
+};
+
+Inspection inspect(const std::filesystem::path& path, const OpenOptions& options) {
+  const std::string file = path.string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) reject(file, "is not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) throw StoreError(str_cat("[store] ", file, ": cannot read its size: ", ec.message()));
+  if (size == 0) return {true, 0};  // SQLite treats an empty file as an empty database
+
+  unsigned char header[100] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw StoreError(str_cat("[store] ", file, ": cannot be read"));
+    in.read(reinterpret_cast<char*>(header), sizeof(header));
+    if (in.gcount() < 16 || std::string_view(reinterpret_cast<const char*>(header), 16) !=
+                                std::string_view(kSqliteMagic, 16)) {
+      reject(file,
+             "is not a TrainBench run database (not an SQLite file: it does not start with "
+             "'SQLite format 3')");
+    }
+    if (in.gcount() < 100) reject(file, "is a truncated SQLite file (shorter than its header)");
+  }
+  const std::uint32_t header_app_id = be32(header + 68);
+  if (header_app_id != 0 && header_app_id != static_cast<std::uint32_t>(kApplicationId)) {
+    reject(file, str_cat("is another application's SQLite database (application_id ",
+                         hex32(header_app_id), ", TrainBench's is ",
+                         hex32(static_cast<std::uint32_t>(kApplicationId)), ")"));
+  }
+
+  // The header may be stale while recent commits sit in the WAL: ask SQLite, read-only.
+  Inspection result;
+  std::vector<std::string> tables;
+  std::int64_t app_id = 0;
+  try {
+    Connection ro(path, {.read_only = true, .busy_timeout_ms = options.busy_timeout_ms});
+    app_id = ro.query_int("PRAGMA application_id");
+    result.version = static_cast<int>(ro.query_int("PRAGMA user_version"));
+    Statement st = ro.prepare(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY name");
+    while (st.step())
+      tables.push_back(st.text(0));
+    if (options.check == IntegrityCheck::kQuick) {
+      Statement qc = ro.prepare("PRAGMA quick_check(1)");
+      const std::string verdict = qc.step() ? qc.text(0) : "no answer";
+      if (verdict != "ok") {
+        reject(file, str_cat("is corrupted (PRAGMA quick_check: ", verdict,
+                             "); restore it from a backup"));
+      }
+    }
+  } catch (const DatabaseRejectedError&) {
+    throw;
+  } catch (const StoreError& e) {
+    reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", e.what()));
+  }
+
+  if (static_cast<std::uint32_t>(app_id) != static_cast<std::uint32_t>(kApplicationId)) {
+    if (app_id != 0) {
+      reject(file, str_cat("is another application's SQLite database (application_id ",
+                           hex32(static_cast<std::uint32_t>(app_id)), ")"));
+    }
+    if (!tables.empty()) {
+      std::string names;
+      for (std::size_t i = 0; i < tables.size() && i < 8; ++i) {
+        names += (i ? ", " : "") + tables[i];
+      }
+      if (tables.size() > 8) names += ", ...";
+      reject(file, str_cat("is an SQLite database of another application (tables ", names,
+                           "; no TrainBench application_id)"));
+    }
+    return {true, 0};
+  }
+  const int latest = options.ladder.empty() ? 0 : options.ladder.back().to_version;
+  if (result.version > latest) {
+    reject(file, str_cat("was written by a newer TrainBench (schema version ", result.version,
+                         "; this build reads versions up to ", latest,
+                         "). Open it with that newer version"));
+  }
+  return result;
+}
+
+void configure(Connection& db, bool read_only) {
+  if (read_only) return;
+  // 16 KiB pages (a no-op on an existing file): fewer, fuller B-tree pages for the metrics rows;
+  // measured faster ingest than the 4 KiB default.
+  db.exec("PRAGMA page_size = 16384");
+  Statement wal = db.prepare("PRAGMA journal_mode = WAL");
+  const std::string mode = wal.step() ? wal.text(0) : "";
+  if (mode != "wal") {
+    throw StoreError(str_cat("[store] ", db.file(), ": cannot switch to WAL journal mode (got '",
+                             mode, "'); is the file on a network file system?"));
+  }
+  db.exec("PRAGMA synchronous = NORMAL");
+}
+
+}  // namespace
+
+std::span<const Migration> migrations() {
+  return kLadder;
+}
+
+Connection open_database(const std::filesystem::path& path, const OpenOptions& options) {
+  const std::string file = path.string();
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  const int latest = options.ladder.empty() ? 0 : options.ladder.back().to_version;
+  Inspection found{true, 0};
+  if (exists) {
+    found = inspect(path, options);
+  } else if (options.read_only) {
+    throw StoreError(str_cat("[store] ", file, ": no run database at this path"));
+  } else if (path.has_parent_path()) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) {
+      throw StoreError(str_cat("[store] ", file, ": cannot create the directory ",
+                               path.parent_path().string(), ": ", ec.message()));
+    }
+  }
+  if (found.version < latest && (options.read_only || !options.migrate)) {
+    throw StoreError(str_cat("[store] ", file, ": schema version ", found.version,
+                             " needs an upgrade to version ", latest,
+                             "; open the database read-write once (e.g. trainbench-cli runs)"));
+  }
+
+  Connection db(path, {.read_only = options.read_only,
+                       .create = !options.read_only,
+                       .busy_timeout_ms = options.busy_timeout_ms});
+  configure(db, options.read_only);
+  if (options.read_only || found.version == latest) return db;
+
+  // Migrate under the write lock; re-read the version there (another process may have done it).
+  Transaction tx(db);
+  const auto app_id = db.query_int("PRAGMA application_id");
+  int version = static_cast<int>(db.query_int("PRAGMA user_version"));
+  if (app_id != 0 && app_id != kApplicationId) {
+    reject(file, "changed to another application's database while opening");
+  }
+  if (version > latest) {
+    reject(file, str_cat("was written by a newer TrainBench (schema version ", version,
+                         "; this build reads versions up to ", latest, ")"));
+  }
+  for (const Migration& m : options.ladder) {
+    if (m.to_version <= version) continue;
+    try {
+      db.exec(m.sql);
+    } catch (const StoreError& e) {
+      throw StoreError(str_cat("[store] ", file, ": migration to schema version ", m.to_version,
+                               " (", m.description, ") failed, nothing was changed: ", e.what()));
+    }
+    version = m.to_version;
+  }
+  db.exec(str_cat("PRAGMA application_id = ", kApplicationId));
+  db.exec(str_cat("PRAGMA user_version = ", version));
+  tx.commit();
+  return db;
+}
+
+}  // namespace tb::store::detail

@@ -1,0 +1,223 @@
+#include "engine/train/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <system_error>
+
+#include "engine/core/error.h"
+
+namespace tb::train {
+
+using core::ScalarType;
+using core::Tensor;
+
+namespace {
+
+struct DtypeName {
+  ScalarType type;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {
+    {ScalarType::Float64, "F64"},   {ScalarType::Float32, "F32"}, {ScalarType::Float16, "F16"},
+    {ScalarType::BFloat16, "BF16"}, {ScalarType::Int64, "I64"},   {ScalarType::Int32, "I32"},
+    {ScalarType::Int16, "I16"},     {ScalarType::Int8, "I8"},     {ScalarType::UInt8, "U8"},
+    {ScalarType::Bool, "BOOL"},
+};
+
+const char* dtype_name(ScalarType t, const std::string& tensor) {
+  for (const auto& d : kDtypes)
+    if (d.type == t) return d.name;
+  throw TypeError(tb::detail::str_cat("[safetensors] tensor '", tensor, "' has dtype ", t,
+                                      ", which safetensors files here do not store"));
+}
+
+[[noreturn]] void bad(const std::filesystem::path& path, const std::string& what) {
+  throw ValueError("[safetensors] " + path.string() + ": " + what);
+}
+
+}  // namespace
+
+void save_safetensors(const std::filesystem::path& path, const TensorList& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  std::set<std::string> names;
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    TB_CHECK(!name.empty() && name != "__metadata__", "[safetensors] invalid tensor name '", name,
+             "'");
+    TB_CHECK(names.insert(name).second, "[safetensors] tensor name '", name,
+             "' appears more than once");
+    TB_CHECK(t.defined(), "[safetensors] tensor '", name, "' is undefined");
+    const Tensor c = t.to(core::Device()).contiguous();
+    const std::uint64_t bytes = c.nbytes();
+    header[name] = {{"dtype", dtype_name(c.dtype(), name)},
+                    {"shape", std::vector<std::int64_t>(c.sizes().begin(), c.sizes().end())},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    host.push_back(c);
+  }
+  std::string text = header.dump();
+  // Pad the header with spaces to a multiple of 8 so the data area is aligned (as the reference
+  // writer does).
+  text.append((8 - (text.size() % 8)) % 8, ' ');
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TB_CHECK(out.good(), "[safetensors] cannot create ", tmp.string());
+    const std::uint64_t n = text.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i)
+      len[i] = static_cast<unsigned char>(n >> (8 * i));
+    out.write(reinterpret_cast<const char*>(len), 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    for (const auto& c : host)
+      out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    out.flush();
+    TB_CHECK(out.good(), "[safetensors] writing ", tmp.string(), " failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw Error("[safetensors] cannot move the written file to " + path.string());
+  }
+}
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) bad(path, "cannot open the file");
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  if (file_size < 8) bad(path, "truncated: " + std::to_string(file_size) + " bytes, no header");
+  unsigned char len[8];
+  in.read(reinterpret_cast<char*>(len), 8);
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | len[i];
+  if (n > kMaxSafetensorsHeader) {
+    bad(path, "header length " + std::to_string(n) + " exceeds the limit of " +
+                  std::to_string(kMaxSafetensorsHeader) + " bytes");
+  }
+  if (n > file_size - 8) {
+    bad(path, "truncated: header length " + std::to_string(n) + " but only " +
+                  std::to_string(file_size - 8) + " bytes follow");
+  }
+  std::string text(n, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(n));
+  if (!in.good()) bad(path, "read error in the header");
+  nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) bad(path, "the header is not a JSON object");
+  const std::uint64_t data_size = file_size - 8 - n;
+
+  struct Entry {
+    std::string name;
+    ScalarType dtype;
+    std::vector<std::int64_t> shape;
+    std::uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  SafetensorsFile out;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) bad(path, "__metadata__ value '" + m.key() + "' is not text");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "': ";
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets")) {
+      bad(path, where + "needs dtype, shape and data_offsets");
+    }
+    Entry e;
+    e.name = name;
+    if (!v["dtype"].is_string()) bad(path, where + "dtype is not text");
+    const std::string dt = v["dtype"].get<std::string>();
+    bool known = false;
+    for (const auto& d : kDtypes) {
+      if (dt == d.name) {
+        e.dtype = d.type;
+        known = true;
+      }
+    }
+    if (!known) bad(path, where + "unsupported dtype '" + dt + "'");
+    if (!v["shape"].is_array()) bad(path, where + "shape is not a list");
+    std::uint64_t numel = 1;
+    for (const auto& s : v["shape"]) {
+      if (!s.is_number_unsigned()) bad(path, where + "shape entries must be integers >= 0");
+      const auto d = s.get<std::uint64_t>();
+      if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+          (d != 0 && numel > std::numeric_limits<std::uint64_t>::max() / d)) {
+        bad(path, where + "shape overflows");
+      }
+      numel *= d;
+      e.shape.push_back(static_cast<std::int64_t>(d));
+    }
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned()) {
+      bad(path, where + "data_offsets must be two integers >= 0");
+    }
+    e.begin = off[0].get<std::uint64_t>();
+    e.end = off[1].get<std::uint64_t>();
+    if (e.begin > e.end || e.end > data_size) {
+      bad(path, where + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                    "] fall outside the " + std::to_string(data_size) + "-byte data area");
+    }
+    const std::uint64_t esize = core::element_size(e.dtype);
+    if (numel > std::numeric_limits<std::uint64_t>::max() / esize ||
+        numel * esize != e.end - e.begin) {
+      bad(path, where + "data_offsets span " + std::to_string(e.end - e.begin) +
+                    " bytes but dtype and shape need " +
+                    (numel > std::numeric_limits<std::uint64_t>::max() / esize
+                         ? std::string("more than 2^64")
+                         : std::to_string(numel * esize)));
+    }
+    entries.push_back(std::move(e));
+  }
+  // Non-overlapping, covering the data area exactly (no holes: what the format requires).
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::uint64_t expect = 0;
+  for (const auto& e : entries) {
+    if (e.begin != expect) {
+      bad(path, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) +
+                    " of the data area, expected " + std::to_string(expect) +
+                    (e.begin < expect ? " (overlapping tensors)" : " (a hole)"));
+    }
+    expect = e.end;
+  }
+  if (expect != data_size) {
+    bad(path, "the data area has " + std::to_string(data_size) + " bytes but the tensors cover " +
+                  std::to_string(expect));
+  }
+  // Valid: allocate and read (the total equals the file's remaining size).
+  for (const auto& e : entries) {
+    Tensor t = Tensor::empty(core::IntList(e.shape.data(), e.shape.size()), e.dtype);
+    if (e.end > e.begin) {
+      in.seekg(static_cast<std::streamoff>(8 + n + e.begin));
+      in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+      if (!in.good()) bad(path, "read error in tensor '" + e.name + "'");
+    }
+    if (e.dtype == ScalarType::Bool) {
+      const auto* b = static_cast<const unsigned char*>(t.data_ptr());
+      for (std::uint64_t i = 0; i < e.end - e.begin; ++i)
+        if (b[i] > 1) bad(path, "tensor '" + e.name + "' holds a bool byte other than 0 or 1");
+    }
+    out.tensors.emplace_back(e.name, t);
+  }
+  return out;
+}
+
+}  // namespace tb::train

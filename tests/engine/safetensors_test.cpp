@@ -1,0 +1,167 @@
+// safetensors: round trips of every dtype with metadata, the byte layout other tools read, a
+// hand-written file, and malformed / truncated / hostile files rejected with messages.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/ops/ops.h"
+#include "engine/train/safetensors.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tb::core::ScalarType;
+using tb::core::Tensor;
+using tb::test::error_of;
+namespace train = tb::train;
+
+class Safetensors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tb_safetensors_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // A file made of an 8-byte length, `header` and `data` (the length may be forced).
+  fs::path raw(const std::string& header, const std::string& data, std::uint64_t len = ~0ULL) {
+    const fs::path p = dir_ / "raw.safetensors";
+    std::ofstream out(p, std::ios::binary);
+    const std::uint64_t n = len == ~0ULL ? header.size() : len;
+    for (int i = 0; i < 8; ++i)
+      out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out << header << data;
+    return p;
+  }
+  std::string load_error(const fs::path& p) {
+    return error_of([&] { train::load_safetensors(p); });
+  }
+  fs::path dir_;
+};
+
+TEST_F(Safetensors, RoundTripEveryDtypeWithMetadata) {
+  train::TensorList ts;
+  ts.emplace_back("w.f64",
+                  tb::ops::mul(tb::ops::arange(6, ScalarType::Float64).reshape({2, 3}), 0.5));
+  ts.emplace_back("w.f32", tb::core::from_vector(std::vector<float>{1.5f, -2.25f, 3e-8f}));
+  for (ScalarType t : {ScalarType::Float16, ScalarType::BFloat16, ScalarType::Int64,
+                       ScalarType::Int32, ScalarType::Int16, ScalarType::Int8, ScalarType::UInt8}) {
+    ts.emplace_back(std::string("t") + std::to_string(static_cast<int>(t)),
+                    tb::ops::arange(5, ScalarType::Int64).to(t));
+  }
+  ts.emplace_back("flags", tb::core::from_vector(std::vector<bool>{true, false, true}));
+  ts.emplace_back("scalar", tb::ops::full({}, 7.0));
+  ts.emplace_back("empty", tb::ops::zeros({0, 4}));
+  const fs::path p = dir_ / "m.safetensors";
+  train::save_safetensors(p, ts, {{"format", "pt"}, {"step", "12"}});
+  const auto f = train::load_safetensors(p);
+  EXPECT_EQ(f.metadata.at("step"), "12");
+  ASSERT_EQ(f.tensors.size(), ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    EXPECT_EQ(f.tensors[i].first, ts[i].first);
+    const Tensor& a = ts[i].second;
+    const Tensor& b = f.tensors[i].second;
+    EXPECT_EQ(a.dtype(), b.dtype()) << ts[i].first;
+    EXPECT_EQ(tb::core::DimVector(a.sizes()), tb::core::DimVector(b.sizes())) << ts[i].first;
+    EXPECT_EQ(a.nbytes(), b.nbytes());
+    EXPECT_EQ(std::memcmp(a.contiguous().data_ptr(), b.data_ptr(), a.nbytes()), 0) << ts[i].first;
+  }
+}
+
+TEST_F(Safetensors, ByteLayoutIsTheStandardOne) {
+  const fs::path p = dir_ / "x.safetensors";
+  train::save_safetensors(p, {{"a", tb::core::from_vector(std::vector<float>{1, 2})},
+                              {"b", tb::core::from_vector(std::vector<std::int64_t>{3})}});
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(n % 8, 0u);  // data area aligned
+  ASSERT_EQ(bytes.size(), 8 + n + 16);
+  const auto h = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(h["a"]["dtype"], "F32");
+  EXPECT_EQ(h["a"]["shape"], nlohmann::json::array({2}));
+  EXPECT_EQ(h["a"]["data_offsets"], nlohmann::json::array({0, 8}));
+  EXPECT_EQ(h["b"]["dtype"], "I64");
+  EXPECT_EQ(h["b"]["data_offsets"], nlohmann::json::array({8, 16}));
+  float two = 0;
+  std::memcpy(&two, bytes.data() + 8 + n + 4, 4);
+  EXPECT_EQ(two, 2.0f);
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors.tmp"));
+}
+
+TEST_F(Safetensors, ReadsAHandWrittenFile) {
+  float v[3] = {0.5f, -1.0f, 4.0f};
+  const std::string data(reinterpret_cast<const char*>(v), sizeof v);
+  const auto f = train::load_safetensors(raw(
+      R"({"__metadata__":{"who":"hand"},"x":{"dtype":"F32","shape":[3,1],"data_offsets":[0,12]}})",
+      data));
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].second.to_vector<float>(), (std::vector<float>{0.5f, -1.0f, 4.0f}));
+  EXPECT_EQ(f.tensors[0].second.size(0), 3);
+  EXPECT_EQ(f.metadata.at("who"), "hand");
+}
+
+TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
+  const std::string ok8(8, '\0');
+  auto has = [&](const fs::path& p, const std::string& what) {
+    const std::string e = load_error(p);
+    EXPECT_NE(e.find(what), std::string::npos) << "got: " << e;
+    EXPECT_NE(e.find(p.string()), std::string::npos) << "the message names the file: " << e;
+  };
+  {
+    const fs::path p = dir_ / "short.safetensors";
+    std::ofstream(p, std::ios::binary) << "abc";
+    has(p, "truncated: 3 bytes, no header");
+  }
+  has(raw("{}", "", 1ULL << 60), "exceeds the limit");  // hostile length: nothing allocated
+  has(raw(R"({"x":{})", "", 5000), "truncated: header length 5000 but only 7 bytes follow");
+  has(raw("[1,2]", ""), "the header is not a JSON object");
+  has(raw("{not json", ""), "the header is not a JSON object");
+  has(raw(R"({"x":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", "a"),
+      "tensor 'x': unsupported dtype 'F8'");
+  has(raw(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "abcd"),
+      "data_offsets [0, 8] fall outside the 4-byte data area");
+  has(raw(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", ok8),
+      "data_offsets span 8 bytes but dtype and shape need 12");
+  has(raw(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+          R"("y":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+          ok8),
+      "(overlapping tensors)");
+  has(raw(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", ok8), "(a hole)");
+  has(raw(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", ok8),
+      "the data area has 8 bytes but the tensors cover 4");
+  has(raw(R"({"x":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", ok8),
+      "tensor 'x': shape overflows");
+  has(raw(R"({"x":{"dtype":"F64","shape":[2147483648,2147483648],"data_offsets":[0,8]}})", ok8),
+      "dtype and shape need more than 2^64");
+  has(raw(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", ok8.substr(0, 4)),
+      "shape entries must be integers >= 0");
+  has(raw(R"({"x":{"dtype":"BOOL","shape":[1],"data_offsets":[0,1]}})", "\x07"),
+      "bool byte other than 0 or 1");
+  has(raw(R"({"x":{"dtype":"F32","shape":[1]}})", ""), "needs dtype, shape and data_offsets");
+  has(dir_ / "missing.safetensors", "cannot open the file");
+}
+
+TEST_F(Safetensors, WriterRefusesBadNames) {
+  const Tensor t = tb::ops::zeros({1});
+  EXPECT_NE(error_of([&] {
+              train::save_safetensors(dir_ / "a", {{"x", t}, {"x", t}});
+            }).find("tensor name 'x' appears more than once"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              train::save_safetensors(dir_ / "a", {{"__metadata__", t}});
+            }).find("invalid tensor name '__metadata__'"),
+            std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,554 @@
+// Tests of the SQLite run store (engine/store): schema, migrations and refusals, the writer
+// thread, live reads, crash detection (including a real kill -9), status changes and export.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/store/process_info.h"
+#include "engine/store/run_store.h"
+#include "engine/store/run_writer.h"
+#include "engine/store/schema.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tb::store;  // NOLINT(google-build-using-namespace): test file
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "tb_store_test_XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path db() const { return dir_ / "runs.sqlite"; }
+  fs::path dir_;
+};
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// A raw connection, independent of the code under test.
+class RawDb {
+ public:
+  explicit RawDb(const fs::path& p) {
+    EXPECT_EQ(sqlite3_open(p.string().c_str(), &db_), SQLITE_OK);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawDb() { sqlite3_close(db_); }
+  void exec(const std::string& sql) {
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << sql << ": " << (err ? err : "");
+  }
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+    std::string out;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    return out;
+  }
+  std::int64_t integer(const std::string& sql) { return std::stoll(text(sql)); }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const tb::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema, opening, refusal
+
+TEST_F(StoreTest, CreatesSchemaInNewDirectoriesAndReopens) {
+  const fs::path nested = dir_ / "a" / "b" / "runs.sqlite";
+  std::int64_t id = 0;
+  {
+    auto store = RunStore::open(nested);
+    id = store.create_run(
+        {.name = "first", .tags = {"mlp", "adamw"}, .config = "[run]\n", .seed = 42});
+  }
+  {
+    RawDb raw(nested);
+    EXPECT_EQ(raw.integer("PRAGMA application_id"), kApplicationId);
+    EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+    EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN "
+                          "('runs', 'metrics', 'metric_keys', 'events', 'checkpoints')"),
+              5);
+  }
+  auto store = RunStore::open(nested);
+  const RunDetails d = store.get_run(id);
+  EXPECT_EQ(d.summary.name, "first");
+  EXPECT_EQ(d.summary.tags, (std::vector<std::string>{"mlp", "adamw"}));
+  EXPECT_EQ(d.summary.status, RunStatus::kQueued);
+  EXPECT_EQ(d.config, "[run]\n");
+  EXPECT_EQ(d.seed, 42u);
+  EXPECT_EQ(d.summary.host, host_name());
+  EXPECT_FALSE(d.engine_version.empty());
+  EXPECT_EQ(store.list_runs().size(), 1u);
+}
+
+TEST_F(StoreTest, DefaultPathFollowsXdg) {
+  const char* old_xdg = std::getenv("XDG_DATA_HOME");
+  const std::string saved = old_xdg ? old_xdg : "";
+  setenv("XDG_DATA_HOME", dir_.c_str(), 1);
+  EXPECT_EQ(default_database_path(), dir_ / "trainbench" / "runs.sqlite");
+  setenv("XDG_DATA_HOME", "relative/dir", 1);  // ignored, as the XDG spec says
+  EXPECT_EQ(default_database_path(),
+            fs::path(std::getenv("HOME")) / ".local/share/trainbench/runs.sqlite");
+  if (old_xdg) {
+    setenv("XDG_DATA_HOME", saved.c_str(), 1);
+  } else {
+    unsetenv("XDG_DATA_HOME");
+  }
+}
+
+TEST_F(StoreTest, EmptyFileIsInitialisedFromVersionZero) {
+  write_bytes(db(), "");
+  auto store = RunStore::open(db());
+  RawDb raw(db());
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 1);
+  EXPECT_EQ(raw.integer("PRAGMA application_id"), kApplicationId);
+}
+
+TEST_F(StoreTest, MigrationLadderAddsVersionTwoInOneTransaction) {
+  { auto store = RunStore::open(db()); }
+  const auto v1 = detail::migrations();
+  // A v2 rung that adds a table and a column, as a future schema change would.
+  std::vector<detail::Migration> good(v1.begin(), v1.end());
+  good.push_back({2, "add notes", "ALTER TABLE runs ADD COLUMN notes TEXT; CREATE TABLE x (a);"});
+  // A v2 rung that fails half-way: the first statement must be rolled back.
+  std::vector<detail::Migration> bad(v1.begin(), v1.end());
+  bad.push_back({2, "broken", "CREATE TABLE y (a); THIS IS NOT SQL;"});
+  detail::OpenOptions o;
+  o.ladder = bad;
+  const std::string msg = error_of([&] { detail::open_database(db(), o); });
+  EXPECT_NE(msg.find("migration to schema version 2 (broken) failed"), std::string::npos) << msg;
+  {
+    RawDb raw(db());
+    EXPECT_EQ(raw.integer("PRAGMA user_version"), 1);
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_schema WHERE name = 'y'"), 0);
+  }
+  o.ladder = good;
+  { detail::open_database(db(), o); }
+  RawDb raw(db());
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'notes'"), 1);
+}
+
+TEST_F(StoreTest, RefusesDatabaseFromNewerVersionUnchanged) {
+  { auto store = RunStore::open(db()); }
+  { RawDb(db()).exec("PRAGMA user_version = 7"); }
+  const std::string before = read_bytes(db());
+  const std::string msg = error_of([&] { RunStore::open(db()); });
+  EXPECT_NE(msg.find("[store] " + db().string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("newer TrainBench (schema version 7; this build reads versions up to 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_THROW(RunStore::open(db()), DatabaseRejectedError);
+  EXPECT_EQ(read_bytes(db()), before);
+}
+
+TEST_F(StoreTest, RefusesForeignSqliteDatabasesUnchanged) {
+  {
+    RawDb raw(db());
+    raw.exec("CREATE TABLE songs (title TEXT); INSERT INTO songs VALUES ('a');");
+  }
+  const std::string before = read_bytes(db());
+  std::string msg = error_of([&] { RunStore::open(db()); });
+  EXPECT_NE(msg.find("another application (tables songs; no TrainBench application_id)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(db().string()), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(db()), before);
+
+  const fs::path other = dir_ / "other.sqlite";
+  { RawDb(other).exec("PRAGMA application_id = 1234; CREATE TABLE runs (id);"); }
+  const std::string other_before = read_bytes(other);
+  msg = error_of([&] { RunStore::open(other); });
+  EXPECT_NE(msg.find("another application's SQLite database (application_id 0x000004d2"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(read_bytes(other), other_before);
+}
+
+TEST_F(StoreTest, RefusesGarbageAndCorruptedFilesUnchanged) {
+  std::string garbage(10000, '\0');
+  std::mt19937 gen(5);
+  for (char& c : garbage)
+    c = static_cast<char>(gen());
+  write_bytes(db(), garbage);
+  std::string msg = error_of([&] { RunStore::open(db()); });
+  EXPECT_NE(msg.find("not an SQLite file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("left unchanged"), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(db()), garbage);
+  EXPECT_FALSE(fs::exists(dir_ / "runs.sqlite-wal"));
+
+  // A real store whose pages were damaged afterwards.
+  const fs::path damaged = dir_ / "damaged.sqlite";
+  {
+    auto store = RunStore::open(damaged);
+    RunWriter w(damaged, store.create_run({.name = "r"}));
+    for (int s = 0; s < 20000; ++s)
+      w.log_metrics(s, {{"loss", 1.0 / (s + 1)}});
+    w.set_status(RunStatus::kFinished);
+    w.close();
+  }
+  std::string bytes = read_bytes(damaged);
+  ASSERT_GT(bytes.size(), 6u * 4096);
+  for (std::size_t i = 3 * 4096; i < 5 * 4096; ++i)
+    bytes[i] = static_cast<char>(0xA5);
+  write_bytes(damaged, bytes);
+  msg = error_of([&] { RunStore::open(damaged); });
+  EXPECT_NE(msg.find("[store] " + damaged.string()), std::string::npos) << msg;
+  EXPECT_TRUE(msg.find("corrupted") != std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(damaged), bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer thread and live reads
+
+TEST_F(StoreTest, WriterCommitsHundredThousandRowsInOrder) {
+  auto store = RunStore::open(db());
+  const auto run = store.create_run({.name = "big"});
+  RunWriter w(db(), run);
+  const std::vector<std::string> keys = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"};
+  for (std::int64_t s = 0; s < 10000; ++s) {
+    std::vector<MetricValue> v;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      v.push_back({keys[k], static_cast<double>(s) + 0.1 * static_cast<double>(k)});
+    }
+    w.log_metrics(s, v);
+  }
+  w.flush();  // everything logged so far is committed and visible to another connection
+  EXPECT_EQ(w.stats().rows_committed, 100000u);
+  EXPECT_EQ(store.latest_step(run), 9999);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const auto pts = store.series(run, keys[k]);
+    ASSERT_EQ(pts.size(), 10000u);
+    for (std::int64_t s = 0; s < 10000; ++s) {
+      ASSERT_EQ(pts[s].step, s);
+      ASSERT_EQ(pts[s].value, static_cast<double>(s) + 0.1 * static_cast<double>(k));
+    }
+  }
+  EXPECT_EQ(store.series(run, "c", 9990).size(), 10u);
+  EXPECT_EQ(store.get_run(run).summary.status, RunStatus::kRunning);
+  w.set_status(RunStatus::kFinished);
+  w.close();
+  EXPECT_EQ(store.get_run(run).summary.status, RunStatus::kFinished);
+  EXPECT_THROW(w.log_metrics(1, {{"a", 1.0}}), tb::ValueError);
+}
+
+TEST_F(StoreTest, ReaderSeesRunningRunLiveWithinCommitInterval) {
+  {
+    auto creator = RunStore::open(db());
+    creator.create_run({.name = "live"});
+  }
+  RunWriter w(db(), 1);  // default commit interval: 200 ms
+  auto reader = RunStore::open(db());
+  w.log_metrics(0, {{"loss", 2.5}, {"lr", 0.1}});
+  w.log_event(EventLevel::kWarning, "hello");
+  const auto t0 = std::chrono::steady_clock::now();
+  while (reader.series(1, "loss").empty() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(reader.series(1, "loss").size(), 1u);  // no flush: the timer committed it
+  EXPECT_LT(waited, std::chrono::milliseconds(1000));
+  EXPECT_EQ(reader.get_run(1).summary.status, RunStatus::kRunning);
+  EXPECT_EQ(reader.events(1).back().text, "hello");
+  // Poll for new points only.
+  w.log_metrics(1, {{"loss", 2.0}});
+  w.log_metrics(2, {{"loss", 1.5}});
+  w.flush();
+  const auto fresh = reader.series(1, "loss", 1);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(fresh[1].value, 1.5);
+  const auto progress = reader.progress();
+  ASSERT_EQ(progress.size(), 1u);
+  EXPECT_EQ(progress[0].last_step, 2);
+  w.set_status(RunStatus::kCancelled, "stopped by the user");
+  w.close();
+  const auto d = reader.get_run(1);
+  EXPECT_EQ(d.summary.status, RunStatus::kCancelled);
+  EXPECT_EQ(d.summary.message, "stopped by the user");
+  EXPECT_TRUE(d.summary.ended_at.has_value());
+}
+
+TEST_F(StoreTest, QueueCapBlocksProducerInsteadOfDropping) {
+  auto store = RunStore::open(db());
+  const auto run = store.create_run({.name = "cap"});
+  WriterOptions o;
+  o.max_queued_rows = 64;
+  o.commit_interval = std::chrono::milliseconds(1000);
+  RunWriter w(db(), run, o);
+  for (int s = 0; s < 5000; ++s)
+    w.log_metrics(s, {{"x", 1.0}, {"y", 2.0}});
+  w.set_status(RunStatus::kFinished);
+  w.close();
+  EXPECT_GT(w.stats().producer_waits, 0u);
+  EXPECT_EQ(store.series(run, "y").size(), 5000u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Status, crash detection
+
+TEST_F(StoreTest, StatusTransitions) {
+  auto store = RunStore::open(db());
+  const auto a = store.create_run({.name = "a"});
+  std::string msg = error_of([&] { store.set_status(a, RunStatus::kFinished); });
+  EXPECT_NE(msg.find("run 1 cannot go from 'queued' to 'finished'"), std::string::npos) << msg;
+  EXPECT_EQ(to_string(RunStatus::kDiverged), "diverged");
+  for (auto s : {RunStatus::kQueued, RunStatus::kRunning, RunStatus::kFinished, RunStatus::kFailed,
+                 RunStatus::kDiverged, RunStatus::kCancelled, RunStatus::kCrashed}) {
+    EXPECT_EQ(run_status_from_string(to_string(s)), s);
+  }
+  EXPECT_THROW(run_status_from_string("done"), tb::ValueError);
+
+  {
+    RunWriter w(db(), a);
+    EXPECT_THROW(RunWriter(db(), a), tb::ValueError);  // one writer per run
+    w.set_status(RunStatus::kDiverged, "loss was non-finite for 5 steps");
+    EXPECT_THROW(w.set_status(RunStatus::kFinished), tb::ValueError);
+  }
+  EXPECT_EQ(store.get_run(a).summary.status, RunStatus::kDiverged);
+  {
+    RunWriter resumed(db(), a);  // resume an ended run
+    EXPECT_EQ(store.get_run(a).summary.status, RunStatus::kRunning);
+  }  // closed without a final status
+  const auto d = store.get_run(a);
+  EXPECT_EQ(d.summary.status, RunStatus::kFailed);
+  EXPECT_NE(d.summary.message.find("closed while the run was still running"), std::string::npos);
+  EXPECT_THROW(store.delete_run(999), tb::ValueError);
+  store.delete_run(a);
+  EXPECT_FALSE(store.has_run(a));
+
+  const auto b = store.create_run({.name = "b"});
+  store.rename_run(b, "b2");
+  store.set_tags(b, {"x"});
+  store.set_status(b, RunStatus::kCancelled);
+  EXPECT_EQ(store.list_runs().at(0).name, "b2");
+  EXPECT_EQ(store.list_runs().at(0).tags, std::vector<std::string>{"x"});
+}
+
+pid_t dead_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
+  const ProcessIdentity me = current_process();
+  {
+    auto store = RunStore::open(db());
+    for (int i = 0; i < 4; ++i)
+      store.create_run({.name = "r" + std::to_string(i)});
+    RunWriter w(db(), 1);
+    w.log_metrics(0, {{"loss", 1.0}});
+    w.log_metrics(1, {{"loss", 0.5}});
+    w.flush();
+  }
+  // Fake the writers: 1 a dead pid, 2 our pid with another start time (pid reused),
+  // 3 this very process, 4 a process on another host.
+  {
+    RawDb raw(db());
+    auto set = [&](int id, std::int64_t pid, const std::string& host, std::int64_t start) {
+      raw.exec("UPDATE runs SET status = 'running', writer_pid = " + std::to_string(pid) +
+               ", writer_host = '" + host + "', writer_start_time = " + std::to_string(start) +
+               " WHERE id = " + std::to_string(id));
+    };
+    set(1, dead_pid(), me.host, 12345);
+    set(2, me.pid, me.host, me.start_time + 1);
+    set(3, me.pid, me.host, me.start_time);
+    set(4, 1, "some-other-host", 1);
+  }
+  auto store = RunStore::open(db());
+  EXPECT_EQ(store.get_run(1).summary.status, RunStatus::kCrashed);
+  EXPECT_EQ(store.get_run(2).summary.status, RunStatus::kCrashed);
+  EXPECT_EQ(store.get_run(3).summary.status, RunStatus::kRunning);
+  EXPECT_EQ(store.get_run(4).summary.status, RunStatus::kRunning);
+  EXPECT_EQ(store.series(1, "loss").size(), 2u);  // committed steps kept
+  const auto ev = store.events(1);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back().level, EventLevel::kError);
+  EXPECT_NE(ev.back().text.find("running -> crashed: the writing process (pid"), std::string::npos)
+      << ev.back().text;
+  EXPECT_NE(ev.back().text.find("last step 1"), std::string::npos) << ev.back().text;
+  EXPECT_NE(store.get_run(1).summary.message.find("ended without closing"), std::string::npos);
+}
+
+TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "victim"});
+  }
+  std::random_device rd;
+  std::mt19937 gen(rd());
+  const std::int64_t threshold = std::uniform_int_distribution<std::int64_t>(200, 3000)(gen);
+  const int extra_ms = std::uniform_int_distribution<int>(0, 300)(gen);
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      WriterOptions o;
+      o.commit_interval = std::chrono::milliseconds(20);
+      RunWriter w(db(), 1, o);
+      for (std::int64_t s = 0;; ++s) {
+        w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s + 1)}, {"lr", 0.01}, {"gn", 2.0}});
+        if (s % 16 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  {
+    StoreOptions ro;
+    ro.recover_crashed = false;
+    ro.check = IntegrityCheck::kNone;
+    auto watcher = RunStore::open(db(), ro);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (watcher.latest_step(1).value_or(-1) < threshold &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GE(watcher.latest_step(1).value_or(-1), threshold) << "the child did not write";
+    EXPECT_EQ(watcher.get_run(1).summary.status, RunStatus::kRunning);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(extra_ms));
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(wstatus));
+
+  std::int64_t k = -1;
+  {
+    RawDb raw(db());
+    EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok");
+    EXPECT_EQ(raw.text("SELECT status FROM runs WHERE id = 1"), "running");
+    // Per key: steps 0..k without gaps, and the same k for every key (calls are never split).
+    k = raw.integer("SELECT MAX(step) FROM metrics WHERE run_id = 1");
+    EXPECT_GE(k, threshold);
+    EXPECT_EQ(raw.integer("SELECT COUNT(DISTINCT key_id) FROM metrics"), 3);
+    EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metrics GROUP BY key_id "
+                          "HAVING COUNT(*) = " +
+                          std::to_string(k + 1) +
+                          " AND MIN(step) = 0 AND MAX(step) = " + std::to_string(k) + ")"),
+              3);
+  }
+  auto store = RunStore::open(db());
+  const auto d = store.get_run(1);
+  EXPECT_EQ(d.summary.status, RunStatus::kCrashed);
+  EXPECT_EQ(d.summary.last_step, k);
+  EXPECT_EQ(store.series(1, "loss").size(), static_cast<std::size_t>(k + 1));
+  EXPECT_NE(store.events(1).back().text.find("crashed"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read API and export
+
+TEST_F(StoreTest, DetailsAndExportCsvJson) {
+  auto store = RunStore::open(db());
+  const auto run = store.create_run(
+      {.name = "exp, \"quoted\"", .config = "{\"lr\": 0.1}", .config_format = "json", .seed = 7});
+  {
+    RunWriter w(db(), run);
+    w.log_metrics(0, {{"loss", 2.0}, {"acc", 0.1}});
+    w.log_metrics(1, {{"loss", 0.1 + 0.2}});
+    w.log_metrics(2, {{"loss", std::nan("")}, {"acc", 0.9}});
+    w.log_metrics(3, {{"loss", 1.0}, {"odd,key", INFINITY}});
+    w.add_checkpoint(2, "ckpt/step-2", "{\"bytes\": 10}");
+    w.log_event(EventLevel::kInfo, "eval done");
+    w.set_status(RunStatus::kFinished);
+  }
+  const RunDetails d = store.get_run(run);
+  ASSERT_EQ(d.metrics.size(), 3u);
+  const MetricSummary& loss = d.metrics[1];
+  EXPECT_EQ(loss.key, "loss");
+  EXPECT_EQ(loss.count, 4);
+  EXPECT_EQ(loss.last_step, 3);
+  EXPECT_EQ(loss.last_value, 1.0);
+  EXPECT_EQ(loss.min_value, 0.1 + 0.2);
+  EXPECT_EQ(loss.min_step, 1);
+  EXPECT_EQ(loss.max_value, 2.0);
+  EXPECT_EQ(loss.max_step, 0);
+  EXPECT_TRUE(std::isnan(store.series(run, "loss")[2].value));
+  ASSERT_EQ(store.checkpoints(run).size(), 1u);
+  EXPECT_EQ(store.checkpoints(run)[0].path, "ckpt/step-2");
+
+  const std::string csv = store.export_csv(run);
+  std::istringstream lines(csv);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) {
+    // Drop the time column (wall clock) for the comparison.
+    const auto a = line.find(',');
+    const auto b = line.find(',', a + 1);
+    rows.push_back(line.substr(0, a) + line.substr(b));
+  }
+  const std::vector<std::string> expected = {"step,acc,loss,\"odd,key\"", "0,0.1,2,",
+                                             "1,,0.30000000000000004,", "2,0.9,nan,", "3,,1,inf"};
+  EXPECT_EQ(rows, expected) << csv;
+
+  const auto j = nlohmann::json::parse(store.export_json(run));
+  EXPECT_EQ(j["format"], "trainbench-run");
+  EXPECT_EQ(j["run"]["name"], "exp, \"quoted\"");
+  EXPECT_EQ(j["run"]["status"], "finished");
+  EXPECT_EQ(j["run"]["seed"], 7);
+  EXPECT_EQ(j["run"]["config"], "{\"lr\": 0.1}");
+  EXPECT_EQ(j["metrics"]["loss"]["step"], nlohmann::json({0, 1, 2, 3}));
+  EXPECT_EQ(j["metrics"]["loss"]["value"][1], 0.1 + 0.2);
+  EXPECT_TRUE(j["metrics"]["loss"]["value"][2].is_null());
+  EXPECT_EQ(j["checkpoints"][0]["metadata"]["bytes"], 10);
+  bool saw_event = false;
+  for (const auto& e : j["events"])
+    saw_event = saw_event || e["text"] == "eval done";
+  EXPECT_TRUE(saw_event);
+  EXPECT_THROW(store.export_csv(42), tb::ValueError);
+}
+
+TEST_F(StoreTest, ProcessStartTimeIdentifiesThisProcess) {
+  const ProcessIdentity me = current_process();
+  EXPECT_GT(me.start_time, 0);
+  EXPECT_TRUE(process_alive(me));
+  EXPECT_FALSE(process_alive({me.pid, me.host, me.start_time + 1}));
+  EXPECT_FALSE(process_start_time(dead_pid()).has_value());
+}
+
+}  // namespace
