@@ -49,8 +49,11 @@ cmd_run() {
   if [ -x build/release/app/gui/trainbench ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
     exec build/release/app/gui/trainbench
   fi
-  log "Running the headless demo ($cli demo)"
-  exec "$cli" demo
+  # Headless: a real training run (Fashion-MNIST MLP with AdamW, one epoch, a few seconds) into
+  # the default run store, then the runs list.
+  log "Headless demo: $cli run resources/configs/fmnist-mlp-adamw.toml --set run.epochs=1"
+  "$cli" run resources/configs/fmnist-mlp-adamw.toml --set run.epochs=1 --set run.name=quickstart-demo
+  exec "$cli" runs
 }
 
 cmd_test() {

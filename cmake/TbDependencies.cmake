@@ -12,6 +12,8 @@ find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
 # The run store (engine/store) uses the SQLite 3 C API.
 find_package(SQLite3 REQUIRED)
+# Run configs (engine/train/run_config) are TOML, read with toml++.
+pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
 
 if(TB_BUILD_TESTS)
   find_package(GTest REQUIRED)

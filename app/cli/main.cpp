@@ -1,6 +1,7 @@
-// trainbench-cli: headless front end of the engine (no Qt). Subcommands grow with the engine:
-// demo, dispatch, devices, topo, model, schedule, version (run/runs/show/export/compare come
-// later).
+// trainbench-cli: headless front end of the engine (no Qt): run, runs, show, export (the run
+// store), demo, dispatch, devices, topo, model, schedule (compare comes later).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <exception>
@@ -12,6 +13,7 @@
 
 #include "engine/api/engine_api.h"
 #include "engine/api/model_api.h"
+#include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
 #include "engine/api/topology_api.h"
 
@@ -119,6 +121,50 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
     if (!r.warning.empty()) std::cout << "    warning: " << r.warning << "\n";
   }
   return 0;
+}
+
+// `run`: a progress bar on a terminal, one plain line per report when piped.
+int cmd_run(const std::string& config, const std::vector<std::string>& overrides,
+            const std::string& db, std::int64_t resume) {
+  tb::api::RunRequest req;
+  req.config_path = config;
+  req.overrides = overrides;
+  req.db_path = db;
+  if (resume > 0) req.resume = resume;
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  std::int64_t last_line_step = 0;
+  auto on_start = [&](std::int64_t id, const std::string& table) {
+    std::cout << "run " << id << " (store " << (db.empty() ? tb::api::default_store_path() : db)
+              << ")\n"
+              << table << std::flush;
+  };
+  auto on_progress = [&](const tb::api::RunProgressInfo& p) {
+    const double eta =
+        p.steps_per_s > 0 ? static_cast<double>(p.total - p.step) / p.steps_per_s : 0.0;
+    std::ostringstream line;
+    line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss
+         << "  lr " << std::setprecision(3) << p.lr << "  " << std::fixed << std::setprecision(1)
+         << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta) << " s";
+    for (const auto& [k, v] : p.eval)
+      line << "  " << k << " " << std::setprecision(4) << v;
+    if (tty) {
+      const int width = 30;
+      const auto filled = static_cast<int>(width * p.step / std::max<std::int64_t>(1, p.total));
+      std::cout << "\r[" << std::string(static_cast<std::size_t>(filled), '#')
+                << std::string(static_cast<std::size_t>(width - filled), ' ') << "] " << line.str()
+                << "   " << std::flush;
+      if (!p.eval.empty()) std::cout << "\n";
+    } else if (!p.eval.empty() ||
+               p.step - last_line_step >= std::max<std::int64_t>(1, p.total / 20) ||
+               p.step == p.total) {
+      std::cout << line.str() << "\n" << std::flush;
+      last_line_step = p.step;
+    }
+  };
+  const auto out = tb::api::run_training(req, on_start, on_progress);
+  if (tty) std::cout << "\n";
+  std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n";
+  return out.status == "finished" ? 0 : 2;
 }
 
 int cmd_schedule(const std::string& kind, const std::vector<std::string>& settings,
@@ -232,6 +278,28 @@ int main(int argc, char** argv) {
   schedule->add_flag("--momentum", sched_momentum,
                      "also print the momentum (or beta1 with --set optimizer=adam)");
 
+  std::string db_path;
+  app.add_option("--db", db_path,
+                 "run store database (default: " + tb::api::default_store_path() + ")");
+  auto* run = app.add_subcommand("run", "train a model from a TOML run config into the store");
+  std::string run_config;
+  std::vector<std::string> run_overrides;
+  std::int64_t resume_run = 0;
+  run->add_option("config", run_config, "run config (TOML), e.g. resources/configs/*.toml")
+      ->required();
+  run->add_option("--set", run_overrides, "key.path=value over the config, e.g. optimizer.lr=3e-3");
+  run->add_option("--resume", resume_run, "continue stored run N from its newest checkpoint")
+      ->check(CLI::PositiveNumber);
+  auto* runs = app.add_subcommand("runs", "list the runs of the store");
+  auto* show = app.add_subcommand("show", "a run's status, metrics and config");
+  std::int64_t show_id = 0;
+  show->add_option("run", show_id, "run id")->required();
+  auto* exp = app.add_subcommand("export", "a run's metrics as CSV or JSON on stdout");
+  std::int64_t export_id = 0;
+  std::string export_format = "csv";
+  exp->add_option("run", export_id, "run id")->required();
+  exp->add_option("--format", export_format, "csv or json")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -249,6 +317,26 @@ int main(int argc, char** argv) {
     if (model->parsed()) {
       const auto m = tb::api::describe_model(model_kind, model_settings);
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
+      return 0;
+    }
+    if (run->parsed()) return cmd_run(run_config, run_overrides, db_path, resume_run);
+    if (runs->parsed()) {
+      std::cout << std::left << std::setw(5) << "id" << std::setw(24) << "name" << std::setw(11)
+                << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"
+                << "message\n";
+      for (const auto& r : tb::api::list_runs(db_path)) {
+        std::cout << std::left << std::setw(5) << r.id << std::setw(24) << r.name << std::setw(11)
+                  << r.status << std::setw(21) << r.created << std::setw(8)
+                  << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message << "\n";
+      }
+      return 0;
+    }
+    if (show->parsed()) {
+      std::cout << tb::api::show_run(db_path, show_id);
+      return 0;
+    }
+    if (exp->parsed()) {
+      std::cout << tb::api::export_run(db_path, export_id, export_format);
       return 0;
     }
     if (schedule->parsed())

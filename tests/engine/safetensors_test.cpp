@@ -80,8 +80,9 @@ TEST_F(Safetensors, ByteLayoutIsTheStandardOne) {
   const fs::path p = dir_ / "x.safetensors";
   train::save_safetensors(p, {{"a", tb::core::from_vector(std::vector<float>{1, 2})},
                               {"b", tb::core::from_vector(std::vector<std::int64_t>{3})}});
+  std::string bytes(fs::file_size(p), '\0');
   std::ifstream in(p, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);

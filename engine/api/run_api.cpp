@@ -1,0 +1,200 @@
+#include "engine/api/run_api.h"
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "engine/core/error.h"
+#include "engine/store/run_store.h"
+#include "engine/store/run_writer.h"
+#include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
+
+namespace tb::api {
+
+namespace {
+
+std::filesystem::path store_path(const std::string& db) {
+  return db.empty() ? store::default_database_path() : std::filesystem::path(db);
+}
+
+// Metrics, events and checkpoints of a run into the store. Interns each metric name once so a
+// step costs a queue append (the writer thread does the SQL).
+class StoreSink final : public train::MetricSink {
+ public:
+  explicit StoreSink(store::RunWriter& writer) : writer_(writer) {}
+  void on_metrics(std::int64_t step, const train::Metrics& m) override {
+    values_.clear();
+    for (const auto& [k, v] : m) {
+      auto it = keys_.find(k);
+      if (it == keys_.end()) it = keys_.emplace(k, writer_.key(k)).first;
+      values_.push_back({it->second, v});
+    }
+    writer_.log_metrics(step, values_);
+  }
+  void on_event(const std::string& level, const std::string& text) override {
+    writer_.log_event(level == "error"     ? store::EventLevel::kError
+                      : level == "warning" ? store::EventLevel::kWarning
+                                           : store::EventLevel::kInfo,
+                      text);
+  }
+  void on_checkpoint(std::int64_t step, const std::string& path) override {
+    writer_.add_checkpoint(step, path);
+  }
+
+ private:
+  store::RunWriter& writer_;
+  std::unordered_map<std::string, store::MetricKeyId> keys_;
+  std::vector<store::KeyedValue> values_;
+};
+
+// Progress for the CLI: loss, first LR, rate over the last few seconds.
+class ProgressSink final : public train::MetricSink {
+ public:
+  ProgressSink(std::int64_t run, std::int64_t total, std::function<void(const RunProgressInfo&)> cb)
+      : run_(run), total_(total), cb_(std::move(cb)), t0_(std::chrono::steady_clock::now()) {}
+  void on_metrics(std::int64_t step, const train::Metrics& m) override {
+    if (!cb_) return;
+    RunProgressInfo p;
+    p.run_id = run_;
+    p.step = step;
+    p.total = total_;
+    bool lr_set = false;
+    for (const auto& [k, v] : m) {
+      if (k == "loss") p.loss = v;
+      if (!lr_set && k.rfind("lr.", 0) == 0) {
+        p.lr = v;
+        lr_set = true;
+      }
+      if (k.rfind("eval.", 0) == 0) p.eval.emplace_back(k, v);
+    }
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    if (first_step_ < 0) first_step_ = step - 1;
+    p.steps_per_s = secs > 0 ? static_cast<double>(step - first_step_) / secs : 0.0;
+    cb_(p);
+  }
+
+ private:
+  std::int64_t run_;
+  std::int64_t total_;
+  std::function<void(const RunProgressInfo&)> cb_;
+  std::chrono::steady_clock::time_point t0_;
+  std::int64_t first_step_ = -1;
+};
+
+std::string iso_time(double unix_seconds) {
+  const auto t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y-%m-%d %H:%M:%S");
+  return os.str();
+}
+
+}  // namespace
+
+std::string default_store_path() {
+  return store::default_database_path().string();
+}
+
+RunOutcomeInfo run_training(const RunRequest& req,
+                            const std::function<void(std::int64_t, const std::string&)>& on_start,
+                            const std::function<void(const RunProgressInfo&)>& on_progress) {
+  const train::RunConfig config = train::load_run_config(req.config_path, req.overrides);
+  const auto db = store_path(req.db_path);
+  std::int64_t run_id = 0;
+  std::filesystem::path resume_dir;
+  {
+    auto st = store::RunStore::open(db);
+    if (req.resume) {
+      run_id = *req.resume;
+      const auto cks = st.checkpoints(run_id);
+      TB_CHECK(!cks.empty(), "[run] run ", run_id, " has no checkpoint to resume from");
+      resume_dir = cks.back().path;
+    } else {
+      store::NewRun nr;
+      nr.name = config.run.name;
+      nr.tags = config.run.tags;
+      nr.config = train::to_toml(config);
+      nr.seed = config.run.seed;
+      run_id = st.create_run(nr);
+    }
+  }
+  const std::filesystem::path ckdir =
+      config.checkpoint.dir.empty()
+          ? db.parent_path() / "checkpoints" / ("run-" + std::to_string(run_id))
+          : std::filesystem::path(config.checkpoint.dir) / ("run-" + std::to_string(run_id));
+  train::Trainer trainer(config, ckdir);
+  store::RunWriter writer(db, run_id);
+  auto sink = std::make_shared<StoreSink>(writer);
+  trainer.add_sink(sink);
+  trainer.add_sink(std::make_shared<ProgressSink>(run_id, trainer.total_steps(), on_progress));
+  RunOutcomeInfo out;
+  out.run_id = run_id;
+  out.description = trainer.describe();
+  if (on_start) on_start(run_id, out.description);
+  train::TrainResult r;
+  try {
+    if (!resume_dir.empty()) trainer.resume_from(resume_dir);
+    r = trainer.run();
+  } catch (const std::exception& e) {
+    r.outcome = train::RunOutcome::kFailed;
+    r.message = e.what();
+  }
+  out.status = train::outcome_name(r.outcome);
+  out.message = r.message;
+  writer.set_status(store::run_status_from_string(out.status), r.message);
+  writer.close();
+  return out;
+}
+
+std::vector<RunRow> list_runs(const std::string& db_path) {
+  auto st = store::RunStore::open(store_path(db_path));
+  std::vector<RunRow> rows;
+  for (const auto& r : st.list_runs()) {
+    RunRow row;
+    row.id = r.id;
+    row.name = r.name;
+    row.status = std::string(store::to_string(r.status));
+    row.created = iso_time(r.created_at);
+    row.last_step = r.last_step;
+    row.message = r.message;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string show_run(const std::string& db_path, std::int64_t run_id) {
+  auto st = store::RunStore::open(store_path(db_path));
+  const auto d = st.get_run(run_id);
+  std::ostringstream os;
+  os << "run " << d.summary.id << " '" << d.summary.name
+     << "': " << store::to_string(d.summary.status) << "\n  created "
+     << iso_time(d.summary.created_at);
+  if (d.summary.ended_at) os << ", ended " << iso_time(*d.summary.ended_at);
+  os << "\n";
+  if (!d.summary.message.empty()) os << "  " << d.summary.message << "\n";
+  if (d.seed) os << "  seed " << *d.seed << "\n";
+  os << "\nmetrics (last / min / max):\n";
+  for (const auto& m : d.metrics) {
+    os << "  " << std::left << std::setw(24) << m.key << std::right << std::setw(14) << m.last_value
+       << " @" << m.last_step << std::setw(14) << m.min_value << std::setw(14) << m.max_value
+       << "\n";
+  }
+  os << "\nconfig:\n" << d.config;
+  return os.str();
+}
+
+std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format) {
+  auto st = store::RunStore::open(store_path(db_path));
+  if (format == "csv") return st.export_csv(run_id);
+  if (format == "json") return st.export_json(run_id);
+  throw ValueError("[export] unknown format '" + format + "' (choose csv or json)");
+}
+
+}  // namespace tb::api

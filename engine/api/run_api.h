@@ -1,0 +1,72 @@
+// Facade for training runs and the run store, used by trainbench-cli (and later the GUI):
+// start a run from a config file into the store (optionally resuming a stored run from its
+// newest checkpoint), list runs, show one, export its metrics. Plain structs only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tb::api {
+
+/// What `trainbench-cli run` asks for.
+struct RunRequest {
+  std::string config_path;             ///< the TOML run config
+  std::vector<std::string> overrides;  ///< "key.path=value"
+  std::string db_path;                 ///< "" = the default store
+  std::optional<std::int64_t> resume;  ///< run id to resume from its newest checkpoint
+};
+
+/// One progress report (every logged step).
+struct RunProgressInfo {
+  std::int64_t run_id = 0;                           ///< the stored run
+  std::int64_t step = 0;                             ///< optimizer steps done
+  std::int64_t total = 0;                            ///< steps in the run
+  double loss = 0;                                   ///< the step's loss
+  double lr = 0;                                     ///< the first group's LR
+  double steps_per_s = 0;                            ///< recent rate
+  std::vector<std::pair<std::string, double>> eval;  ///< eval.* metrics when evaluated
+};
+
+/// The end of a run.
+struct RunOutcomeInfo {
+  std::int64_t run_id = 0;  ///< the stored run
+  std::string status;       ///< finished, failed, diverged, cancelled
+  std::string message;      ///< summary or reason
+  std::string description;  ///< the parameter / split table, for display before the run
+};
+
+/// Validates the config, creates the run in the store (status queued -> running), trains with
+/// metrics, events and checkpoints going to the store, and ends the run with its status.
+/// `on_start` gets the run id and the parameter table before the first step; `on_progress` is
+/// called on the run thread after each logged step. Throws tb::ValueError for a bad config
+/// (nothing is stored then).
+RunOutcomeInfo run_training(const RunRequest& request,
+                            const std::function<void(std::int64_t, const std::string&)>& on_start,
+                            const std::function<void(const RunProgressInfo&)>& on_progress);
+
+/// One line of the runs list.
+struct RunRow {
+  std::int64_t id = 0;                    ///< run id
+  std::string name;                       ///< name
+  std::string status;                     ///< status
+  std::string created;                    ///< creation time, "YYYY-MM-DD HH:MM:SS" UTC
+  std::optional<std::int64_t> last_step;  ///< newest step
+  std::string message;                    ///< why it ended
+};
+/// Every run of the store at `db_path` ("" = default), newest first.
+std::vector<RunRow> list_runs(const std::string& db_path);
+
+/// A run for display: status, times, config text, and last/min/max of each metric as text.
+std::string show_run(const std::string& db_path, std::int64_t run_id);
+
+/// The run's metrics as "csv" or "json" text.
+std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);
+
+/// The store's default path ($XDG_DATA_HOME/trainbench/runs.sqlite).
+std::string default_store_path();
+
+}  // namespace tb::api

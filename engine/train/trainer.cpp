@@ -1,0 +1,614 @@
+#include "engine/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "engine/autograd/autograd.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/error.h"
+#include "engine/data/dataloader.h"
+#include "engine/data/fashion_mnist.h"
+#include "engine/data/synthetic.h"
+#include "engine/data/text_dataset.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
+#include "engine/optim/param_split.h"
+#include "engine/optim/sgd_adam.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/sched/lr_scheduler.h"
+#include "engine/train/safetensors.h"
+
+namespace tb::train {
+
+using core::ScalarType;
+using core::Tensor;
+using Clock = std::chrono::steady_clock;
+
+const char* outcome_name(RunOutcome o) {
+  switch (o) {
+    case RunOutcome::kFinished:
+      return "finished";
+    case RunOutcome::kFailed:
+      return "failed";
+    case RunOutcome::kDiverged:
+      return "diverged";
+    case RunOutcome::kCancelled:
+      return "cancelled";
+  }
+  return "failed";
+}
+
+namespace {
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string hex(const std::vector<std::uint8_t>& bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (auto b : bytes) {
+    s.push_back(d[b >> 4]);
+    s.push_back(d[b & 15]);
+  }
+  return s;
+}
+
+std::vector<std::uint8_t> unhex(const std::string& s) {
+  TB_CHECK(s.size() % 2 == 0, "[checkpoint] malformed generator state");
+  std::vector<std::uint8_t> out(s.size() / 2);
+  auto val = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw ValueError("[checkpoint] malformed generator state");
+  };
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(val(s[2 * i]) * 16 + val(s[2 * i + 1]));
+  return out;
+}
+
+nlohmann::json hyper_to_json(const optim::HyperValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  return {{"tensor", std::get<Tensor>(v).item()}};
+}
+
+optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperValue& current) {
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object()) {
+    // A tensor LR: filled into the live tensor, never replaced (spec §3.1).
+    if (const auto* t = std::get_if<Tensor>(&current)) {
+      Tensor live = *t;
+      live.fill_(j.at("tensor").get<double>());
+      return live;
+    }
+    return j.at("tensor").get<double>();
+  }
+  return j.get<double>();
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSettings& s,
+                                                 std::vector<Tensor> params) {
+  if (s.kind == "adamw" || s.kind == "adam") {
+    optim::AdamOptions o;
+    o.lr = s.lr;
+    o.beta1 = s.beta1;
+    o.beta2 = s.beta2;
+    o.eps = s.eps;
+    o.weight_decay = s.weight_decay;
+    o.amsgrad = s.amsgrad;
+    if (s.kind == "adamw") return std::make_unique<optim::AdamW>(std::move(params), o);
+    return std::make_unique<optim::Adam>(std::move(params), o);
+  }
+  if (s.kind == "sgd") {
+    optim::SgdOptions o;
+    o.lr = s.lr;
+    o.momentum = s.momentum;
+    o.weight_decay = s.weight_decay;
+    o.nesterov = s.nesterov;
+    return std::make_unique<optim::SGD>(std::move(params), o);
+  }
+  if (s.kind == "muon") {
+    optim::MuonOptions o;
+    o.lr = s.lr;
+    o.weight_decay = s.weight_decay;
+    o.momentum = s.momentum;
+    o.nesterov = s.nesterov;
+    o.adjust_lr_fn = s.adjust_lr_fn;
+    o.ns.steps = static_cast<int>(s.ns_steps);
+    o.ns.schedule = s.ns_schedule;
+    if (s.ns_dtype == "bf16") o.ns.dtype = ScalarType::BFloat16;
+    if (s.ns_dtype == "fp32") o.ns.dtype = ScalarType::Float32;
+    if (s.ns_dtype == "fp64") o.ns.dtype = ScalarType::Float64;
+    return std::make_unique<optim::Muon>(std::move(params), o);
+  }
+  throw ValueError("[trainer] unknown optimizer kind '" + s.kind + "'");
+}
+
+std::vector<Tensor> tensors_of(const nn::NamedTensors& named) {
+  std::vector<Tensor> out;
+  for (const auto& [n, t] : named)
+    out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+// Everything a run owns. Declaration order = construction order (the generator outlives the
+// model whose Dropout layers draw from it; optimizers and schedulers outlive nothing).
+struct Trainer::State {
+  rng::CpuGenerator gen;  // model init and dropout
+  std::shared_ptr<data::Dataset> train_set;
+  std::shared_ptr<data::Dataset> eval_set;
+  std::unique_ptr<data::DataLoader> loader;
+  std::shared_ptr<nn::Model> model;
+  bool language_model = false;
+  std::vector<std::string> opt_names;  // "adamw", "muon", ...
+  std::vector<std::unique_ptr<optim::Optimizer>> opts;
+  std::vector<std::shared_ptr<sched::LRScheduler>> scheds;
+  std::string split_table;
+  std::int64_t step = 0;  // optimizer steps done
+  std::int64_t nonfinite_in_row = 0;
+  std::int64_t skipped = 0;
+  Metrics last_eval;
+};
+
+Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
+    : config_(std::move(config)), checkpoint_dir_(std::move(checkpoint_dir)) {
+  s_ = std::make_unique<State>();
+  const RunSection& run = config_.run;
+  if (config_.threads > 0) cpu::set_num_threads(static_cast<int>(config_.threads));
+  TB_CHECK(config_.run.device == "cpu", "[trainer] run.device '", config_.run.device,
+           "': training runs on the CPU for now (the CUDA backend lacks the model's kernels)");
+  TB_CHECK(!config_.amp.enabled,
+           "[trainer] amp.enabled: mixed-precision training is not wired "
+           "into the trainer yet; set amp.enabled = false");
+  TB_CHECK(config_.swa.kind == "none", "[trainer] swa.kind '", config_.swa.kind,
+           "': SWA/EMA evaluation is not wired into the trainer yet; set swa.kind = \"none\"");
+  // Data.
+  const DataSection& d = config_.data;
+  if (d.kind == "fashion-mnist") {
+    data::FashionMnistOptions o;
+    if (!d.path.empty()) o.dir = d.path;
+    o.normalize = d.normalize;
+    s_->train_set = std::make_shared<data::FashionMnist>(o);
+    o.split = data::FashionMnistSplit::kTest;
+    s_->eval_set = std::make_shared<data::FashionMnist>(o);
+  } else if (d.kind == "text" || d.kind == "synthetic-text") {
+    data::TextCorpus corpus = d.kind == "text" ? (d.path.empty() ? data::load_text_corpus()
+                                                                 : data::load_text_corpus(d.path))
+                                               : data::make_synthetic_text(200000, run.seed);
+    data::TextDatasetOptions o;
+    o.context_length = d.context_length;
+    o.val_fraction = d.val_fraction;
+    s_->train_set = std::make_shared<data::TextDataset>(corpus, data::TextSplit::kTrain, o);
+    o.sampling = data::TextSampling::kSequential;
+    s_->eval_set = std::make_shared<data::TextDataset>(corpus, data::TextSplit::kValidation, o);
+    s_->language_model = true;
+  } else if (d.kind == "synthetic-blobs") {
+    // 2560 samples of 4 blobs in 16-D: the first 2048 train, the last 512 are held out (same
+    // blob centres).
+    data::GaussianBlobsOptions o;
+    o.num_samples = 2560;
+    o.num_classes = 4;
+    o.num_features = 16;
+    o.seed = run.seed;
+    const data::TensorDataset all = data::make_gaussian_blobs(o);
+    s_->train_set = std::make_shared<data::TensorDataset>(all.input().narrow(0, 0, 2048),
+                                                          all.target().narrow(0, 0, 2048));
+    s_->eval_set = std::make_shared<data::TensorDataset>(all.input().narrow(0, 2048, 512),
+                                                         all.target().narrow(0, 2048, 512));
+  } else {
+    throw ValueError("[trainer] data.kind '" + d.kind +
+                     "' is not one of fashion-mnist, text, "
+                     "synthetic-blobs, synthetic-text");
+  }
+  data::DataLoaderOptions lo;
+  lo.batch_size = d.batch_size;
+  lo.shuffle = d.shuffle;
+  lo.drop_last = d.drop_last;
+  lo.num_workers = static_cast<int>(d.workers);
+  lo.seed = run.seed + 1;  // the data order has its own stream, derived from the run's seed
+  s_->loader = std::make_unique<data::DataLoader>(s_->train_set, lo);
+  // Model.
+  s_->gen.manual_seed(run.seed);
+  s_->model = nn::build_model(config_.model, &s_->gen);
+  TB_CHECK(std::holds_alternative<nn::QwenTinyConfig>(config_.model) == s_->language_model,
+           "[trainer] model.kind '", nn::model_kind(config_.model), "' does not fit data.kind '",
+           d.kind, "' (mlp classifies samples, qwen-tiny models text)");
+  // Optimizers: one, or Muon for the 2-D hidden matrices + AdamW for the rest.
+  const OptimizerSection& os = config_.optimizer;
+  if (os.main.kind == "muon") {
+    const auto split = optim::split_params(*s_->model, os.split);
+    s_->split_table = split.str();
+    if (!split.muon.empty()) {
+      s_->opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));
+      s_->opt_names.push_back("muon");
+    }
+    if (!split.adamw.empty()) {
+      OptimizerSettings rest = os.adamw.value_or(OptimizerSettings{});
+      rest.kind = "adamw";
+      s_->opts.push_back(make_optimizer(rest, tensors_of(split.adamw)));
+      s_->opt_names.push_back("adamw");
+    }
+  } else {
+    s_->opts.push_back(make_optimizer(os.main, s_->model->parameters()));
+    s_->opt_names.push_back(os.main.kind);
+    s_->split_table = nn::parameter_table(*s_->model);
+  }
+  for (auto& o : s_->opts) {
+    if (!config_.scheduler.config.is_null())
+      s_->scheds.push_back(sched::make_scheduler(*o, config_.scheduler.config));
+  }
+  const std::int64_t per_epoch = s_->loader->num_batches();
+  total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
+  TB_CHECK(total_steps_ > 0, "[trainer] the run has no steps (run.steps = ", run.steps,
+           ", run.epochs = ", run.epochs, ", ", per_epoch, " batches per epoch)");
+}
+
+Trainer::~Trainer() {
+  cancel();
+  resume();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Trainer::add_sink(std::shared_ptr<MetricSink> sink) {
+  sinks_.push_back(std::move(sink));
+}
+
+std::string Trainer::describe() const {
+  return s_->split_table;
+}
+
+void Trainer::emit_event(const std::string& level, const std::string& text) {
+  for (auto& s : sinks_)
+    s->on_event(level, text);
+}
+
+void Trainer::cancel() {
+  cancel_ = true;
+}
+
+void Trainer::pause() {
+  std::lock_guard<std::mutex> lock(pause_mutex_);
+  paused_ = true;
+}
+
+void Trainer::resume() {
+  {
+    std::lock_guard<std::mutex> lock(pause_mutex_);
+    paused_ = false;
+  }
+  pause_cv_.notify_all();
+}
+
+void Trainer::start() {
+  TB_CHECK(!thread_.joinable(), "[trainer] the run was already started");
+  thread_ = std::thread([this] { thread_result_ = run(); });
+}
+
+TrainResult Trainer::wait() {
+  if (thread_.joinable()) thread_.join();
+  return thread_result_;
+}
+
+Metrics Trainer::evaluate() {
+  autograd::NoGradGuard no_grad;
+  s_->model->eval();
+  data::DataLoaderOptions lo;
+  lo.batch_size = config_.data.batch_size;
+  lo.seed = config_.run.seed + 2;
+  data::DataLoader loader(s_->eval_set, lo);
+  const std::int64_t limit =
+      config_.eval.batches > 0 ? config_.eval.batches : std::numeric_limits<std::int64_t>::max();
+  double loss_sum = 0.0;
+  std::int64_t items = 0;
+  std::int64_t correct = 0;
+  std::int64_t batches = 0;
+  while (batches < limit) {
+    auto b = loader.next();
+    if (!b) break;
+    const Tensor logits = s_->model->forward(b->input);
+    const double loss = s_->model->loss(logits, b->target).item();
+    const std::int64_t n = b->target.numel();
+    loss_sum += loss * static_cast<double>(n);
+    items += n;
+    if (!s_->language_model) {
+      const auto pred = ops::argmax(logits, 1).to_vector<std::int64_t>();
+      const auto tgt = b->target.to_vector<std::int64_t>();
+      for (std::size_t i = 0; i < pred.size(); ++i)
+        correct += pred[i] == tgt[i] ? 1 : 0;
+    }
+    ++batches;
+  }
+  s_->model->train();
+  Metrics m;
+  if (items == 0) return m;
+  const double mean = loss_sum / static_cast<double>(items);
+  m.emplace_back("eval.loss", mean);
+  if (s_->language_model) {
+    m.emplace_back("eval.perplexity", std::exp(mean));
+  } else {
+    m.emplace_back("eval.accuracy", static_cast<double>(correct) / static_cast<double>(items));
+  }
+  return m;
+}
+
+TrainResult Trainer::run() {
+  TrainResult r;
+  try {
+    r = loop();
+  } catch (const std::exception& e) {
+    r.outcome = RunOutcome::kFailed;
+    r.message = e.what();
+    r.steps = s_->step;
+    try {
+      emit_event("error", r.message);
+    } catch (...) {  // a failing sink must not hide the original error
+    }
+  }
+  return r;
+}
+
+TrainResult Trainer::loop() {
+  TrainResult r;
+  State& s = *s_;
+  s.model->train();
+  const bool lm = s.language_model;
+  const std::int64_t eval_every =
+      config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();
+  auto all_params = s.model->parameters();
+  while (s.step < total_steps_) {
+    {
+      std::unique_lock<std::mutex> lock(pause_mutex_);
+      pause_cv_.wait(lock, [&] { return !paused_ || cancel_.load(); });
+    }
+    if (cancel_) {
+      r.outcome = RunOutcome::kCancelled;
+      r.message = "cancelled at step " + std::to_string(s.step);
+      break;
+    }
+    const auto t0 = Clock::now();
+    auto batch = s.loader->next();
+    if (!batch) batch = s.loader->next();  // epoch boundary
+    TB_CHECK(batch.has_value(), "[trainer] the data loader produced no batch");
+    const double data_ms = ms_since(t0);
+    const auto t1 = Clock::now();
+    const Tensor logits = s.model->forward(batch->input);
+    const Tensor loss = s.model->loss(logits, batch->target);
+    const double loss_value = loss.item();
+    const double fwd_ms = ms_since(t1);
+    if (!std::isfinite(loss_value)) {
+      ++s.nonfinite_in_row;
+      ++s.skipped;
+      emit_event("warning", "step " + std::to_string(s.step + 1) + ": non-finite loss (" +
+                                std::to_string(loss_value) + "), step skipped");
+      if (s.nonfinite_in_row >= config_.run.max_nonfinite) {
+        r.outcome = RunOutcome::kDiverged;
+        r.message = "diverged: " + std::to_string(s.nonfinite_in_row) +
+                    " non-finite losses in a row (run.max_nonfinite) at step " +
+                    std::to_string(s.step + 1);
+        break;
+      }
+      continue;
+    }
+    s.nonfinite_in_row = 0;
+    const auto t2 = Clock::now();
+    autograd::backward(loss);
+    const double bwd_ms = ms_since(t2);
+    const auto t3 = Clock::now();
+    double sq = 0.0;
+    {
+      autograd::NoGradGuard no_grad;
+      for (const auto& p : all_params) {
+        const Tensor g = autograd::grad(p);
+        if (g.defined()) sq += ops::sum(ops::square(g.to(ScalarType::Float64))).item();
+      }
+      const double norm = std::sqrt(sq);
+      if (config_.run.grad_clip > 0 && norm > config_.run.grad_clip) {
+        const double scale = config_.run.grad_clip / (norm + 1e-6);
+        for (const auto& p : all_params) {
+          Tensor g = autograd::grad(p);
+          if (g.defined()) ops::mul_(g, scale);
+        }
+      }
+    }
+    Metrics m;
+    m.emplace_back("loss", loss_value);
+    for (std::size_t i = 0; i < s.opts.size(); ++i) {
+      const auto& groups = s.opts[i]->param_groups();
+      for (std::size_t g = 0; g < groups.size(); ++g)
+        m.emplace_back("lr." + s.opt_names[i] + "." + std::to_string(g), groups[g].number("lr"));
+    }
+    for (auto& o : s.opts)
+      o->step();
+    for (auto& o : s.opts)
+      o->zero_grad();
+    for (auto& sc : s.scheds)
+      sc->step();
+    const double opt_ms = ms_since(t3);
+    ++s.step;
+    const double step_ms = ms_since(t0);
+    const auto samples = static_cast<double>(batch->input.size(0));
+    m.emplace_back("grad_norm", std::sqrt(sq));
+    m.emplace_back("time.data_ms", data_ms);
+    m.emplace_back("time.forward_ms", fwd_ms);
+    m.emplace_back("time.backward_ms", bwd_ms);
+    m.emplace_back("time.optimizer_ms", opt_ms);
+    m.emplace_back("time.step_ms", step_ms);
+    m.emplace_back("samples_per_s", samples / (step_ms / 1000.0));
+    if (lm) {
+      m.emplace_back("tokens_per_s",
+                     static_cast<double>(batch->input.numel()) / (step_ms / 1000.0));
+    }
+    if (s.skipped > 0) m.emplace_back("skipped_steps", static_cast<double>(s.skipped));
+    const bool eval_now = s.step % eval_every == 0 || s.step == total_steps_;
+    if (eval_now) {
+      s.last_eval = evaluate();
+      m.insert(m.end(), s.last_eval.begin(), s.last_eval.end());
+    }
+    r.last_loss = loss_value;
+    if (s.step % config_.run.log_interval == 0 || eval_now) {
+      for (auto& sink : sinks_)
+        sink->on_metrics(s.step, m);
+    }
+    const bool ckpt_now =
+        !checkpoint_dir_.empty() &&
+        ((config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
+         s.step == total_steps_);
+    if (ckpt_now) {
+      std::ostringstream name;
+      name << "step-" << std::setw(8) << std::setfill('0') << s.step;
+      const auto dir = save_checkpoint(checkpoint_dir_ / name.str());
+      r.last_checkpoint = dir.string();
+      for (auto& sink : sinks_)
+        sink->on_checkpoint(s.step, dir.string());
+      // Keep the newest `keep` checkpoints.
+      if (config_.checkpoint.keep > 0) {
+        std::vector<std::filesystem::path> dirs;
+        for (const auto& e : std::filesystem::directory_iterator(checkpoint_dir_))
+          if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0)
+            dirs.push_back(e.path());
+        std::sort(dirs.begin(), dirs.end());
+        while (static_cast<std::int64_t>(dirs.size()) > config_.checkpoint.keep) {
+          std::filesystem::remove_all(dirs.front());
+          dirs.erase(dirs.begin());
+        }
+      }
+    }
+  }
+  r.steps = s.step;
+  r.last_eval = s.last_eval;
+  if (r.outcome == RunOutcome::kFinished) {
+    std::ostringstream os;
+    os << "finished " << s.step << " steps, last loss " << r.last_loss;
+    for (const auto& [k, v] : s.last_eval)
+      os << ", " << k << " " << v;
+    r.message = os.str();
+  }
+  emit_event(r.outcome == RunOutcome::kFinished ? "info" : "warning", r.message);
+  return r;
+}
+
+// ---- checkpoints --------------------------------------------------------------------------------
+// <dir>/model.safetensors   the model's state_dict
+// <dir>/optimizer.safetensors  optimizer state tensors, named "<optimizer index>.<id>.<key>"
+// <dir>/state.json          step, counters, optimizer hyper-parameters, scheduler state_dicts,
+//                           loader position, the model generator's state, the config (TOML)
+
+std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& dir) {
+  State& s = *s_;
+  std::filesystem::create_directories(dir);
+  save_safetensors(dir / "model.safetensors", s.model->state_dict(),
+                   {{"format", "pt"}, {"step", std::to_string(s.step)}});
+  TensorList opt_tensors;
+  nlohmann::json state;
+  state["version"] = 1;
+  state["step"] = s.step;
+  state["skipped"] = s.skipped;
+  state["nonfinite_in_row"] = s.nonfinite_in_row;
+  state["config"] = to_toml(config_);
+  nlohmann::json opts = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    const auto sd = s.opts[i]->state_dict();
+    nlohmann::json o;
+    o["name"] = s.opt_names[i];
+    o["param_groups"] = nlohmann::json::array();
+    for (const auto& g : sd.param_groups) {
+      nlohmann::json gj;
+      for (const auto& [k, v] : g.options)
+        gj["options"][k] = hyper_to_json(v);
+      gj["params"] = g.params;
+      o["param_groups"].push_back(gj);
+    }
+    o["state_ids"] = nlohmann::json::array();
+    for (const auto& [id, st] : sd.state) {
+      nlohmann::json keys = nlohmann::json::array();
+      for (const auto& [k, t] : st) {
+        opt_tensors.emplace_back(std::to_string(i) + "." + std::to_string(id) + "." + k, t);
+        keys.push_back(k);
+      }
+      o["state_ids"].push_back({{"id", id}, {"keys", keys}});
+    }
+    o["scheduler"] = i < s.scheds.size() ? s.scheds[i]->state_dict() : nlohmann::json();
+    opts.push_back(o);
+  }
+  state["optimizers"] = opts;
+  save_safetensors(dir / "optimizer.safetensors", opt_tensors);
+  state["loader"] = s.loader->state();
+  state["generator"] = hex(s.gen.get_state());
+  const auto tmp = dir / "state.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << state.dump(1);
+    TB_CHECK(out.good(), "[checkpoint] writing ", tmp.string(), " failed");
+  }
+  std::filesystem::rename(tmp, dir / "state.json");
+  return dir;
+}
+
+void Trainer::resume_from(const std::filesystem::path& dir) {
+  State& s = *s_;
+  std::ifstream in(dir / "state.json");
+  TB_CHECK(in.good(), "[checkpoint] ", (dir / "state.json").string(), ": cannot open");
+  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  TB_CHECK(!state.is_discarded() && state.is_object() && state.contains("version") &&
+               state.at("version") == 1 && state.contains("config") &&
+               state.at("config").is_string(),
+           "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
+  TB_CHECK(state.at("config") == to_toml(config_), "[checkpoint] ", dir.string(),
+           " was written by a run with another config; resume with that config");
+  const auto model_file = load_safetensors(dir / "model.safetensors");
+  s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
+  const auto opt_file = load_safetensors(dir / "optimizer.safetensors");
+  std::map<std::string, Tensor> opt_tensors(opt_file.tensors.begin(), opt_file.tensors.end());
+  const auto& opts = state.at("optimizers");
+  TB_CHECK(opts.size() == s.opts.size(), "[checkpoint] ", dir.string(), ": ", opts.size(),
+           " optimizers saved, this run has ", s.opts.size());
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    optim::OptimizerStateDict sd;
+    const auto current = s.opts[i]->state_dict();
+    std::size_t gi = 0;
+    for (const auto& gj : opts[i].at("param_groups")) {
+      optim::OptimizerStateDict::Group g;
+      for (auto it = gj.at("options").begin(); it != gj.at("options").end(); ++it) {
+        const auto& cur = current.param_groups.at(gi).options;
+        auto c = cur.find(it.key());
+        g.options[it.key()] =
+            hyper_from_json(it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second);
+      }
+      g.params = gj.at("params").get<std::vector<std::int64_t>>();
+      sd.param_groups.push_back(std::move(g));
+      ++gi;
+    }
+    for (const auto& e : opts[i].at("state_ids")) {
+      const auto id = e.at("id").get<std::int64_t>();
+      for (const auto& k : e.at("keys")) {
+        const std::string name =
+            std::to_string(i) + "." + std::to_string(id) + "." + k.get<std::string>();
+        auto it = opt_tensors.find(name);
+        TB_CHECK(it != opt_tensors.end(), "[checkpoint] ", dir.string(),
+                 ": optimizer.safetensors lacks ", name);
+        sd.state[id][k.get<std::string>()] = it->second;
+      }
+    }
+    s.opts[i]->load_state_dict(sd);
+    if (i < s.scheds.size()) s.scheds[i]->load_state_dict(opts[i].at("scheduler"));
+  }
+  s.loader->load_state(state.at("loader").get<data::DataLoaderState>());
+  s.gen.set_state(unhex(state.at("generator").get<std::string>()));
+  s.step = state.at("step").get<std::int64_t>();
+  s.skipped = state.at("skipped").get<std::int64_t>();
+  s.nonfinite_in_row = state.at("nonfinite_in_row").get<std::int64_t>();
+  emit_event("info", "resumed from " + dir.string() + " at step " + std::to_string(s.step));
+}
+
+}  // namespace tb::train

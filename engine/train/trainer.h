@@ -1,0 +1,119 @@
+// Trainer: the step loop of a run — data -> forward -> backward -> (clip) -> optimizer ->
+// scheduler -> metrics — built from a RunConfig, on the calling thread (run()) or its own
+// (start()/wait()), with cancel/pause/resume from other threads, evaluation at an interval,
+// non-finite-loss handling, metric sinks, and checkpoints that resume bit for bit.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "engine/train/run_config.h"
+
+namespace tb::train {
+
+/// Named values of one step, e.g. {"loss", 0.41}, {"lr.adamw.0", 1e-3}, {"time.step_ms", 3.2}.
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+/// Receives what a run produces. Called on the run thread: implementations must return quickly
+/// (queue the work); a sink that throws ends the run as failed with its message.
+class MetricSink {
+ public:
+  virtual ~MetricSink() = default;
+  /// The metrics of step `step` (1-based: the number of optimizer steps done).
+  virtual void on_metrics(std::int64_t step, const Metrics& metrics) = 0;
+  /// A message: level "info", "warning" or "error".
+  virtual void on_event(const std::string& level, const std::string& text) {
+    (void)level;
+    (void)text;
+  }
+  /// A checkpoint of step `step` was written to folder `path`.
+  virtual void on_checkpoint(std::int64_t step, const std::string& path) {
+    (void)step;
+    (void)path;
+  }
+};
+
+/// How a run ended.
+enum class RunOutcome { kFinished, kFailed, kDiverged, kCancelled };
+/// "finished", "failed", "diverged", "cancelled" (the run store's status names).
+const char* outcome_name(RunOutcome outcome);
+
+/// The end of a run.
+struct TrainResult {
+  RunOutcome outcome = RunOutcome::kFinished;  ///< how it ended
+  std::string message;                         ///< why (failed/diverged), or a summary
+  std::int64_t steps = 0;                      ///< optimizer steps done (incl. resumed ones)
+  double last_loss = 0.0;                      ///< loss of the last step
+  Metrics last_eval;                           ///< the last evaluation's metrics
+  std::string last_checkpoint;                 ///< folder of the last checkpoint ("" = none)
+};
+
+/// One training run. Construction builds everything (data, model, optimizers, scheduler) and
+/// throws tb::ValueError naming the problem before any step runs.
+class Trainer {
+ public:
+  /// A run of `config`. Checkpoints go to `checkpoint_dir` ("" = none are written).
+  explicit Trainer(RunConfig config, std::filesystem::path checkpoint_dir = {});
+  /// Cancels a running loop and joins its thread.
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Adds a sink (before start()/run()).
+  void add_sink(std::shared_ptr<MetricSink> sink);
+  /// Restores model, optimizer, scheduler, loader and generator state from a checkpoint folder
+  /// written by this trainer's config (checked); the run continues at the step after it.
+  void resume_from(const std::filesystem::path& checkpoint);
+
+  /// Runs the loop on the calling thread until done, cancelled, diverged or failed. Never throws
+  /// for training errors: they end the run as failed with the message.
+  TrainResult run();
+  /// run() on the trainer's own thread.
+  void start();
+  /// Waits for start()'s thread and returns its result.
+  TrainResult wait();
+  /// Asks the loop to stop after the current step (status cancelled). Thread-safe.
+  void cancel();
+  /// Holds the loop before its next step until resume(). Thread-safe.
+  void pause();
+  /// Releases pause(). Thread-safe.
+  void resume();
+
+  /// Steps the run will do in total.
+  std::int64_t total_steps() const { return total_steps_; }
+  /// The parameter split table (Muon runs) or the parameter table.
+  std::string describe() const;
+  /// The effective config.
+  const RunConfig& config() const { return config_; }
+  /// Evaluates the model now (eval split) and returns eval.* metrics.
+  Metrics evaluate();
+  /// Writes a checkpoint of the current state to `dir` (created) and returns it.
+  std::filesystem::path save_checkpoint(const std::filesystem::path& dir);
+
+ private:
+  struct State;
+  void emit_event(const std::string& level, const std::string& text);
+  TrainResult loop();
+
+  RunConfig config_;
+  std::filesystem::path checkpoint_dir_;
+  std::unique_ptr<State> s_;
+  std::vector<std::shared_ptr<MetricSink>> sinks_;
+  std::int64_t total_steps_ = 0;
+  std::atomic<bool> cancel_{false};
+  std::mutex pause_mutex_;
+  std::condition_variable pause_cv_;
+  bool paused_ = false;
+  std::thread thread_;
+  TrainResult thread_result_;
+};
+
+}  // namespace tb::train

@@ -1,0 +1,386 @@
+// RunConfig: the example configs, defaults, every kind of validation message, --set overrides
+// and the to_toml round trip.
+#include "engine/train/run_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+
+namespace tb::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
+
+const std::vector<std::string> kExamples = {"fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml",
+                                            "qwen-tiny-fortunes-adamw.toml",
+                                            "qwen-tiny-fortunes-muon.toml"};
+
+// The message of the tb::ValueError that parsing `text` (with `overrides`) throws.
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    (void)parse_run_config(text, "run.toml", overrides);
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << text;
+  return "";
+}
+
+TEST(RunConfigTest, ExamplesParse) {
+  for (const auto& name : kExamples) {
+    SCOPED_TRACE(name);
+    const RunConfig c = load_run_config(kConfigDir + "/" + name);
+    EXPECT_FALSE(c.run.name.empty());
+    EXPECT_FALSE(c.scheduler.config.is_null());
+  }
+  // The README lists every example; nothing else lies there.
+  std::size_t tomls = 0;
+  for (const auto& e : std::filesystem::directory_iterator(kConfigDir))
+    tomls += e.path().extension() == ".toml";
+  EXPECT_EQ(tomls, kExamples.size());
+}
+
+TEST(RunConfigTest, ExamplePairsCompare) {
+  const RunConfig a = load_run_config(kConfigDir + "/fmnist-mlp-adamw.toml");
+  const RunConfig m = load_run_config(kConfigDir + "/fmnist-mlp-muon.toml");
+  EXPECT_EQ(a.run.seed, m.run.seed);
+  EXPECT_EQ(a.run.epochs, 5);
+  EXPECT_EQ(m.run.epochs, 5);
+  EXPECT_EQ(a.data.batch_size, 128);
+  EXPECT_EQ(nn::to_json(a.model), nn::to_json(m.model));
+  const auto& mlp = std::get<nn::MlpConfig>(a.model);
+  EXPECT_EQ(mlp.input, 784);
+  EXPECT_EQ(mlp.hidden, (std::vector<std::int64_t>{256, 256}));
+  EXPECT_EQ(mlp.classes, 10);
+  EXPECT_EQ(a.optimizer.main.kind, "adamw");
+  EXPECT_DOUBLE_EQ(a.optimizer.main.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(a.optimizer.main.weight_decay, 0.01);
+  EXPECT_EQ(a.scheduler.config.at("kind"), "cosine");
+  EXPECT_FALSE(a.optimizer.adamw.has_value());
+  EXPECT_EQ(m.optimizer.main.kind, "muon");
+  EXPECT_DOUBLE_EQ(m.optimizer.main.lr, 0.02);
+  EXPECT_DOUBLE_EQ(m.optimizer.main.momentum, 0.95);
+  ASSERT_TRUE(m.optimizer.adamw.has_value());
+  EXPECT_EQ(m.optimizer.adamw->kind, "adamw");
+  EXPECT_DOUBLE_EQ(m.optimizer.adamw->lr, 1e-3);
+
+  const RunConfig qa = load_run_config(kConfigDir + "/qwen-tiny-fortunes-adamw.toml");
+  const RunConfig qm = load_run_config(kConfigDir + "/qwen-tiny-fortunes-muon.toml");
+  EXPECT_EQ(nn::to_json(qa.model), nn::to_json(qm.model));
+  EXPECT_EQ(qa.run.steps, qm.run.steps);
+  EXPECT_EQ(qa.run.seed, qm.run.seed);
+  EXPECT_EQ(qa.data.batch_size, qm.data.batch_size);
+  EXPECT_EQ(qa.data.context_length, qm.data.context_length);
+  EXPECT_EQ(qa.scheduler.config, qm.scheduler.config);
+  EXPECT_EQ(qa.scheduler.config.at("kind"), "sequential");
+  EXPECT_EQ(qm.optimizer.main.kind, "muon");
+}
+
+TEST(RunConfigTest, EmptyTextGivesDefaults) {
+  const RunConfig c = parse_run_config("");
+  const RunConfig d;
+  EXPECT_EQ(c.run.name, d.run.name);
+  EXPECT_EQ(c.run.epochs, 1);
+  EXPECT_EQ(c.run.steps, 0);
+  EXPECT_EQ(c.run.device, "cpu");
+  EXPECT_EQ(nn::model_kind(c.model), "mlp");
+  EXPECT_EQ(c.data.kind, "fashion-mnist");
+  EXPECT_EQ(c.data.batch_size, 128);
+  EXPECT_EQ(c.optimizer.main.kind, "adamw");
+  EXPECT_DOUBLE_EQ(c.optimizer.main.lr, 1e-3);
+  EXPECT_TRUE(c.optimizer.split.empty());
+  EXPECT_TRUE(c.scheduler.config.is_null());
+  EXPECT_FALSE(c.amp.enabled);
+  EXPECT_EQ(c.amp.dtype, "bf16");
+  EXPECT_FALSE(c.amp.grad_scaler);
+  EXPECT_EQ(c.swa.kind, "none");
+  EXPECT_EQ(c.checkpoint.keep, 3);
+  EXPECT_EQ(c.binding.mode, "none");
+  EXPECT_EQ(c.threads, 0);
+}
+
+TEST(RunConfigTest, MuonDefaultsAndAdamwFilledIn) {
+  const RunConfig c =
+      parse_run_config("[optimizer]\nkind = \"muon\"\n[optimizer.muon]\nlr = 0.05\n");
+  EXPECT_EQ(c.optimizer.main.kind, "muon");
+  EXPECT_DOUBLE_EQ(c.optimizer.main.lr, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.main.momentum, 0.95);
+  EXPECT_TRUE(c.optimizer.main.nesterov);
+  EXPECT_DOUBLE_EQ(c.optimizer.main.eps, 1e-7);
+  ASSERT_TRUE(c.optimizer.adamw.has_value());  // absent sub-table: AdamW defaults
+  EXPECT_EQ(c.optimizer.adamw->kind, "adamw");
+  EXPECT_DOUBLE_EQ(c.optimizer.adamw->lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.adamw->eps, 1e-8);
+}
+
+TEST(RunConfigTest, MuonSplit) {
+  const RunConfig c = parse_run_config(
+      "[optimizer]\nkind = \"muon\"\nsplit = [[\"*.mlp.*\", \"adamw\"], [\"layers.0.*\", "
+      "\"muon\"]]\n");
+  ASSERT_EQ(c.optimizer.split.size(), 2u);
+  EXPECT_EQ(c.optimizer.split[0], (std::pair<std::string, std::string>{"*.mlp.*", "adamw"}));
+  EXPECT_EQ(c.optimizer.split[1].second, "muon");
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"muon\"\nsplit = [[\"*\", \"sgd\"]]\n"),
+              HasSubstr("optimizer.split[0]: expected \"muon\" or \"adamw\""));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"muon\"\nsplit = [\"*\"]\n"),
+              HasSubstr("optimizer.split[0]: expected an array of [glob,"));
+  EXPECT_THAT(error_of("[optimizer]\nsplit = [[\"*\", \"adamw\"]]\n"),
+              HasSubstr("optimizer.split: only read with optimizer.kind = \"muon\""));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"muon\"\nlr = 0.1\n"),
+              HasSubstr("unknown key 'optimizer.lr' with optimizer.kind = \"muon\"; did you mean "
+                        "'optimizer.muon.lr'"));
+}
+
+TEST(RunConfigTest, AmpFp16DefaultsToGradScaler) {
+  EXPECT_TRUE(parse_run_config("[amp]\nenabled = true\ndtype = \"fp16\"\n").amp.grad_scaler);
+  EXPECT_FALSE(parse_run_config("[amp]\nenabled = true\ndtype = \"bf16\"\n").amp.grad_scaler);
+  EXPECT_FALSE(parse_run_config("[amp]\ndtype = \"fp16\"\ngrad_scaler = false\n").amp.grad_scaler);
+}
+
+TEST(RunConfigTest, TypeErrors) {
+  EXPECT_EQ(error_of("[optimizer]\nlr = \"fast\"\n"),
+            "[config] run.toml: optimizer.lr: expected a number, found string \"fast\"");
+  EXPECT_EQ(error_of("[data]\nbatch_size = 1.5\n"),
+            "[config] run.toml: data.batch_size: expected an integer, found float 1.5");
+  EXPECT_EQ(error_of("[data]\nshuffle = 1\n"),
+            "[config] run.toml: data.shuffle: expected a boolean (true or false), found integer 1");
+  EXPECT_THAT(error_of("[run]\ntags = \"a\"\n"),
+              HasSubstr("run.tags: expected an array of strings, found string \"a\""));
+  EXPECT_THAT(error_of("run = 3\n"), HasSubstr("run: expected a table, found integer 3"));
+  EXPECT_THAT(error_of("[model]\nhidden = [1.5]\n"),
+              HasSubstr("model.hidden: expected an array of integers"));
+  EXPECT_THAT(error_of("[run]\nseed = -1\n"), HasSubstr("run.seed: expected an integer >= 0"));
+}
+
+TEST(RunConfigTest, RangeErrors) {
+  EXPECT_EQ(error_of("[optimizer]\nlr = -0.1\n"),
+            "[config] run.toml: optimizer.lr: expected a finite number >= 0.0, found -0.1");
+  EXPECT_EQ(error_of("[data]\nbatch_size = 0\n"),
+            "[config] run.toml: data.batch_size: expected an integer >= 1, found 0");
+  EXPECT_EQ(error_of("[data]\nval_fraction = 1.0\n"),
+            "[config] run.toml: data.val_fraction: expected a number in (0.0, 1.0), found 1.0");
+  EXPECT_THAT(error_of("[optimizer]\nbeta2 = 1.0\n"),
+              HasSubstr("optimizer.beta2: expected a number in [0.0, 1.0), found 1.0"));
+  EXPECT_THAT(error_of("[optimizer]\nlr = inf\n"), HasSubstr("found inf"));
+  EXPECT_THAT(error_of("[swa]\nevery = 0\n"), HasSubstr("swa.every: expected an integer >= 1"));
+  EXPECT_THAT(error_of("threads = -2\n"), HasSubstr("threads: expected an integer >= 0"));
+  EXPECT_THAT(error_of("[run]\nepochs = 0\n"),
+              HasSubstr("run.steps: expected run.steps > 0 or run.epochs > 0, found steps = 0 "
+                        "and epochs = 0"));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"sgd\"\nnesterov = true\n"),
+              HasSubstr("optimizer.nesterov: expected false when momentum is 0"));
+  // The model's own validation, prefixed with the section.
+  EXPECT_THAT(error_of("[model]\ndropout = 1.5\n"),
+              HasSubstr("[config] run.toml: model: mlp: dropout must be in [0, 1)"));
+}
+
+TEST(RunConfigTest, EnumErrors) {
+  EXPECT_EQ(error_of("[optimizer]\nkind = \"adamx\"\n"),
+            "[config] run.toml: optimizer.kind: expected one of \"adamw\", \"adam\", \"sgd\", "
+            "\"muon\", found \"adamx\"; did you mean \"adamw\"?");
+  EXPECT_THAT(error_of("[amp]\ndtype = \"fp8\"\n"),
+              HasSubstr("amp.dtype: expected one of \"bf16\", \"fp16\", found \"fp8\""));
+  EXPECT_THAT(error_of("[binding]\nmode = \"numa\"\n"),
+              HasSubstr("binding.mode: expected one of \"none\", \"node\", \"socket\""));
+  EXPECT_THAT(error_of("[data]\nkind = \"mnist\"\n"), HasSubstr("data.kind: expected one of"));
+  EXPECT_THAT(error_of("[model]\nkind = \"gpt\"\n"),
+              HasSubstr("model.kind: expected one of \"mlp\", \"qwen-tiny\", found \"gpt\""));
+  EXPECT_THAT(error_of("[run]\ndevice = \"tpu\"\n"),
+              HasSubstr("run.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"tpu\""));
+}
+
+TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {
+  EXPECT_EQ(error_of("[optimizer]\nlr_max = 0.1\n"),
+            "[config] run.toml: unknown key 'optimizer.lr_max'; did you mean 'optimizer.lr'?");
+  EXPECT_EQ(error_of("[data]\nbatchsize = 64\n"),
+            "[config] run.toml: unknown key 'data.batchsize'; did you mean 'data.batch_size'?");
+  EXPECT_THAT(error_of("[model]\nhiden = [64]\n"),
+              HasSubstr("unknown key 'model.hiden'; did you mean 'model.hidden'?"));
+  EXPECT_THAT(error_of("[model]\nkind = \"qwen-tiny\"\nd_modle = 64\n[data]\nkind = \"text\"\n"),
+              HasSubstr("unknown key 'model.d_modle'; did you mean 'model.d_model'?"));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"muon\"\n[optimizer.muon]\nmomentun = 0.9\n"),
+              HasSubstr("unknown key 'optimizer.muon.momentun'; did you mean "
+                        "'optimizer.muon.momentum'?"));
+  EXPECT_THAT(error_of("thread = 4\n"), HasSubstr("unknown key 'thread'; did you mean 'threads'?"));
+  // A setting of another optimizer kind.
+  EXPECT_THAT(error_of("[optimizer]\nmomentum = 0.9\n"),
+              HasSubstr("unknown key 'optimizer.momentum' for optimizer kind \"adamw\""));
+}
+
+TEST(RunConfigTest, UnknownSection) {
+  EXPECT_EQ(error_of("[optimiser]\nlr = 0.1\n"),
+            "[config] run.toml: unknown section 'optimiser'; did you mean 'optimizer'?");
+  EXPECT_THAT(error_of("[chekpoint]\nkeep = 1\n"),
+              HasSubstr("unknown section 'chekpoint'; did you mean 'checkpoint'?"));
+}
+
+TEST(RunConfigTest, SchedulerIsValidatedAtLoad) {
+  const RunConfig c = parse_run_config("[scheduler]\nkind = \"step\"\nstep_size = 10\n");
+  EXPECT_EQ(c.scheduler.config, (nlohmann::json{{"kind", "step"}, {"step_size", 10}}));
+  EXPECT_TRUE(parse_run_config("[scheduler]\nkind = \"none\"\n").scheduler.config.is_null());
+  EXPECT_THAT(error_of("[scheduler]\nkind = \"cosine\"\n"),
+              HasSubstr("[config] run.toml: scheduler: [lr_scheduler] cosine: field 'T_max' is "
+                        "required"));
+  EXPECT_THAT(error_of("[scheduler]\nkind = \"cosine\"\nT_max = 10\nt_min = 1\n"),
+              HasSubstr("scheduler: [lr_scheduler] cosine: field 't_min' is not a field"));
+  EXPECT_THAT(error_of("[scheduler]\nkind = \"cosine\"\nT_max = 10\nlr = 1.0\n"),
+              HasSubstr("scheduler.lr: is a preview-only field"));
+  EXPECT_THAT(error_of("[scheduler]\nT_max = 10\n"),
+              HasSubstr("scheduler.kind: expected a string"));
+}
+
+TEST(RunConfigTest, CrossSectionRules) {
+  EXPECT_THAT(error_of("[model]\nkind = \"qwen-tiny\"\n"),
+              HasSubstr("data.kind: expected \"text\" or \"synthetic-text\" for model.kind = "
+                        "\"qwen-tiny\", found \"fashion-mnist\""));
+  EXPECT_THAT(error_of("[model]\ninput = 100\n"),
+              HasSubstr("model.input: expected 784 for data.kind = \"fashion-mnist\""));
+  EXPECT_THAT(error_of("[model]\nkind = \"qwen-tiny\"\ncontext_length = 32\n"
+                       "[data]\nkind = \"text\"\ncontext_length = 64\n"),
+              HasSubstr("data.context_length: expected at most model.context_length = 32"));
+  EXPECT_THAT(error_of("[optimizer.muon]\nlr = 0.1\n"),
+              HasSubstr("optimizer.muon: the [optimizer.muon] and [optimizer.adamw] sub-tables "
+                        "are only read with optimizer.kind = \"muon\""));
+}
+
+TEST(RunConfigTest, MalformedTomlNamesLineAndColumn) {
+  const std::string e = error_of("[run]\nname = \"x\"\nseed = = 3\n");
+  EXPECT_THAT(e, HasSubstr("[config] run.toml: line 3, column 8: invalid TOML"));
+  EXPECT_THAT(error_of("[run]\nname = \"x\"\nname = \"y\"\n"),
+              HasSubstr("[config] run.toml: line 3, column 8: invalid TOML: Error while parsing "
+                        "key-value pair: cannot redefine existing string 'name'"));
+}
+
+TEST(RunConfigTest, MissingFileIsNamed) {
+  try {
+    (void)load_run_config("no/such/config.toml");
+    FAIL() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("[config] no/such/config.toml: cannot open"));
+  }
+}
+
+TEST(RunConfigTest, Overrides) {
+  const RunConfig c = parse_run_config(
+      "[optimizer]\nlr = 0.1\n", "run.toml",
+      {"optimizer.lr=0.003", "model.hidden=[512,512]", "run.name=foo", "run.tags=[\"a\", \"b\"]",
+       "data.shuffle=false", "threads=4", "run.device=cuda:1", "amp.enabled = true",
+       "scheduler.kind=cosine", "scheduler.T_max=100", "run.seed=7"});
+  EXPECT_DOUBLE_EQ(c.optimizer.main.lr, 0.003);
+  EXPECT_EQ(std::get<nn::MlpConfig>(c.model).hidden, (std::vector<std::int64_t>{512, 512}));
+  EXPECT_EQ(c.run.name, "foo");
+  EXPECT_EQ(c.run.tags, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(c.data.shuffle);
+  EXPECT_EQ(c.threads, 4);
+  EXPECT_EQ(c.run.device, "cuda:1");
+  EXPECT_TRUE(c.amp.enabled);
+  EXPECT_EQ(c.scheduler.config.at("T_max"), 100);
+  EXPECT_EQ(c.run.seed, 7u);
+  // A bare value read as a string where a string is expected.
+  EXPECT_EQ(parse_run_config("", "run.toml", {"run.name=2024"}).run.name, "2024");
+  // Later overrides win.
+  EXPECT_EQ(parse_run_config("", "x", {"data.workers=1", "data.workers=3"}).data.workers, 3);
+  // Overrides into a Muon sub-table that the file does not have.
+  const RunConfig m = parse_run_config("[optimizer]\nkind = \"muon\"\n", "x",
+                                       {"optimizer.adamw.lr=0.005", "optimizer.muon.ns_steps=3"});
+  EXPECT_DOUBLE_EQ(m.optimizer.adamw->lr, 0.005);
+  EXPECT_EQ(m.optimizer.main.ns_steps, 3);
+}
+
+TEST(RunConfigTest, BadOverrides) {
+  EXPECT_EQ(error_of("", {"optimizer.lr_max=0.1"}),
+            "[config] run.toml: unknown key 'optimizer.lr_max'; did you mean 'optimizer.lr'? "
+            "(from --set optimizer.lr_max=0.1)");
+  EXPECT_EQ(error_of("", {"optimizer.lr=fast"}),
+            "[config] run.toml: optimizer.lr: expected a number, found string \"fast\" (from "
+            "--set optimizer.lr=fast)");
+  EXPECT_THAT(error_of("", {"optimiser.lr=0.1"}),
+              HasSubstr("unknown section 'optimiser'; did you mean 'optimizer'? (from --set "
+                        "optimiser.lr=0.1)"));
+  EXPECT_THAT(error_of("", {"optimizer.lr"}),
+              HasSubstr("[config] run.toml: --set optimizer.lr: expected key.path=value"));
+  EXPECT_THAT(error_of("", {"optimizer..lr=1"}), HasSubstr("non-empty key path"));
+  EXPECT_THAT(error_of("threads = 0\n", {"threads.x=1"}),
+              HasSubstr("--set threads.x=1: 'threads' is integer 0, not a table"));
+  EXPECT_THAT(error_of("", {"data.batch_size=0"}),
+              HasSubstr("data.batch_size: expected an integer >= 1, found 0 (from --set "
+                        "data.batch_size=0)"));
+}
+
+TEST(RunConfigTest, ToTomlRoundTripsTheExamples) {
+  for (const auto& name : kExamples) {
+    SCOPED_TRACE(name);
+    const RunConfig c = load_run_config(kConfigDir + "/" + name);
+    const std::string text = to_toml(c);
+    const RunConfig back = parse_run_config(text, "effective.toml");
+    EXPECT_EQ(to_toml(back), text);
+    EXPECT_EQ(back.run.name, c.run.name);
+    EXPECT_EQ(back.run.tags, c.run.tags);
+    EXPECT_EQ(nn::to_json(back.model), nn::to_json(c.model));
+    EXPECT_EQ(back.scheduler.config, c.scheduler.config);
+    EXPECT_EQ(back.optimizer.main.lr, c.optimizer.main.lr);
+    EXPECT_EQ(back.optimizer.adamw.has_value(), c.optimizer.adamw.has_value());
+    EXPECT_EQ(back.optimizer.split, c.optimizer.split);
+  }
+}
+
+TEST(RunConfigTest, ToTomlWritesEveryKeyExactly) {
+  RunConfig c = parse_run_config(
+      "threads = 3\n[run]\nname = \"a \\\"quoted\\\" name\\n\"\ntags = [\"x\"]\nseed = 12345\n"
+      "steps = 10\ngrad_clip = 0.1\n[optimizer]\nkind = \"sgd\"\nlr = 0.30000000000000004\n"
+      "momentum = 0.9\nnesterov = true\n[amp]\nenabled = true\ndtype = \"fp16\"\n"
+      "[swa]\nkind = \"ema\"\nema_decay = 0.99\n[scheduler]\nkind = \"one_cycle\"\nmax_lr = 1.0\n"
+      "total_steps = 10\npct_start = 0.5\n[checkpoint]\ndir = \"ck\"\n[binding]\nmode = "
+      "\"node\"\n");
+  const std::string text = to_toml(c);
+  for (const char* key : {"threads = 3",
+                          "[run]",
+                          "name = \"a \\\"quoted\\\" name\\n\"",
+                          "seed = 12345",
+                          "log_interval = 1",
+                          "max_nonfinite = 20",
+                          "grad_clip = 0.1",
+                          "[model]",
+                          "kind = \"mlp\"",
+                          "hidden = [256, 256]",
+                          "dropout = 0.0",
+                          "[data]",
+                          "val_fraction = 0.1",
+                          "normalize = true",
+                          "[optimizer]",
+                          "lr = 0.30000000000000004",
+                          "nesterov = true",
+                          "[scheduler]",
+                          "pct_start = 0.5",
+                          "[amp]",
+                          "grad_scaler = true",
+                          "[swa]",
+                          "ema_decay = 0.99",
+                          "[eval]",
+                          "batches = 0",
+                          "[checkpoint]",
+                          "dir = \"ck\"",
+                          "[binding]",
+                          "mode = \"node\""})
+    EXPECT_THAT(text, HasSubstr(key));
+  const RunConfig back = parse_run_config(text);
+  EXPECT_EQ(back.run.name, c.run.name);
+  EXPECT_EQ(back.optimizer.main.lr, c.optimizer.main.lr);
+  EXPECT_EQ(back.scheduler.config, c.scheduler.config);
+  EXPECT_TRUE(back.scheduler.config.at("pct_start").is_number_float());
+  EXPECT_EQ(to_toml(back), text);
+  // No scheduler: written as kind = "none" and read back as null.
+  const RunConfig plain = parse_run_config(to_toml(RunConfig{}));
+  EXPECT_TRUE(plain.scheduler.config.is_null());
+  EXPECT_EQ(to_toml(plain), to_toml(RunConfig{}));
+}
+
+}  // namespace
+}  // namespace tb::train

@@ -1,0 +1,202 @@
+// Trainer: determinism (same seed -> same losses bit for bit, whatever the loader threads),
+// checkpoint resume equal to an uninterrupted run, Muon/AdamW split runs, divergence, cancel,
+// a language-model run with perplexity, and configuration errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace train = tb::train;
+using tb::test::error_of;
+
+// Records every step's loss and every metric of the last step.
+struct Recorder : train::MetricSink {
+  std::mutex mu;
+  std::vector<std::pair<std::int64_t, double>> losses;
+  train::Metrics last;
+  std::vector<std::string> events;
+  std::function<void(std::int64_t)> on_step;
+  void on_metrics(std::int64_t step, const train::Metrics& m) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [k, v] : m)
+      if (k == "loss") losses.emplace_back(step, v);
+    last = m;
+    if (on_step) on_step(step);
+  }
+  void on_event(const std::string& level, const std::string& text) override {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(level + ": " + text);
+  }
+  double metric(const std::string& key) {
+    for (const auto& [k, v] : last)
+      if (k == key) return v;
+    return std::nan("");
+  }
+};
+
+train::RunConfig blobs_config() {
+  train::RunConfig c;
+  c.run.seed = 5;
+  c.run.steps = 30;
+  c.data.kind = "synthetic-blobs";
+  c.data.batch_size = 32;
+  c.data.workers = 0;
+  tb::nn::MlpConfig m;
+  m.input = 16;
+  m.hidden = {32};
+  m.classes = 4;
+  m.dropout = 0.1;  // the dropout generator's state must resume too
+  c.model = m;
+  c.optimizer.main.kind = "adamw";
+  c.optimizer.main.lr = 1e-2;
+  c.scheduler.config = {{"kind", "cosine"}, {"T_max", 30}};
+  c.eval.interval = 10;
+  return c;
+}
+
+std::vector<std::pair<std::int64_t, double>> run_losses(train::RunConfig c,
+                                                        const fs::path& ckdir = {},
+                                                        const fs::path& resume = {}) {
+  train::Trainer t(std::move(c), ckdir);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  if (!resume.empty()) t.resume_from(resume);
+  const auto r = t.run();
+  EXPECT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  return rec->losses;
+}
+
+TEST(Trainer, DeterministicWhateverTheLoaderThreads) {
+  const auto a = run_losses(blobs_config());
+  const auto b = run_losses(blobs_config());
+  auto c4 = blobs_config();
+  c4.data.workers = 4;
+  const auto c = run_losses(c4);
+  ASSERT_EQ(a.size(), 30u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_LT(a.back().second, a.front().second);
+}
+
+TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
+  const fs::path dir = fs::temp_directory_path() / "tb_trainer_resume";
+  fs::remove_all(dir);
+  auto cfg = blobs_config();
+  cfg.checkpoint.interval = 12;
+  cfg.checkpoint.keep = 5;
+  const auto full = run_losses(cfg, dir);
+  ASSERT_TRUE(fs::exists(dir / "step-00000012" / "model.safetensors"));
+  ASSERT_TRUE(fs::exists(dir / "step-00000030" / "state.json"));
+  const auto resumed = run_losses(cfg, {}, dir / "step-00000012");
+  ASSERT_EQ(resumed.size(), 18u);
+  using Losses = std::vector<std::pair<std::int64_t, double>>;
+  EXPECT_EQ(resumed, Losses(full.begin() + 12, full.end()));
+  // Another config refuses the checkpoint.
+  auto other = cfg;
+  other.optimizer.main.lr = 0.5;
+  train::Trainer t(other);
+  EXPECT_NE(error_of([&] {
+              t.resume_from(dir / "step-00000012");
+            }).find("was written by a run with another config"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, MuonSplitRunLearnsAndReportsMetrics) {
+  auto cfg = blobs_config();
+  cfg.optimizer.main.kind = "muon";
+  cfg.optimizer.main.lr = 0.02;
+  cfg.optimizer.main.momentum = 0.95;
+  cfg.optimizer.main.nesterov = true;
+  cfg.optimizer.main.weight_decay = 0.0;
+  cfg.optimizer.adamw = train::OptimizerSettings{};
+  cfg.optimizer.adamw->lr = 1e-2;
+  train::Trainer t(cfg);
+  EXPECT_NE(t.describe().find("layers.0.weight"), std::string::npos);
+  EXPECT_NE(t.describe().find("muon"), std::string::npos);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  EXPECT_LT(rec->losses.back().second, 0.5 * rec->losses.front().second);
+  EXPECT_GT(rec->metric("eval.accuracy"), 0.8);
+  EXPECT_FALSE(std::isnan(rec->metric("lr.muon.0")));
+  EXPECT_FALSE(std::isnan(rec->metric("lr.adamw.0")));
+  EXPECT_GT(rec->metric("time.step_ms"), 0.0);
+  EXPECT_GT(rec->metric("grad_norm"), 0.0);
+}
+
+TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
+  auto cfg = blobs_config();
+  cfg.optimizer.main.kind = "sgd";
+  cfg.optimizer.main.lr = 1e30;
+  cfg.optimizer.main.weight_decay = 0.0;
+  cfg.run.max_nonfinite = 3;
+  cfg.scheduler.config = nullptr;
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  EXPECT_EQ(r.outcome, train::RunOutcome::kDiverged) << r.message;
+  EXPECT_NE(r.message.find("3 non-finite losses in a row"), std::string::npos) << r.message;
+}
+
+TEST(Trainer, CancelFromAnotherThread) {
+  train::Trainer t(blobs_config());
+  auto rec = std::make_shared<Recorder>();
+  rec->on_step = [&](std::int64_t step) {
+    if (step == 5) t.cancel();
+  };
+  t.add_sink(rec);
+  t.start();
+  const auto r = t.wait();
+  EXPECT_EQ(r.outcome, train::RunOutcome::kCancelled);
+  EXPECT_EQ(r.steps, 5);
+}
+
+TEST(Trainer, LanguageModelReportsPerplexity) {
+  train::RunConfig c;
+  c.run.steps = 8;
+  c.data.kind = "synthetic-text";
+  c.data.batch_size = 4;
+  c.data.context_length = 16;
+  c.data.workers = 0;
+  tb::nn::QwenTinyConfig q;
+  q.d_model = 32;
+  q.n_layers = 1;
+  q.n_heads = 2;
+  q.context_length = 16;
+  c.model = q;
+  c.optimizer.main.lr = 3e-3;
+  c.eval.batches = 2;
+  train::Trainer t(c);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  EXPECT_GT(rec->metric("tokens_per_s"), 0.0);
+  EXPECT_NEAR(rec->metric("eval.perplexity"), std::exp(rec->metric("eval.loss")), 1e-9);
+}
+
+TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
+  auto cfg = blobs_config();
+  cfg.data.kind = "synthetic-text";
+  EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("does not fit data.kind"),
+            std::string::npos);
+  cfg = blobs_config();
+  cfg.run.device = "cuda";
+  EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("run.device 'cuda'"), std::string::npos);
+}
+
+}  // namespace
