@@ -1,7 +1,9 @@
 #include "engine/optim/sgd_adam.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/thread_pool.h"
@@ -93,20 +95,23 @@ void adam_chunk(const AdamChunk<T>& c) {
   }
 }
 
+template <typename T, int K>
+void adam_case(const AdamChunk<T>& c) {
+  adam_chunk<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>(c);
+}
+
+template <typename T, int... K>
+constexpr std::array<void (*)(const AdamChunk<T>&), sizeof...(K)> adam_table(
+    std::integer_sequence<int, K...>) {
+  return {&adam_case<T, K>...};
+}
+
+// Picks the instantiation for the run-time flags: one table lookup per chunk.
 template <typename T>
 void adam_dispatch(const AdamChunk<T>& c, bool maximize, bool decoupled, bool l2, bool ams) {
+  static constexpr auto kTable = adam_table<T>(std::make_integer_sequence<int, 16>{});
   const int key = (maximize ? 8 : 0) | (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (ams ? 1 : 0);
-  switch (key) {
-#define TB_ADAM_CASE(K) \
-  case K:               \
-    return adam_chunk<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>(c);
-    TB_ADAM_CASE(0)
-    TB_ADAM_CASE(1) TB_ADAM_CASE(2) TB_ADAM_CASE(3) TB_ADAM_CASE(4) TB_ADAM_CASE(5) TB_ADAM_CASE(6)
-        TB_ADAM_CASE(7) TB_ADAM_CASE(8) TB_ADAM_CASE(9) TB_ADAM_CASE(10) TB_ADAM_CASE(11)
-            TB_ADAM_CASE(12) TB_ADAM_CASE(13) TB_ADAM_CASE(14) TB_ADAM_CASE(15)
-#undef TB_ADAM_CASE
-                default : break;
-  }
+  kTable[static_cast<std::size_t>(key)](c);
 }
 
 }  // namespace

@@ -18,15 +18,15 @@ namespace tb::train {
 
 /// [run]
 struct RunSection {
-  std::string name = "run";          ///< shown in the runs list
-  std::vector<std::string> tags;     ///< free-form labels
-  std::uint64_t seed = 0;            ///< seeds init, data order, dropout
-  std::string device = "cpu";        ///< "cpu", "cuda", "cuda:1", ...
-  std::int64_t steps = 0;            ///< optimizer steps; 0 = use epochs
-  std::int64_t epochs = 1;           ///< passes over the training data when steps == 0
-  std::int64_t log_interval = 1;     ///< metrics every N steps
-  std::int64_t max_nonfinite = 20;   ///< consecutive non-finite losses before status diverged
-  double grad_clip = 0.0;            ///< clip the global gradient norm to this (0 = off)
+  std::string name = "run";         ///< shown in the runs list
+  std::vector<std::string> tags;    ///< free-form labels
+  std::uint64_t seed = 0;           ///< seeds init, data order, dropout
+  std::string device = "cpu";       ///< "cpu", "cuda", "cuda:1", ...
+  std::int64_t steps = 0;           ///< optimizer steps; 0 = use epochs
+  std::int64_t epochs = 1;          ///< passes over the training data when steps == 0
+  std::int64_t log_interval = 1;    ///< metrics every N steps
+  std::int64_t max_nonfinite = 20;  ///< consecutive non-finite losses before status diverged
+  double grad_clip = 0.0;           ///< clip the global gradient norm to this (0 = off)
 };
 
 /// [data]
@@ -45,17 +45,17 @@ struct DataSection {
 
 /// One optimizer's settings ([optimizer] or [optimizer.adamw] / [optimizer.muon]).
 struct OptimizerSettings {
-  std::string kind = "adamw";   ///< "adamw", "adam", "sgd", "muon"
-  double lr = 1e-3;             ///< learning rate
-  double weight_decay = 0.01;   ///< decay (decoupled for AdamW/Muon)
-  double beta1 = 0.9;           ///< Adam(W)
-  double beta2 = 0.999;         ///< Adam(W)
-  double eps = 1e-8;            ///< Adam(W); Muon uses 1e-7 unless set
-  double momentum = 0.0;        ///< SGD; Muon 0.95 unless set
-  bool nesterov = false;        ///< SGD; Muon true unless set
-  bool amsgrad = false;         ///< Adam(W)
+  std::string kind = "adamw";             ///< "adamw", "adam", "sgd", "muon"
+  double lr = 1e-3;                       ///< learning rate
+  double weight_decay = 0.01;             ///< decay (decoupled for AdamW/Muon)
+  double beta1 = 0.9;                     ///< Adam(W)
+  double beta2 = 0.999;                   ///< Adam(W)
+  double eps = 1e-8;                      ///< Adam(W); Muon uses 1e-7 unless set
+  double momentum = 0.0;                  ///< SGD; Muon 0.95 unless set
+  bool nesterov = false;                  ///< SGD; Muon true unless set
+  bool amsgrad = false;                   ///< Adam(W)
   std::string adjust_lr_fn = "original";  ///< Muon
-  std::int64_t ns_steps = 5;    ///< Muon
+  std::int64_t ns_steps = 5;              ///< Muon
   std::string ns_schedule = "default";    ///< Muon: "default" or "polar_express"
   std::string ns_dtype = "auto";          ///< Muon: "auto", "bf16", "fp32", "fp64"
 };
@@ -64,8 +64,8 @@ struct OptimizerSettings {
 /// rest (kind = "muon": [optimizer.muon] and [optimizer.adamw] hold the two settings; `split`
 /// overrides map name globs to "muon"/"adamw").
 struct OptimizerSection {
-  OptimizerSettings main;                 ///< the only optimizer, or Muon's settings
-  std::optional<OptimizerSettings> adamw; ///< AdamW for the rest when main.kind == "muon"
+  OptimizerSettings main;                  ///< the only optimizer, or Muon's settings
+  std::optional<OptimizerSettings> adamw;  ///< AdamW for the rest when main.kind == "muon"
   std::vector<std::pair<std::string, std::string>> split;  ///< glob -> "muon" | "adamw"
 };
 
@@ -77,50 +77,50 @@ struct SchedulerSection {
 
 /// [amp]
 struct AmpSection {
-  bool enabled = false;          ///< autocast the forward pass
-  std::string dtype = "bf16";    ///< "bf16" or "fp16"
-  bool grad_scaler = false;      ///< dynamic loss scaling (fp16)
+  bool enabled = false;        ///< autocast the forward pass
+  std::string dtype = "bf16";  ///< "bf16" or "fp16"
+  bool grad_scaler = false;    ///< dynamic loss scaling (fp16)
 };
 
 /// [swa]
 struct SwaSection {
-  std::string kind = "none";     ///< "none", "swa", "ema"
-  double ema_decay = 0.999;      ///< EMA decay
-  std::int64_t start_step = 0;   ///< first step that updates the average
-  std::int64_t every = 1;        ///< update interval in steps
+  std::string kind = "none";    ///< "none", "swa", "ema"
+  double ema_decay = 0.999;     ///< EMA decay
+  std::int64_t start_step = 0;  ///< first step that updates the average
+  std::int64_t every = 1;       ///< update interval in steps
 };
 
 /// [eval]
 struct EvalSection {
-  std::int64_t interval = 0;     ///< steps between evaluations (0 = at the end of each epoch)
-  std::int64_t batches = 0;      ///< batches per evaluation (0 = the whole eval split)
+  std::int64_t interval = 0;  ///< steps between evaluations (0 = at the end of each epoch)
+  std::int64_t batches = 0;   ///< batches per evaluation (0 = the whole eval split)
 };
 
 /// [checkpoint]
 struct CheckpointSection {
-  std::int64_t interval = 0;     ///< steps between checkpoints (0 = only at the end)
-  std::int64_t keep = 3;         ///< newest checkpoints kept
-  std::string dir;               ///< "" = next to the run database, per run
+  std::int64_t interval = 0;  ///< steps between checkpoints (0 = only at the end)
+  std::int64_t keep = 3;      ///< newest checkpoints kept
+  std::string dir;            ///< "" = next to the run database, per run
 };
 
 /// [binding] (filled in by the NUMA work: mode as trainbench-cli topo --binding).
 struct BindingSection {
-  std::string mode = "none";     ///< none, node, socket, exclusive, core-complex
+  std::string mode = "none";  ///< none, node, socket, exclusive, core-complex
 };
 
 /// The whole run configuration.
 struct RunConfig {
-  RunSection run;                  ///< [run]
-  nn::ModelConfig model;           ///< [model] (kind = "mlp" | "qwen-tiny" and its fields)
-  DataSection data;                ///< [data]
-  OptimizerSection optimizer;      ///< [optimizer]
-  SchedulerSection scheduler;      ///< [scheduler]
-  AmpSection amp;                  ///< [amp]
-  SwaSection swa;                  ///< [swa]
-  EvalSection eval;                ///< [eval]
-  CheckpointSection checkpoint;    ///< [checkpoint]
-  BindingSection binding;          ///< [binding]
-  std::int64_t threads = 0;        ///< top-level `threads`: kernel/BLAS threads (0 = default)
+  RunSection run;                ///< [run]
+  nn::ModelConfig model;         ///< [model] (kind = "mlp" | "qwen-tiny" and its fields)
+  DataSection data;              ///< [data]
+  OptimizerSection optimizer;    ///< [optimizer]
+  SchedulerSection scheduler;    ///< [scheduler]
+  AmpSection amp;                ///< [amp]
+  SwaSection swa;                ///< [swa]
+  EvalSection eval;              ///< [eval]
+  CheckpointSection checkpoint;  ///< [checkpoint]
+  BindingSection binding;        ///< [binding]
+  std::int64_t threads = 0;      ///< top-level `threads`: kernel/BLAS threads (0 = default)
 };
 
 /// Parses TOML text (`source` names the file in messages), applies `overrides` ("key.path=value",

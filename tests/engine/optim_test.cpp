@@ -476,8 +476,12 @@ TEST(ParamSplit, QwenTinyTableAndOverrides) {
   tb::nn::QwenTiny untied(cfg);
   const auto s2 = optim::split_params(untied, {{"*.mlp.*", "adamw"}});
   for (const auto& r : s2.table) {
-    if (r.name == "lm_head.weight") EXPECT_EQ(r.reason, "output head");
-    if (r.name.find(".mlp.") != std::string::npos) EXPECT_EQ(r.optimizer, "adamw") << r.name;
+    if (r.name == "lm_head.weight") {
+      EXPECT_EQ(r.reason, "output head");
+    }
+    if (r.name.find(".mlp.") != std::string::npos) {
+      EXPECT_EQ(r.optimizer, "adamw") << r.name;
+    }
   }
   EXPECT_EQ(s2.muon.size(), 4u);
   EXPECT_NE(error_of([&] {
