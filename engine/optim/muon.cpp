@@ -115,10 +115,7 @@ Muon::Muon(std::vector<ParamGroup> groups, const MuonOptions& options)
 }
 
 void Muon::validate_group(const ParamGroup& g) const {
-  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
-    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
-  }
-  const double lr = g.number("lr");
+  const double lr = checked_lr(g);
   TB_CHECK(lr >= 0.0, "Learning rate should be >= 0 but is: ", lr);
   TB_CHECK(g.number("momentum") >= 0.0, "momentum should be >= 0 but is: ", g.number("momentum"));
   TB_CHECK(g.number("weight_decay") >= 0.0,

@@ -86,6 +86,13 @@ void Optimizer::add_param_group(ParamGroup group) {
   groups_.push_back(std::move(group));
 }
 
+double Optimizer::checked_lr(const ParamGroup& group) {
+  if (const auto* t = std::get_if<Tensor>(&group.get("lr"))) {
+    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
+  }
+  return group.number("lr");
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (const auto& g : groups_)
     for (const auto& p : g.params)

@@ -118,6 +118,9 @@ class Optimizer {
   virtual void validate_group(const ParamGroup& group) const = 0;
   /// Call at the end of each step().
   void count_step() { ++step_count_; }
+  /// PyTorch's check shared by every optimizer: a tensor "lr" must hold exactly one element
+  /// ("Tensor lr must be 1-element"). Returns the group's lr as a number.
+  static double checked_lr(const ParamGroup& group);
 
  private:
   std::string name_;

@@ -139,10 +139,7 @@ SGD::SGD(std::vector<ParamGroup> groups, const SgdOptions& options)
 }
 
 void SGD::validate_group(const ParamGroup& g) const {
-  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
-    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
-  }
-  const double lr = g.number("lr");
+  const double lr = checked_lr(g);
   TB_CHECK(lr >= 0.0, "Invalid learning rate: ", lr);
   TB_CHECK(g.number("momentum") >= 0.0, "Invalid momentum value: ", g.number("momentum"));
   TB_CHECK(g.number("weight_decay") >= 0.0,
@@ -261,10 +258,7 @@ Adam::Adam(std::string name, std::vector<ParamGroup> groups, const AdamOptions& 
 }
 
 void Adam::validate_group(const ParamGroup& g) const {
-  if (const auto* t = std::get_if<Tensor>(&g.get("lr"))) {
-    TB_CHECK(t->numel() == 1, "Tensor lr must be 1-element");
-  }
-  const double lr = g.number("lr");
+  const double lr = checked_lr(g);
   TB_CHECK(lr >= 0.0, "Invalid learning rate: ", lr);
   TB_CHECK(g.number("eps") >= 0.0, "Invalid epsilon value: ", g.number("eps"));
   const double b1 = g.number("beta1");
