@@ -1,5 +1,5 @@
 // trainbench-cli: headless front end of the engine (no Qt): run, runs, show, export (the run
-// store), demo, dispatch, devices, topo, model, schedule (compare comes later).
+// store), compare, demo, dispatch, devices, topo, model, schedule.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -294,6 +294,9 @@ int main(int argc, char** argv) {
   auto* show = app.add_subcommand("show", "a run's status, metrics and config");
   std::int64_t show_id = 0;
   show->add_option("run", show_id, "run id")->required();
+  auto* compare = app.add_subcommand("compare", "runs side by side: config differences, summary");
+  std::vector<std::int64_t> compare_ids;
+  compare->add_option("runs", compare_ids, "two or more run ids")->required()->expected(2, 64);
   auto* exp = app.add_subcommand("export", "a run's metrics as CSV or JSON on stdout");
   std::int64_t export_id = 0;
   std::string export_format = "csv";
@@ -333,6 +336,10 @@ int main(int argc, char** argv) {
     }
     if (show->parsed()) {
       std::cout << tb::api::show_run(db_path, show_id);
+      return 0;
+    }
+    if (compare->parsed()) {
+      std::cout << tb::api::compare_runs(db_path, compare_ids);
       return 0;
     }
     if (exp->parsed()) {

@@ -1,10 +1,13 @@
 #include "engine/api/run_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 #include <iomanip>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -187,6 +190,129 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
        << "\n";
   }
   os << "\nconfig:\n" << d.config;
+  return os.str();
+}
+
+namespace {
+// "section.key" -> value text of a to_toml() config (tables as [a.b] headers, inline values).
+std::map<std::string, std::string> flatten_toml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  std::string section;
+  while (std::getline(in, line)) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (line[first] == '[') {
+      const auto close = line.rfind(']');
+      section = line.substr(first + 1,
+                            close == std::string::npos ? std::string::npos : close - first - 1);
+      if (!section.empty() && section.front() == '[') section.erase(0, 1);  // [[array]]
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(first, eq - first);
+    while (!key.empty() && (key.back() == ' ' || key.back() == '\t'))
+      key.pop_back();
+    std::string value = line.substr(eq + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    out[section.empty() ? key : section + "." + key] = value;
+  }
+  return out;
+}
+}  // namespace
+
+std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
+  TB_CHECK(ids.size() >= 2, "[compare] give at least two run ids, got ", ids.size());
+  auto st = store::RunStore::open(store_path(db_path));
+  std::vector<store::RunDetails> runs;
+  std::vector<std::map<std::string, std::string>> configs;
+  for (auto id : ids) {
+    TB_CHECK(st.has_run(id), "[compare] run ", id, " is not in ", st.path().string());
+    runs.push_back(st.get_run(id));
+    configs.push_back(flatten_toml(runs.back().config));
+  }
+  std::set<std::string> keys;
+  for (const auto& c : configs)
+    for (const auto& [k, v] : c)
+      keys.insert(k);
+  // Column widths from the content: keys, and values up to 30 characters.
+  std::size_t kw = 26;
+  for (const auto& k : keys)
+    kw = std::max(kw, k.size() + 2);
+  std::size_t vw = 12;
+  for (const auto& k : keys) {
+    std::set<std::string> distinct;
+    for (const auto& c : configs)
+      distinct.insert(c.count(k) ? c.at(k) : "-");
+    if (distinct.size() < 2) continue;  // only differing keys are shown
+    for (const auto& v : distinct)
+      vw = std::max(vw, std::min<std::size_t>(v.size(), 30));
+  }
+  for (const auto& r : runs)
+    vw = std::max(vw, std::min<std::size_t>(r.summary.name.size(), 30));
+  const int w = static_cast<int>(vw) + 2;
+  const int lw = static_cast<int>(kw);
+  std::ostringstream os;
+  os << std::left << std::setw(lw + 2) << "" << std::right;
+  for (const auto& r : runs)
+    os << std::setw(w) << ("run " + std::to_string(r.summary.id));
+  os << "\n" << std::left << std::setw(lw + 2) << "name" << std::right;
+  for (const auto& r : runs)
+    os << std::setw(w) << r.summary.name.substr(0, vw);
+  os << "\n\nconfig differences:\n";
+  int differing = 0;
+  for (const auto& k : keys) {
+    std::vector<std::string> vals;
+    for (const auto& c : configs) {
+      auto it = c.find(k);
+      vals.push_back(it == c.end() ? "-" : it->second);
+    }
+    if (std::all_of(vals.begin(), vals.end(), [&](const auto& v) { return v == vals[0]; }))
+      continue;
+    ++differing;
+    os << "  " << std::left << std::setw(lw) << k << std::right;
+    for (const auto& v : vals)
+      os << std::setw(w) << v.substr(0, vw);
+    os << "\n";
+  }
+  if (differing == 0) os << "  (none: the configs are equal)\n";
+  os << "\nsummary:\n";
+  auto row = [&](const std::string& label, auto&& cell) {
+    os << "  " << std::left << std::setw(lw) << label << std::right;
+    for (const auto& r : runs)
+      os << std::setw(w) << cell(r);
+    os << "\n";
+  };
+  row("status",
+      [](const store::RunDetails& r) { return std::string(store::to_string(r.summary.status)); });
+  row("steps", [](const store::RunDetails& r) {
+    return r.summary.last_step ? std::to_string(*r.summary.last_step) : std::string("-");
+  });
+  row("duration (s)", [](const store::RunDetails& r) {
+    if (!r.summary.started_at || !r.summary.ended_at) return std::string("-");
+    std::ostringstream v;
+    v << std::fixed << std::setprecision(1) << (*r.summary.ended_at - *r.summary.started_at);
+    return v.str();
+  });
+  for (const char* key :
+       {"loss", "eval.loss", "eval.accuracy", "eval.perplexity", "time.step_ms"}) {
+    bool any = false;
+    for (const auto& r : runs)
+      for (const auto& m : r.metrics)
+        any |= m.key == key;
+    if (!any) continue;
+    row(std::string("last ") + key, [&](const store::RunDetails& r) {
+      for (const auto& m : r.metrics) {
+        if (m.key != key) continue;
+        std::ostringstream v;
+        v << std::setprecision(5) << m.last_value;
+        return v.str();
+      }
+      return std::string("-");
+    });
+  }
   return os.str();
 }
 

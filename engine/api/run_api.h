@@ -66,6 +66,11 @@ std::string show_run(const std::string& db_path, std::int64_t run_id);
 /// The run's metrics as "csv" or "json" text.
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);
 
+/// Runs side by side: the config keys whose values differ (from the stored effective configs)
+/// and, per run, status, steps, duration and the final value of the main metrics. Needs at least
+/// two run ids; an unknown id is an error naming it.
+std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& run_ids);
+
 /// The store's default path ($XDG_DATA_HOME/trainbench/runs.sqlite).
 std::string default_store_path();
 
