@@ -167,6 +167,24 @@ int cmd_run(const std::string& config, const std::vector<std::string>& overrides
   return out.status == "finished" ? 0 : 2;
 }
 
+// `schedule CONFIG.toml`: the run's LR per step and optimizer as CSV.
+int cmd_schedule_config(const std::string& path, const std::vector<std::string>& overrides,
+                        int steps) {
+  std::vector<std::string> names;
+  const auto t = tb::api::preview_run_config(path, overrides, steps, names);
+  std::cout << "step";
+  for (const auto& n : names)
+    std::cout << "," << n;
+  std::cout << "\n" << std::setprecision(12);
+  for (const auto& r : t.rows) {
+    std::cout << r.step;
+    for (double v : r.lr)
+      std::cout << "," << v;
+    std::cout << "\n";
+  }
+  return 0;
+}
+
 int cmd_schedule(const std::string& kind, const std::vector<std::string>& settings,
                  const std::vector<double>& lrs, int steps, bool momentum) {
   const auto t = tb::api::preview_schedule(kind, settings, lrs, steps);
@@ -264,7 +282,8 @@ int main(int argc, char** argv) {
       ->add_option("kind", sched_kind,
                    "step, multistep, constant, linear, exponential, polynomial, cosine, "
                    "cosine_warm_restarts, cyclic, one_cycle, lambda, multiplicative, sequential, "
-                   "chained, plateau or swa")
+                   "chained, plateau or swa; or a run config (.toml): its [scheduler] on its "
+                   "optimizers' learning rates, printed as CSV")
       ->required();
   schedule->add_option("--set", sched_settings,
                        "field=value (PyTorch's argument names), e.g. --set T_max=100 --set "
@@ -346,8 +365,13 @@ int main(int argc, char** argv) {
       std::cout << tb::api::export_run(db_path, export_id, export_format);
       return 0;
     }
-    if (schedule->parsed())
+    if (schedule->parsed()) {
+      if (sched_kind.size() > 5 && sched_kind.compare(sched_kind.size() - 5, 5, ".toml") == 0) {
+        return cmd_schedule_config(sched_kind, sched_settings,
+                                   schedule->count("--steps") ? sched_steps : 0);
+      }
       return cmd_schedule(sched_kind, sched_settings, sched_lrs, sched_steps, sched_momentum);
+    }
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/sched/lr_scheduler.h"
+#include "engine/train/run_config.h"
 
 namespace tb::api {
 
@@ -48,6 +49,28 @@ ScheduleTable preview_schedule_json(const std::string& config_json, int steps) {
   nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
   TB_CHECK(!j.is_discarded(), "[schedule] the config is not valid JSON: ", config_json);
   return run(j, steps);
+}
+
+ScheduleTable preview_run_config(const std::string& toml_path,
+                                 const std::vector<std::string>& overrides, int steps,
+                                 std::vector<std::string>& group_names) {
+  const train::RunConfig rc = train::load_run_config(toml_path, overrides);
+  nlohmann::json cfg =
+      rc.scheduler.config.is_null()
+          ? nlohmann::json{{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}}
+          : rc.scheduler.config;
+  std::vector<double> lrs;
+  group_names.clear();
+  if (rc.optimizer.main.kind == "muon") {
+    lrs = {rc.optimizer.main.lr, rc.optimizer.adamw.value_or(train::OptimizerSettings{}).lr};
+    group_names = {"lr.muon", "lr.adamw"};
+  } else {
+    lrs = {rc.optimizer.main.lr};
+    group_names = {"lr." + rc.optimizer.main.kind};
+  }
+  cfg["lr"] = lrs;
+  if (steps <= 0) steps = static_cast<int>(rc.run.steps > 0 ? rc.run.steps : 100);
+  return preview_schedule_json(cfg.dump(), steps);
 }
 
 }  // namespace tb::api

@@ -30,6 +30,14 @@ struct ScheduleTable {
 ScheduleTable preview_schedule(const std::string& kind, const std::vector<std::string>& settings,
                                const std::vector<double>& lrs, int steps);
 
+/// The schedule of a run config (TOML file, with "key.path=value" overrides): its [scheduler]
+/// on one group per optimizer ("lr.adamw", or "lr.muon" and "lr.adamw" for a Muon run) with
+/// the configured learning rates, for `steps` steps (0 = the run's length, if it sets
+/// run.steps). `group_names` receives the column names. Throws the config's errors.
+ScheduleTable preview_run_config(const std::string& toml_path,
+                                 const std::vector<std::string>& overrides, int steps,
+                                 std::vector<std::string>& group_names);
+
 /// Same, from a complete JSON config text ({"kind": ..., ...}).
 ScheduleTable preview_schedule_json(const std::string& config_json, int steps);
 

@@ -45,7 +45,7 @@ echo "kill9_run: SIGKILL after ${delay} s"
 
 # log_interval=1: metrics of every step go to the store (the config logs every 10th), so the
 # committed steps must be exactly 1..k.
-"$cli" --db "$db" run "$config" --set run.epochs=2 --set run.log_interval=1 \
+"$cli" --db "$db" run "$config" --set run.epochs=5 --set run.log_interval=1 \
   >"$tmp/run.log" 2>&1 &
 pid=$!
 sleep "$delay"
