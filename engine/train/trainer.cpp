@@ -173,6 +173,9 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
            "into the trainer yet; set amp.enabled = false");
   TB_CHECK(config_.swa.kind == "none", "[trainer] swa.kind '", config_.swa.kind,
            "': SWA/EMA evaluation is not wired into the trainer yet; set swa.kind = \"none\"");
+  TB_CHECK(config_.binding.mode == "none", "[trainer] binding.mode '", config_.binding.mode,
+           "': CPU binding is planned by `trainbench-cli topo` but not applied to runs yet; set "
+           "binding.mode = \"none\"");
   // Data.
   const DataSection& d = config_.data;
   if (d.kind == "fashion-mnist") {

@@ -197,6 +197,10 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   cfg = blobs_config();
   cfg.run.device = "cuda";
   EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("run.device 'cuda'"), std::string::npos);
+  cfg = blobs_config();
+  cfg.binding.mode = "exclusive";
+  EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("binding.mode 'exclusive'"),
+            std::string::npos);
 }
 
 }  // namespace
