@@ -86,6 +86,45 @@ void check_known(const nlohmann::json& j, const char* model, std::set<std::strin
   }
 }
 
+// The one list of each config's fields: to_json, model_config_from_json and the known-key check
+// all come from it, so adding a field is one line here.
+template <typename F>
+void for_each_field(MlpConfig& c, F&& f) {
+  f("input", c.input);
+  f("hidden", c.hidden);
+  f("classes", c.classes);
+  f("activation", c.activation);
+  f("dropout", c.dropout);
+}
+
+template <typename F>
+void for_each_field(QwenTinyConfig& c, F&& f) {
+  f("vocab", c.vocab);
+  f("d_model", c.d_model);
+  f("n_layers", c.n_layers);
+  f("n_heads", c.n_heads);
+  f("n_kv_heads", c.n_kv_heads);
+  f("ffn_hidden", c.ffn_hidden);
+  f("context_length", c.context_length);
+  f("rope_theta", c.rope_theta);
+  f("norm_eps", c.norm_eps);
+  f("tie_embeddings", c.tie_embeddings);
+  f("qkv_bias", c.qkv_bias);
+  f("init_std", c.init_std);
+}
+
+// Reads a config of type C named `model` from `j`: unknown fields are errors, absent ones keep
+// their defaults.
+template <typename C>
+C config_from_json(const nlohmann::json& j, const char* model) {
+  C c;
+  std::set<std::string> known;
+  for_each_field(c, [&](const char* key, auto&) { known.insert(key); });
+  check_known(j, model, known);
+  for_each_field(c, [&](const char* key, auto& field) { read_field(j, model, key, field); });
+  return c;
+}
+
 }  // namespace
 
 void validate(const ModelConfig& cfg) {
@@ -100,27 +139,11 @@ std::string model_kind(const ModelConfig& cfg) {
 nlohmann::json to_json(const ModelConfig& cfg) {
   nlohmann::json j;
   j["kind"] = model_kind(cfg);
-  if (const auto* m = std::get_if<MlpConfig>(&cfg)) {
-    j["input"] = m->input;
-    j["hidden"] = m->hidden;
-    j["classes"] = m->classes;
-    j["activation"] = m->activation;
-    j["dropout"] = m->dropout;
-  } else {
-    const auto& q = std::get<QwenTinyConfig>(cfg);
-    j["vocab"] = q.vocab;
-    j["d_model"] = q.d_model;
-    j["n_layers"] = q.n_layers;
-    j["n_heads"] = q.n_heads;
-    j["n_kv_heads"] = q.n_kv_heads;
-    j["ffn_hidden"] = q.ffn_hidden;
-    j["context_length"] = q.context_length;
-    j["rope_theta"] = q.rope_theta;
-    j["norm_eps"] = q.norm_eps;
-    j["tie_embeddings"] = q.tie_embeddings;
-    j["qkv_bias"] = q.qkv_bias;
-    j["init_std"] = q.init_std;
-  }
+  std::visit(
+      [&](auto c) {  // a copy: for_each_field hands out mutable references
+        for_each_field(c, [&](const char* key, const auto& field) { j[key] = field; });
+      },
+      cfg);
   return j;
 }
 
@@ -131,34 +154,12 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
            "model config needs a string field 'kind' (\"mlp\" or \"qwen-tiny\")");
   const std::string kind = it->get<std::string>();
   if (kind == "mlp") {
-    check_known(j, "mlp", {"input", "hidden", "classes", "activation", "dropout"});
-    MlpConfig c;
-    read_field(j, "mlp", "input", c.input);
-    read_field(j, "mlp", "hidden", c.hidden);
-    read_field(j, "mlp", "classes", c.classes);
-    read_field(j, "mlp", "activation", c.activation);
-    read_field(j, "mlp", "dropout", c.dropout);
+    const auto c = config_from_json<MlpConfig>(j, "mlp");
     validate_mlp(c);
     return c;
   }
   if (kind == "qwen-tiny") {
-    check_known(
-        j, "qwen-tiny",
-        {"vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "context_length",
-         "rope_theta", "norm_eps", "tie_embeddings", "qkv_bias", "init_std"});
-    QwenTinyConfig c;
-    read_field(j, "qwen-tiny", "vocab", c.vocab);
-    read_field(j, "qwen-tiny", "d_model", c.d_model);
-    read_field(j, "qwen-tiny", "n_layers", c.n_layers);
-    read_field(j, "qwen-tiny", "n_heads", c.n_heads);
-    read_field(j, "qwen-tiny", "n_kv_heads", c.n_kv_heads);
-    read_field(j, "qwen-tiny", "ffn_hidden", c.ffn_hidden);
-    read_field(j, "qwen-tiny", "context_length", c.context_length);
-    read_field(j, "qwen-tiny", "rope_theta", c.rope_theta);
-    read_field(j, "qwen-tiny", "norm_eps", c.norm_eps);
-    read_field(j, "qwen-tiny", "tie_embeddings", c.tie_embeddings);
-    read_field(j, "qwen-tiny", "qkv_bias", c.qkv_bias);
-    read_field(j, "qwen-tiny", "init_std", c.init_std);
+    const auto c = config_from_json<QwenTinyConfig>(j, "qwen-tiny");
     validate_qwen(c);
     return c;
   }
