@@ -1,5 +1,6 @@
 #include "engine/optim/muon.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "engine/autograd/autograd.h"
@@ -133,6 +134,7 @@ void Muon::validate_group(const ParamGroup& g) const {
 
 void Muon::step() {
   autograd::NoGradGuard no_grad;
+  std::chrono::steady_clock::duration ns_time{};
   for (auto& group : param_groups()) {
     const double lr = group.number("lr");
     const double wd = group.number("weight_decay");
@@ -154,12 +156,15 @@ void Muon::step() {
       Tensor& buf = it->second;
       buf.copy_(lerp(buf, grad, 1.0 - mu));                   // buf = mu·buf + (1 − mu)·g
       const Tensor u = nesterov ? lerp(grad, buf, mu) : buf;  // (1 − mu)·g + mu·buf
+      const auto ns_start = std::chrono::steady_clock::now();
       const Tensor o = newton_schulz(u, ns);
+      ns_time += std::chrono::steady_clock::now() - ns_start;
       const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.size(1));
       if (wd != 0.0) ops::mul_(p, 1.0 - lr * wd);
       ops::add_(p, o.to(p.dtype()), -adjusted);
     }
   }
+  last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count();
   count_step();
 }
 

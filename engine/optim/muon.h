@@ -64,12 +64,16 @@ class Muon : public Optimizer {
   /// Groups given explicitly.
   Muon(std::vector<ParamGroup> groups, const MuonOptions& options = {});
   void step() override;
+  /// Wall-clock milliseconds the last step() spent in Newton–Schulz (the trainer reports it as
+  /// the orthogonalisation share of the optimizer time).
+  double last_newton_schulz_ms() const { return last_ns_ms_; }
 
  protected:
   void validate_group(const ParamGroup& group) const override;
 
  private:
   NewtonSchulzOptions ns_;
+  double last_ns_ms_ = 0.0;
 };
 
 }  // namespace tb::optim

@@ -8,6 +8,8 @@
 #include <limits>
 #include <sstream>
 
+#include "engine/amp/autocast.h"
+#include "engine/amp/grad_scaler.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
@@ -21,6 +23,7 @@
 #include "engine/optim/sgd_adam.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/sched/lr_scheduler.h"
+#include "engine/swa/swa_utils.h"
 #include "engine/train/safetensors.h"
 
 namespace tb::train {
@@ -155,7 +158,11 @@ struct Trainer::State {
   std::vector<std::unique_ptr<optim::Optimizer>> opts;
   std::vector<std::shared_ptr<sched::LRScheduler>> scheds;
   std::string split_table;
+  std::unique_ptr<amp::GradScaler> scaler;      // amp.grad_scaler
+  std::unique_ptr<swa::AveragedModel> average;  // swa.kind != none
+  std::shared_ptr<nn::Model> average_model;     // evaluates the average (same architecture)
   std::int64_t step = 0;  // optimizer steps done
+  std::int64_t scaler_skipped = 0;  // steps the scaler skipped for inf/NaN gradients
   std::int64_t nonfinite_in_row = 0;
   std::int64_t skipped = 0;
   Metrics last_eval;
@@ -168,11 +175,6 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   if (config_.threads > 0) cpu::set_num_threads(static_cast<int>(config_.threads));
   TB_CHECK(config_.run.device == "cpu", "[trainer] run.device '", config_.run.device,
            "': training runs on the CPU for now (the CUDA backend lacks the model's kernels)");
-  TB_CHECK(!config_.amp.enabled,
-           "[trainer] amp.enabled: mixed-precision training is not wired "
-           "into the trainer yet; set amp.enabled = false");
-  TB_CHECK(config_.swa.kind == "none", "[trainer] swa.kind '", config_.swa.kind,
-           "': SWA/EMA evaluation is not wired into the trainer yet; set swa.kind = \"none\"");
   TB_CHECK(config_.binding.mode == "none", "[trainer] binding.mode '", config_.binding.mode,
            "': CPU binding is planned by `trainbench-cli topo` but not applied to runs yet; set "
            "binding.mode = \"none\"");
@@ -251,6 +253,23 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
     if (!config_.scheduler.config.is_null())
       s_->scheds.push_back(sched::make_scheduler(*o, config_.scheduler.config));
   }
+  // Mixed precision: autocast in the forward pass (loop()), loss scaling when asked.
+  if (config_.amp.grad_scaler) {
+    amp::GradScalerOptions so;
+    so.enabled = config_.amp.enabled;
+    s_->scaler = std::make_unique<amp::GradScaler>(core::DeviceType::CPU, so);
+  }
+  // SWA / EMA: an averaged copy of the weights, evaluated beside the model.
+  if (config_.swa.kind != "none") {
+    TB_CHECK(config_.swa.kind == "swa" || config_.swa.kind == "ema", "[trainer] swa.kind '",
+             config_.swa.kind, "' is not one of none, swa, ema");
+    swa::MultiAvgFn fn = config_.swa.kind == "ema" ? swa::get_ema_multi_avg_fn(config_.swa.ema_decay)
+                                                   : swa::get_swa_multi_avg_fn();
+    s_->average = std::make_unique<swa::AveragedModel>(*s_->model, std::nullopt, swa::AvgFn{},
+                                                       std::move(fn), /*use_buffers=*/false);
+    rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
+    s_->average_model = nn::build_model(config_.model, &scratch);
+  }
   const std::int64_t per_epoch = s_->loader->num_batches();
   total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
   TB_CHECK(total_steps_ > 0, "[trainer] the run has no steps (run.steps = ", run.steps,
@@ -304,8 +323,18 @@ TrainResult Trainer::wait() {
 }
 
 Metrics Trainer::evaluate() {
+  Metrics m = evaluate_model(*s_->model, "eval.");
+  if (s_->average && s_->average->n_averaged().item() > 0) {
+    s_->average->copy_to(*s_->average_model);
+    const Metrics avg = evaluate_model(*s_->average_model, "eval_" + config_.swa.kind + ".");
+    m.insert(m.end(), avg.begin(), avg.end());
+  }
+  return m;
+}
+
+Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   autograd::NoGradGuard no_grad;
-  s_->model->eval();
+  model.eval();
   data::DataLoaderOptions lo;
   lo.batch_size = config_.data.batch_size;
   lo.seed = config_.run.seed + 2;
@@ -319,8 +348,8 @@ Metrics Trainer::evaluate() {
   while (batches < limit) {
     auto b = loader.next();
     if (!b) break;
-    const Tensor logits = s_->model->forward(b->input);
-    const double loss = s_->model->loss(logits, b->target).item();
+    const Tensor logits = model.forward(b->input);
+    const double loss = model.loss(logits, b->target).item();
     const std::int64_t n = b->target.numel();
     loss_sum += loss * static_cast<double>(n);
     items += n;
@@ -332,15 +361,15 @@ Metrics Trainer::evaluate() {
     }
     ++batches;
   }
-  s_->model->train();
+  model.train();
   Metrics m;
   if (items == 0) return m;
   const double mean = loss_sum / static_cast<double>(items);
-  m.emplace_back("eval.loss", mean);
+  m.emplace_back(prefix + "loss", mean);
   if (s_->language_model) {
-    m.emplace_back("eval.perplexity", std::exp(mean));
+    m.emplace_back(prefix + "perplexity", std::exp(mean));
   } else {
-    m.emplace_back("eval.accuracy", static_cast<double>(correct) / static_cast<double>(items));
+    m.emplace_back(prefix + "accuracy", static_cast<double>(correct) / static_cast<double>(items));
   }
   return m;
 }
@@ -369,6 +398,8 @@ TrainResult Trainer::loop() {
   const std::int64_t eval_every =
       config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();
   auto all_params = s.model->parameters();
+  const ScalarType amp_dtype =
+      config_.amp.dtype == "fp16" ? ScalarType::Float16 : ScalarType::BFloat16;
   while (s.step < total_steps_) {
     {
       std::unique_lock<std::mutex> lock(pause_mutex_);
@@ -385,8 +416,13 @@ TrainResult Trainer::loop() {
     TB_CHECK(batch.has_value(), "[trainer] the data loader produced no batch");
     const double data_ms = ms_since(t0);
     const auto t1 = Clock::now();
-    const Tensor logits = s.model->forward(batch->input);
-    const Tensor loss = s.model->loss(logits, batch->target);
+    Tensor loss;
+    {
+      std::optional<amp::AutocastGuard> autocast;
+      if (config_.amp.enabled) autocast.emplace(core::DeviceType::CPU, amp_dtype);
+      const Tensor logits = s.model->forward(batch->input);
+      loss = s.model->loss(logits, batch->target);
+    }
     const double loss_value = loss.item();
     const double fwd_ms = ms_since(t1);
     if (!std::isfinite(loss_value)) {
@@ -405,12 +441,16 @@ TrainResult Trainer::loop() {
     }
     s.nonfinite_in_row = 0;
     const auto t2 = Clock::now();
-    autograd::backward(loss);
+    autograd::backward(s.scaler ? s.scaler->scale(loss) : loss);
     const double bwd_ms = ms_since(t2);
     const auto t3 = Clock::now();
     double sq = 0.0;
     {
       autograd::NoGradGuard no_grad;
+      if (s.scaler) {  // true gradients for the norm and the clip
+        for (auto& o : s.opts)
+          s.scaler->unscale_(*o);
+      }
       for (const auto& p : all_params) {
         const Tensor g = autograd::grad(p);
         if (g.defined()) sq += ops::sum(ops::square(g.to(ScalarType::Float64))).item();
@@ -431,14 +471,36 @@ TrainResult Trainer::loop() {
       for (std::size_t g = 0; g < groups.size(); ++g)
         m.emplace_back("lr." + s.opt_names[i] + "." + std::to_string(g), groups[g].number("lr"));
     }
+    double loss_scale = 1.0;
+    if (s.scaler) {
+      loss_scale = s.scaler->get_scale();
+      bool stepped = true;
+      for (auto& o : s.opts)
+        stepped = s.scaler->step(*o) && stepped;
+      s.scaler->update();
+      if (!stepped) {
+        ++s.scaler_skipped;
+        emit_event("warning", "step " + std::to_string(s.step + 1) +
+                                  ": inf/NaN gradients at loss scale " +
+                                  std::to_string(loss_scale) + ", optimizer step skipped");
+      }
+    } else {
+      for (auto& o : s.opts)
+        o->step();
+    }
+    double ns_ms = 0.0;
     for (auto& o : s.opts)
-      o->step();
+      if (const auto* muon = dynamic_cast<const optim::Muon*>(o.get()))
+        ns_ms += muon->last_newton_schulz_ms();
     for (auto& o : s.opts)
       o->zero_grad();
     for (auto& sc : s.scheds)
       sc->step();
     const double opt_ms = ms_since(t3);
     ++s.step;
+    if (s.average && s.step >= config_.swa.start_step &&
+        (s.step - config_.swa.start_step) % config_.swa.every == 0)
+      s.average->update_parameters(*s.model);
     const double step_ms = ms_since(t0);
     const auto samples = static_cast<double>(batch->input.size(0));
     m.emplace_back("grad_norm", std::sqrt(sq));
@@ -446,17 +508,23 @@ TrainResult Trainer::loop() {
     m.emplace_back("time.forward_ms", fwd_ms);
     m.emplace_back("time.backward_ms", bwd_ms);
     m.emplace_back("time.optimizer_ms", opt_ms);
+    if (ns_ms > 0.0) m.emplace_back("time.newton_schulz_ms", ns_ms);
     m.emplace_back("time.step_ms", step_ms);
     m.emplace_back("samples_per_s", samples / (step_ms / 1000.0));
     if (lm) {
       m.emplace_back("tokens_per_s",
                      static_cast<double>(batch->input.numel()) / (step_ms / 1000.0));
     }
+    if (s.scaler) m.emplace_back("loss_scale", loss_scale);
     if (s.skipped > 0) m.emplace_back("skipped_steps", static_cast<double>(s.skipped));
+    if (s.scaler_skipped > 0)
+      m.emplace_back("scaler_skipped_steps", static_cast<double>(s.scaler_skipped));
     const bool eval_now = s.step % eval_every == 0 || s.step == total_steps_;
     if (eval_now) {
+      const auto te = Clock::now();
       s.last_eval = evaluate();
       m.insert(m.end(), s.last_eval.begin(), s.last_eval.end());
+      m.emplace_back("time.eval_ms", ms_since(te));
     }
     r.last_loss = loss_value;
     if (s.step % config_.run.log_interval == 0 || eval_now) {
@@ -546,6 +614,21 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& dir)
   }
   state["optimizers"] = opts;
   save_safetensors(dir / "optimizer.safetensors", opt_tensors);
+  state["scaler_skipped"] = s.scaler_skipped;
+  if (s.scaler) {
+    if (const auto ss = s.scaler->state_dict()) {
+      state["scaler"] = {{"scale", ss->scale},
+                         {"growth_factor", ss->growth_factor},
+                         {"backoff_factor", ss->backoff_factor},
+                         {"growth_interval", ss->growth_interval},
+                         {"growth_tracker", ss->growth_tracker}};
+    }
+  }
+  if (s.average) {
+    nn::NamedTensors avg = s.average->state_dict();
+    save_safetensors(dir / "average.safetensors", TensorList(avg.begin(), avg.end()),
+                     {{"kind", config_.swa.kind}});
+  }
   state["loader"] = s.loader->state();
   state["generator"] = hex(s.gen.get_state());
   const auto tmp = dir / "state.json.tmp";
@@ -606,6 +689,22 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
     s.opts[i]->load_state_dict(sd);
     if (i < s.scheds.size()) s.scheds[i]->load_state_dict(opts[i].at("scheduler"));
   }
+  if (s.scaler && state.contains("scaler")) {
+    const auto& sj = state.at("scaler");
+    amp::GradScalerState ss;
+    ss.scale = sj.at("scale").get<double>();
+    ss.growth_factor = sj.at("growth_factor").get<double>();
+    ss.backoff_factor = sj.at("backoff_factor").get<double>();
+    ss.growth_interval = sj.at("growth_interval").get<std::int64_t>();
+    ss.growth_tracker = sj.at("growth_tracker").get<std::int64_t>();
+    s.scaler->load_state_dict(ss);
+  }
+  if (s.average) {
+    const auto avg_file = load_safetensors(dir / "average.safetensors");
+    s.average->load_state_dict(nn::NamedTensors(avg_file.tensors.begin(), avg_file.tensors.end()));
+  }
+  s.scaler_skipped =
+      state.contains("scaler_skipped") ? state.at("scaler_skipped").get<std::int64_t>() : 0;
   s.loader->load_state(state.at("loader").get<data::DataLoaderState>());
   s.gen.set_state(unhex(state.at("generator").get<std::string>()));
   s.step = state.at("step").get<std::int64_t>();

@@ -1,5 +1,6 @@
-// Trainer: the step loop of a run — data -> forward -> backward -> (clip) -> optimizer ->
-// scheduler -> metrics — built from a RunConfig, on the calling thread (run()) or its own
+// Trainer: the step loop of a run — data -> forward (autocast when amp.enabled) -> backward (of
+// the scaled loss with amp.grad_scaler) -> (unscale, clip) -> optimizer -> scheduler -> SWA/EMA
+// average -> metrics — built from a RunConfig, on the calling thread (run()) or its own
 // (start()/wait()), with cancel/pause/resume from other threads, evaluation at an interval,
 // non-finite-loss handling, metric sinks, and checkpoints that resume bit for bit.
 #pragma once
@@ -101,6 +102,7 @@ class Trainer {
  private:
   struct State;
   void emit_event(const std::string& level, const std::string& text);
+  Metrics evaluate_model(nn::Model& model, const std::string& prefix);
   TrainResult loop();
 
   RunConfig config_;

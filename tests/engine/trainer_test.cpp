@@ -1,6 +1,7 @@
 // Trainer: determinism (same seed -> same losses bit for bit, whatever the loader threads),
-// checkpoint resume equal to an uninterrupted run, Muon/AdamW split runs, divergence, cancel,
-// a language-model run with perplexity, and configuration errors.
+// checkpoint resume equal to an uninterrupted run, Muon/AdamW split runs with the Newton–Schulz
+// share, bf16/fp16 autocast with loss scaling, SWA/EMA evaluation, divergence, cancel, a
+// language-model run with perplexity, and configuration errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -135,6 +136,104 @@ TEST(Trainer, MuonSplitRunLearnsAndReportsMetrics) {
   EXPECT_FALSE(std::isnan(rec->metric("lr.adamw.0")));
   EXPECT_GT(rec->metric("time.step_ms"), 0.0);
   EXPECT_GT(rec->metric("grad_norm"), 0.0);
+  // The Newton–Schulz share is part of the optimizer time.
+  EXPECT_GT(rec->metric("time.newton_schulz_ms"), 0.0);
+  EXPECT_LT(rec->metric("time.newton_schulz_ms"), rec->metric("time.optimizer_ms"));
+}
+
+TEST(Trainer, Bf16AutocastChangesTheNumbersButStillLearnsDeterministically) {
+  auto cfg = blobs_config();
+  const auto fp32 = run_losses(cfg);
+  cfg.amp.enabled = true;
+  cfg.amp.dtype = "bf16";
+  const auto a = run_losses(cfg);
+  const auto b = run_losses(cfg);
+  ASSERT_EQ(a.size(), 30u);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, fp32);  // the matmuls really ran in bfloat16
+  // ... yet close to the float32 run (bf16 keeps ~3 significant digits).
+  EXPECT_NEAR(a.front().second, fp32.front().second, 2e-2 * std::abs(fp32.front().second));
+  EXPECT_LT(a.back().second, 0.5 * a.front().second);
+}
+
+TEST(Trainer, Fp16WithGradScalerReportsTheLossScaleAndResumesBitForBit) {
+  const fs::path dir = fs::temp_directory_path() / "tb_trainer_amp_resume";
+  fs::remove_all(dir);
+  auto cfg = blobs_config();
+  cfg.amp.enabled = true;
+  cfg.amp.dtype = "fp16";
+  cfg.amp.grad_scaler = true;
+  cfg.checkpoint.interval = 10;
+  train::Trainer t(cfg, dir);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  const double scale = rec->metric("loss_scale");
+  ASSERT_FALSE(std::isnan(scale));
+  EXPECT_LE(scale, 65536.0);
+  EXPECT_EQ(scale, std::exp2(std::round(std::log2(scale))));  // halvings of 2^16 only
+  EXPECT_LT(rec->losses.back().second, 0.5 * rec->losses.front().second);
+  const auto resumed = run_losses(cfg, {}, dir / "step-00000010");
+  using Losses = std::vector<std::pair<std::int64_t, double>>;
+  EXPECT_EQ(resumed, Losses(rec->losses.begin() + 10, rec->losses.end()));
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, EmaWithDecayZeroEvaluatesTheModelItself) {
+  auto cfg = blobs_config();
+  cfg.swa.kind = "ema";
+  cfg.swa.ema_decay = 0.0;  // the average is the latest weights
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  EXPECT_EQ(rec->metric("eval_ema.loss"), rec->metric("eval.loss"));
+  EXPECT_EQ(rec->metric("eval_ema.accuracy"), rec->metric("eval.accuracy"));
+}
+
+TEST(Trainer, SwaAveragesFromItsStartStepAndResumes) {
+  const fs::path dir = fs::temp_directory_path() / "tb_trainer_swa_resume";
+  fs::remove_all(dir);
+  auto cfg = blobs_config();
+  cfg.swa.kind = "swa";
+  cfg.swa.start_step = 15;
+  cfg.swa.every = 5;
+  cfg.checkpoint.interval = 20;
+  train::Trainer t(cfg, dir);
+  std::vector<train::Metrics> evals;
+  struct EvalRecorder : train::MetricSink {
+    std::vector<train::Metrics>* out;
+    void on_metrics(std::int64_t, const train::Metrics& m) override {
+      for (const auto& [k, v] : m)
+        if (k == "eval.loss") out->push_back(m);
+    }
+  };
+  auto er = std::make_shared<EvalRecorder>();
+  er->out = &evals;
+  t.add_sink(er);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  ASSERT_EQ(evals.size(), 3u);  // steps 10, 20, 30
+  auto value = [](const train::Metrics& m, const std::string& key) {
+    for (const auto& [k, v] : m)
+      if (k == key) return v;
+    return std::nan("");
+  };
+  EXPECT_TRUE(std::isnan(value(evals[0], "eval_swa.loss")));  // nothing averaged before step 15
+  EXPECT_FALSE(std::isnan(value(evals[1], "eval_swa.loss")));
+  // The average of the weights at steps 15, 20, 25, 30 differs from the final weights.
+  EXPECT_NE(value(evals[2], "eval_swa.loss"), value(evals[2], "eval.loss"));
+  ASSERT_TRUE(fs::exists(dir / "step-00000020" / "average.safetensors"));
+  train::Trainer resumed(cfg);
+  std::vector<train::Metrics> evals2;
+  auto er2 = std::make_shared<EvalRecorder>();
+  er2->out = &evals2;
+  resumed.add_sink(er2);
+  resumed.resume_from(dir / "step-00000020");
+  ASSERT_EQ(resumed.run().outcome, train::RunOutcome::kFinished);
+  ASSERT_EQ(evals2.size(), 1u);
+  EXPECT_EQ(value(evals2[0], "eval_swa.loss"), value(evals[2], "eval_swa.loss"));
+  fs::remove_all(dir);
 }
 
 TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
