@@ -6,11 +6,12 @@
 #include <ctime>
 #include <iomanip>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <unordered_map>
 
+#include "engine/api/api_detail.h"
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
@@ -20,40 +21,6 @@
 namespace tb::api {
 
 namespace {
-
-std::filesystem::path store_path(const std::string& db) {
-  return db.empty() ? store::default_database_path() : std::filesystem::path(db);
-}
-
-// Metrics, events and checkpoints of a run into the store. Interns each metric name once so a
-// step costs a queue append (the writer thread does the SQL).
-class StoreSink final : public train::MetricSink {
- public:
-  explicit StoreSink(store::RunWriter& writer) : writer_(writer) {}
-  void on_metrics(std::int64_t step, const train::Metrics& m) override {
-    values_.clear();
-    for (const auto& [k, v] : m) {
-      auto it = keys_.find(k);
-      if (it == keys_.end()) it = keys_.emplace(k, writer_.key(k)).first;
-      values_.push_back({it->second, v});
-    }
-    writer_.log_metrics(step, values_);
-  }
-  void on_event(const std::string& level, const std::string& text) override {
-    writer_.log_event(level == "error"     ? store::EventLevel::kError
-                      : level == "warning" ? store::EventLevel::kWarning
-                                           : store::EventLevel::kInfo,
-                      text);
-  }
-  void on_checkpoint(std::int64_t step, const std::string& path) override {
-    writer_.add_checkpoint(step, path);
-  }
-
- private:
-  store::RunWriter& writer_;
-  std::unordered_map<std::string, store::MetricKeyId> keys_;
-  std::vector<store::KeyedValue> values_;
-};
 
 // Progress for the CLI: loss, first LR, rate over the last few seconds.
 class ProgressSink final : public train::MetricSink {
@@ -109,7 +76,7 @@ RunOutcomeInfo run_training(const RunRequest& req,
                             const std::function<void(std::int64_t, const std::string&)>& on_start,
                             const std::function<void(const RunProgressInfo&)>& on_progress) {
   const train::RunConfig config = train::load_run_config(req.config_path, req.overrides);
-  const auto db = store_path(req.db_path);
+  const auto db = detail::store_path(req.db_path);
   std::int64_t run_id = 0;
   std::filesystem::path resume_dir;
   {
@@ -128,14 +95,21 @@ RunOutcomeInfo run_training(const RunRequest& req,
       run_id = st.create_run(nr);
     }
   }
-  const std::filesystem::path ckdir =
-      config.checkpoint.dir.empty()
-          ? db.parent_path() / "checkpoints" / ("run-" + std::to_string(run_id))
-          : std::filesystem::path(config.checkpoint.dir) / ("run-" + std::to_string(run_id));
-  train::Trainer trainer(config, ckdir);
-  store::RunWriter writer(db, run_id);
-  auto sink = std::make_shared<StoreSink>(writer);
-  trainer.add_sink(sink);
+  // From here on a failure must not leave a created run queued: it ends failed with the message
+  // (a resumed run keeps the status it ended with), and the error propagates.
+  std::unique_ptr<train::Trainer> trainer_ptr;
+  std::unique_ptr<store::RunWriter> writer_ptr;
+  try {
+    trainer_ptr =
+        std::make_unique<train::Trainer>(config, detail::checkpoint_dir(config, db, run_id));
+    writer_ptr = std::make_unique<store::RunWriter>(db, run_id);
+  } catch (const std::exception& e) {
+    if (!req.resume) detail::mark_failed(db, run_id, e.what());
+    throw;
+  }
+  train::Trainer& trainer = *trainer_ptr;
+  store::RunWriter& writer = *writer_ptr;
+  trainer.add_sink(std::make_shared<detail::StoreSink>(writer));
   trainer.add_sink(std::make_shared<ProgressSink>(run_id, trainer.total_steps(), on_progress));
   RunOutcomeInfo out;
   out.run_id = run_id;
@@ -157,7 +131,7 @@ RunOutcomeInfo run_training(const RunRequest& req,
 }
 
 std::vector<RunRow> list_runs(const std::string& db_path) {
-  auto st = store::RunStore::open(store_path(db_path));
+  auto st = store::RunStore::open(detail::store_path(db_path));
   std::vector<RunRow> rows;
   for (const auto& r : st.list_runs()) {
     RunRow row;
@@ -173,7 +147,7 @@ std::vector<RunRow> list_runs(const std::string& db_path) {
 }
 
 std::string show_run(const std::string& db_path, std::int64_t run_id) {
-  auto st = store::RunStore::open(store_path(db_path));
+  auto st = store::RunStore::open(detail::store_path(db_path));
   const auto d = st.get_run(run_id);
   std::ostringstream os;
   os << "run " << d.summary.id << " '" << d.summary.name
@@ -193,45 +167,15 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
   return os.str();
 }
 
-namespace {
-// "section.key" -> value text of a to_toml() config (tables as [a.b] headers, inline values).
-std::map<std::string, std::string> flatten_toml(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream in(text);
-  std::string line;
-  std::string section;
-  while (std::getline(in, line)) {
-    const auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos || line[first] == '#') continue;
-    if (line[first] == '[') {
-      const auto close = line.rfind(']');
-      section = line.substr(first + 1,
-                            close == std::string::npos ? std::string::npos : close - first - 1);
-      if (!section.empty() && section.front() == '[') section.erase(0, 1);  // [[array]]
-      continue;
-    }
-    const auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = line.substr(first, eq - first);
-    while (!key.empty() && (key.back() == ' ' || key.back() == '\t'))
-      key.pop_back();
-    std::string value = line.substr(eq + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    out[section.empty() ? key : section + "." + key] = value;
-  }
-  return out;
-}
-}  // namespace
-
 std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
   TB_CHECK(ids.size() >= 2, "[compare] give at least two run ids, got ", ids.size());
-  auto st = store::RunStore::open(store_path(db_path));
+  auto st = store::RunStore::open(detail::store_path(db_path));
   std::vector<store::RunDetails> runs;
   std::vector<std::map<std::string, std::string>> configs;
   for (auto id : ids) {
     TB_CHECK(st.has_run(id), "[compare] run ", id, " is not in ", st.path().string());
     runs.push_back(st.get_run(id));
-    configs.push_back(flatten_toml(runs.back().config));
+    configs.push_back(detail::flatten_toml(runs.back().config));
   }
   std::set<std::string> keys;
   for (const auto& c : configs)
@@ -317,7 +261,7 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
 }
 
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format) {
-  auto st = store::RunStore::open(store_path(db_path));
+  auto st = store::RunStore::open(detail::store_path(db_path));
   if (format == "csv") return st.export_csv(run_id);
   if (format == "json") return st.export_json(run_id);
   throw ValueError("[export] unknown format '" + format + "' (choose csv or json)");

@@ -43,7 +43,8 @@ struct RunOutcomeInfo {
 /// metrics, events and checkpoints going to the store, and ends the run with its status.
 /// `on_start` gets the run id and the parameter table before the first step; `on_progress` is
 /// called on the run thread after each logged step. Throws tb::ValueError for a bad config
-/// (nothing is stored then).
+/// (nothing is stored then); an error building the trainer (e.g. a missing data set) marks the
+/// created run failed with its message, then propagates.
 RunOutcomeInfo run_training(const RunRequest& request,
                             const std::function<void(std::int64_t, const std::string&)>& on_start,
                             const std::function<void(const RunProgressInfo&)>& on_progress);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/api/api_detail.h"
 #include "engine/core/error.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/train/run_config.h"
@@ -54,7 +55,11 @@ ScheduleTable preview_schedule_json(const std::string& config_json, int steps) {
 ScheduleTable preview_run_config(const std::string& toml_path,
                                  const std::vector<std::string>& overrides, int steps,
                                  std::vector<std::string>& group_names) {
-  const train::RunConfig rc = train::load_run_config(toml_path, overrides);
+  return detail::preview_config(train::load_run_config(toml_path, overrides), steps, group_names);
+}
+
+ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
+                                     std::vector<std::string>& group_names) {
   nlohmann::json cfg =
       rc.scheduler.config.is_null()
           ? nlohmann::json{{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}}

@@ -161,8 +161,8 @@ struct Trainer::State {
   std::unique_ptr<amp::GradScaler> scaler;      // amp.grad_scaler
   std::unique_ptr<swa::AveragedModel> average;  // swa.kind != none
   std::shared_ptr<nn::Model> average_model;     // evaluates the average (same architecture)
-  std::int64_t step = 0;  // optimizer steps done
-  std::int64_t scaler_skipped = 0;  // steps the scaler skipped for inf/NaN gradients
+  std::int64_t step = 0;                        // optimizer steps done
+  std::int64_t scaler_skipped = 0;              // steps the scaler skipped for inf/NaN gradients
   std::int64_t nonfinite_in_row = 0;
   std::int64_t skipped = 0;
   Metrics last_eval;
@@ -263,8 +263,9 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   if (config_.swa.kind != "none") {
     TB_CHECK(config_.swa.kind == "swa" || config_.swa.kind == "ema", "[trainer] swa.kind '",
              config_.swa.kind, "' is not one of none, swa, ema");
-    swa::MultiAvgFn fn = config_.swa.kind == "ema" ? swa::get_ema_multi_avg_fn(config_.swa.ema_decay)
-                                                   : swa::get_swa_multi_avg_fn();
+    swa::MultiAvgFn fn = config_.swa.kind == "ema"
+                             ? swa::get_ema_multi_avg_fn(config_.swa.ema_decay)
+                             : swa::get_swa_multi_avg_fn();
     s_->average = std::make_unique<swa::AveragedModel>(*s_->model, std::nullopt, swa::AvgFn{},
                                                        std::move(fn), /*use_buffers=*/false);
     rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
@@ -296,7 +297,11 @@ void Trainer::emit_event(const std::string& level, const std::string& text) {
 }
 
 void Trainer::cancel() {
-  cancel_ = true;
+  {
+    std::lock_guard<std::mutex> lock(pause_mutex_);  // a paused loop must see it
+    cancel_ = true;
+  }
+  pause_cv_.notify_all();
 }
 
 void Trainer::pause() {

@@ -1,0 +1,118 @@
+#include "engine/api/api_detail.h"
+
+#include <sstream>
+
+#include "engine/store/run_store.h"
+
+namespace tb::api::detail {
+
+std::filesystem::path store_path(const std::string& db) {
+  return db.empty() ? store::default_database_path() : std::filesystem::path(db);
+}
+
+std::filesystem::path checkpoint_dir(const train::RunConfig& config,
+                                     const std::filesystem::path& db, std::int64_t run_id) {
+  const std::string leaf = "run-" + std::to_string(run_id);
+  return config.checkpoint.dir.empty() ? db.parent_path() / "checkpoints" / leaf
+                                       : std::filesystem::path(config.checkpoint.dir) / leaf;
+}
+
+void mark_failed(const std::filesystem::path& db, std::int64_t run_id,
+                 const std::string& message) noexcept {
+  try {
+    auto st = store::RunStore::open(db);
+    st.set_status(run_id, store::RunStatus::kFailed, message);
+  } catch (...) {  // best effort: the caller reports the original error
+  }
+}
+
+void StoreSink::on_metrics(std::int64_t step, const train::Metrics& m) {
+  values_.clear();
+  for (const auto& [k, v] : m) {
+    auto it = keys_.find(k);
+    if (it == keys_.end()) it = keys_.emplace(k, writer_.key(k)).first;
+    values_.push_back({it->second, v});
+  }
+  writer_.log_metrics(step, values_);
+}
+
+void StoreSink::on_event(const std::string& level, const std::string& text) {
+  writer_.log_event(level == "error"     ? store::EventLevel::kError
+                    : level == "warning" ? store::EventLevel::kWarning
+                                         : store::EventLevel::kInfo,
+                    text);
+}
+
+void StoreSink::on_checkpoint(std::int64_t step, const std::string& path) {
+  writer_.add_checkpoint(step, path);
+}
+
+namespace {
+
+// The line without a trailing comment: '#' outside "basic" and 'literal' strings.
+std::string strip_comment(const std::string& line) {
+  bool basic = false;
+  bool literal = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (basic) {
+      if (c == '\\') {
+        ++i;  // skip the escaped character
+      } else if (c == '"') {
+        basic = false;
+      }
+    } else if (literal) {
+      if (c == '\'') literal = false;
+    } else if (c == '"') {
+      basic = true;
+    } else if (c == '\'') {
+      literal = true;
+    } else if (c == '#') {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string raw;
+  std::string section;
+  while (std::getline(in, raw)) {
+    const std::string line = trim(strip_comment(raw));
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      const auto close = line.rfind(']');
+      section = trim(line.substr(1, close == std::string::npos ? std::string::npos : close - 1));
+      if (!section.empty() && section.front() == '[') section = trim(section.substr(1));  // [[a]]
+      if (!section.empty() && section.back() == ']')
+        section = trim(section.substr(0, section.size() - 1));
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    out.emplace_back(section.empty() ? key : section + "." + key, value);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> flatten_toml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : flatten_toml_ordered(text))
+    out[k] = v;
+  return out;
+}
+
+}  // namespace tb::api::detail

@@ -1,0 +1,61 @@
+// Internals shared by the engine/api facades (run_api, schedule_api, workbench_api); not part of
+// the API: the store path, the store sink of a run, marking a run failed, the per-run checkpoint
+// folder, TOML flattening for config comparisons, and the LR preview of a parsed config.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/api/schedule_api.h"
+#include "engine/store/run_writer.h"
+#include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
+
+namespace tb::api::detail {
+
+/// `db`, or the default store path when `db` is empty.
+std::filesystem::path store_path(const std::string& db);
+
+/// Where a run's checkpoints go: checkpoint.dir/run-N, or next to the database.
+std::filesystem::path checkpoint_dir(const train::RunConfig& config,
+                                     const std::filesystem::path& db, std::int64_t run_id);
+
+/// Marks a created (queued) run failed with `message`, best effort: a run that cannot be
+/// changed (store gone, run deleted, already ended) is left alone. Never throws.
+void mark_failed(const std::filesystem::path& db, std::int64_t run_id,
+                 const std::string& message) noexcept;
+
+/// Metrics, events and checkpoints of a run into the store. Interns each metric name once so a
+/// step costs a queue append (the writer thread does the SQL).
+class StoreSink final : public train::MetricSink {
+ public:
+  /// Writes through `writer` (which must outlive the sink's use).
+  explicit StoreSink(store::RunWriter& writer) : writer_(writer) {}
+  void on_metrics(std::int64_t step, const train::Metrics& m) override;
+  void on_event(const std::string& level, const std::string& text) override;
+  void on_checkpoint(std::int64_t step, const std::string& path) override;
+
+ private:
+  store::RunWriter& writer_;
+  std::unordered_map<std::string, store::MetricKeyId> keys_;
+  std::vector<store::KeyedValue> values_;
+};
+
+/// ("section.key", value text) of a TOML text in file order, one per `key = value` line: tables
+/// as [a.b] headers, values on one line (as to_toml() writes them); comments are dropped.
+std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std::string& text);
+
+/// flatten_toml_ordered() as a map (a later duplicate key wins). `compare` and `config_diff`
+/// both flatten with it.
+std::map<std::string, std::string> flatten_toml(const std::string& text);
+
+/// The schedule of a parsed run config (see preview_run_config()).
+ScheduleTable preview_config(const train::RunConfig& config, int steps,
+                             std::vector<std::string>& group_names);
+
+}  // namespace tb::api::detail

@@ -1,0 +1,741 @@
+// The GUI's facade: config text checks and views, in-process runs with live metrics and control,
+// and a live reader of the run store. See workbench_api.h.
+#include "engine/api/workbench_api.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "engine/api/api_detail.h"
+#include "engine/core/error.h"
+#include "engine/nn/models.h"
+#include "engine/optim/param_split.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/store/database.h"
+#include "engine/store/run_store.h"
+#include "engine/store/run_writer.h"
+#include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
+
+namespace tb::api {
+
+namespace {
+
+// ---- config text helpers ------------------------------------------------------------------------
+
+bool is_ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
+
+// The leading identifier of `s` ("hidden" of "hidden[0] must be ...").
+std::string ident_prefix(const std::string& s) {
+  std::size_t n = 0;
+  while (n < s.size() && is_ident_char(s[n]))
+    ++n;
+  return s.substr(0, n);
+}
+
+// "optimizer.split[0]" -> "optimizer.split".
+std::string strip_index(std::string path) {
+  const auto b = path.find('[');
+  if (b != std::string::npos) path.resize(b);
+  return path;
+}
+
+// The field names of a model kind ("input", "hidden", ... for mlp).
+std::set<std::string> model_fields(const std::string& kind) {
+  const nlohmann::json j = nn::to_json(kind == "qwen-tiny" ? nn::ModelConfig(nn::QwenTinyConfig{})
+                                                           : nn::ModelConfig(nn::MlpConfig{}));
+  std::set<std::string> out;
+  for (const auto& [k, v] : j.items())
+    if (k != "kind") out.insert(k);
+  return out;
+}
+
+// The key path a parse_run_config() message names, "" when none. The messages look like
+// "[config] SRC: unknown key 'a.b'; did you mean 'a.c'?", "[config] SRC: a.b: expected ...",
+// "[config] SRC: model: qwen-tiny: d_model 130 is not divisible ...", "[config] SRC: scheduler:
+// [lr_scheduler] cosine: field 'T_max' is required" and "[config] SRC: line 3, column 8: invalid
+// TOML: ..." (no key).
+std::string key_path_of(const std::string& message, const std::string& source) {
+  const std::string prefix = "[config] " + source + ": ";
+  if (message.rfind(prefix, 0) != 0) return "";
+  const std::string rest = message.substr(prefix.size());
+  for (const char* lead : {"unknown key '", "unknown section '"}) {
+    if (rest.rfind(lead, 0) != 0) continue;
+    const std::size_t b = std::strlen(lead);
+    const auto e = rest.find('\'', b);
+    return e == std::string::npos ? "" : strip_index(rest.substr(b, e - b));
+  }
+  const auto colon = rest.find(": ");
+  if (colon == std::string::npos || colon == 0) return "";
+  std::string path = rest.substr(0, colon);
+  const bool looks_like_path = std::all_of(path.begin(), path.end(), [](char c) {
+    return is_ident_char(c) || c == '-' || c == '.' || c == '[' || c == ']';
+  });
+  if (!looks_like_path) return "";  // "line 3, column 8", "--set x"
+  path = strip_index(path);
+  const std::string what = rest.substr(colon + 2);
+  if (path != "model" && path != "scheduler") return path;
+  // The model's and the scheduler's own messages: "field 'x'" or "<kind>: <field> ...".
+  const auto f = what.find("field '");
+  if (f != std::string::npos) {
+    const auto b = f + 7;
+    const auto e = what.find('\'', b);
+    if (e != std::string::npos && e > b) {
+      const std::string field = what.substr(b, e - b);
+      if (ident_prefix(field) == field) return path + "." + field;
+    }
+  }
+  if (path == "model") {
+    for (const std::string kind : {"mlp", "qwen-tiny"}) {
+      if (what.rfind(kind + ": ", 0) != 0) continue;
+      const std::string field = ident_prefix(what.substr(kind.size() + 2));
+      if (model_fields(kind).count(field)) return path + "." + field;
+    }
+  }
+  return path;
+}
+
+// "bool", "int", "float", "string", "array" or "table" of a value as to_toml() writes it.
+std::string toml_type(const std::string& v) {
+  if (v == "true" || v == "false") return "bool";
+  if (v.empty()) return "string";
+  const char c = v.front();
+  if (c == '"' || c == '\'') return "string";
+  if (c == '[') return "array";
+  if (c == '{') return "table";
+  if (v.find_first_of(".eE") != std::string::npos || v.find("inf") != std::string::npos ||
+      v.find("nan") != std::string::npos)
+    return "float";
+  return "int";
+}
+
+// The text of a one-line TOML string value ("\"mlp\"" -> "mlp"); other values as they are.
+std::string unquote(const std::string& v) {
+  if (v.size() >= 2 && v.front() == '\'' && v.back() == '\'') return v.substr(1, v.size() - 2);
+  if (v.size() < 2 || v.front() != '"' || v.back() != '"') return v;
+  std::string out;
+  for (std::size_t i = 1; i + 1 < v.size(); ++i) {
+    char ch = v[i];
+    if (ch == '\\' && i + 2 < v.size()) {
+      ch = v[++i];
+      switch (ch) {
+        case 'n':
+          ch = '\n';
+          break;
+        case 't':
+          ch = '\t';
+          break;
+        case 'r':
+          ch = '\r';
+          break;
+        case 'b':
+          ch = '\b';
+          break;
+        case 'f':
+          ch = '\f';
+          break;
+        default:
+          break;  // \" and \\ (and \uXXXX kept as the letter u: a display value only)
+      }
+    }
+    out += ch;
+  }
+  return out;
+}
+
+// Choices of the enumerated string keys (the lists run_config.cpp checks against; the test
+// WorkbenchApi.EveryChoiceChecks keeps them in step).
+const std::map<std::string, std::vector<std::string>>& fixed_choices() {
+  static const std::map<std::string, std::vector<std::string>> m = {
+      {"model.kind", {"mlp", "qwen-tiny"}},
+      {"model.activation", {"relu", "gelu", "silu", "tanh"}},
+      {"data.kind", {"fashion-mnist", "text", "synthetic-blobs", "synthetic-text"}},
+      {"optimizer.kind", {"adamw", "adam", "sgd", "muon"}},
+      {"scheduler.kind",
+       {"none", "step", "multistep", "constant", "linear", "exponential", "polynomial", "cosine",
+        "cosine_warm_restarts", "cyclic", "one_cycle", "lambda", "multiplicative", "sequential",
+        "chained", "plateau", "swa"}},
+      {"amp.dtype", {"bf16", "fp16"}},
+      {"swa.kind", {"none", "swa", "ema"}},
+      {"binding.mode", {"none", "node", "socket", "exclusive", "core-complex"}},
+  };
+  return m;
+}
+
+std::vector<std::string> choices_for(const std::string& key, const std::string& scheduler_kind) {
+  const auto& fixed = fixed_choices();
+  if (auto it = fixed.find(key); it != fixed.end()) return it->second;
+  const auto dot = key.rfind('.');
+  if (dot == std::string::npos) return {};
+  const std::string section = key.substr(0, dot);
+  const std::string leaf = key.substr(dot + 1);
+  if (section == "optimizer" || section == "optimizer.muon" || section == "optimizer.adamw") {
+    if (leaf == "adjust_lr_fn") return {"original", "match_rms_adamw"};
+    if (leaf == "ns_schedule") return {"default", "polar_express"};
+    if (leaf == "ns_dtype") return {"auto", "bf16", "fp32", "fp64"};
+  }
+  if (section == "scheduler") {
+    if (scheduler_kind == "cyclic" && leaf == "mode")
+      return {"triangular", "triangular2", "exp_range"};
+    if (scheduler_kind == "cyclic" && leaf == "scale_mode") return {"cycle", "iterations"};
+    if (scheduler_kind == "plateau" && leaf == "mode") return {"min", "max"};
+    if (scheduler_kind == "plateau" && leaf == "threshold_mode") return {"rel", "abs"};
+    if ((scheduler_kind == "one_cycle" || scheduler_kind == "swa") && leaf == "anneal_strategy")
+      return {"cos", "linear"};
+  }
+  return {};
+}
+
+// One-line help per key path, from docs/config-reference.md. Optimizer settings are looked up by
+// their leaf under [optimizer], [optimizer.muon] and [optimizer.adamw] alike.
+const std::map<std::string, std::string>& help_table() {
+  static const std::map<std::string, std::string> m = {
+      {"threads", "kernel/BLAS threads (0 = the default: TB_NUM_THREADS or the CPUs available)"},
+      {"run.name", "shown in the runs list"},
+      {"run.tags", "free-form labels"},
+      {"run.seed", "seeds initialisation, data order, dropout"},
+      {"run.device", "where the run computes: cpu, cuda, cuda:N"},
+      {"run.steps", "optimizer steps; 0 = train for run.epochs"},
+      {"run.epochs", "passes over the training data when run.steps is 0"},
+      {"run.log_interval", "metrics every N steps"},
+      {"run.max_nonfinite", "consecutive non-finite losses before the run ends as diverged"},
+      {"run.grad_clip", "clip the global gradient norm to this (0 = off)"},
+      {"model.kind",
+       "the model: mlp (a classifier over flat inputs) or qwen-tiny (a language model)"},
+      {"model.input", "input features (inputs of another shape are flattened per sample)"},
+      {"model.hidden", "hidden layer widths, may be empty"},
+      {"model.classes", "output logits"},
+      {"model.activation", "activation after each hidden layer"},
+      {"model.dropout", "dropout after each activation (training only)"},
+      {"model.vocab", "vocabulary (256: bytes)"},
+      {"model.d_model", "width (divisible by n_heads, even head size)"},
+      {"model.n_layers", "decoder blocks"},
+      {"model.n_heads", "attention heads"},
+      {"model.n_kv_heads", "key/value heads (grouped-query attention); 0 = n_heads"},
+      {"model.ffn_hidden", "SwiGLU width; 0 = 8/3 d_model rounded up to 32"},
+      {"model.context_length", "longest sequence"},
+      {"model.rope_theta", "rotary embedding base"},
+      {"model.norm_eps", "RMSNorm epsilon"},
+      {"model.tie_embeddings", "output head shares the embedding matrix"},
+      {"model.qkv_bias", "biases on the q/k/v projections"},
+      {"model.init_std", "every weight matrix ~ N(0, init_std); 0 keeps PyTorch's layer defaults"},
+      {"data.kind", "the data set"},
+      {"data.path", "folder or file; \"\" = the kind's default location"},
+      {"data.batch_size", "samples per step"},
+      {"data.workers", "loader threads (0 = in the run thread)"},
+      {"data.shuffle", "new order every epoch"},
+      {"data.drop_last", "drop a last partial batch"},
+      {"data.context_length", "text: tokens (bytes) per sample"},
+      {"data.val_fraction", "text: share of the corpus, at its end, held out for evaluation"},
+      {"data.normalize", "fashion-mnist: (x/255 - mean)/std instead of x/255"},
+      {"optimizer.kind", "the optimizer; muon = Muon for 2-D hidden matrices, AdamW for the rest"},
+      {"optimizer.split",
+       "muon: [glob, \"muon\" | \"adamw\"] pairs overriding the default split (later pairs win)"},
+      {"optimizer.lr", "learning rate (the schedule's base)"},
+      {"optimizer.weight_decay", "decoupled for AdamW and Muon, L2 for Adam and SGD"},
+      {"optimizer.beta1", "first moment decay rate"},
+      {"optimizer.beta2", "second moment decay rate"},
+      {"optimizer.eps", "denominator term (Adam) / Newton-Schulz normalisation (Muon)"},
+      {"optimizer.amsgrad", "AMSGrad variant"},
+      {"optimizer.momentum", "momentum"},
+      {"optimizer.nesterov", "Nesterov momentum"},
+      {"optimizer.adjust_lr_fn", "Muon's per-matrix LR scaling"},
+      {"optimizer.ns_steps", "Newton-Schulz iterations"},
+      {"optimizer.ns_schedule", "Newton-Schulz coefficients"},
+      {"optimizer.ns_dtype", "Newton-Schulz arithmetic"},
+      {"scheduler.kind", "the LR scheduler (PyTorch's lr_scheduler kinds); none = constant LR"},
+      {"amp.enabled", "autocast the forward pass and the loss (parameters stay float32)"},
+      {"amp.dtype", "autocast dtype"},
+      {"amp.grad_scaler", "dynamic loss scaling (fp16 needs it in practice)"},
+      {"swa.kind",
+       "keep an averaged copy of the weights (running mean or EMA), evaluated beside "
+       "the model"},
+      {"swa.ema_decay", "EMA decay"},
+      {"swa.start_step", "first step that updates the average"},
+      {"swa.every", "update interval in steps"},
+      {"eval.interval", "steps between evaluations (0 = at the end of each epoch)"},
+      {"eval.batches", "batches per evaluation (0 = the whole eval split)"},
+      {"checkpoint.interval", "steps between checkpoints (0 = only at the end)"},
+      {"checkpoint.keep", "newest checkpoints kept"},
+      {"checkpoint.dir", "checkpoint folder; \"\" = next to the run database, per run"},
+      {"binding.mode", "CPU binding of the run (as trainbench-cli topo --binding)"},
+  };
+  return m;
+}
+
+std::string help_for(const std::string& key) {
+  const auto& table = help_table();
+  if (auto it = table.find(key); it != table.end()) return it->second;
+  for (const char* sub : {"optimizer.muon.", "optimizer.adamw."}) {
+    if (key.rfind(sub, 0) != 0) continue;
+    if (auto it = table.find("optimizer." + key.substr(std::strlen(sub))); it != table.end())
+      return it->second;
+  }
+  return "";
+}
+
+std::string shape_text(core::IntList sizes) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
+std::int64_t numel_of(core::IntList sizes) {
+  std::int64_t n = 1;
+  for (auto d : sizes)
+    n *= d;
+  return n;
+}
+
+// ---- runs ---------------------------------------------------------------------------------------
+
+// Every logged step's metrics for the GUI; wall_s counts from the first logged step.
+class CallbackSink final : public train::MetricSink {
+ public:
+  CallbackSink(std::int64_t run, std::int64_t total, std::function<void(const StepMetrics&)> cb)
+      : run_(run), total_(total), cb_(std::move(cb)) {}
+  void on_metrics(std::int64_t step, const train::Metrics& m) override {
+    if (!cb_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!started_) {
+      t0_ = now;
+      started_ = true;
+    }
+    StepMetrics s;
+    s.run_id = run_;
+    s.step = step;
+    s.total = total_;
+    s.wall_s = std::chrono::duration<double>(now - t0_).count();
+    s.values = m;
+    cb_(s);
+  }
+
+ private:
+  std::int64_t run_;
+  std::int64_t total_;
+  std::function<void(const StepMetrics&)> cb_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+// ---- run configs as text ------------------------------------------------------------------------
+
+ConfigCheck check_config_text(const std::string& toml_text, const std::string& source,
+                              const std::vector<std::string>& overrides) {
+  ConfigCheck out;
+  try {
+    out.effective_toml = train::to_toml(train::parse_run_config(toml_text, source, overrides));
+    out.ok = true;
+  } catch (const std::exception& e) {
+    out.ok = false;
+    out.error = e.what();
+    out.key_path = key_path_of(out.error, source);
+    out.effective_toml.clear();
+  }
+  return out;
+}
+
+std::string default_config_toml() {
+  return train::to_toml(train::parse_run_config("", "<defaults>"));
+}
+
+std::vector<ConfigField> config_fields(const std::string& toml_text) {
+  const std::string effective = train::to_toml(train::parse_run_config(toml_text, "<editor>"));
+  const auto rows = detail::flatten_toml_ordered(effective);
+  std::string scheduler_kind = "none";
+  for (const auto& [k, v] : rows)
+    if (k == "scheduler.kind") scheduler_kind = unquote(v);
+  std::vector<ConfigField> out;
+  out.reserve(rows.size());
+  for (const auto& [key, value] : rows) {
+    ConfigField f;
+    f.key = key;
+    const auto dot = key.rfind('.');
+    f.section = dot == std::string::npos ? "" : key.substr(0, dot);
+    f.type = toml_type(value);
+    f.value_toml = value;
+    if (f.type == "string") f.choices = choices_for(key, scheduler_kind);
+    f.help = help_for(key);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::vector<SplitRow> parameter_split(const std::string& toml_text) {
+  const train::RunConfig c = train::parse_run_config(toml_text, "<editor>");
+  rng::CpuGenerator gen;  // a private generator: the default one's state is left alone
+  gen.manual_seed(c.run.seed);
+  const auto model = nn::build_model(c.model, &gen);
+  std::vector<SplitRow> out;
+  if (c.optimizer.main.kind == "muon") {
+    const auto split = optim::split_params(*model, c.optimizer.split);
+    for (const auto& r : split.table) {
+      const core::IntList shape(r.shape);
+      out.push_back({r.name, shape_text(shape), numel_of(shape), r.optimizer, r.reason});
+    }
+  } else {
+    for (const auto& [name, t] : model->named_parameters())
+      out.push_back(
+          {name, shape_text(t.sizes()), t.numel(), c.optimizer.main.kind, "all parameters"});
+  }
+  return out;
+}
+
+ScheduleTable preview_config_text(const std::string& toml_text, int steps,
+                                  std::vector<std::string>& group_names) {
+  return detail::preview_config(train::parse_run_config(toml_text, "<editor>"), steps, group_names);
+}
+
+// ---- runs started in-process --------------------------------------------------------------------
+
+/// The control state and, while a run runs, its trainer.
+struct RunControl::Impl {
+  std::mutex mutex;                   ///< guards the fields below
+  bool cancelled = false;             ///< cancel() was called
+  bool paused = false;                ///< held by pause()
+  train::Trainer* trainer = nullptr;  ///< the running trainer, null before and after
+};
+
+RunControl::RunControl() : impl_(std::make_unique<Impl>()) {}
+RunControl::~RunControl() = default;
+
+void RunControl::cancel() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->cancelled = true;
+  impl_->paused = false;
+  if (impl_->trainer) {
+    impl_->trainer->cancel();
+    // A paused trainer waits for resume(); wake it so that it sees the cancel.
+    impl_->trainer->resume();
+  }
+}
+
+void RunControl::pause() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->cancelled) return;
+  impl_->paused = true;
+  if (impl_->trainer) impl_->trainer->pause();
+}
+
+void RunControl::resume() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->paused = false;
+  if (impl_->trainer) impl_->trainer->resume();
+}
+
+bool RunControl::cancelled() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->cancelled;
+}
+
+bool RunControl::paused() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->paused;
+}
+
+namespace {
+
+// Binds a RunControl to a trainer for the binding's lifetime, applying earlier requests.
+class ControlBinding {
+ public:
+  ControlBinding(RunControl* control, train::Trainer& trainer) : control_(control) {
+    if (!control_) return;
+    std::lock_guard<std::mutex> lock(control_->impl_->mutex);
+    control_->impl_->trainer = &trainer;
+    if (control_->impl_->cancelled) trainer.cancel();
+    if (control_->impl_->paused) trainer.pause();
+  }
+  ~ControlBinding() {
+    if (!control_) return;
+    std::lock_guard<std::mutex> lock(control_->impl_->mutex);
+    control_->impl_->trainer = nullptr;
+  }
+  ControlBinding(const ControlBinding&) = delete;
+  ControlBinding& operator=(const ControlBinding&) = delete;
+
+ private:
+  RunControl* control_;
+};
+
+}  // namespace
+
+RunOutcomeInfo start_training(const TrainRequest& request,
+                              const std::function<void(std::int64_t, const std::string&)>& on_start,
+                              const std::function<void(const StepMetrics&)>& on_metrics) {
+  const train::RunConfig config =
+      train::parse_run_config(request.config_text, request.source, request.overrides);
+  const auto db = detail::store_path(request.db_path);
+  RunOutcomeInfo out;
+  {
+    auto st = store::RunStore::open(db);
+    store::NewRun nr;
+    nr.name = config.run.name;
+    nr.tags = config.run.tags;
+    nr.config = train::to_toml(config);
+    nr.seed = config.run.seed;
+    out.run_id = st.create_run(nr);
+  }
+  // The run exists: from here on every failure ends it failed (never left queued).
+  std::unique_ptr<train::Trainer> trainer;
+  std::unique_ptr<store::RunWriter> writer;
+  try {
+    trainer =
+        std::make_unique<train::Trainer>(config, detail::checkpoint_dir(config, db, out.run_id));
+    writer = std::make_unique<store::RunWriter>(db, out.run_id);
+  } catch (const std::exception& e) {
+    out.status = "failed";
+    out.message = e.what();
+    detail::mark_failed(db, out.run_id, out.message);
+    return out;
+  }
+  trainer->add_sink(std::make_shared<detail::StoreSink>(*writer));
+  trainer->add_sink(std::make_shared<CallbackSink>(out.run_id, trainer->total_steps(), on_metrics));
+  out.description = trainer->describe();
+  train::TrainResult r;
+  {
+    ControlBinding binding(request.control.get(), *trainer);
+    try {
+      if (on_start) on_start(out.run_id, out.description);
+      r = trainer->run();
+    } catch (const std::exception& e) {
+      r.outcome = train::RunOutcome::kFailed;
+      r.message = e.what();
+    }
+  }
+  out.status = train::outcome_name(r.outcome);
+  out.message = r.message;
+  try {
+    writer->set_status(store::run_status_from_string(out.status), r.message);
+    writer->close();
+  } catch (const std::exception& e) {
+    // The store could not take the end of the run: report it (the writer's close marks the run
+    // failed if it can).
+    out.status = "failed";
+    out.message = std::string("the run store failed: ") + e.what();
+  }
+  return out;
+}
+
+// ---- the store ----------------------------------------------------------------------------------
+
+std::vector<ConfigDiffRow> config_diff(const std::vector<std::string>& toml_texts) {
+  std::vector<std::map<std::string, std::string>> configs;
+  std::set<std::string> keys;
+  for (const auto& text : toml_texts) {
+    configs.push_back(detail::flatten_toml(text));
+    for (const auto& [k, v] : configs.back())
+      keys.insert(k);
+  }
+  std::vector<ConfigDiffRow> out;
+  for (const auto& k : keys) {
+    ConfigDiffRow row;
+    row.key = k;
+    for (const auto& c : configs) {
+      auto it = c.find(k);
+      row.values.push_back(it == c.end() ? "-" : it->second);
+    }
+    if (std::all_of(row.values.begin(), row.values.end(),
+                    [&](const std::string& v) { return v == row.values.front(); }))
+      continue;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+namespace {
+
+// What runs() reads per run besides the summary: from the config and the metric summaries.
+struct RunFacts {
+  store::RunStatus status = store::RunStatus::kQueued;
+  std::optional<std::int64_t> last_step;
+  double created_at = 0;
+  std::string model, optimizer, scheduler, dataset;
+  std::optional<double> final_loss, best_eval_loss, best_accuracy, best_perplexity;
+};
+
+std::optional<double> finite(double v) {
+  return std::isnan(v) ? std::nullopt : std::optional<double>(v);
+}
+
+RunFacts read_facts(const store::RunDetails& d) {
+  RunFacts f;
+  f.status = d.summary.status;
+  f.last_step = d.summary.last_step;
+  f.created_at = d.summary.created_at;
+  const auto flat = detail::flatten_toml(d.config);
+  auto get = [&](const char* key, const char* fallback) {
+    auto it = flat.find(key);
+    return it == flat.end() ? std::string(fallback) : unquote(it->second);
+  };
+  f.model = get("model.kind", "");
+  f.optimizer = get("optimizer.kind", "");
+  f.scheduler = get("scheduler.kind", "none");
+  f.dataset = get("data.kind", "");
+  for (const auto& m : d.metrics) {
+    if (m.key == "loss") f.final_loss = finite(m.last_value);
+    if (m.key == "eval.loss") f.best_eval_loss = finite(m.min_value);
+    if (m.key == "eval.accuracy") f.best_accuracy = finite(m.max_value);
+    if (m.key == "eval.perplexity") f.best_perplexity = finite(m.min_value);
+  }
+  return f;
+}
+
+// FNV-1a, 64 bits.
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+/// The store connection and the per-run facts already read (refreshed when a run's status or
+/// newest step changes).
+struct StoreReader::Impl {
+  store::RunStore store;                   ///< the connection
+  std::map<std::int64_t, RunFacts> facts;  ///< by run id
+};
+
+StoreReader::StoreReader(const std::string& db_path)
+    : impl_(std::make_unique<Impl>(Impl{store::RunStore::open(detail::store_path(db_path)), {}})) {}
+StoreReader::~StoreReader() = default;
+StoreReader::StoreReader(StoreReader&&) noexcept = default;
+StoreReader& StoreReader::operator=(StoreReader&&) noexcept = default;
+
+std::string StoreReader::path() const {
+  return impl_->store.path().string();
+}
+
+std::vector<RunInfo> StoreReader::runs() const {
+  const auto summaries = impl_->store.list_runs();
+  std::map<std::int64_t, RunFacts> fresh;
+  std::vector<RunInfo> out;
+  out.reserve(summaries.size());
+  for (const auto& s : summaries) {
+    auto it = impl_->facts.find(s.id);
+    if (it != impl_->facts.end() && it->second.status == s.status &&
+        it->second.last_step == s.last_step && it->second.created_at == s.created_at) {
+      fresh.emplace(s.id, std::move(it->second));
+    } else {
+      try {
+        fresh.emplace(s.id, read_facts(impl_->store.get_run(s.id)));
+      } catch (const ValueError&) {  // deleted by another connection since list_runs()
+        continue;
+      }
+    }
+    const RunFacts& f = fresh.at(s.id);
+    RunInfo r;
+    r.id = s.id;
+    r.name = s.name;
+    r.tags = s.tags;
+    r.status = std::string(store::to_string(s.status));
+    r.created_at = s.created_at;
+    r.started_at = s.started_at;
+    r.ended_at = s.ended_at;
+    r.last_step = s.last_step;
+    r.message = s.message;
+    r.model = f.model;
+    r.optimizer = f.optimizer;
+    r.scheduler = f.scheduler;
+    r.dataset = f.dataset;
+    r.final_loss = f.final_loss;
+    r.best_eval_loss = f.best_eval_loss;
+    r.best_accuracy = f.best_accuracy;
+    r.best_perplexity = f.best_perplexity;
+    out.push_back(std::move(r));
+  }
+  impl_->facts = std::move(fresh);
+  return out;
+}
+
+std::string StoreReader::fingerprint() const {
+  // One query of the runs table: every field runs() shows from it.
+  std::ostringstream os;
+  os.precision(17);
+  const auto summaries = impl_->store.list_runs();
+  for (const auto& s : summaries) {
+    os << s.id << '\x1f' << store::to_string(s.status) << '\x1f'
+       << (s.last_step ? std::to_string(*s.last_step) : "-") << '\x1f' << s.name << '\x1f';
+    for (const auto& t : s.tags)
+      os << t << '\x1e';
+    os << '\x1f' << s.created_at << '\x1f' << (s.ended_at ? *s.ended_at : -1.0) << '\x1f'
+       << s.message << '\x1d';
+  }
+  std::ostringstream fp;
+  fp << summaries.size() << ':' << std::hex << fnv1a(os.str());
+  return fp.str();
+}
+
+std::vector<std::string> StoreReader::metric_keys(std::int64_t run) const {
+  return impl_->store.metric_keys(run);
+}
+
+Series StoreReader::series(std::int64_t run, const std::string& key, std::int64_t from_step) const {
+  Series out;
+  const auto points = impl_->store.series(run, key, from_step);
+  if (points.empty()) return out;
+  // The run's first point: the earliest first point over its metric keys (one index seek per
+  // key), so that every series of a run, and every poll of one, share the origin.
+  double origin = points.front().time;
+  store::detail::Statement st = impl_->store.connection().prepare(
+      "SELECT MIN(t) FROM (SELECT (SELECT m.time FROM metrics m WHERE m.run_id = ?1 AND "
+      "m.key_id = k.id ORDER BY m.step LIMIT 1) AS t FROM metric_keys k)");
+  st.bind(1, run);
+  if (st.step() && !st.is_null(0)) origin = std::min(origin, st.real(0));
+  out.step.reserve(points.size());
+  out.wall_s.reserve(points.size());
+  out.value.reserve(points.size());
+  for (const auto& p : points) {
+    out.step.push_back(static_cast<double>(p.step));
+    out.wall_s.push_back(p.time - origin);
+    out.value.push_back(p.value);
+  }
+  return out;
+}
+
+std::string StoreReader::config_text(std::int64_t run) const {
+  store::detail::Statement st =
+      impl_->store.connection().prepare("SELECT config FROM runs WHERE id = ?");
+  st.bind(1, run);
+  if (!st.step())
+    throw ValueError("[store] " + impl_->store.path().string() + ": no run " + std::to_string(run));
+  return st.text(0);
+}
+
+std::vector<std::string> StoreReader::events(std::int64_t run) const {
+  std::vector<std::string> out;
+  for (const auto& e : impl_->store.events(run))
+    out.push_back(std::string(store::to_string(e.level)) + ": " + e.text);
+  return out;
+}
+
+void StoreReader::rename_run(std::int64_t run, const std::string& name) {
+  TB_CHECK(!name.empty(), "[store] ", impl_->store.path().string(), ": run ", run,
+           ": a run name must not be empty");
+  impl_->store.rename_run(run, name);
+}
+
+void StoreReader::set_tags(std::int64_t run, const std::vector<std::string>& tags) {
+  impl_->store.set_tags(run, tags);
+}
+
+void StoreReader::delete_run(std::int64_t run) {
+  impl_->store.delete_run(run);
+  impl_->facts.erase(run);
+}
+
+}  // namespace tb::api

@@ -1,0 +1,209 @@
+// Facade for the GUI workbench (ui/): run configs as TOML text (check, fields, parameter split,
+// LR preview), runs started in-process with live metrics and cancel/pause, and the run store read
+// live (runs with their key facts, metric series, config diff) and edited (rename, tags, delete).
+// Plain structs only: no Tensor, no store or trainer types cross this line.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/api/run_api.h"
+#include "engine/api/schedule_api.h"
+
+namespace tb::api {
+
+// ---- run configs as text ------------------------------------------------------------------------
+
+/// The result of checking a TOML run config.
+struct ConfigCheck {
+  bool ok = false;             ///< the config is valid
+  std::string error;           ///< the validation message (as the CLI prints it) when not ok
+  std::string key_path;        ///< the key the error names ("optimizer.lr"), "" when none/unknown
+  std::string effective_toml;  ///< the effective config (defaults filled in) when ok
+};
+
+/// Parses and validates `toml_text` with `overrides` ("key.path=value"); never throws for a bad
+/// config (the message is in the result). `source` names the text in messages.
+ConfigCheck check_config_text(const std::string& toml_text, const std::string& source = "<editor>",
+                              const std::vector<std::string>& overrides = {});
+
+/// The effective config of an empty TOML (every default), as the GUI's "new run" starts from.
+std::string default_config_toml();
+
+/// One key of an effective config, flattened.
+struct ConfigField {
+  std::string key;                   ///< dotted path, "run.seed", "optimizer.muon.lr", "threads"
+  std::string section;               ///< "run", "optimizer.muon", "" for top-level keys
+  std::string type;                  ///< "bool", "int", "float", "string", "array", "table"
+  std::string value_toml;            ///< the value as TOML text: 5, 1e-3, "cpu", [1, 2], {...}
+  std::vector<std::string> choices;  ///< the allowed strings of an enumerated string key
+  std::string help;                  ///< one line: what it means (from the config reference)
+};
+
+/// The keys of the effective config of a valid config text (every key, defaults filled in), in
+/// the effective config's order (top-level keys, then the sections as to_toml() writes them).
+/// Throws tb::ValueError when `toml_text` does not check.
+std::vector<ConfigField> config_fields(const std::string& toml_text);
+
+/// One parameter of the model and the optimizer it goes to.
+struct SplitRow {
+  std::string name;        ///< dotted parameter name
+  std::string shape;       ///< "[256, 784]"
+  std::int64_t numel = 0;  ///< elements
+  std::string optimizer;   ///< "muon", "adamw", "sgd", ...
+  std::string reason;      ///< why (Muon split: "2-D hidden matrix", "embedding", "1-D", glob ...)
+};
+
+/// The model's parameters and their optimizer for a config text (builds the model on the CPU).
+/// Throws tb::ValueError when `toml_text` does not check.
+std::vector<SplitRow> parameter_split(const std::string& toml_text);
+
+/// The LR schedule of a config text: `steps` (0 = run.steps, or 100 when the run counts epochs)
+/// rows, one column per optimizer ("lr.muon", "lr.adamw" / "lr.<kind>") named in `group_names`.
+/// Equals preview_run_config() of the same text saved to a file. Throws tb::ValueError.
+ScheduleTable preview_config_text(const std::string& toml_text, int steps,
+                                  std::vector<std::string>& group_names);
+
+// ---- runs started in-process --------------------------------------------------------------------
+
+/// Cancel / pause / resume a run started with start_training(), from any thread. Requests made
+/// before the trainer exists take effect when it starts.
+class RunControl {
+ public:
+  /// No request made yet.
+  RunControl();
+  /// Destroys the control (the request's shared_ptr keeps it alive while its run runs).
+  ~RunControl();
+  RunControl(const RunControl&) = delete;
+  RunControl& operator=(const RunControl&) = delete;
+  /// Asks the run to stop after the current step (status cancelled); also ends a pause.
+  void cancel();
+  /// Holds the run before its next step.
+  void pause();
+  /// Releases pause().
+  void resume();
+  /// Whether cancel() was called.
+  bool cancelled() const;
+  /// Whether the run is held by pause().
+  bool paused() const;
+
+  struct Impl;                  ///< (internal) the trainer binding
+  std::unique_ptr<Impl> impl_;  ///< (internal)
+};
+
+/// What the GUI starts: a config text (the editor's), where to store it, how to control it.
+struct TrainRequest {
+  std::string config_text;              ///< TOML
+  std::string source = "<editor>";      ///< names the text in messages (a file name, "queue #2")
+  std::vector<std::string> overrides;   ///< "key.path=value"
+  std::string db_path;                  ///< "" = the default store
+  std::shared_ptr<RunControl> control;  ///< optional
+};
+
+/// Every metric of one logged step.
+struct StepMetrics {
+  std::int64_t run_id = 0;                             ///< the stored run
+  std::int64_t step = 0;                               ///< optimizer steps done (1-based)
+  std::int64_t total = 0;                              ///< steps in the run
+  double wall_s = 0;                                   ///< seconds since the first logged step
+  std::vector<std::pair<std::string, double>> values;  ///< name -> value ("loss", "lr.adamw.0")
+};
+
+/// Like run_training(), from a config text, on the calling thread (the GUI calls it on a worker
+/// thread): validates, creates the run in the store, trains, ends the run with its status. A
+/// failure after the run was created (e.g. a missing dataset) marks it failed with the message
+/// and returns status "failed"; a bad config throws tb::ValueError before anything is stored.
+/// `on_start` gets the run id and the parameter table (not called when the run fails before its
+/// trainer is built); `on_metrics` every logged step's metrics (called on the run thread: queue,
+/// do not block). `request.control` is bound to the run while it trains.
+RunOutcomeInfo start_training(const TrainRequest& request,
+                              const std::function<void(std::int64_t, const std::string&)>& on_start,
+                              const std::function<void(const StepMetrics&)>& on_metrics);
+
+// ---- the store, read live -----------------------------------------------------------------------
+
+/// A run with the facts the runs table shows.
+struct RunInfo {
+  std::int64_t id = 0;                    ///< run id
+  std::string name;                       ///< name
+  std::vector<std::string> tags;          ///< tags
+  std::string status;                     ///< queued, running, finished, failed, ...
+  double created_at = 0;                  ///< Unix seconds
+  std::optional<double> started_at;       ///< Unix seconds
+  std::optional<double> ended_at;         ///< Unix seconds
+  std::optional<std::int64_t> last_step;  ///< newest committed step
+  std::string message;                    ///< why it ended
+  std::string model;                      ///< model.kind from the stored config ("mlp")
+  std::string optimizer;                  ///< optimizer.kind ("muon", "adamw", ...)
+  std::string scheduler;                  ///< scheduler.kind, "none" when absent
+  std::string dataset;                    ///< data.kind
+  std::optional<double> final_loss;       ///< last "loss"
+  std::optional<double> best_eval_loss;   ///< min "eval.loss"
+  std::optional<double> best_accuracy;    ///< max "eval.accuracy"
+  std::optional<double> best_perplexity;  ///< min "eval.perplexity"
+};
+
+/// One metric series: parallel arrays, by increasing step.
+struct Series {
+  std::vector<double> step;    ///< step
+  std::vector<double> wall_s;  ///< seconds since the run's first point (stored wall times)
+  std::vector<double> value;   ///< value
+};
+
+/// A config difference: the key and its value text in each compared config ("-" = absent).
+struct ConfigDiffRow {
+  std::string key;                  ///< dotted key
+  std::vector<std::string> values;  ///< one per config, in the order given
+};
+
+/// Only the keys whose values differ between the TOML texts (flattened like `compare`).
+std::vector<ConfigDiffRow> config_diff(const std::vector<std::string>& toml_texts);
+
+/// An open run store for a GUI: cheap repeated reads (one connection), edits, and a change
+/// counter for polling. Opening recovers crashed runs like every open; a corrupted or foreign
+/// file throws tb::Error naming it (never overwritten). Not thread-safe: one per thread.
+class StoreReader {
+ public:
+  /// Opens `db_path` ("" = the default store), creating it when absent.
+  explicit StoreReader(const std::string& db_path = "");
+  /// Closes the connection.
+  ~StoreReader();
+  /// Takes over `other`'s connection.
+  StoreReader(StoreReader&& other) noexcept;
+  /// Closes this connection and takes over `other`'s.
+  StoreReader& operator=(StoreReader&& other) noexcept;
+
+  /// The database file.
+  std::string path() const;
+  /// Every run, newest first, with its key facts.
+  std::vector<RunInfo> runs() const;
+  /// A fingerprint of (run ids, statuses, newest steps, names, tags): changes whenever runs()
+  /// would — a cheap poll.
+  std::string fingerprint() const;
+  /// The metric names of a run, sorted.
+  std::vector<std::string> metric_keys(std::int64_t run) const;
+  /// The points of `key` with step >= from_step (all by default).
+  Series series(std::int64_t run, const std::string& key, std::int64_t from_step = 0) const;
+  /// The run's effective config (TOML).
+  std::string config_text(std::int64_t run) const;
+  /// The run's events as "level: text" lines, oldest first.
+  std::vector<std::string> events(std::int64_t run) const;
+  /// Renames a run (non-empty name, else tb::ValueError).
+  void rename_run(std::int64_t run, const std::string& name);
+  /// Replaces a run's tags.
+  void set_tags(std::int64_t run, const std::vector<std::string>& tags);
+  /// Deletes a run and its metrics, events and checkpoint records (not a running one: error).
+  void delete_run(std::int64_t run);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tb::api

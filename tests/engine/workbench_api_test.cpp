@@ -1,0 +1,726 @@
+// The GUI's facade (engine/api/workbench_api.h): config checks with the key path of the error,
+// the default config, config fields with types, choices and help, the parameter split, the LR
+// preview of a text, config diffs, runs started in-process (live metrics, cancel, pause, a
+// failure after the run was created) and the live store reader (runs with their facts, series,
+// edits, fingerprint).
+#include "engine/api/workbench_api.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/api/run_api.h"
+#include "engine/api/schedule_api.h"
+#include "engine/core/error.h"
+#include "engine/store/run_store.h"
+#include "engine/store/run_writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace api = tb::api;
+namespace store = tb::store;
+
+const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot open " << path;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A fresh folder under the system temp folder, removed with everything in it at scope end.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("tb_workbench_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string db() const { return (path_ / "runs.sqlite").string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// 20 quick steps: 4 Gaussian blobs in 16-D, an MLP 16-32-4, evaluation every 10 steps.
+const std::string kBlobs = R"(
+[run]
+name = "blobs"
+seed = 5
+steps = 20
+
+[model]
+kind = "mlp"
+input = 16
+hidden = [32]
+classes = 4
+
+[data]
+kind = "synthetic-blobs"
+batch_size = 32
+workers = 0
+
+[optimizer]
+kind = "adamw"
+lr = 0.01
+
+[eval]
+interval = 10
+)";
+
+const api::ConfigField* field(const std::vector<api::ConfigField>& fields, const std::string& key) {
+  for (const auto& f : fields)
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// ---- config checks ------------------------------------------------------------------------------
+
+TEST(WorkbenchConfig, ValidTextChecksWithItsEffectiveConfig) {
+  const auto c = api::check_config_text(read_text(kConfigDir + "/fmnist-mlp-muon.toml"));
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.error, "");
+  EXPECT_EQ(c.key_path, "");
+  EXPECT_TRUE(contains(c.effective_toml, "[optimizer.muon]\nlr = 0.02\n")) << c.effective_toml;
+  // Defaults are filled in: the file sets no [optimizer.adamw] beta1.
+  EXPECT_TRUE(contains(c.effective_toml, "[optimizer.adamw]\nlr = 0.001\n")) << c.effective_toml;
+}
+
+TEST(WorkbenchConfig, ErrorsNameTheKeyPath) {
+  // Unknown key, with the nearest valid one suggested.
+  auto c = api::check_config_text("[optimizer]\nlr_max = 0.1\n", "run.toml");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "optimizer.lr_max");
+  EXPECT_TRUE(contains(c.error,
+                       "[config] run.toml: unknown key 'optimizer.lr_max'; did you mean "
+                       "'optimizer.lr'?"))
+      << c.error;
+  EXPECT_EQ(c.effective_toml, "");
+  // Wrong type.
+  c = api::check_config_text("[run]\nseed = \"x\"\n");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "run.seed");
+  EXPECT_TRUE(contains(c.error, "expected an integer >= 0, found string \"x\"")) << c.error;
+  // Out of range.
+  c = api::check_config_text("[data]\nbatch_size = 0\n");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "data.batch_size");
+  EXPECT_TRUE(contains(c.error, "data.batch_size: expected an integer >= 1, found 0")) << c.error;
+  // Not one of the allowed values.
+  c = api::check_config_text("[binding]\nmode = \"numa\"\n");
+  EXPECT_EQ(c.key_path, "binding.mode");
+  // Unknown section.
+  c = api::check_config_text("[optimiser]\nlr = 1\n");
+  EXPECT_EQ(c.key_path, "optimiser");
+  EXPECT_TRUE(contains(c.error, "did you mean 'optimizer'")) << c.error;
+  // A bad override names its key and says it came from --set.
+  c = api::check_config_text("", "<editor>", {"optimizer.lr=fast"});
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "optimizer.lr");
+  EXPECT_TRUE(contains(c.error, "(from --set optimizer.lr=fast)")) << c.error;
+  // The model's own checks name the field.
+  c = api::check_config_text(
+      "[model]\nkind = \"qwen-tiny\"\nd_model = 130\n[data]\nkind = \"synthetic-text\"\n");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "model.d_model") << c.error;
+  // The scheduler's own checks name the field.
+  c = api::check_config_text("[scheduler]\nkind = \"cosine\"\n");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "scheduler.T_max") << c.error;
+  // Malformed TOML names no key.
+  c = api::check_config_text("[run\nseed = 1\n");
+  EXPECT_FALSE(c.ok);
+  EXPECT_EQ(c.key_path, "");
+  EXPECT_TRUE(contains(c.error, "invalid TOML")) << c.error;
+}
+
+TEST(WorkbenchConfig, DefaultConfigRoundTrips) {
+  const std::string d = api::default_config_toml();
+  EXPECT_TRUE(contains(d, "[run]\nname = \"run\"\n")) << d;
+  EXPECT_TRUE(contains(d, "[binding]\nmode = \"none\"\n")) << d;
+  const auto c = api::check_config_text(d);
+  ASSERT_TRUE(c.ok) << c.error;
+  EXPECT_EQ(c.effective_toml, d);
+  EXPECT_EQ(api::check_config_text("").effective_toml, d);
+}
+
+TEST(WorkbenchConfig, FieldsHaveTypesChoicesAndHelp) {
+  const auto fields = api::config_fields(read_text(kConfigDir + "/fmnist-mlp-muon.toml"));
+  ASSERT_FALSE(fields.empty());
+  EXPECT_EQ(fields.front().key, "threads");
+  EXPECT_EQ(fields.front().section, "");
+  EXPECT_EQ(fields.front().type, "int");
+
+  const auto* seed = field(fields, "run.seed");
+  ASSERT_NE(seed, nullptr);
+  EXPECT_EQ(seed->section, "run");
+  EXPECT_EQ(seed->type, "int");
+  EXPECT_EQ(seed->value_toml, "1");
+  EXPECT_TRUE(seed->choices.empty());
+  EXPECT_NE(seed->help, "");
+
+  const auto* mlr = field(fields, "optimizer.muon.lr");
+  ASSERT_NE(mlr, nullptr);
+  EXPECT_EQ(mlr->section, "optimizer.muon");
+  EXPECT_EQ(mlr->type, "float");
+  EXPECT_EQ(mlr->value_toml, "0.02");
+  EXPECT_EQ(mlr->help, field(fields, "optimizer.adamw.lr")->help);
+  EXPECT_NE(mlr->help, "");
+
+  const auto* mode = field(fields, "binding.mode");
+  ASSERT_NE(mode, nullptr);
+  EXPECT_EQ(mode->type, "string");
+  EXPECT_EQ(mode->value_toml, "\"none\"");
+  EXPECT_TRUE(has(mode->choices, "exclusive"));
+  EXPECT_TRUE(has(mode->choices, "none"));
+
+  const auto* device = field(fields, "run.device");
+  ASSERT_NE(device, nullptr);
+  EXPECT_TRUE(device->choices.empty());  // free text: cpu, cuda, cuda:N
+  EXPECT_TRUE(has(field(fields, "optimizer.muon.ns_dtype")->choices, "fp64"));
+  EXPECT_TRUE(has(field(fields, "scheduler.kind")->choices, "cosine"));
+  EXPECT_TRUE(has(field(fields, "model.activation")->choices, "gelu"));
+  EXPECT_EQ(field(fields, "model.hidden")->type, "array");
+  EXPECT_EQ(field(fields, "model.hidden")->value_toml, "[256, 256]");
+  EXPECT_EQ(field(fields, "run.tags")->type, "array");
+  EXPECT_EQ(field(fields, "data.shuffle")->type, "bool");
+  EXPECT_EQ(field(fields, "scheduler.T_max")->type, "int");
+  EXPECT_EQ(field(fields, "scheduler.T_max")->section, "scheduler");
+  EXPECT_EQ(field(fields, "scheduler.T_max")->help, "");          // no help: ""
+  EXPECT_EQ(field(fields, "optimizer.adamw.momentum"), nullptr);  // not an AdamW key
+
+  // In the effective config's order, each key once.
+  auto index = [&](const std::string& key) {
+    for (std::size_t i = 0; i < fields.size(); ++i)
+      if (fields[i].key == key) return static_cast<std::ptrdiff_t>(i);
+    return std::ptrdiff_t{-1};
+  };
+  EXPECT_LT(index("run.seed"), index("optimizer.muon.lr"));
+  EXPECT_LT(index("optimizer.muon.lr"), index("optimizer.adamw.lr"));
+  EXPECT_LT(index("optimizer.adamw.lr"), index("binding.mode"));
+  std::vector<std::string> keys;
+  for (const auto& f : fields)
+    keys.push_back(f.key);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end());
+
+  EXPECT_THROW(api::config_fields("[run]\nsteps = -1\n"), tb::ValueError);
+}
+
+// The choice lists agree with the validator: every choice passes its enum check, a bogus value
+// fails, and every string key the validator enumerates has choices.
+TEST(WorkbenchConfig, ChoicesMatchTheValidator) {
+  const std::vector<std::string> bases = {
+      read_text(kConfigDir + "/fmnist-mlp-muon.toml"), kBlobs,
+      kBlobs + "\n[scheduler]\nkind = \"plateau\"\nmode = \"min\"\nthreshold_mode = \"rel\"\n",
+      kBlobs +
+          "\n[scheduler]\nkind = \"cyclic\"\nbase_lr = 0.001\nmax_lr = 0.01\nmode = "
+          "\"triangular\"\n"};
+  int enumerated = 0;
+  for (const auto& base : bases) {
+    ASSERT_TRUE(api::check_config_text(base).ok) << api::check_config_text(base).error;
+    for (const auto& f : api::config_fields(base)) {
+      if (f.type != "string") continue;
+      const auto bogus = api::check_config_text(base, "<t>", {f.key + "=\"zzz-bogus\""});
+      if (f.choices.empty()) {
+        EXPECT_FALSE(bogus.error.find("expected one of") != std::string::npos &&
+                     bogus.key_path == f.key)
+            << f.key << " is enumerated by the validator but has no choices: " << bogus.error;
+        continue;
+      }
+      ++enumerated;
+      EXPECT_FALSE(bogus.ok) << f.key;
+      for (const auto& choice : f.choices) {
+        const auto c = api::check_config_text(base, "<t>", {f.key + "=\"" + choice + "\""});
+        // Cross-key rules may still reject it (data.kind "text" with an mlp), never the enum.
+        EXPECT_FALSE(contains(c.error, "expected one of"))
+            << f.key << " = " << choice << ": " << c.error;
+        EXPECT_FALSE(contains(c.error, "unknown kind"))
+            << f.key << " = " << choice << ": " << c.error;
+      }
+    }
+  }
+  EXPECT_GE(enumerated, 10);
+}
+
+// ---- parameter split and LR preview -------------------------------------------------------------
+
+TEST(WorkbenchConfig, ParameterSplitOfMuonAndAdamw) {
+  const std::string muon = read_text(kConfigDir + "/fmnist-mlp-muon.toml");
+  const auto rows = api::parameter_split(muon);
+  ASSERT_EQ(rows.size(), 6u);
+  std::int64_t total = 0;
+  for (const auto& r : rows) {
+    total += r.numel;
+    if (r.name == "layers.0.weight" || r.name == "layers.2.weight") {
+      EXPECT_EQ(r.optimizer, "muon") << r.name;
+      EXPECT_EQ(r.reason, "2-D hidden matrix") << r.name;
+    } else {
+      EXPECT_EQ(r.optimizer, "adamw") << r.name;
+    }
+    if (r.name.size() > 5 && r.name.substr(r.name.size() - 5) == ".bias") {
+      EXPECT_EQ(r.reason, "1-D") << r.name;
+    }
+  }
+  EXPECT_EQ(rows[0].name, "layers.0.weight");
+  EXPECT_EQ(rows[0].shape, "[256, 784]");
+  EXPECT_EQ(rows[0].numel, 256 * 784);
+  EXPECT_EQ(rows[5].name, "layers.4.bias");
+  EXPECT_EQ(rows[4].reason, "output head");
+  EXPECT_EQ(total, 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10);
+
+  // A split override moves a hidden matrix to AdamW.
+  std::string overridden = muon;
+  const auto at = overridden.find("split = []");
+  ASSERT_NE(at, std::string::npos);
+  overridden.replace(at, 10, "split = [[\"layers.2.*\", \"adamw\"]]");
+  for (const auto& r : api::parameter_split(overridden))
+    if (r.name == "layers.2.weight") {
+      EXPECT_EQ(r.optimizer, "adamw");
+      EXPECT_TRUE(contains(r.reason, "layers.2.*")) << r.reason;
+    }
+
+  // One optimizer: every parameter goes to it.
+  const auto adamw = api::parameter_split(read_text(kConfigDir + "/fmnist-mlp-adamw.toml"));
+  ASSERT_EQ(adamw.size(), 6u);
+  for (const auto& r : adamw) {
+    EXPECT_EQ(r.optimizer, "adamw") << r.name;
+    EXPECT_EQ(r.reason, "all parameters") << r.name;
+  }
+  std::string sgd_text = kBlobs;
+  sgd_text.replace(sgd_text.find("kind = \"adamw\""), 14, "kind = \"sgd\"");
+  const auto sgd = api::parameter_split(sgd_text);
+  ASSERT_EQ(sgd.size(), 4u);  // 16-32-4: two weights, two biases
+  EXPECT_EQ(sgd[0].optimizer, "sgd");
+  EXPECT_EQ(sgd[0].shape, "[32, 16]");
+  EXPECT_EQ(sgd[0].numel, 512);
+  EXPECT_THROW(api::parameter_split("[model]\nhidden = [0]\n"), tb::ValueError);
+}
+
+TEST(WorkbenchConfig, PreviewOfATextEqualsPreviewOfItsFile) {
+  for (const char* name :
+       {"fmnist-mlp-muon.toml", "qwen-tiny-fortunes-muon.toml", "fmnist-mlp-adamw.toml"}) {
+    const std::string path = kConfigDir + "/" + name;
+    for (int steps : {0, 30}) {
+      std::vector<std::string> from_file, from_text;
+      const auto a = api::preview_run_config(path, {}, steps, from_file);
+      const auto b = api::preview_config_text(read_text(path), steps, from_text);
+      EXPECT_EQ(from_text, from_file) << name;
+      EXPECT_EQ(b.kind, a.kind) << name;
+      EXPECT_EQ(b.config_json, a.config_json) << name;
+      ASSERT_EQ(b.rows.size(), a.rows.size()) << name;
+      for (std::size_t i = 0; i < a.rows.size(); ++i) {
+        EXPECT_EQ(b.rows[i].lr, a.rows[i].lr) << name << " row " << i;
+        EXPECT_EQ(b.rows[i].momentum, a.rows[i].momentum) << name << " row " << i;
+      }
+      if (steps == 30) {
+        EXPECT_EQ(a.rows.size(), 31u);
+      }
+    }
+  }
+  std::vector<std::string> groups;
+  const auto t = api::preview_config_text(kBlobs, 0, groups);
+  EXPECT_EQ(t.rows.size(), 21u);  // run.steps = 20
+  EXPECT_EQ(groups, std::vector<std::string>{"lr.adamw"});
+  EXPECT_THROW(api::preview_config_text("[optimizer]\nlr = -1\n", 5, groups), tb::ValueError);
+}
+
+TEST(WorkbenchConfig, ConfigDiffShowsExactlyTheDifferingKeys) {
+  const std::string a = api::default_config_toml();
+  const auto b = api::check_config_text(a, "<t>", {"optimizer.lr=0.003", "run.seed=7"});
+  ASSERT_TRUE(b.ok) << b.error;
+  const auto rows = api::config_diff({a, b.effective_toml});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].key, "optimizer.lr");
+  EXPECT_EQ(rows[0].values, (std::vector<std::string>{"0.001", "0.003"}));
+  EXPECT_EQ(rows[1].key, "run.seed");
+  EXPECT_EQ(rows[1].values, (std::vector<std::string>{"0", "7"}));
+
+  EXPECT_TRUE(api::config_diff({a, a}).empty());
+  EXPECT_TRUE(api::config_diff({a, a, a}).empty());
+  // Comments and spacing do not count.
+  EXPECT_TRUE(api::config_diff({"[run]\nseed = 1  # the seed\n", "[run]\nseed=1\n"}).empty());
+
+  // A key one config lacks shows "-".
+  const auto muon = api::check_config_text("", "<t>", {"optimizer.kind=\"muon\""});
+  ASSERT_TRUE(muon.ok) << muon.error;
+  bool found = false;
+  for (const auto& r : api::config_diff({a, muon.effective_toml}))
+    if (r.key == "optimizer.muon.lr") {
+      EXPECT_EQ(r.values, (std::vector<std::string>{"-", "0.001"}));
+      found = true;
+    }
+  EXPECT_TRUE(found);
+  found = false;
+  for (const auto& r : api::config_diff({a, muon.effective_toml}))
+    if (r.key == "optimizer.beta1") {
+      EXPECT_EQ(r.values, (std::vector<std::string>{"0.9", "-"}));
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+// ---- runs started in-process --------------------------------------------------------------------
+
+double value_of(const api::StepMetrics& m, const std::string& key) {
+  for (const auto& [k, v] : m.values)
+    if (k == key) return v;
+  return std::nan("");
+}
+
+TEST(WorkbenchRun, TrainsIntoTheStoreWithLiveMetrics) {
+  TempDir dir;
+  api::TrainRequest req;
+  req.config_text = kBlobs;
+  req.db_path = dir.db();
+  std::int64_t started = 0;
+  std::string table;
+  std::vector<api::StepMetrics> seen;
+  const auto out = api::start_training(
+      req,
+      [&](std::int64_t id, const std::string& t) {
+        started = id;
+        table = t;
+      },
+      [&](const api::StepMetrics& m) { seen.push_back(m); });
+  EXPECT_EQ(out.status, "finished") << out.message;
+  EXPECT_EQ(out.run_id, started);
+  EXPECT_TRUE(contains(table, "layers.0.weight")) << table;
+  EXPECT_EQ(out.description, table);
+  ASSERT_EQ(seen.size(), 20u);
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].step, static_cast<std::int64_t>(i) + 1);
+    EXPECT_EQ(seen[i].total, 20);
+    EXPECT_EQ(seen[i].run_id, out.run_id);
+    EXPECT_TRUE(std::isfinite(value_of(seen[i], "loss"))) << "step " << i + 1;
+    if (i > 0) {
+      EXPECT_GE(seen[i].wall_s, seen[i - 1].wall_s);
+    }
+  }
+  EXPECT_EQ(seen.front().wall_s, 0.0);
+  EXPECT_TRUE(std::isfinite(value_of(seen[9], "eval.accuracy")));  // eval.interval = 10
+
+  api::StoreReader reader(req.db_path);
+  EXPECT_EQ(reader.path(), req.db_path);
+  const auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  const auto& r = runs[0];
+  EXPECT_EQ(r.id, out.run_id);
+  EXPECT_EQ(r.name, "blobs");
+  EXPECT_EQ(r.status, "finished");
+  EXPECT_EQ(r.last_step, 20);
+  EXPECT_TRUE(r.started_at.has_value());
+  EXPECT_TRUE(r.ended_at.has_value());
+  EXPECT_EQ(r.model, "mlp");
+  EXPECT_EQ(r.optimizer, "adamw");
+  EXPECT_EQ(r.scheduler, "none");
+  EXPECT_EQ(r.dataset, "synthetic-blobs");
+  ASSERT_TRUE(r.final_loss.has_value());
+  EXPECT_EQ(*r.final_loss, value_of(seen.back(), "loss"));
+  ASSERT_TRUE(r.best_accuracy.has_value());
+  EXPECT_EQ(*r.best_accuracy,
+            std::max(value_of(seen[9], "eval.accuracy"), value_of(seen[19], "eval.accuracy")));
+  ASSERT_TRUE(r.best_eval_loss.has_value());
+  EXPECT_EQ(*r.best_eval_loss,
+            std::min(value_of(seen[9], "eval.loss"), value_of(seen[19], "eval.loss")));
+  EXPECT_FALSE(r.best_perplexity.has_value());  // a classifier
+
+  const auto keys = reader.metric_keys(out.run_id);
+  EXPECT_FALSE(keys.empty());
+  EXPECT_TRUE(has(keys, "loss"));
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+
+  const auto loss = reader.series(out.run_id, "loss");
+  ASSERT_EQ(loss.step.size(), 20u);
+  ASSERT_EQ(loss.value.size(), 20u);
+  ASSERT_EQ(loss.wall_s.size(), 20u);
+  for (std::size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(loss.step[i], static_cast<double>(i + 1));
+    EXPECT_EQ(loss.value[i], value_of(seen[i], "loss"));
+    if (i > 0) {
+      EXPECT_GE(loss.wall_s[i], loss.wall_s[i - 1]);
+    }
+  }
+  EXPECT_EQ(loss.wall_s[0], 0.0);
+  // A later poll shares the origin.
+  const auto tail = reader.series(out.run_id, "loss", 15);
+  ASSERT_EQ(tail.step.size(), 6u);
+  EXPECT_EQ(tail.step[0], 15.0);
+  EXPECT_EQ(tail.wall_s[0], loss.wall_s[14]);
+  EXPECT_TRUE(reader.series(out.run_id, "no.such.metric").step.empty());
+
+  EXPECT_EQ(reader.config_text(out.run_id), api::check_config_text(kBlobs).effective_toml);
+  EXPECT_THROW(reader.config_text(out.run_id + 100), tb::ValueError);
+  const auto events = reader.events(out.run_id);
+  EXPECT_TRUE(std::any_of(events.begin(), events.end(), [](const std::string& e) {
+    return contains(e, "status running -> finished");
+  }));
+}
+
+TEST(WorkbenchRun, CancelFromTheMetricsCallback) {
+  TempDir dir;
+  auto control = std::make_shared<api::RunControl>();
+  api::TrainRequest req;
+  req.config_text = kBlobs;
+  req.db_path = dir.db();
+  req.control = control;
+  std::int64_t last = 0;
+  const auto out = api::start_training(req, nullptr, [&](const api::StepMetrics& m) {
+    last = m.step;
+    if (m.step == 5) control->cancel();
+  });
+  EXPECT_EQ(out.status, "cancelled") << out.message;
+  EXPECT_EQ(last, 5);
+  EXPECT_TRUE(control->cancelled());
+  EXPECT_FALSE(control->paused());
+  api::StoreReader reader(req.db_path);
+  const auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, "cancelled");
+  EXPECT_EQ(runs[0].last_step, 5);
+}
+
+TEST(WorkbenchRun, CancelBeforeTheRunStarts) {
+  TempDir dir;
+  auto control = std::make_shared<api::RunControl>();
+  control->cancel();
+  api::TrainRequest req;
+  req.config_text = kBlobs;
+  req.db_path = dir.db();
+  req.control = control;
+  int calls = 0;
+  const auto out = api::start_training(req, nullptr, [&](const api::StepMetrics&) { ++calls; });
+  EXPECT_EQ(out.status, "cancelled") << out.message;
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(WorkbenchRun, PauseHoldsTheRunUntilResumeOrCancel) {
+  for (const bool cancel : {false, true}) {
+    TempDir dir;
+    auto control = std::make_shared<api::RunControl>();
+    api::TrainRequest req;
+    req.config_text = kBlobs;
+    req.db_path = dir.db();
+    req.control = control;
+    std::atomic<std::int64_t> last{0};
+    std::atomic<std::int64_t> seen_while_paused{-1};
+    std::thread releaser;
+    const auto out = api::start_training(req, nullptr, [&](const api::StepMetrics& m) {
+      last = m.step;
+      if (m.step != 3) return;
+      control->pause();
+      releaser = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        EXPECT_TRUE(control->paused());
+        seen_while_paused = last.load();
+        if (cancel) {
+          control->cancel();
+        } else {
+          control->resume();
+        }
+      });
+    });
+    releaser.join();
+    EXPECT_EQ(seen_while_paused.load(), 3) << "the run went on while paused";
+    EXPECT_FALSE(control->paused());
+    if (cancel) {
+      EXPECT_EQ(out.status, "cancelled") << out.message;
+      EXPECT_EQ(last.load(), 3);
+    } else {
+      EXPECT_EQ(out.status, "finished") << out.message;
+      EXPECT_EQ(last.load(), 20);
+    }
+  }
+}
+
+TEST(WorkbenchRun, AFailureAfterTheRunWasCreatedMarksItFailed) {
+  TempDir dir;
+  api::TrainRequest req;
+  req.config_text =
+      "[run]\nname = \"no-data\"\nsteps = 5\n[data]\nkind = \"fashion-mnist\"\npath = "
+      "\"/nonexistent\"\nworkers = 0\n";
+  req.db_path = dir.db();
+  bool started = false;
+  const auto out = api::start_training(
+      req, [&](std::int64_t, const std::string&) { started = true; }, nullptr);
+  EXPECT_EQ(out.status, "failed");
+  EXPECT_TRUE(contains(out.message, "/nonexistent")) << out.message;
+  EXPECT_FALSE(started);
+  api::StoreReader reader(req.db_path);
+  const auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].id, out.run_id);
+  EXPECT_EQ(runs[0].status, "failed");  // not left queued
+  EXPECT_EQ(runs[0].message, out.message);
+  EXPECT_EQ(runs[0].dataset, "fashion-mnist");
+
+  // run_training (the CLI's) still throws, but first marks its run failed too.
+  const std::string path = (dir.path() / "no-data.toml").string();
+  std::ofstream(path) << req.config_text;
+  EXPECT_THROW(
+      api::run_training(api::RunRequest{path, {}, req.db_path, std::nullopt}, nullptr, nullptr),
+      tb::Error);
+  const auto after = reader.runs();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].status, "failed");
+  EXPECT_TRUE(contains(after[0].message, "/nonexistent")) << after[0].message;
+}
+
+TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
+  TempDir dir;
+  api::TrainRequest req;
+  req.config_text = "[optimizer]\nlr_max = 1\n";
+  req.db_path = dir.db();
+  EXPECT_THROW(api::start_training(req, nullptr, nullptr), tb::ValueError);
+  EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
+}
+
+// ---- the store reader ---------------------------------------------------------------------------
+
+TEST(WorkbenchStore, RunFactsFromStoredMetrics) {
+  TempDir dir;
+  std::int64_t id = 0;
+  {
+    auto st = store::RunStore::open(dir.db());
+    store::NewRun nr;
+    nr.name = "logged";
+    nr.config = api::check_config_text(read_text(kConfigDir + "/qwen-tiny-fortunes-muon.toml"))
+                    .effective_toml;
+    id = st.create_run(nr);
+  }
+  api::StoreReader reader(dir.db());
+  {
+    store::RunWriter w(dir.db(), id);
+    w.log_metrics(1, {{"loss", 3.0}});
+    w.log_metrics(2, {{"loss", 2.5}, {"eval.loss", 2.7}, {"eval.perplexity", 14.9}});
+    w.flush();
+    const auto live = reader.runs();
+    ASSERT_EQ(live.size(), 1u);
+    EXPECT_EQ(live[0].status, "running");
+    EXPECT_EQ(live[0].last_step, 2);
+    EXPECT_EQ(live[0].final_loss, 2.5);
+    const std::string fp = reader.fingerprint();
+    w.log_metrics(4, {{"loss", 2.0}, {"eval.loss", 2.4}, {"eval.perplexity", 11.0}});
+    w.log_metrics(5, {{"loss", 2.2}, {"eval.loss", 2.6}, {"eval.perplexity", 13.5}});
+    w.flush();
+    EXPECT_NE(reader.fingerprint(), fp);  // a new step
+    w.set_status(store::RunStatus::kFinished, "done");
+    w.close();
+  }
+  const auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  const auto& r = runs[0];
+  EXPECT_EQ(r.status, "finished");
+  EXPECT_EQ(r.message, "done");
+  EXPECT_EQ(r.model, "qwen-tiny");
+  EXPECT_EQ(r.optimizer, "muon");
+  EXPECT_EQ(r.scheduler, "sequential");  // warm-up, then cosine
+  EXPECT_EQ(r.dataset, "text");
+  EXPECT_EQ(r.final_loss, 2.2);
+  EXPECT_EQ(r.best_eval_loss, 2.4);
+  EXPECT_EQ(r.best_perplexity, 11.0);
+  EXPECT_FALSE(r.best_accuracy.has_value());
+  const auto s = reader.series(id, "eval.loss", 4);
+  EXPECT_EQ(s.step, (std::vector<double>{4, 5}));
+  EXPECT_EQ(s.value, (std::vector<double>{2.4, 2.6}));
+  EXPECT_GE(s.wall_s[0], 0.0);
+}
+
+TEST(WorkbenchStore, RenameTagsDeleteAndFingerprint) {
+  TempDir dir;
+  std::int64_t a = 0;
+  std::int64_t b = 0;
+  {
+    auto st = store::RunStore::open(dir.db());
+    store::NewRun nr;
+    nr.name = "first";
+    nr.config = api::default_config_toml();
+    a = st.create_run(nr);
+    nr.name = "second";
+    b = st.create_run(nr);
+  }
+  api::StoreReader reader(dir.db());
+  const std::string fp0 = reader.fingerprint();
+  EXPECT_EQ(reader.fingerprint(), fp0);  // nothing changed
+  auto runs = reader.runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].id, b);  // newest first
+  EXPECT_EQ(runs[1].id, a);
+  EXPECT_EQ(runs[1].status, "queued");
+  EXPECT_EQ(runs[1].model, "mlp");
+  EXPECT_EQ(runs[1].scheduler, "none");
+  EXPECT_FALSE(runs[1].final_loss.has_value());
+
+  reader.rename_run(a, "renamed");
+  const std::string fp1 = reader.fingerprint();
+  EXPECT_NE(fp1, fp0);
+  EXPECT_EQ(reader.runs()[1].name, "renamed");
+  EXPECT_THROW(reader.rename_run(a, ""), tb::ValueError);
+  EXPECT_EQ(reader.fingerprint(), fp1);
+
+  reader.set_tags(a, {"x", "y"});
+  const std::string fp2 = reader.fingerprint();
+  EXPECT_NE(fp2, fp1);
+  EXPECT_EQ(reader.runs()[1].tags, (std::vector<std::string>{"x", "y"}));
+
+  // A change by another connection shows too.
+  store::RunStore::open(dir.db()).set_status(b, store::RunStatus::kCancelled, "by hand");
+  const std::string fp3 = reader.fingerprint();
+  EXPECT_NE(fp3, fp2);
+  EXPECT_EQ(reader.runs()[0].status, "cancelled");
+
+  reader.delete_run(a);
+  EXPECT_NE(reader.fingerprint(), fp3);
+  runs = reader.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].id, b);
+  EXPECT_THROW(reader.delete_run(a), tb::ValueError);
+
+  // Moves keep the connection.
+  api::StoreReader moved(std::move(reader));
+  EXPECT_EQ(moved.runs().size(), 1u);
+}
+
+TEST(WorkbenchStore, AForeignFileIsRefusedAndKept) {
+  TempDir dir;
+  { std::ofstream(dir.db()) << "not a database, but somebody's notes\n"; }
+  try {
+    api::StoreReader reader(dir.db());
+    ADD_FAILURE() << "a foreign file was opened";
+  } catch (const tb::Error& e) {
+    EXPECT_TRUE(contains(e.what(), dir.db())) << e.what();
+  }
+  EXPECT_EQ(read_text(dir.db()), "not a database, but somebody's notes\n");
+}
+
+}  // namespace
