@@ -1,0 +1,146 @@
+// trainbench: the GUI workbench. `trainbench [--db PATH] [CONFIG.toml]` opens the main window
+// with a config ready to run; `trainbench --export-report RUN[,RUN...] -o FILE` writes an HTML or
+// PDF report without a display (offscreen) and exits.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QFileInfo>
+#include <QStandardPaths>
+#include <QTextStream>
+#include <QTimer>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+#include "engine/api/workbench_api.h"
+#include "ui/main_window/main_window.h"
+#include "ui/report/report.h"
+#include "ui/run_config/config_editor.h"
+
+namespace {
+
+bool wantsOffscreen(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--export-report") == 0 ||
+        std::strncmp(argv[i], "--export-report=", 16) == 0)
+      return true;
+  return false;
+}
+
+// The config the window opens with: the given file, else the example Fashion-MNIST config
+// (installed or in the source tree), else the engine's defaults.
+QString defaultConfigPath() {
+  const QString app = QCoreApplication::applicationDirPath();
+  for (const QString& candidate :
+       {app + QStringLiteral("/../share/trainbench/configs/fmnist-mlp-adamw.toml"),
+        app + QStringLiteral("/../../../resources/configs/fmnist-mlp-adamw.toml"),
+        QStringLiteral(TB_SOURCE_CONFIG_DIR "/fmnist-mlp-adamw.toml")}) {
+    if (QFileInfo::exists(candidate)) return QDir::cleanPath(candidate);
+  }
+  return {};
+}
+
+int exportReport(const QString& db, const QString& runs, const QString& out) {
+  QTextStream err(stderr);
+  if (out.isEmpty()) {
+    err << "trainbench: --export-report needs -o FILE (.html or .pdf)\n";
+    return 2;
+  }
+  QList<qint64> ids;
+  for (const QString& part : runs.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    bool ok = false;
+    const qint64 id = part.trimmed().toLongLong(&ok);
+    if (!ok || id <= 0) {
+      err << "trainbench: --export-report: '" << part << "' is not a run id\n";
+      return 2;
+    }
+    ids << id;
+  }
+  if (ids.isEmpty()) {
+    err << "trainbench: --export-report needs run ids, e.g. 3 or 3,4\n";
+    return 2;
+  }
+  try {
+    tb::api::StoreReader store(db.toStdString());
+    const tb::ui::Report report = tb::ui::buildReport(store, ids);
+    const QString e = tb::ui::writeReport(report, out);
+    if (!e.isEmpty()) {
+      err << "trainbench: " << e << "\n";
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    err << "trainbench: " << e.what() << "\n";
+    return 1;
+  }
+  QTextStream(stdout) << "report of run(s) " << runs << " written to " << out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (wantsOffscreen(argc, argv) && std::getenv("QT_QPA_PLATFORM") == nullptr)
+    setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("TrainBench"));
+  QApplication::setOrganizationName(QStringLiteral("TrainBench"));
+  QApplication::setApplicationVersion(QStringLiteral(TB_VERSION));
+  QApplication::setDesktopFileName(QStringLiteral("io.github.trainbench.TrainBench"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      QStringLiteral("TrainBench: configure, run, watch and compare neural-network training."));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  const QCommandLineOption dbOpt(
+      QStringLiteral("db"),
+      QStringLiteral("Run store (default: $XDG_DATA_HOME/trainbench/runs.sqlite)."),
+      QStringLiteral("PATH"));
+  const QCommandLineOption exportOpt(
+      QStringLiteral("export-report"),
+      QStringLiteral("Write a report of RUN[,RUN...] and exit (no display needed)."),
+      QStringLiteral("RUNS"));
+  const QCommandLineOption outOpt(QStringList{QStringLiteral("o"), QStringLiteral("output")},
+                                  QStringLiteral("Report file: .html (self-contained) or .pdf."),
+                                  QStringLiteral("FILE"));
+  const QCommandLineOption runOpt(QStringLiteral("run"),
+                                  QStringLiteral("Start the config right away."));
+  const QCommandLineOption screenshotOpt(
+      QStringLiteral("screenshot"),
+      QStringLiteral("Save a PNG of the window to FILE after --screenshot-delay ms, then quit."),
+      QStringLiteral("FILE"));
+  const QCommandLineOption delayOpt(
+      QStringLiteral("screenshot-delay"),
+      QStringLiteral("Milliseconds before --screenshot (default 3000)."), QStringLiteral("MS"),
+      QStringLiteral("3000"));
+  parser.addOptions({dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt});
+  parser.addPositionalArgument(QStringLiteral("config"),
+                               QStringLiteral("A TOML run config to open."),
+                               QStringLiteral("[CONFIG.toml]"));
+  parser.process(app);
+
+  const QString db = parser.value(dbOpt);
+  if (parser.isSet(exportOpt))
+    return exportReport(db, parser.value(exportOpt), parser.value(outOpt));
+
+  tb::ui::MainWindow window(db);
+  const QStringList positional = parser.positionalArguments();
+  const QString config = positional.isEmpty() ? defaultConfigPath() : positional.first();
+  if (!config.isEmpty() &&
+      !window.openConfig(config, /*quiet=*/!positional.isEmpty() ? false : true) &&
+      !positional.isEmpty()) {
+    QTextStream(stderr) << "trainbench: " << window.configEditor()->errorText() << "\n";
+  }
+  window.show();
+  if (parser.isSet(runOpt)) QTimer::singleShot(0, &window, [&window] { window.startRun(); });
+  if (parser.isSet(screenshotOpt)) {
+    const QString file = parser.value(screenshotOpt);
+    QTimer::singleShot(parser.value(delayOpt).toInt(), &window, [&window, file] {
+      window.grab().save(file);
+      QApplication::quit();
+    });
+  }
+  return QApplication::exec();
+}

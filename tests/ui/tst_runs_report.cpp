@@ -1,0 +1,160 @@
+// The runs table over a store that another process writes, the compare view's config diff, and
+// the HTML/PDF report: well-formed, one row per selected run, user text escaped.
+#include <QtTest>
+
+#include <QFile>
+#include <QProcess>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QXmlStreamReader>
+
+#include <set>
+
+#include "engine/api/workbench_api.h"
+#include "tests/ui/ui_test_util.h"
+#include "ui/compare/compare_view.h"
+#include "ui/live_plots/metric_plot.h"
+#include "ui/live_plots/plots_panel.h"
+#include "ui/report/report.h"
+#include "ui/runs/runs_model.h"
+
+using namespace tb;
+
+namespace {
+
+qint64 train(const QString& db, const QString& config) {
+  api::TrainRequest req;
+  req.config_text = config.toStdString();
+  req.db_path = db.toStdString();
+  const auto out = api::start_training(req, {}, {});
+  return out.status == "finished" ? out.run_id : -1;
+}
+
+}  // namespace
+
+class TestRunsReport : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void runsWrittenByAnotherProcessAppearLive() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString cfg = dir.filePath(QStringLiteral("run.toml"));
+    {
+      QFile f(cfg);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(test::blobsConfig(20000, QStringLiteral("headless")).toUtf8());
+    }
+    ui::RunsModel model(db, 100);
+    QCOMPARE(model.rowCount(), 0);
+    QProcess cli;
+    cli.start(QStringLiteral(TB_CLI_PATH),
+              {QStringLiteral("--db"), db, QStringLiteral("run"), cfg});
+    QVERIFY(cli.waitForStarted());
+    // The run appears while it is running, and its step count grows.
+    QTRY_COMPARE_WITH_TIMEOUT(model.rowCount(), 1, 20000);
+    QCOMPARE(QString::fromStdString(model.run(0).name), QStringLiteral("headless"));
+    QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(model.run(0).status),
+                              QStringLiteral("running"), 20000);
+    QTRY_VERIFY_WITH_TIMEOUT(model.run(0).last_step.has_value(), 20000);
+    const qint64 seen = *model.run(0).last_step;
+    QTRY_VERIFY_WITH_TIMEOUT(*model.run(0).last_step > seen, 20000);  // live: it grows
+    if (cli.state() != QProcess::NotRunning) QVERIFY(cli.waitForFinished(120000));
+    QVERIFY2(cli.exitCode() == 0, cli.readAllStandardError().constData());
+    QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(model.run(0).status),
+                              QStringLiteral("finished"), 5000);
+    QCOMPARE(*model.run(0).last_step, 20000);
+    QVERIFY(model.run(0).final_loss.has_value());
+    const qint64 id = model.run(0).id;
+    // Rename, tag, filter, delete.
+    QVERIFY(model.setData(model.index(0, ui::RunsModel::Name), QStringLiteral("renamed"),
+                          Qt::EditRole));
+    QCOMPARE(model.data(model.index(0, ui::RunsModel::Name), Qt::DisplayRole).toString(),
+             QStringLiteral("renamed"));
+    QVERIFY(model.setTags(id, QStringLiteral("a, b ,c")));
+    QCOMPARE(model.data(model.index(0, ui::RunsModel::Tags), Qt::DisplayRole).toString(),
+             QStringLiteral("a, b, c"));
+    ui::RunsFilter filter;
+    filter.setSourceModel(&model);
+    filter.setSearch(QStringLiteral("zzz"));
+    QCOMPARE(filter.rowCount(), 0);
+    filter.setSearch(QStringLiteral("B"));  // tags are searched, case-insensitively
+    QCOMPARE(filter.rowCount(), 1);
+    filter.setStatus(QStringLiteral("failed"));
+    QCOMPARE(filter.rowCount(), 0);
+    QVERIFY(model.deleteRuns({id}));
+    QCOMPARE(model.rowCount(), 0);
+  }
+
+  void compareShowsExactlyTheDifferingKeysAndTheReportHoldsEveryRun() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString evil = QStringLiteral("<script>alert(\"x\")</script> & co");
+    const qint64 a = train(db, test::blobsConfig(30, QStringLiteral("plain"), 0.01));
+    const qint64 b = train(db, test::blobsConfig(30, evil, 0.02));
+    QVERIFY(a > 0 && b > 0);
+    api::StoreReader store(db.toStdString());
+
+    ui::CompareView view;
+    view.setRuns(&store, {a, b});
+    QTableWidget* diff = view.diffTable();
+    std::set<QString> keys;
+    for (int r = 0; r < diff->rowCount(); ++r)
+      keys.insert(diff->item(r, 0)->text());
+    QCOMPARE(keys, (std::set<QString>{QStringLiteral("optimizer.lr"), QStringLiteral("run.name")}));
+    // Overlaid curves: one loss curve per run, in the runs' colours.
+    ui::MetricPlot* loss = view.plots()->plots()[ui::PlotsPanel::Loss];
+    int trainCurves = 0;
+    for (const auto& [id, c] : loss->curves())
+      if (id.endsWith(QLatin1String("/loss"))) ++trainCurves;
+    QCOMPARE(trainCurves, 2);
+    QCOMPARE(view.summaryTable()->columnCount(), 2);
+
+    const ui::Report report = ui::buildReport(store, {a, b});
+    QXmlStreamReader xml(report.html);
+    int runRows = 0;
+    std::set<QString> runIds;
+    int images = 0;
+    while (!xml.atEnd()) {
+      xml.readNext();
+      if (xml.isStartElement() && xml.name() == QLatin1String("tr") &&
+          xml.attributes().value(QLatin1String("class")) == QLatin1String("run")) {
+        ++runRows;
+        runIds.insert(xml.attributes().value(QLatin1String("data-run")).toString());
+      }
+      if (xml.isStartElement() && xml.name() == QLatin1String("img")) {
+        ++images;
+        QVERIFY(xml.attributes()
+                    .value(QLatin1String("src"))
+                    .startsWith(QLatin1String("data:image/png;base64,")));
+      }
+    }
+    QVERIFY2(!xml.hasError(), qPrintable(xml.errorString()));
+    QCOMPARE(runRows, 2);
+    QCOMPARE(runIds, (std::set<QString>{QString::number(a), QString::number(b)}));
+    QVERIFY(images >= 4);
+    QVERIFY(!report.html.contains(QStringLiteral("<script>")));
+    QVERIFY(report.html.contains(
+        QStringLiteral("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co")));
+
+    const QString html = dir.filePath(QStringLiteral("r.html"));
+    const QString pdf = dir.filePath(QStringLiteral("r.pdf"));
+    QCOMPARE(ui::writeReport(report, html), QString());
+    QCOMPARE(ui::writeReport(report, pdf), QString());
+    QFile p(pdf);
+    QVERIFY(p.open(QIODevice::ReadOnly));
+    QVERIFY(p.read(5) == "%PDF-");
+    QVERIFY(p.size() > 10000);  // the plots are in it
+    // An unknown run is an error naming it.
+    bool threw = false;
+    try {
+      ui::buildReport(store, {a, 999});
+    } catch (const std::exception& e) {
+      threw = QString::fromUtf8(e.what()).contains(QStringLiteral("999"));
+    }
+    QVERIFY(threw);
+  }
+};
+
+QTEST_MAIN(TestRunsReport)
+#include "tst_runs_report.moc"

@@ -1,0 +1,115 @@
+// Screenshots of the workbench as a user sees it (run under Xvfb by ctest): the main window
+// during a run, then the compare view of two runs. Writes PNGs next to the test binary and checks
+// that the plot areas are not blank.
+#include <QtTest>
+
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QSet>
+#include <QStandardPaths>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QTemporaryDir>
+
+#include "tests/ui/ui_test_util.h"
+#include "ui/compare/compare_view.h"
+#include "ui/live_plots/metric_plot.h"
+#include "ui/live_plots/plots_panel.h"
+#include "ui/main_window/main_window.h"
+#include "ui/run_config/config_editor.h"
+#include "ui/runs/runs_model.h"
+
+using namespace tb;
+
+namespace {
+
+// Share of pixels that differ from the most common colour, and the number of distinct colours.
+QPair<double, int> inkAndColours(const QImage& image) {
+  QHash<QRgb, int> counts;
+  const QImage img = image.convertToFormat(QImage::Format_RGB32);
+  for (int y = 0; y < img.height(); y += 2)
+    for (int x = 0; x < img.width(); x += 2)
+      ++counts[img.pixel(x, y)];
+  int top = 0, total = 0;
+  for (auto it = counts.cbegin(); it != counts.cend(); ++it) {
+    top = std::max(top, it.value());
+    total += it.value();
+  }
+  return {total ? 1.0 - static_cast<double>(top) / total : 0.0, static_cast<int>(counts.size())};
+}
+
+void checkNotBlank(ui::MetricPlot* plot, const char* what) {
+  QVERIFY2(plot->hasData(), what);
+  plot->replotNow();
+  const auto [ink, colours] = inkAndColours(plot->grab().toImage());
+  QVERIFY2(
+      ink > 0.02,
+      qPrintable(
+          QStringLiteral("%1: only %2 of the plot is drawn").arg(QLatin1String(what)).arg(ink)));
+  QVERIFY2(colours >= 4, what);
+}
+
+}  // namespace
+
+class TestScreenshots : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void mainWindowDuringARunAndTheCompareView() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString cfg = dir.filePath(QStringLiteral("run.toml"));
+    {
+      QFile f(cfg);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(test::blobsConfig(4000, QStringLiteral("screenshot-adamw")).toUtf8());
+    }
+    ui::MainWindow window(db);
+    window.resize(1600, 1000);
+    QVERIFY(window.openConfig(cfg, true));
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    QVERIFY(window.startRun());
+    ui::MetricPlot* loss = window.livePlots()->plots()[ui::PlotsPanel::Loss];
+    auto points = [&] {
+      std::size_t n = 0;
+      for (const auto& [id, c] : loss->curves())
+        n = std::max(n, c.raw.size());
+      return n;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(points() >= 300, 60000);
+    QTest::qWait(200);
+    const QString out = QStringLiteral(TB_SCREENSHOT_DIR);
+    QDir().mkpath(out);
+    QVERIFY(window.grab().save(out + QStringLiteral("/main-window-running.png")));
+    checkNotBlank(loss, "loss plot during the run");
+    checkNotBlank(window.livePlots()->plots()[ui::PlotsPanel::StepTime], "step-time plot");
+    checkNotBlank(window.livePlots()->plots()[ui::PlotsPanel::LearningRate], "LR plot");
+    QTRY_COMPARE_WITH_TIMEOUT(window.activeRuns(), 0, 120000);
+
+    // A second run with Muon, then compare the two.
+    QVERIFY(window.configEditor()->setFieldText(QStringLiteral("run.name"),
+                                                QStringLiteral("screenshot-lr2")));
+    QVERIFY(window.configEditor()->setFieldText(QStringLiteral("optimizer.lr"),
+                                                QStringLiteral("0.003")));
+    QVERIFY(
+        window.configEditor()->setFieldText(QStringLiteral("run.steps"), QStringLiteral("1500")));
+    QVERIFY(window.startRun());
+    QTRY_COMPARE_WITH_TIMEOUT(window.activeRuns(), 0, 120000);
+    window.runsModel()->refresh();
+    QCOMPARE(window.runsModel()->rowCount(), 2);
+    window.compareRuns({window.runsModel()->run(1).id, window.runsModel()->run(0).id});
+    QCOMPARE(window.centralTabs()->currentWidget(), window.compareView());
+    QTest::qWait(200);
+    QVERIFY(window.grab().save(out + QStringLiteral("/compare-view.png")));
+    checkNotBlank(window.compareView()->plots()->plots()[ui::PlotsPanel::Loss],
+                  "compare loss plot");
+    QVERIFY(window.compareView()->diffTable()->rowCount() >= 3);  // name, lr, steps
+  }
+};
+
+QTEST_MAIN(TestScreenshots)
+#include "tst_screenshots.moc"

@@ -1,0 +1,93 @@
+#include "ui/bridge/run_worker.h"
+
+#include <QMetaObject>
+
+#include <exception>
+
+namespace tb::ui {
+
+RunWorker::RunWorker(QString configText, QString source, QString dbPath, QObject* parent)
+    : QObject(parent),
+      m_configText(std::move(configText)),
+      m_source(std::move(source)),
+      m_dbPath(std::move(dbPath)),
+      m_control(std::make_shared<api::RunControl>()) {}
+
+RunWorker::~RunWorker() {
+  m_control->cancel();
+  m_control->resume();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void RunWorker::start() {
+  if (m_thread.joinable()) return;
+  m_running = true;
+  m_thread = std::thread([this] { runThread(); });
+}
+
+void RunWorker::cancel() {
+  m_control->cancel();
+  m_control->resume();
+}
+
+void RunWorker::setPaused(bool paused) {
+  if (paused)
+    m_control->pause();
+  else
+    m_control->resume();
+}
+
+bool RunWorker::isPaused() const {
+  return m_control->paused();
+}
+
+bool RunWorker::isRunning() const {
+  return m_running.load();
+}
+
+std::vector<api::StepMetrics> RunWorker::takeMetrics() {
+  std::vector<api::StepMetrics> out;
+  std::lock_guard<std::mutex> lock(m_mutex);
+  out.swap(m_buffer);
+  return out;
+}
+
+void RunWorker::runThread() {
+  api::TrainRequest req;
+  req.config_text = m_configText.toStdString();
+  req.source = m_source.toStdString();
+  req.db_path = m_dbPath.toStdString();
+  req.control = m_control;
+  // Signals emitted from this thread are delivered queued to the GUI thread's receivers.
+  try {
+    const api::RunOutcomeInfo out = api::start_training(
+        req,
+        [this](std::int64_t id, const std::string& table) {
+          m_runId = id;
+          emit started(id, QString::fromStdString(table));
+        },
+        [this](const api::StepMetrics& m) {
+          bool wasEmpty = false;
+          {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            wasEmpty = m_buffer.empty();
+            m_buffer.push_back(m);
+          }
+          if (wasEmpty) emit metricsAvailable();
+        });
+    m_running = false;
+    emit finished(out.run_id, QString::fromStdString(out.status),
+                  QString::fromStdString(out.message));
+  } catch (const std::exception& e) {
+    m_running = false;
+    if (m_runId == 0)
+      emit failedToStart(QString::fromStdString(e.what()));
+    else
+      emit finished(m_runId, QStringLiteral("failed"), QString::fromStdString(e.what()));
+  } catch (...) {
+    m_running = false;
+    emit failedToStart(QStringLiteral("unknown error"));
+  }
+}
+
+}  // namespace tb::ui

@@ -1,0 +1,480 @@
+#include "ui/live_plots/metric_plot.h"
+
+#include <QFile>
+#include <QFileDialog>
+#include <QMenu>
+#include <QMessageBox>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QSvgGenerator>
+#include <QTextStream>
+#include <QToolTip>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <qcustomplot.h>
+
+#include "ui/live_plots/series_math.h"
+
+namespace tb::ui {
+
+namespace {
+
+QVector<double> toQVector(const std::vector<double>& v) {
+  return QVector<double>(v.begin(), v.end());
+}
+
+QColor faint(QColor c) {
+  c.setAlpha(70);
+  return c;
+}
+
+}  // namespace
+
+MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* parent)
+    : QWidget(parent), m_title(title), m_plot(new QCustomPlot(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(m_plot);
+  setMinimumSize(260, 180);
+  m_plot->plotLayout()->insertRow(0);
+  m_titleElement =
+      new QCPTextElement(m_plot, title, QFont(font().family(), font().pointSize(), QFont::Bold));
+  m_plot->plotLayout()->addElement(0, 0, m_titleElement);
+  applyPalette();
+  m_plot->xAxis->setLabel(tr("step"));
+  m_plot->yAxis->setLabel(yLabel);
+  m_plot->legend->setVisible(true);
+  m_plot->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+  // The legend gets its own row under the axes, filled in columns, so it never hides data.
+  auto* legendRow = new QCPLayoutGrid;
+  m_plot->plotLayout()->addElement(2, 0, legendRow);
+  m_plot->plotLayout()->setRowStretchFactor(2, 0.001);
+  legendRow->setMargins(QMargins(4, 0, 4, 2));
+  m_plot->axisRect()->insetLayout()->take(m_plot->legend);
+  legendRow->addElement(0, 0, m_plot->legend);
+  m_plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  m_plot->legend->setWrap(2);
+  m_plot->legend->setBorderPen(Qt::NoPen);
+  m_plot->legend->setBrush(Qt::NoBrush);
+  m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->setNoAntialiasingOnDrag(true);
+  m_plot->setMouseTracking(true);
+  connect(m_plot, &QCustomPlot::mouseMove, this, &MetricPlot::onMouseMove);
+  connect(m_plot, &QCustomPlot::mousePress, this, [this] { m_userView = true; });
+  connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { m_userView = true; });
+  connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
+  connect(m_plot->xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] {
+    if (!m_inRedecimate) scheduleReplot();
+  });
+  m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
+  connect(m_plot, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+    QMenu menu(this);
+    const QString base = m_title.toLower().replace(QLatin1Char(' '), QLatin1Char('-'));
+    auto save = [this, base](const QString& kind) {
+      const QString path = QFileDialog::getSaveFileName(
+          this, tr("Save %1 as %2").arg(m_title, kind.toUpper()), base + QLatin1Char('.') + kind,
+          kind.toUpper() + QStringLiteral(" (*.") + kind + QLatin1Char(')'));
+      if (path.isEmpty()) return;
+      bool ok = false;
+      if (kind == QLatin1String("png")) ok = savePng(path, 0, 0, devicePixelRatioF());
+      if (kind == QLatin1String("svg")) ok = saveSvg(path);
+      if (kind == QLatin1String("csv")) {
+        QFile f(path);
+        ok = f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(toCsv().toUtf8()) >= 0;
+      }
+      if (!ok) QMessageBox::warning(this, m_title, tr("Could not write %1").arg(path));
+    };
+    menu.addAction(tr("Save as PNG…"), this, [save] { save(QStringLiteral("png")); });
+    menu.addAction(tr("Save as SVG…"), this, [save] { save(QStringLiteral("svg")); });
+    menu.addAction(tr("Save data as CSV (raw and smoothed)…"), this,
+                   [save] { save(QStringLiteral("csv")); });
+    menu.addSeparator();
+    menu.addAction(tr("Reset view"), this, [this] { resetView(); });
+    menu.exec(m_plot->mapToGlobal(pos));
+  });
+  m_replotTimer.setSingleShot(true);
+  m_replotTimer.setInterval(40);
+  connect(&m_replotTimer, &QTimer::timeout, this, &MetricPlot::replotNow);
+}
+
+MetricPlot::~MetricPlot() = default;
+
+void MetricPlot::applyPalette() {
+  const QPalette pal = palette();
+  const QColor fg = pal.color(QPalette::WindowText);
+  m_plot->setBackground(pal.brush(QPalette::Base));
+  m_titleElement->setTextColor(fg);
+  for (QCPAxis* axis : {m_plot->xAxis, m_plot->yAxis}) {
+    axis->setBasePen(QPen(fg));
+    axis->setTickPen(QPen(fg));
+    axis->setSubTickPen(QPen(fg));
+    axis->setTickLabelColor(fg);
+    axis->setLabelColor(fg);
+    QColor grid = fg;
+    grid.setAlpha(40);
+    axis->grid()->setPen(QPen(grid, 0, Qt::DotLine));
+  }
+  m_plot->legend->setTextColor(fg);
+}
+
+void MetricPlot::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) {
+    applyPalette();
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+  }
+}
+
+void MetricPlot::ensureCurve(const QString& id, const QString& label, const QColor& color,
+                             Qt::PenStyle style, bool points) {
+  Curve& c = m_curves[id];
+  const bool changed = c.label != label || c.color != color || c.style != style ||
+                       c.points != points || !m_rawGraphs.count(id);
+  c.label = label;
+  c.color = color;
+  c.style = style;
+  c.points = points;
+  if (changed) rebuildGraphs();
+}
+
+void MetricPlot::append(const QString& id, const std::vector<double>& step,
+                        const std::vector<double>& wall, const std::vector<double>& value) {
+  auto it = m_curves.find(id);
+  if (it == m_curves.end() || step.empty()) return;
+  Curve& c = it->second;
+  const std::size_t n = std::min({step.size(), wall.size(), value.size()});
+  const double w = std::min(std::max(m_smoothing, 0.0), 0.9999);
+  if (c.step.capacity() < c.step.size() + n) {  // grow geometrically, once per column
+    const std::size_t cap = std::max(c.step.size() + n, 2 * c.step.capacity());
+    for (auto* v : {&c.step, &c.wall, &c.raw, &c.smooth})
+      v->reserve(cap);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!c.step.empty() && step[i] <= c.step.back()) continue;  // already have it
+    c.step.push_back(step[i]);
+    c.wall.push_back(wall[i]);
+    c.raw.push_back(value[i]);
+    if (w <= 0.0 || !std::isfinite(value[i])) {  // no smoothing, or passed through
+      c.smooth.push_back(value[i]);
+      continue;
+    }
+    c.emaLast = c.emaLast * w + (1.0 - w) * value[i];
+    c.emaPow *= w;
+    c.smooth.push_back(c.emaLast / (1.0 - c.emaPow));
+  }
+  c.rawIndex.update(c.raw);
+  c.smoothIndex.update(c.smooth);
+  scheduleReplot();
+}
+
+void MetricPlot::clear() {
+  m_curves.clear();
+  rebuildGraphs();
+  m_userView = false;
+  scheduleReplot();
+}
+
+void MetricPlot::setStacked(bool stacked) {
+  m_stacked = stacked;
+  rebuildGraphs();
+  scheduleReplot();
+}
+
+void MetricPlot::setXAxis(XAxis axis) {
+  if (axis == m_xAxis) return;
+  m_xAxis = axis;
+  m_plot->xAxis->setLabel(axis == XAxis::Step ? tr("step") : tr("wall time (s)"));
+  m_userView = false;
+  scheduleReplot();
+}
+
+void MetricPlot::setLogY(bool log) {
+  m_logY = log;
+  if (log) {
+    m_plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
+    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  } else {
+    m_plot->yAxis->setScaleType(QCPAxis::stLinear);
+    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  }
+  scheduleReplot();
+}
+
+void MetricPlot::setSmoothing(double weight) {
+  m_smoothing = std::min(std::max(weight, 0.0), 0.999);
+  recomputeSmoothing();
+  rebuildGraphs();
+  scheduleReplot();
+}
+
+void MetricPlot::recomputeSmoothing() {
+  for (auto& [id, c] : m_curves) {
+    c.smooth = debiased_ema(c.raw, m_smoothing);
+    c.smoothIndex.clear();
+    c.smoothIndex.update(c.smooth);
+    c.emaLast = 0.0;
+    c.emaPow = 1.0;
+    // Re-derive the incremental state from the finite points (same recurrence).
+    if (m_smoothing > 0.0) {
+      for (double v : c.raw) {
+        if (!std::isfinite(v)) continue;
+        c.emaLast = c.emaLast * m_smoothing + (1.0 - m_smoothing) * v;
+        c.emaPow *= m_smoothing;
+      }
+    }
+  }
+}
+
+void MetricPlot::resetView() {
+  m_userView = false;
+  replotNow();
+}
+
+void MetricPlot::scheduleReplot() {
+  if (!m_replotTimer.isActive()) m_replotTimer.start();
+}
+
+const std::vector<double>& MetricPlot::xs(const Curve& c) const {
+  return m_xAxis == XAxis::Step ? c.step : c.wall;
+}
+
+void MetricPlot::rebuildGraphs() {
+  m_plot->clearGraphs();
+  m_rawGraphs.clear();
+  m_smoothGraphs.clear();
+  m_bandLowGraphs.clear();
+  m_smoothLowGraphs.clear();
+  QCPGraph* below = nullptr;
+  for (auto& [id, c] : m_curves) {
+    QCPGraph* raw = m_plot->addGraph();
+    QCPGraph* smooth = nullptr;
+    if (m_stacked) {
+      raw->setPen(QPen(c.color, 1.2));
+      QColor fill = c.color;
+      fill.setAlpha(150);
+      raw->setBrush(fill);
+      if (below) raw->setChannelFillGraph(below);
+      raw->setName(c.label);
+      below = raw;
+    } else if (m_smoothing > 0.0 && !c.points) {
+      raw->setPen(QPen(faint(c.color), 1.0, c.style));
+      raw->removeFromLegend();
+      smooth = m_plot->addGraph();
+      smooth->setPen(QPen(c.color, 1.8, c.style));
+      smooth->setName(c.label);
+    } else {
+      raw->setPen(QPen(c.color, 1.6, c.style));
+      raw->setName(c.label);
+    }
+    if (c.points) raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c.color, 5));
+    if (!m_stacked && !c.points) {
+      // The band's lower edge: used when the raw series is reduced to a min/max per column.
+      QCPGraph* low = m_plot->addGraph();
+      low->setPen(raw->pen());
+      low->removeFromLegend();
+      low->setAdaptiveSampling(false);
+      low->setAntialiased(false);
+      m_bandLowGraphs[id] = low;
+    }
+    raw->setAdaptiveSampling(false);  // we reduce the data ourselves, keeping every extreme
+    // The envelope is a dense zig-zag of vertical strokes: antialiasing it costs ~20x the time
+    // and changes nothing visible at one stroke per pixel column.
+    raw->setAntialiased(false);
+    m_rawGraphs[id] = raw;
+    if (smooth) {
+      smooth->setAdaptiveSampling(false);
+      m_smoothGraphs[id] = smooth;
+      QCPGraph* low = m_plot->addGraph();
+      low->setPen(smooth->pen());
+      low->removeFromLegend();
+      low->setAdaptiveSampling(false);
+      m_smoothLowGraphs[id] = low;
+    }
+  }
+}
+
+void MetricPlot::redecimate() {
+  m_inRedecimate = true;
+  // Full x extent of the data.
+  double xmin = std::numeric_limits<double>::infinity();
+  double xmax = -std::numeric_limits<double>::infinity();
+  for (const auto& [id, c] : m_curves) {
+    const auto& x = xs(c);
+    if (x.empty()) continue;
+    xmin = std::min(xmin, x.front());
+    xmax = std::max(xmax, x.back());
+  }
+  if (!std::isfinite(xmin)) {
+    m_inRedecimate = false;
+    return;
+  }
+  if (!m_userView) {
+    const double pad = xmax > xmin ? 0.0 : 1.0;
+    m_plot->xAxis->setRange(xmin - pad, xmax + pad);
+  }
+  const QCPRange range = m_plot->xAxis->range();
+  const int columns = std::max(50, m_plot->axisRect()->width());
+  // Stacked: cumulative sums of the (smoothed) series, by index.
+  std::vector<double> cumulative;
+  double ylo = std::numeric_limits<double>::infinity();
+  double yhi = -std::numeric_limits<double>::infinity();
+  auto track = [&](const Envelope& e) {
+    for (double v : e.y) {
+      if (!std::isfinite(v) || (m_logY && v <= 0)) continue;
+      ylo = std::min(ylo, v);
+      yhi = std::max(yhi, v);
+    }
+  };
+  for (auto& [id, c] : m_curves) {
+    const auto& x = xs(c);
+    QCPGraph* raw = m_rawGraphs.count(id) ? m_rawGraphs[id] : nullptr;
+    if (!raw) continue;
+    if (m_stacked) {
+      const std::vector<double>& v = m_smoothing > 0.0 ? c.smooth : c.raw;
+      if (cumulative.size() < v.size()) cumulative.resize(v.size(), 0.0);
+      std::vector<double> top(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        cumulative[i] += std::isfinite(v[i]) ? v[i] : 0.0;
+        top[i] = cumulative[i];
+      }
+      const Envelope e = min_max_envelope(x, top, range.lower, range.upper, columns);
+      raw->setData(toQVector(e.x), toQVector(e.y), true);
+      track(e);
+      continue;
+    }
+    const Envelope e = c.rawIndex.envelope(x, c.raw, range.lower, range.upper, columns);
+    QCPGraph* low = m_bandLowGraphs.count(id) ? m_bandLowGraphs[id] : nullptr;
+    if (low && !e.band_x.empty()) {
+      // Reduced: a filled band between each column's min and max.
+      raw->setData(toQVector(e.band_x), toQVector(e.band_hi), true);
+      low->setData(toQVector(e.band_x), toQVector(e.band_lo), true);
+      QColor fill = raw->pen().color();
+      fill.setAlpha(m_smoothGraphs.count(id) ? 60 : 140);
+      raw->setBrush(fill);
+      raw->setChannelFillGraph(low);
+    } else {
+      raw->setData(toQVector(e.x), toQVector(e.y), true);
+      raw->setBrush(Qt::NoBrush);
+      raw->setChannelFillGraph(nullptr);
+      if (low) low->data()->clear();
+    }
+    track(e);
+    if (auto it = m_smoothGraphs.find(id); it != m_smoothGraphs.end()) {
+      const Envelope s = c.smoothIndex.envelope(x, c.smooth, range.lower, range.upper, columns);
+      QCPGraph* smooth = it->second;
+      QCPGraph* smoothLow = m_smoothLowGraphs[id];
+      if (!s.band_x.empty()) {
+        // Reduced: the smoothed series' own min/max band, nearly opaque (reads as the line).
+        smooth->setData(toQVector(s.band_x), toQVector(s.band_hi), true);
+        smoothLow->setData(toQVector(s.band_x), toQVector(s.band_lo), true);
+        QColor fill = c.color;
+        fill.setAlpha(210);
+        smooth->setBrush(fill);
+        smooth->setChannelFillGraph(smoothLow);
+      } else {
+        smooth->setData(toQVector(s.x), toQVector(s.y), true);
+        smooth->setBrush(Qt::NoBrush);
+        smooth->setChannelFillGraph(nullptr);
+        smoothLow->data()->clear();
+      }
+    }
+  }
+  if (!m_userView && std::isfinite(ylo)) {
+    if (m_stacked) ylo = std::min(ylo, 0.0);
+    if (m_logY) {
+      m_plot->yAxis->setRange(ylo / 1.3, yhi * 1.3);
+    } else {
+      const double pad =
+          yhi > ylo ? 0.05 * (yhi - ylo) : std::max(1e-12, std::abs(yhi) * 0.05 + 1e-3);
+      m_plot->yAxis->setRange(ylo - pad, yhi + pad);
+    }
+  }
+  m_inRedecimate = false;
+}
+
+void MetricPlot::replotNow() {
+  m_replotTimer.stop();
+  redecimate();
+  m_plot->replot(QCustomPlot::rpQueuedRefresh);
+}
+
+int MetricPlot::drawnVertices(const QString& id) const {
+  auto it = m_rawGraphs.find(id);
+  int n = it == m_rawGraphs.end() ? 0 : it->second->dataCount();
+  auto low = m_bandLowGraphs.find(id);
+  if (low != m_bandLowGraphs.end()) n += low->second->dataCount();
+  return n;
+}
+
+bool MetricPlot::hasData() const {
+  for (const auto& [id, c] : m_curves)
+    if (!c.raw.empty()) return true;
+  return false;
+}
+
+void MetricPlot::onMouseMove(QMouseEvent* event) {
+  if (m_curves.empty()) return;
+  const double x = m_plot->xAxis->pixelToCoord(event->position().x());
+  QString text;
+  for (const auto& [id, c] : m_curves) {
+    const long i = nearest_index(xs(c), x);
+    if (i < 0) continue;
+    const auto k = static_cast<std::size_t>(i);
+    text += QStringLiteral("%1: %2 (step %3, %4 s)")
+                .arg(c.label)
+                .arg(c.raw[k], 0, 'g', 7)
+                .arg(static_cast<qlonglong>(c.step[k]))
+                .arg(c.wall[k], 0, 'f', 1);
+    if (m_smoothing > 0.0 && !c.points && c.smooth[k] != c.raw[k])
+      text += QStringLiteral(", smoothed %1").arg(c.smooth[k], 0, 'g', 7);
+    text += QLatin1Char('\n');
+  }
+  text.chop(1);
+  QToolTip::showText(event->globalPosition().toPoint(), text, m_plot);
+}
+
+bool MetricPlot::savePng(const QString& path, int width, int height, double scale) {
+  replotNow();
+  return m_plot->savePng(path, width, height, scale);
+}
+
+bool MetricPlot::saveSvg(const QString& path, int width, int height) {
+  replotNow();
+  const int w = width > 0 ? width : m_plot->width();
+  const int h = height > 0 ? height : m_plot->height();
+  QSvgGenerator gen;
+  gen.setFileName(path);
+  gen.setSize(QSize(w, h));
+  gen.setViewBox(QRect(0, 0, w, h));
+  gen.setTitle(m_title);
+  QCPPainter painter;
+  if (!painter.begin(&gen)) return false;
+  m_plot->toPainter(&painter, w, h);
+  painter.end();
+  return QFile::exists(path);
+}
+
+QString MetricPlot::toCsv() const {
+  QString out;
+  QTextStream s(&out);
+  s << "curve,step,wall_s,raw,smoothed\n";
+  const QCPRange range = m_plot->xAxis->range();
+  for (const auto& [id, c] : m_curves) {
+    const auto& x = xs(c);
+    QString label = c.label;
+    label.replace(QLatin1Char('"'), QStringLiteral("\"\""));
+    for (std::size_t i = 0; i < c.raw.size(); ++i) {
+      if (x[i] < range.lower || x[i] > range.upper) continue;
+      s << '"' << label << "\"," << static_cast<qlonglong>(c.step[i]) << ','
+        << QString::number(c.wall[i], 'g', 10) << ',' << QString::number(c.raw[i], 'g', 17) << ','
+        << QString::number(c.smooth[i], 'g', 17) << '\n';
+    }
+  }
+  return out;
+}
+
+}  // namespace tb::ui

@@ -1,0 +1,124 @@
+// MetricPlot: one QCustomPlot chart of metric curves (one per run and metric), drawn honestly at
+// any length: the raw series faint behind its debiased-EMA smoothing, both reduced to a min/max
+// envelope per pixel column of the visible range. x is the step or the wall time; y linear or
+// log; drag to pan, wheel to zoom, double-click to reset; hover shows exact values. Appends are
+// cheap (the smoothing extends incrementally); redraws are coalesced on a short timer.
+#pragma once
+
+#include <QColor>
+#include <QString>
+#include <QTimer>
+#include <QWidget>
+
+#include <map>
+#include <vector>
+
+#include "ui/live_plots/series_math.h"
+
+class QCustomPlot;
+class QCPGraph;
+class QCPTextElement;
+class QMouseEvent;
+
+namespace tb::ui {
+
+/// One curve's data and style.
+struct Curve {
+  QString label;                       ///< legend text, e.g. "run 3 · loss"
+  QColor color;                        ///< one colour per run
+  Qt::PenStyle style = Qt::SolidLine;  ///< e.g. dashed for eval curves
+  bool points = false;                 ///< draw markers (sparse series such as eval)
+  std::vector<double> step;            ///< x when the axis shows steps
+  std::vector<double> wall;            ///< x when the axis shows wall time (seconds)
+  std::vector<double> raw;             ///< values
+  std::vector<double> smooth;          ///< debiased EMA of raw (kept in step with raw)
+  double emaLast = 0.0;                ///< EMA state for incremental smoothing
+  double emaPow = 1.0;                 ///< weight^n
+  EnvelopeIndex rawIndex;              ///< fast envelopes of raw
+  EnvelopeIndex smoothIndex;           ///< fast envelopes of smooth
+};
+
+/// A chart of curves.
+class MetricPlot : public QWidget {
+  Q_OBJECT
+
+ public:
+  /// What the x axis shows.
+  enum class XAxis { Step, WallTime };
+
+  /// A chart titled `title` with y axis label `yLabel`.
+  MetricPlot(const QString& title, const QString& yLabel, QWidget* parent = nullptr);
+  ~MetricPlot() override;
+
+  /// The chart's title.
+  QString title() const { return m_title; }
+  /// Adds (or restyles) curve `id`.
+  void ensureCurve(const QString& id, const QString& label, const QColor& color,
+                   Qt::PenStyle style = Qt::SolidLine, bool points = false);
+  /// Appends points (step ascending after the existing ones) to curve `id` (created by
+  /// ensureCurve()).
+  void append(const QString& id, const std::vector<double>& step, const std::vector<double>& wall,
+              const std::vector<double>& value);
+  /// Removes every curve.
+  void clear();
+  /// The curves by id.
+  const std::map<QString, Curve>& curves() const { return m_curves; }
+  /// Stacked mode: curves are drawn as filled areas on top of each other, in id order.
+  void setStacked(bool stacked);
+
+  /// x axis: step or wall time.
+  void setXAxis(XAxis axis);
+  /// y axis: logarithmic or linear.
+  void setLogY(bool log);
+  /// Smoothing weight in [0, 1) (0 = off, the raw series is drawn normally).
+  void setSmoothing(double weight);
+  /// Resets zoom and pan to show everything (also on double-click).
+  void resetView();
+  /// Redraws now (normally coalesced on a timer).
+  void replotNow();
+  /// Redraws soon (at most every 40 ms).
+  void scheduleReplot();
+
+  /// Vertices drawn for curve `id` in the last redraw (raw layer); for tests and benchmarks.
+  int drawnVertices(const QString& id) const;
+  /// The chart's QCustomPlot (exports, tests).
+  QCustomPlot* plot() const { return m_plot; }
+  /// Saves the chart as PNG (`scale` for high-DPI); false when writing failed.
+  bool savePng(const QString& path, int width = 0, int height = 0, double scale = 1.0);
+  /// Saves the chart as SVG.
+  bool saveSvg(const QString& path, int width = 0, int height = 0);
+  /// The visible points of every curve as CSV: curve,step,wall_s,raw,smoothed.
+  QString toCsv() const;
+  /// Whether any curve has a point.
+  bool hasData() const;
+
+ protected:
+  /// Follows palette changes (system light/dark theme switches).
+  void changeEvent(QEvent* event) override;
+
+ private:
+  void applyPalette();
+  void rebuildGraphs();
+  void redecimate();
+  void onMouseMove(QMouseEvent* event);
+  const std::vector<double>& xs(const Curve& c) const;
+  void recomputeSmoothing();
+
+  QString m_title;
+  QCustomPlot* m_plot = nullptr;
+  QCPTextElement* m_titleElement = nullptr;
+  std::map<QString, Curve> m_curves;
+  std::map<QString, QCPGraph*> m_rawGraphs;
+  std::map<QString, QCPGraph*> m_smoothGraphs;
+  std::map<QString, QCPGraph*> m_bandLowGraphs;    // lower edge of a reduced raw series' band
+  std::map<QString, QCPGraph*> m_smoothLowGraphs;  // the same for the smoothed series
+  XAxis m_xAxis = XAxis::Step;
+  bool m_logY = false;
+  bool m_stacked = false;
+  double m_smoothing = 0.6;
+  bool m_userView = false;  // the user zoomed or panned: do not auto-rescale
+  bool m_inRedecimate = false;
+  QTimer m_replotTimer;
+};
+
+}  // namespace tb::ui

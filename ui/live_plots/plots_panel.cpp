@@ -1,0 +1,279 @@
+#include "ui/live_plots/plots_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QSlider>
+#include <QVBoxLayout>
+
+#include <cmath>
+
+#include "ui/live_plots/metric_plot.h"
+
+namespace tb::ui {
+
+namespace {
+
+const char* const kNsKey = "time.newton_schulz_ms";
+const char* const kOptKey = "time.optimizer_ms";
+
+QString curveId(qint64 runId, const MetricRoute& r, const QString& key) {
+  return QStringLiteral("%1/%2/%3")
+      .arg(runId, 8, 10, QLatin1Char('0'))
+      .arg(r.order, 2, 10, QLatin1Char('0'))
+      .arg(key);
+}
+
+}  // namespace
+
+QColor runColor(int index) {
+  static const QColor colors[] = {
+      QColor(31, 119, 180),  QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),
+      QColor(148, 103, 189), QColor(140, 86, 75),  QColor(227, 119, 194), QColor(127, 127, 127),
+      QColor(188, 189, 34),  QColor(23, 190, 207)};
+  const int n = static_cast<int>(sizeof(colors) / sizeof(colors[0]));
+  return colors[((index % n) + n) % n];
+}
+
+MetricRoute routeMetric(const QString& key) {
+  MetricRoute r;
+  auto evalVariant = [&](const QString& metric, int plot) {
+    if (key == QLatin1String("eval.") + metric) {
+      r = {plot, 1, QStringLiteral("eval ") + metric, Qt::DashLine, true};
+      return true;
+    }
+    for (const char* avg : {"swa", "ema"}) {
+      if (key == QStringLiteral("eval_%1.%2").arg(QLatin1String(avg), metric)) {
+        r = {plot, 2,
+             QStringLiteral("eval %1 (%2)").arg(metric, QString::fromLatin1(avg).toUpper()),
+             Qt::DotLine, true};
+        return true;
+      }
+    }
+    return false;
+  };
+  if (key == QLatin1String("loss")) return {PlotsPanel::Loss, 0, QStringLiteral("train loss")};
+  if (evalVariant(QStringLiteral("loss"), PlotsPanel::Loss)) return r;
+  if (evalVariant(QStringLiteral("accuracy"), PlotsPanel::EvalMetric)) return r;
+  if (evalVariant(QStringLiteral("perplexity"), PlotsPanel::EvalMetric)) return r;
+  if (key.startsWith(QLatin1String("lr."))) {
+    const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
+    const int g = key.section(QLatin1Char('.'), 2).toInt();
+    const bool muon = key.startsWith(QLatin1String("lr.muon"));
+    return {PlotsPanel::LearningRate, muon ? 0 : 1, QStringLiteral("LR ") + key.mid(3),
+            styles[(muon ? 0 : 1 + g) % 4]};
+  }
+  if (key == QLatin1String("time.data_ms"))
+    return {PlotsPanel::StepTime, 0, QStringLiteral("data"), Qt::DotLine};
+  if (key == QLatin1String("time.forward_ms"))
+    return {PlotsPanel::StepTime, 1, QStringLiteral("forward"), Qt::DashLine};
+  if (key == QLatin1String("time.backward_ms"))
+    return {PlotsPanel::StepTime, 2, QStringLiteral("backward"), Qt::DashDotLine};
+  if (key == QLatin1String(kOptKey))
+    return {PlotsPanel::StepTime, 3, QStringLiteral("optimizer"), Qt::SolidLine};
+  if (key == QLatin1String(kNsKey))
+    return {PlotsPanel::StepTime, 4, QStringLiteral("Newton–Schulz"), Qt::DashDotDotLine};
+  if (key == QLatin1String("samples_per_s"))
+    return {PlotsPanel::Throughput, 0, QStringLiteral("samples/s")};
+  if (key == QLatin1String("tokens_per_s"))
+    return {PlotsPanel::Throughput, 1, QStringLiteral("tokens/s"), Qt::DashLine};
+  if (key == QLatin1String("grad_norm"))
+    return {PlotsPanel::GradNorm, 0, QStringLiteral("grad norm")};
+  if (key == QLatin1String("loss_scale"))
+    return {PlotsPanel::LossScale, 0, QStringLiteral("loss scale")};
+  return r;
+}
+
+PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
+  auto* outer = new QVBoxLayout(this);
+  outer->setContentsMargins(4, 4, 4, 4);
+  auto* controls = new QHBoxLayout;
+  controls->addWidget(new QLabel(tr("x axis:"), this));
+  m_xAxis = new QComboBox(this);
+  m_xAxis->addItems({tr("step"), tr("wall time")});
+  m_xAxis->setObjectName(QStringLiteral("xAxisCombo"));
+  controls->addWidget(m_xAxis);
+  m_logY = new QCheckBox(tr("log y"), this);
+  m_logY->setObjectName(QStringLiteral("logYCheck"));
+  controls->addWidget(m_logY);
+  controls->addSpacing(12);
+  controls->addWidget(new QLabel(tr("smoothing:"), this));
+  m_smoothing = new QSlider(Qt::Horizontal, this);
+  m_smoothing->setObjectName(QStringLiteral("smoothingSlider"));
+  m_smoothing->setRange(0, 99);
+  m_smoothing->setValue(60);
+  m_smoothing->setMaximumWidth(180);
+  m_smoothing->setToolTip(tr("Debiased EMA weight, computed on the full raw series"));
+  controls->addWidget(m_smoothing);
+  m_smoothingLabel = new QLabel(QStringLiteral("0.60"), this);
+  controls->addWidget(m_smoothingLabel);
+  auto* reset = new QPushButton(tr("Reset view"), this);
+  reset->setToolTip(tr("Show all data (also: double-click a plot)"));
+  controls->addWidget(reset);
+  controls->addStretch(1);
+  outer->addLayout(controls);
+
+  auto* grid = new QGridLayout;
+  grid->setSpacing(4);
+  const QList<QPair<QString, QString>> specs = {{tr("Loss"), tr("loss")},
+                                                {tr("Eval accuracy / perplexity"), tr("value")},
+                                                {tr("Learning rate"), tr("lr")},
+                                                {tr("Step time"), tr("ms")},
+                                                {tr("Throughput"), tr("per second")},
+                                                {tr("Gradient norm"), tr("norm")},
+                                                {tr("Loss scale"), tr("scale")}};
+  for (int i = 0; i < specs.size(); ++i) {
+    auto* p = new MetricPlot(specs[i].first, specs[i].second, this);
+    p->setObjectName(QStringLiteral("plot%1").arg(i));
+    m_plots.append(p);
+    grid->addWidget(p, i / 2, i % 2);
+  }
+  outer->addLayout(grid, 1);
+
+  connect(m_xAxis, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
+          [this](int i) { setWallTime(i == 1); });
+  connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { setLogY(on); });
+  connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
+    m_smoothingLabel->setText(QString::number(v / 100.0, 'f', 2));
+    for (auto* p : m_plots)
+      p->setSmoothing(v / 100.0);
+  });
+  connect(reset, &QPushButton::clicked, this, [this] {
+    for (auto* p : m_plots)
+      p->resetView();
+  });
+  for (auto* p : m_plots)
+    p->setSmoothing(0.6);
+}
+
+void PlotsPanel::clearRuns() {
+  m_runs.clear();
+  for (auto* p : m_plots)
+    p->clear();
+  updateStackedMode();
+  updateVisibility();
+}
+
+void PlotsPanel::addRun(qint64 runId, const QString& name, const QColor& color) {
+  RunState& s = m_runs[runId];
+  s.name = name;
+  s.color = color;
+  s.index = static_cast<int>(m_runs.size()) - 1;
+  updateStackedMode();
+}
+
+QList<qint64> PlotsPanel::runIds() const {
+  QList<qint64> ids;
+  for (const auto& [id, s] : m_runs)
+    ids.append(id);
+  return ids;
+}
+
+void PlotsPanel::updateStackedMode() {
+  // One run: the step time is a stacked breakdown; several: one line per phase and run.
+  m_plots[StepTime]->setStacked(m_runs.size() <= 1);
+}
+
+void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vector<double>& step,
+                              const std::vector<double>& wall, const std::vector<double>& value) {
+  auto it = m_runs.find(runId);
+  if (it == m_runs.end() || step.empty()) return;
+  const MetricRoute r = routeMetric(key);
+  if (r.plot < 0) return;
+  RunState& s = it->second;
+  MetricPlot* p = m_plots[r.plot];
+  const QString id = curveId(runId, r, key);
+  QString label = r.label;
+  if (m_runs.size() > 1) label = s.name + QStringLiteral(": ") + r.label;
+  QColor color = s.color;
+  if (r.plot == StepTime && m_runs.size() <= 1) color = runColor(r.order);  // phases, one run
+  p->ensureCurve(id, label, color, r.style, r.points);
+  p->append(id, step, wall, value);
+  s.lastStep[key] = step.back();
+  if (!p->isVisible() && !isHidden()) updateVisibility();
+}
+
+void PlotsPanel::appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps) {
+  if (!m_runs.count(runId) || steps.empty()) return;
+  // Columns per key over this batch.
+  std::map<QString, std::vector<double>> xs, ws, vs;
+  for (const auto& m : steps) {
+    double ns = std::nan("");
+    for (const auto& [k, v] : m.values)
+      if (k == kNsKey) ns = v;
+    for (const auto& [k, v] : m.values) {
+      const QString key = QString::fromStdString(k);
+      double value = v;
+      if (k == kOptKey && std::isfinite(ns)) value = v - ns;  // the NS share is its own band
+      xs[key].push_back(static_cast<double>(m.step));
+      ws[key].push_back(m.wall_s);
+      vs[key].push_back(value);
+    }
+  }
+  for (auto& [key, x] : xs)
+    appendPoints(runId, key, x, ws[key], vs[key]);
+}
+
+void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
+  auto it = m_runs.find(runId);
+  if (it == m_runs.end()) return;
+  const auto keys = store.metric_keys(runId);
+  std::map<double, double> ns;
+  bool haveNs = false;
+  for (const auto& k : keys) {
+    if (k != kNsKey) continue;
+    haveNs = true;
+  }
+  for (const auto& k : keys) {
+    const QString key = QString::fromStdString(k);
+    if (routeMetric(key).plot < 0) continue;
+    const auto last = it->second.lastStep.find(key);
+    const std::int64_t from =
+        last == it->second.lastStep.end() ? 0 : static_cast<std::int64_t>(last->second) + 1;
+    api::Series s = store.series(runId, k, from);
+    if (s.step.empty()) continue;
+    if (k == kOptKey && haveNs) {
+      const api::Series n = store.series(runId, kNsKey, from);
+      for (std::size_t i = 0; i < n.step.size(); ++i)
+        ns[n.step[i]] = n.value[i];
+      for (std::size_t i = 0; i < s.step.size(); ++i) {
+        auto f = ns.find(s.step[i]);
+        if (f != ns.end()) s.value[i] -= f->second;
+      }
+    }
+    appendPoints(runId, key, s.step, s.wall_s, s.value);
+  }
+}
+
+void PlotsPanel::replotAll() {
+  updateVisibility();
+  for (auto* p : m_plots)
+    p->replotNow();
+}
+
+void PlotsPanel::updateVisibility() {
+  // Plots that only some runs have (eval metric, loss scale) stay hidden until they have data.
+  for (int i : {EvalMetric, LossScale})
+    m_plots[i]->setVisible(m_plots[i]->hasData());
+}
+
+void PlotsPanel::setSmoothing(double weight) {
+  m_smoothing->setValue(static_cast<int>(std::lround(weight * 100)));
+}
+
+void PlotsPanel::setLogY(bool log) {
+  if (m_logY->isChecked() != log) m_logY->setChecked(log);
+  for (int i : {Loss, GradNorm, LossScale})
+    m_plots[i]->setLogY(log);
+}
+
+void PlotsPanel::setWallTime(bool wall) {
+  if (m_xAxis->currentIndex() != (wall ? 1 : 0)) m_xAxis->setCurrentIndex(wall ? 1 : 0);
+  for (auto* p : m_plots)
+    p->setXAxis(wall ? MetricPlot::XAxis::WallTime : MetricPlot::XAxis::Step);
+}
+
+}  // namespace tb::ui

@@ -1,0 +1,103 @@
+// PlotsPanel: the live plots of one or more runs — loss (train and eval), eval accuracy or
+// perplexity, LR per group, the step-time breakdown (stacked for one run: data, forward, backward,
+// optimizer with its Newton–Schulz share), throughput, gradient norm and loss scale — with one
+// colour per run, and the controls every plot shares (x = step or wall time, log y, smoothing).
+#pragma once
+
+#include <QColor>
+#include <QList>
+#include <QString>
+#include <QWidget>
+
+#include <map>
+#include <vector>
+
+#include "engine/api/workbench_api.h"
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QSlider;
+
+namespace tb::ui {
+
+class MetricPlot;
+
+/// The colour of the i-th run (a qualitative palette that reads on light and dark backgrounds).
+QColor runColor(int index);
+
+/// Where a metric goes: the plot's index in PlotsPanel::plots() (-1 = not plotted), and how.
+struct MetricRoute {
+  int plot = -1;                       ///< index into plots()
+  int order = 0;                       ///< position within the plot (stacked order)
+  QString label;                       ///< curve label without the run name
+  Qt::PenStyle style = Qt::SolidLine;  ///< pen
+  bool points = false;                 ///< sparse series drawn with markers
+};
+/// The route of metric `key` (e.g. "eval.loss" -> the loss plot, dashed, with markers).
+MetricRoute routeMetric(const QString& key);
+
+/// A grid of MetricPlots over a set of runs.
+class PlotsPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  /// The plots, in grid order.
+  enum PlotIndex {
+    Loss,
+    EvalMetric,
+    LearningRate,
+    StepTime,
+    Throughput,
+    GradNorm,
+    LossScale,
+    Count
+  };
+
+  explicit PlotsPanel(QWidget* parent = nullptr);
+
+  /// Forgets every run and clears the plots.
+  void clearRuns();
+  /// Declares run `runId` named `name` with colour `color` (before its points arrive).
+  void addRun(qint64 runId, const QString& name, const QColor& color);
+  /// Whether the run was added.
+  bool hasRun(qint64 runId) const { return m_runs.count(runId) != 0; }
+  /// The runs shown.
+  QList<qint64> runIds() const;
+  /// Appends the metrics of logged steps (from an in-process run).
+  void appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps);
+  /// Loads (or extends, from the last step seen) every series of `runId` from the store.
+  void loadFromStore(const api::StoreReader& store, qint64 runId);
+  /// The plots.
+  const QList<MetricPlot*>& plots() const { return m_plots; }
+  /// Redraws every plot now.
+  void replotAll();
+  /// Sets the controls (also used by reports and tests).
+  void setSmoothing(double weight);
+  /// Log y on the plots where it makes sense (loss, grad norm, loss scale, perplexity).
+  void setLogY(bool log);
+  /// x = wall time instead of step.
+  void setWallTime(bool wall);
+
+ private:
+  struct RunState {
+    QString name;
+    QColor color;
+    int index = 0;
+    std::map<QString, double> lastStep;  // per metric key
+    double optimizerMs = 0, nsMs = 0;    // pending per-step pair for the derived NS split
+  };
+  void appendPoints(qint64 runId, const QString& key, const std::vector<double>& step,
+                    const std::vector<double>& wall, const std::vector<double>& value);
+  void updateStackedMode();
+  void updateVisibility();
+
+  QList<MetricPlot*> m_plots;
+  std::map<qint64, RunState> m_runs;
+  QComboBox* m_xAxis = nullptr;
+  QCheckBox* m_logY = nullptr;
+  QSlider* m_smoothing = nullptr;
+  QLabel* m_smoothingLabel = nullptr;
+};
+
+}  // namespace tb::ui

@@ -1,0 +1,475 @@
+#include "ui/main_window/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDockWidget>
+#include <QFile>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QKeySequence>
+#include <QLabel>
+#include <QListWidget>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTextStream>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include <exception>
+
+#include "ui/bridge/run_worker.h"
+#include "ui/compare/compare_view.h"
+#include "ui/live_plots/plots_panel.h"
+#include "ui/report/report.h"
+#include "ui/run_config/config_editor.h"
+#include "ui/runs/runs_model.h"
+
+namespace tb::ui {
+
+MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
+    : QMainWindow(parent), m_dbPath(dbPath) {
+  setWindowTitle(tr("TrainBench"));
+  setObjectName(QStringLiteral("TrainBenchMainWindow"));
+  m_runsModel = new RunsModel(dbPath, 1000, this);
+  m_dbPath = m_runsModel->dbPath();
+
+  m_tabs = new QTabWidget(this);
+  m_live = new PlotsPanel(m_tabs);
+  m_live->setObjectName(QStringLiteral("livePlots"));
+  m_compare = new CompareView(m_tabs);
+  m_tabs->addTab(m_live, tr("Live"));
+  m_tabs->addTab(m_compare, tr("Compare"));
+  setCentralWidget(m_tabs);
+
+  buildDocks();
+  buildActions();
+
+  m_statusLabel = new QLabel(this);
+  statusBar()->addPermanentWidget(m_statusLabel);
+  statusBar()->showMessage(tr("Store: %1").arg(m_dbPath));
+  if (!m_runsModel->lastError().isEmpty()) log(QStringLiteral("error"), m_runsModel->lastError());
+  connect(m_runsModel, &RunsModel::storeError, this,
+          [this](const QString& m) { log(QStringLiteral("error"), m); });
+
+  m_drainTimer.setSingleShot(true);
+  m_drainTimer.setInterval(50);  // <= 20 Hz
+  connect(&m_drainTimer, &QTimer::timeout, this, &MainWindow::drainWorkers);
+  m_pollTimer.setInterval(500);
+  connect(&m_pollTimer, &QTimer::timeout, this, &MainWindow::pollStore);
+  m_pollTimer.start();
+
+  QSettings settings;
+  if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray()))
+    resize(1500, 950);
+  restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+  updateActions();
+}
+
+MainWindow::~MainWindow() {
+  for (auto& w : m_workers)
+    if (w) w->cancel();
+}
+
+void MainWindow::buildDocks() {
+  auto* configDock = new QDockWidget(tr("Run config"), this);
+  configDock->setObjectName(QStringLiteral("configDock"));
+  auto* configHost = new QWidget(configDock);
+  auto* configLayout = new QVBoxLayout(configHost);
+  configLayout->setContentsMargins(0, 0, 0, 0);
+  m_editor = new ConfigEditor(configHost);
+  configLayout->addWidget(m_editor, 1);
+  auto* buttons = new QHBoxLayout;
+  auto* run = new QPushButton(tr("Run"), configHost);
+  run->setObjectName(QStringLiteral("runButton"));
+  run->setToolTip(tr("Start this config now (Ctrl+R)"));
+  auto* queue = new QPushButton(tr("Add to queue"), configHost);
+  auto* pair = new QPushButton(tr("Queue Muon + AdamW"), configHost);
+  pair->setToolTip(tr("Queue this config twice: with Muon (+AdamW for the rest) and with AdamW"));
+  buttons->addWidget(run);
+  buttons->addWidget(queue);
+  buttons->addWidget(pair);
+  configLayout->addLayout(buttons);
+  configDock->setWidget(configHost);
+  addDockWidget(Qt::LeftDockWidgetArea, configDock);
+  connect(run, &QPushButton::clicked, this, [this] { startRun(); });
+  connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
+  connect(pair, &QPushButton::clicked, this, &MainWindow::enqueueMuonAndAdamw);
+  connect(m_editor, &ConfigEditor::validityChanged, run, &QPushButton::setEnabled);
+  run->setEnabled(m_editor->isValid());
+
+  auto* runsDock = new QDockWidget(tr("Runs"), this);
+  runsDock->setObjectName(QStringLiteral("runsDock"));
+  m_runsView = new RunsView(m_runsModel, runsDock);
+  runsDock->setWidget(m_runsView);
+  addDockWidget(Qt::BottomDockWidgetArea, runsDock);
+  connect(m_runsView, &RunsView::selectionChanged, this, [this](const QList<qint64>& ids) {
+    if (!ids.isEmpty()) showRunsLive(ids);
+  });
+  connect(m_runsView, &RunsView::compareRequested, this, &MainWindow::compareRuns);
+  connect(m_runsView, &RunsView::duplicateRequested, this, [this](qint64 id) {
+    try {
+      const QString text = QString::fromStdString(m_runsModel->store()->config_text(id));
+      m_editor->setToml(text, tr("run %1").arg(id));
+      log(QStringLiteral("info"), tr("config of run %1 loaded into the editor").arg(id));
+    } catch (const std::exception& e) {
+      log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+    }
+  });
+
+  auto* queueDock = new QDockWidget(tr("Queue"), this);
+  queueDock->setObjectName(QStringLiteral("queueDock"));
+  auto* queueHost = new QWidget(queueDock);
+  auto* queueLayout = new QVBoxLayout(queueHost);
+  m_queueList = new QListWidget(queueHost);
+  m_queueList->setObjectName(QStringLiteral("queueList"));
+  queueLayout->addWidget(m_queueList, 1);
+  auto* queueRow = new QHBoxLayout;
+  queueRow->addWidget(new QLabel(tr("at a time:"), queueHost));
+  m_parallel = new QSpinBox(queueHost);
+  m_parallel->setRange(1, 16);
+  m_parallel->setValue(1);
+  queueRow->addWidget(m_parallel);
+  auto* startQueue = new QPushButton(tr("Start queue"), queueHost);
+  auto* clearQueue = new QPushButton(tr("Clear"), queueHost);
+  queueRow->addWidget(startQueue);
+  queueRow->addWidget(clearQueue);
+  queueLayout->addLayout(queueRow);
+  queueDock->setWidget(queueHost);
+  addDockWidget(Qt::RightDockWidgetArea, queueDock);
+  connect(startQueue, &QPushButton::clicked, this, &MainWindow::startQueue);
+  connect(clearQueue, &QPushButton::clicked, this, [this] {
+    m_queue.clear();
+    m_queueList->clear();
+  });
+
+  auto* logDock = new QDockWidget(tr("Events"), this);
+  logDock->setObjectName(QStringLiteral("logDock"));
+  m_log = new QPlainTextEdit(logDock);
+  m_log->setReadOnly(true);
+  m_log->setMaximumBlockCount(5000);
+  logDock->setWidget(m_log);
+  addDockWidget(Qt::RightDockWidgetArea, logDock);
+}
+
+void MainWindow::buildActions() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* newAct = file->addAction(tr("&New config"), this, [this] {
+    m_editor->setToml(QString::fromStdString(api::default_config_toml()), tr("<new>"));
+    m_configPath.clear();
+  });
+  newAct->setShortcut(QKeySequence::New);
+  QAction* openAct = file->addAction(tr("&Open config…"), this, [this] {
+    const QString path = QFileDialog::getOpenFileName(
+        this, tr("Open run config"), m_configPath, tr("TOML run configs (*.toml);;All files (*)"));
+    if (!path.isEmpty()) openConfig(path);
+  });
+  openAct->setShortcut(QKeySequence::Open);
+  QAction* saveAct = file->addAction(tr("&Save config as…"), this, &MainWindow::saveConfigAs);
+  saveAct->setShortcut(QKeySequence::Save);
+  file->addSeparator();
+  QAction* exportAct = file->addAction(tr("&Export report…"), this, &MainWindow::exportReport);
+  exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+
+  QMenu* runMenu = menuBar()->addMenu(tr("&Run"));
+  m_runAction = runMenu->addAction(tr("&Start"), this, [this] { startRun(); });
+  m_runAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  runMenu->addAction(tr("Add to &queue"), this, &MainWindow::enqueueCurrent);
+  runMenu->addAction(tr("Queue &Muon + AdamW"), this, &MainWindow::enqueueMuonAndAdamw);
+  runMenu->addAction(tr("Start q&ueue"), this, &MainWindow::startQueue);
+  runMenu->addSeparator();
+  m_pauseAction = runMenu->addAction(tr("&Pause"), this, [this] {
+    const bool pause = m_pauseAction->isChecked();
+    for (auto& w : m_workers)
+      if (w && w->isRunning()) w->setPaused(pause);
+    log(QStringLiteral("info"), pause ? tr("paused") : tr("resumed"));
+  });
+  m_pauseAction->setCheckable(true);
+  m_cancelAction = runMenu->addAction(tr("&Cancel"), this, [this] {
+    for (auto& w : m_workers)
+      if (w && w->isRunning()) w->cancel();
+  });
+
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  for (QDockWidget* d : findChildren<QDockWidget*>())
+    view->addAction(d->toggleViewAction());
+  view->addSeparator();
+  view->addAction(tr("&Compare selected runs"), this,
+                  [this] { compareRuns(m_runsView->selectedRuns()); });
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About TrainBench"), this, [this] {
+    QMessageBox::about(
+        this, tr("About TrainBench"),
+        tr("<b>TrainBench %1</b><br>A workbench for training neural networks with an "
+           "in-process C++ engine.<br>Store: %2")
+            .arg(QApplication::applicationVersion(), htmlEscape(m_dbPath)));
+  });
+
+  QToolBar* tools = addToolBar(tr("Main"));
+  tools->setObjectName(QStringLiteral("mainToolBar"));
+  tools->addAction(newAct);
+  tools->addAction(openAct);
+  tools->addAction(saveAct);
+  tools->addSeparator();
+  tools->addAction(m_runAction);
+  tools->addAction(m_pauseAction);
+  tools->addAction(m_cancelAction);
+  tools->addSeparator();
+  tools->addAction(exportAct);
+}
+
+bool MainWindow::openConfig(const QString& path, bool quiet) {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly)) {
+    const QString msg = tr("[config] %1: cannot open (%2)").arg(path, f.errorString());
+    log(QStringLiteral("error"), msg);
+    if (!quiet) QMessageBox::warning(this, tr("Open run config"), msg);
+    return false;
+  }
+  const QString text = QString::fromUtf8(f.readAll());
+  if (!m_editor->setToml(text, QFileInfo(path).fileName())) {
+    const QString msg = m_editor->errorText();
+    log(QStringLiteral("error"), msg);
+    if (!quiet) QMessageBox::warning(this, tr("Open run config"), msg);
+    return false;
+  }
+  m_configPath = path;
+  QSettings().setValue(QStringLiteral("config/last"), path);
+  log(QStringLiteral("info"), tr("opened %1").arg(path));
+  return true;
+}
+
+void MainWindow::saveConfigAs() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save run config"), m_configPath,
+                                                    tr("TOML run configs (*.toml)"));
+  if (path.isEmpty()) return;
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) {
+    QMessageBox::warning(this, tr("Save run config"), tr("%1: %2").arg(path, f.errorString()));
+    return;
+  }
+  f.write(m_editor->toToml().toUtf8());
+  m_configPath = path;
+  log(QStringLiteral("info"), tr("saved %1").arg(path));
+}
+
+bool MainWindow::startRun() {
+  if (!m_editor->validateNow()) {
+    log(QStringLiteral("error"), m_editor->errorText());
+    return false;
+  }
+  QueueEntry e;
+  e.configText = m_editor->toToml();
+  e.label = m_editor->fieldText(QStringLiteral("run.name"));
+  startEntry(e);
+  return true;
+}
+
+void MainWindow::startEntry(const QueueEntry& entry) {
+  auto* worker = new RunWorker(entry.configText, entry.label, m_dbPath, this);
+  m_workers.append(worker);
+  const QString label = entry.label;
+  connect(worker, &RunWorker::started, this, [this, label](qint64 id, const QString&) {
+    log(QStringLiteral("info"), tr("run %1 started").arg(id));
+    m_runsModel->refresh();
+    m_tabs->setCurrentWidget(m_live);
+    m_live->clearRuns();
+    m_live->addRun(id, QStringLiteral("%1 %2").arg(id).arg(label), runColor(0));
+    m_runsView->selectRun(id);
+    updateActions();
+  });
+  connect(worker, &RunWorker::metricsAvailable, this, [this] {
+    if (!m_drainTimer.isActive()) m_drainTimer.start();
+  });
+  connect(worker, &RunWorker::finished, this,
+          [this, worker](qint64 id, const QString& status, const QString& message) {
+            drainWorkers();
+            log(status == QLatin1String("finished") ? QStringLiteral("info")
+                                                    : QStringLiteral("warning"),
+                tr("run %1 %2: %3").arg(id).arg(status, message));
+            m_runsModel->refresh();
+            m_workers.removeAll(worker);
+            worker->deleteLater();
+            updateActions();
+            startQueue();
+          });
+  connect(worker, &RunWorker::failedToStart, this, [this, worker](const QString& message) {
+    log(QStringLiteral("error"), message);
+    m_workers.removeAll(worker);
+    worker->deleteLater();
+    updateActions();
+  });
+  worker->start();
+  updateActions();
+}
+
+void MainWindow::drainWorkers() {
+  for (auto& w : m_workers) {
+    if (!w) continue;
+    const auto batch = w->takeMetrics();
+    if (batch.empty()) continue;
+    const qint64 id = batch.front().run_id;
+    if (m_live->hasRun(id)) m_live->appendSteps(id, batch);
+    const auto& last = batch.back();
+    m_statusLabel->setText(tr("run %1: step %2/%3").arg(id).arg(last.step).arg(last.total));
+  }
+}
+
+void MainWindow::pollStore() {
+  // Runs shown live that another process writes (or ours, deduplicated by step).
+  api::StoreReader* store = m_runsModel->store();
+  if (!store) return;
+  for (qint64 id : m_live->runIds()) {
+    const int row = m_runsModel->rowOf(id);
+    if (row < 0 || m_runsModel->run(row).status != "running") continue;
+    try {
+      m_live->loadFromStore(*store, id);
+    } catch (const std::exception& e) {
+      log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+    }
+  }
+  if (m_tabs->currentWidget() == m_compare) m_compare->refresh();
+}
+
+void MainWindow::showRunsLive(const QList<qint64>& ids) {
+  api::StoreReader* store = m_runsModel->store();
+  if (!store) return;
+  m_live->clearRuns();
+  int index = 0;
+  for (qint64 id : ids) {
+    const int row = m_runsModel->rowOf(id);
+    const QString name = row >= 0 ? QString::fromStdString(m_runsModel->run(row).name) : QString();
+    m_live->addRun(id, QStringLiteral("%1 %2").arg(id).arg(name), runColor(index++));
+  }
+  try {
+    for (qint64 id : ids)
+      m_live->loadFromStore(*store, id);
+  } catch (const std::exception& e) {
+    log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+  }
+  m_live->replotAll();
+}
+
+void MainWindow::compareRuns(const QList<qint64>& ids) {
+  if (ids.size() < 2) {
+    log(QStringLiteral("warning"), tr("select two or more runs to compare"));
+    return;
+  }
+  m_compare->setRuns(m_runsModel->store(), ids);
+  m_tabs->setCurrentWidget(m_compare);
+}
+
+void MainWindow::enqueueCurrent() {
+  if (!m_editor->validateNow()) {
+    log(QStringLiteral("error"), m_editor->errorText());
+    return;
+  }
+  QueueEntry e{m_editor->toToml(), m_editor->fieldText(QStringLiteral("run.name"))};
+  m_queue.push_back(e);
+  m_queueList->addItem(e.label);
+}
+
+void MainWindow::enqueueMuonAndAdamw() {
+  if (!m_editor->validateNow()) {
+    log(QStringLiteral("error"), m_editor->errorText());
+    return;
+  }
+  const QString name = m_editor->fieldText(QStringLiteral("run.name"));
+  for (const QString& kind : {QStringLiteral("muon"), QStringLiteral("adamw")}) {
+    const QString text = m_editor->tomlWithKind(QStringLiteral("optimizer"), kind);
+    const api::ConfigCheck c = api::check_config_text(
+        text.toStdString(), "queue",
+        {"run.name=\"" + (name + QLatin1Char('-') + kind).toStdString() + "\""});
+    if (!c.ok) {
+      log(QStringLiteral("error"), QString::fromStdString(c.error));
+      return;
+    }
+    QueueEntry e{QString::fromStdString(c.effective_toml), name + QLatin1Char('-') + kind};
+    m_queue.push_back(e);
+    m_queueList->addItem(e.label);
+  }
+}
+
+void MainWindow::startQueue() {
+  while (!m_queue.empty() && activeRuns() < m_parallel->value()) {
+    const QueueEntry e = m_queue.front();
+    m_queue.erase(m_queue.begin());
+    delete m_queueList->takeItem(0);
+    startEntry(e);
+  }
+}
+
+int MainWindow::activeRuns() const {
+  int n = 0;
+  for (const auto& w : m_workers)
+    if (w && w->isRunning()) ++n;
+  return n;
+}
+
+void MainWindow::updateActions() {
+  const bool running = activeRuns() > 0;
+  m_cancelAction->setEnabled(running);
+  m_pauseAction->setEnabled(running);
+  if (!running) m_pauseAction->setChecked(false);
+}
+
+void MainWindow::log(const QString& level, const QString& text) {
+  const QString line =
+      QStringLiteral("%1 %2: %3")
+          .arg(QDateTime::currentDateTime().toString(QStringLiteral("HH:mm:ss")), level, text);
+  m_log->appendPlainText(line);
+  if (level == QLatin1String("error")) statusBar()->showMessage(text, 8000);
+}
+
+void MainWindow::exportReport() {
+  QList<qint64> ids = m_runsView->selectedRuns();
+  if (ids.isEmpty()) ids = m_live->runIds();
+  if (ids.isEmpty()) {
+    QMessageBox::information(this, tr("Export report"), tr("Select one or more runs first."));
+    return;
+  }
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
+                                                    QStringLiteral("trainbench-report.html"),
+                                                    tr("HTML report (*.html);;PDF report (*.pdf)"));
+  if (path.isEmpty()) return;
+  try {
+    const Report r = buildReport(*m_runsModel->store(), ids);
+    const QString err = writeReport(r, path);
+    if (!err.isEmpty()) throw std::runtime_error(err.toStdString());
+    log(QStringLiteral("info"), tr("report written to %1").arg(path));
+  } catch (const std::exception& e) {
+    QMessageBox::warning(this, tr("Export report"), QString::fromUtf8(e.what()));
+  }
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (activeRuns() > 0) {
+    const auto answer = QMessageBox::question(
+        this, tr("Quit"),
+        tr("%n run(s) are still training. Cancel them and quit?", nullptr, activeRuns()));
+    if (answer != QMessageBox::Yes) {
+      event->ignore();
+      return;
+    }
+  }
+  QSettings settings;
+  settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  settings.setValue(QStringLiteral("window/state"), saveState());
+  for (auto& w : m_workers)
+    if (w) w->cancel();
+  event->accept();
+}
+
+}  // namespace tb::ui

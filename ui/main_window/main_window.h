@@ -1,0 +1,107 @@
+// MainWindow: the workbench. Docks: the run config (form, TOML, parameter split, LR preview), the
+// runs table of the store, the queue, and the event log; central tabs: live plots and compare.
+// Runs start in-process on worker threads (RunWorker); runs written by other processes appear
+// through the store. Menus and shortcuts: Ctrl+N new config, Ctrl+O open, Ctrl+S save, Ctrl+E
+// export report, Ctrl+R run. Window geometry and dock layout are remembered.
+#pragma once
+
+#include <QList>
+#include <QMainWindow>
+#include <QPointer>
+#include <QString>
+#include <QTimer>
+
+#include <memory>
+#include <vector>
+
+class QAction;
+class QLabel;
+class QListWidget;
+class QPlainTextEdit;
+class QSpinBox;
+class QTabWidget;
+
+namespace tb::ui {
+
+class CompareView;
+class ConfigEditor;
+class PlotsPanel;
+class RunWorker;
+class RunsModel;
+class RunsView;
+
+/// A queued run.
+struct QueueEntry {
+  QString configText;  ///< TOML
+  QString label;       ///< shown in the queue
+};
+
+/// The main window.
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  /// A window over the store `dbPath` ("" = the default store).
+  explicit MainWindow(const QString& dbPath = QString(), QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  /// Loads a config file into the editor; false (with a message box unless `quiet`) on error.
+  bool openConfig(const QString& path, bool quiet = false);
+  /// Starts the editor's config now (in-process). Returns false when it does not validate.
+  bool startRun();
+  /// Queues the editor's config.
+  void enqueueCurrent();
+  /// Queues the editor's config twice: with optimizer Muon and with AdamW (same everything else).
+  void enqueueMuonAndAdamw();
+  /// Starts queued runs, up to "N at a time".
+  void startQueue();
+
+  /// Widgets (tests, screenshots).
+  ConfigEditor* configEditor() const { return m_editor; }
+  PlotsPanel* livePlots() const { return m_live; }
+  CompareView* compareView() const { return m_compare; }
+  RunsModel* runsModel() const { return m_runsModel; }
+  RunsView* runsView() const { return m_runsView; }
+  QTabWidget* centralTabs() const { return m_tabs; }
+  /// In-process runs still going.
+  int activeRuns() const;
+  /// Shows `ids` side by side in the Compare tab.
+  void compareRuns(const QList<qint64>& ids);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void buildActions();
+  void buildDocks();
+  void showRunsLive(const QList<qint64>& ids);
+  void startEntry(const QueueEntry& entry);
+  void drainWorkers();
+  void pollStore();
+  void log(const QString& level, const QString& text);
+  void saveConfigAs();
+  void exportReport();
+  void updateActions();
+
+  QString m_dbPath;
+  ConfigEditor* m_editor = nullptr;
+  PlotsPanel* m_live = nullptr;
+  CompareView* m_compare = nullptr;
+  RunsModel* m_runsModel = nullptr;
+  RunsView* m_runsView = nullptr;
+  QTabWidget* m_tabs = nullptr;
+  QListWidget* m_queueList = nullptr;
+  QSpinBox* m_parallel = nullptr;
+  QPlainTextEdit* m_log = nullptr;
+  QLabel* m_statusLabel = nullptr;
+  QAction* m_runAction = nullptr;
+  QAction* m_cancelAction = nullptr;
+  QAction* m_pauseAction = nullptr;
+  std::vector<QueueEntry> m_queue;
+  QList<QPointer<RunWorker>> m_workers;
+  QTimer m_drainTimer;
+  QTimer m_pollTimer;
+  QString m_configPath;
+};
+
+}  // namespace tb::ui

@@ -1,0 +1,291 @@
+#include "ui/report/report.h"
+
+#include <QBuffer>
+#include <QDateTime>
+#include <QFile>
+#include <QMarginsF>
+#include <QPageLayout>
+#include <QPageSize>
+#include <QPainter>
+#include <QPrinter>
+#include <QTextDocument>
+#include <QUrl>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <qcustomplot.h>
+
+#include "engine/core/error.h"
+#include "ui/live_plots/metric_plot.h"
+#include "ui/live_plots/plots_panel.h"
+
+namespace tb::ui {
+
+QString htmlEscape(const QString& text) {
+  QString out;
+  out.reserve(text.size());
+  for (QChar c : text) {
+    switch (c.unicode()) {
+      case '&':
+        out += QStringLiteral("&amp;");
+        break;
+      case '<':
+        out += QStringLiteral("&lt;");
+        break;
+      case '>':
+        out += QStringLiteral("&gt;");
+        break;
+      case '"':
+        out += QStringLiteral("&quot;");
+        break;
+      case '\'':
+        out += QStringLiteral("&#39;");
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+const QList<QPair<QString, QString>> kPhases = {
+    {QStringLiteral("data"), QStringLiteral("time.data_ms")},
+    {QStringLiteral("forward"), QStringLiteral("time.forward_ms")},
+    {QStringLiteral("backward"), QStringLiteral("time.backward_ms")},
+    {QStringLiteral("optimizer"), QStringLiteral("time.optimizer_ms")},
+    {QStringLiteral("Newton–Schulz"), QStringLiteral("time.newton_schulz_ms")},
+    {QStringLiteral("step"), QStringLiteral("time.step_ms")}};
+
+QString num(const std::optional<double>& v, int precision = 5) {
+  return v ? QString::number(*v, 'g', precision) : QStringLiteral("–");
+}
+
+}  // namespace
+
+std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QList<qint64>& ids,
+                                         const Target& target) {
+  std::vector<api::RunInfo> all = store.runs();
+  std::vector<RunSummaryRow> rows;
+  for (qint64 id : ids) {
+    auto it =
+        std::find_if(all.begin(), all.end(), [&](const api::RunInfo& r) { return r.id == id; });
+    TB_CHECK(it != all.end(), "[report] run ", id, " is not in ", store.path());
+    RunSummaryRow row;
+    row.id = id;
+    row.name = QString::fromStdString(it->name);
+    row.status = QString::fromStdString(it->status);
+    row.steps = it->last_step ? *it->last_step : 0;
+    if (it->started_at) {
+      const double end =
+          it->ended_at ? *it->ended_at : QDateTime::currentMSecsSinceEpoch() / 1000.0;
+      row.duration = end - *it->started_at;
+    }
+    row.finalLoss = it->final_loss;
+    row.bestEvalLoss = it->best_eval_loss;
+    row.bestAccuracy = it->best_accuracy;
+    row.bestPerplexity = it->best_perplexity;
+    const api::Series t = store.series(id, target.metric.toStdString());
+    const bool higherIsBetter = target.metric.contains(QLatin1String("accuracy"));
+    for (std::size_t i = 0; i < t.value.size(); ++i) {
+      const double v = t.value[i];
+      if (higherIsBetter ? v >= target.value : v <= target.value) {
+        row.stepsToTarget = static_cast<qint64>(t.step[i]);
+        row.timeToTarget = t.wall_s[i];
+        break;
+      }
+    }
+    for (const auto& [phase, key] : kPhases) {
+      const api::Series s = store.series(id, key.toStdString());
+      if (s.value.empty()) continue;
+      const double mean = std::accumulate(s.value.begin(), s.value.end(), 0.0) /
+                          static_cast<double>(s.value.size());
+      row.meanPhaseMs.append({phase, mean});
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
+                   const ReportOptions& options) {
+  TB_CHECK(!ids.isEmpty(), "[report] no runs given");
+  const auto summaries = summarizeRuns(store, ids, options.target);
+  QStringList idText;
+  for (qint64 id : ids)
+    idText << QString::number(id);
+  const QString title = !options.title.isEmpty() ? options.title
+                        : ids.size() == 1
+                            ? QStringLiteral("TrainBench report: run %1").arg(ids.first())
+                            : QStringLiteral("TrainBench comparison of runs %1")
+                                  .arg(idText.join(QStringLiteral(", ")));
+  Report report;
+  QString body;
+  body += QStringLiteral("<h1>%1</h1>\n").arg(htmlEscape(title));
+  body += QStringLiteral("<p class=\"meta\">Generated %1 from %2</p>\n")
+              .arg(QDateTime::currentDateTimeUtc().toString(Qt::ISODate),
+                   htmlEscape(QString::fromStdString(store.path())));
+
+  // Summary.
+  body += QStringLiteral(
+              "<h2>Summary</h2>\n<table class=\"summary\">\n<tr><th>run</th><th>name</th>"
+              "<th>status</th><th>steps</th><th>duration (s)</th><th>final loss</th>"
+              "<th>best eval loss</th><th>best accuracy</th><th>best perplexity</th>"
+              "<th>steps to %1 %2</th><th>time to target (s)</th></tr>\n")
+              .arg(htmlEscape(options.target.metric))
+              .arg(options.target.value);
+  for (const auto& r : summaries) {
+    body +=
+        QStringLiteral(
+            "<tr class=\"run\" data-run=\"%1\"><td>%1</td><td>%2</td><td>%3</td><td>%4</td>"
+            "<td>%5</td><td>%6</td><td>%7</td><td>%8</td><td>%9</td><td>%10</td><td>%11</td></"
+            "tr>\n")
+            .arg(r.id)
+            .arg(htmlEscape(r.name), htmlEscape(r.status))
+            .arg(r.steps)
+            .arg(r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–"))
+            .arg(num(r.finalLoss), num(r.bestEvalLoss), num(r.bestAccuracy), num(r.bestPerplexity))
+            .arg(r.stepsToTarget ? QString::number(*r.stepsToTarget)
+                                 : QStringLiteral("not reached"))
+            .arg(r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–"));
+  }
+  body += QStringLiteral("</table>\n");
+  // Mean step time per phase.
+  body += QStringLiteral(
+      "<h2>Mean step time per phase (ms)</h2>\n<table class=\"phases\">\n<tr><th>run</th>");
+  for (const auto& [phase, key] : kPhases)
+    body += QStringLiteral("<th>%1</th>").arg(htmlEscape(phase));
+  body += QStringLiteral("</tr>\n");
+  for (const auto& r : summaries) {
+    body += QStringLiteral("<tr><td>%1 %2</td>").arg(r.id).arg(htmlEscape(r.name));
+    for (const auto& [phase, key] : kPhases) {
+      QString cell = QStringLiteral("–");
+      for (const auto& [p, v] : r.meanPhaseMs)
+        if (p == phase) cell = QString::number(v, 'f', 3);
+      body += QStringLiteral("<td>%1</td>").arg(cell);
+    }
+    body += QStringLiteral("</tr>\n");
+  }
+  body += QStringLiteral("</table>\n");
+
+  // Config diff.
+  std::vector<std::string> configs;
+  for (qint64 id : ids)
+    configs.push_back(store.config_text(id));
+  if (ids.size() >= 2) {
+    const auto diff = api::config_diff(configs);
+    body += QStringLiteral("<h2>Config differences</h2>\n");
+    if (diff.empty()) {
+      body += QStringLiteral("<p>The configs are equal.</p>\n");
+    } else {
+      body += QStringLiteral("<table class=\"diff\">\n<tr><th>key</th>");
+      for (const auto& r : summaries)
+        body += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
+      body += QStringLiteral("</tr>\n");
+      for (const auto& row : diff) {
+        body += QStringLiteral("<tr class=\"diffrow\"><td>%1</td>")
+                    .arg(htmlEscape(QString::fromStdString(row.key)));
+        for (const auto& v : row.values)
+          body += QStringLiteral("<td>%1</td>").arg(htmlEscape(QString::fromStdString(v)));
+        body += QStringLiteral("</tr>\n");
+      }
+      body += QStringLiteral("</table>\n");
+    }
+  }
+
+  // Plots, rendered offscreen.
+  QString plotsHtml, plotsHtmlRes;
+  {
+    PlotsPanel panel;
+    panel.resize(options.plotWidth, options.plotHeight * 4);
+    panel.setSmoothing(options.smoothing);
+    int index = 0;
+    for (const auto& r : summaries)
+      panel.addRun(r.id, QStringLiteral("%1 %2").arg(r.id).arg(r.name), runColor(index++));
+    for (const auto& r : summaries)
+      panel.loadFromStore(store, r.id);
+    for (MetricPlot* p : panel.plots()) {
+      if (!p->hasData()) continue;
+      p->resize(options.plotWidth, options.plotHeight);
+      p->plot()->resize(options.plotWidth, options.plotHeight);
+      p->replotNow();
+      const QPixmap pix = p->plot()->toPixmap(options.plotWidth, options.plotHeight, 1.0);
+      const QImage img = pix.toImage();
+      QByteArray png;
+      QBuffer buf(&png);
+      buf.open(QIODevice::WriteOnly);
+      img.save(&buf, "PNG");
+      const int n = static_cast<int>(report.images.size());
+      report.images.append(img);
+      report.imageTitles.append(p->title());
+      const QString alt = htmlEscape(p->title());
+      plotsHtml += QStringLiteral(
+                       "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
+                       "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
+                       .arg(alt)
+                       .arg(options.plotWidth)
+                       .arg(options.plotHeight)
+                       .arg(QString::fromLatin1(png.toBase64()));
+      plotsHtmlRes +=
+          QStringLiteral(
+              "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
+              .arg(alt)
+              .arg(options.plotWidth * 2 / 3)
+              .arg(options.plotHeight * 2 / 3)
+              .arg(n);
+    }
+  }
+  QString configsHtml = QStringLiteral("<h2>Configs</h2>\n");
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    configsHtml += QStringLiteral("<h3>run %1 %2</h3>\n<pre>%3</pre>\n")
+                       .arg(summaries[i].id)
+                       .arg(htmlEscape(summaries[i].name))
+                       .arg(htmlEscape(QString::fromStdString(configs[i])));
+  }
+  const QString head =
+      QStringLiteral(
+          "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n"
+          "<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+          "<meta charset=\"utf-8\" />\n<title>%1</title>\n<style>\n"
+          "body{font-family:sans-serif;margin:2em;max-width:1000px}"
+          "table{border-collapse:collapse;margin:0.5em 0}"
+          "th,td{border:1px solid #bbb;padding:3px 8px;text-align:left;font-size:90%}"
+          "th{background:#eee}pre{background:#f6f6f6;padding:0.6em;font-size:85%}"
+          ".meta{color:#666}figure{margin:1em 0}figcaption{color:#444}\n"
+          "</style>\n</head>\n<body>\n")
+          .arg(htmlEscape(title));
+  const QString tail = QStringLiteral("</body>\n</html>\n");
+  report.html = head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtml + configsHtml + tail;
+  report.htmlWithResources =
+      head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtmlRes + configsHtml + tail;
+  return report;
+}
+
+QString writeReport(const Report& report, const QString& path) {
+  if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
+    QTextDocument doc;
+    for (int i = 0; i < report.images.size(); ++i)
+      doc.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("plot%1.png").arg(i)),
+                      report.images[i]);
+    doc.setHtml(report.htmlWithResources);
+    QPrinter printer(QPrinter::HighResolution);
+    printer.setOutputFormat(QPrinter::PdfFormat);
+    printer.setOutputFileName(path);
+    printer.setPageSize(QPageSize(QPageSize::A4));
+    printer.setPageMargins(QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+    doc.print(&printer);
+    if (!QFile::exists(path)) return QStringLiteral("[report] could not write %1").arg(path);
+    return {};
+  }
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate))
+    return QStringLiteral("[report] %1: %2").arg(path, f.errorString());
+  f.write(report.html.toUtf8());
+  if (!f.flush()) return QStringLiteral("[report] %1: %2").arg(path, f.errorString());
+  return {};
+}
+
+}  // namespace tb::ui

@@ -1,0 +1,74 @@
+// Reports of one run or a comparison: per-run summaries (final/best metrics, steps and time to a
+// target, mean step time per phase), the config diff, and the plots — as one self-contained HTML
+// file (plots embedded as PNG data) or a PDF. Used by the GUI's Export and by
+// `trainbench --export-report` (offscreen).
+#pragma once
+
+#include <QImage>
+#include <QList>
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+#include <vector>
+
+#include "engine/api/workbench_api.h"
+
+namespace tb::ui {
+
+/// HTML-escapes user text (&, <, >, ", ').
+QString htmlEscape(const QString& text);
+
+/// A target for "steps and time to target": the first step where `metric` reaches `value`
+/// (<= for losses and perplexity, >= for accuracy).
+struct Target {
+  QString metric = QStringLiteral("eval.accuracy");  ///< metric key
+  double value = 0.85;                               ///< threshold
+};
+
+/// One run's summary line.
+struct RunSummaryRow {
+  qint64 id = 0;                              ///< run id
+  QString name;                               ///< name
+  QString status;                             ///< status
+  qint64 steps = 0;                           ///< newest step
+  std::optional<double> duration;             ///< seconds from start to end (or now)
+  std::optional<double> finalLoss;            ///< last train loss
+  std::optional<double> bestEvalLoss;         ///< min eval.loss
+  std::optional<double> bestAccuracy;         ///< max eval.accuracy
+  std::optional<double> bestPerplexity;       ///< min eval.perplexity
+  std::optional<qint64> stepsToTarget;        ///< first step reaching the target
+  std::optional<double> timeToTarget;         ///< wall seconds to it
+  QList<QPair<QString, double>> meanPhaseMs;  ///< phase -> mean ms (data, forward, ...)
+};
+
+/// Summaries of `ids` from the store.
+std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QList<qint64>& ids,
+                                         const Target& target);
+
+/// What a report holds.
+struct ReportOptions {
+  QString title;           ///< "" = "TrainBench report: run 3" / "... comparison of runs 3, 4"
+  Target target;           ///< for the summary
+  double smoothing = 0.6;  ///< plot smoothing
+  int plotWidth = 900;     ///< plot image size (pixels)
+  int plotHeight = 360;    ///< plot image size (pixels)
+};
+
+/// A rendered report.
+struct Report {
+  QString html;               ///< with images as data: URLs (self-contained)
+  QString htmlWithResources;  ///< with images as "plotN.png" (for QTextDocument / PDF)
+  QList<QImage> images;       ///< plotN.png
+  QStringList imageTitles;    ///< plot titles
+};
+
+/// Builds the report of `ids` (1 or more runs; unknown ids throw tb::Error naming them).
+/// Needs a QApplication (plots render offscreen).
+Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
+                   const ReportOptions& options = {});
+
+/// Writes `report` to `path`: ".pdf" as PDF, anything else as HTML. Returns "" or the error.
+QString writeReport(const Report& report, const QString& path);
+
+}  // namespace tb::ui
