@@ -4,6 +4,7 @@
 
 #include <QFile>
 #include <QProcess>
+#include <QSet>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QXmlStreamReader>
@@ -133,6 +134,14 @@ class TestRunsReport : public QObject {
     QCOMPARE(runRows, 2);
     QCOMPARE(runIds, (std::set<QString>{QString::number(a), QString::number(b)}));
     QVERIFY(images >= 4);
+    // The embedded plots are drawn (rendered offscreen from hidden widgets), not blank frames.
+    for (const QImage& img : report.images) {
+      QSet<QRgb> colours;
+      for (int y = 0; y < img.height(); y += 3)
+        for (int x = 0; x < img.width(); x += 3)
+          colours.insert(img.pixel(x, y));
+      QVERIFY2(colours.size() > 8, "a report plot is blank");
+    }
     QVERIFY(!report.html.contains(QStringLiteral("<script>")));
     QVERIFY(report.html.contains(
         QStringLiteral("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co")));

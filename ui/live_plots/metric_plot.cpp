@@ -97,7 +97,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     menu.exec(m_plot->mapToGlobal(pos));
   });
   m_replotTimer.setSingleShot(true);
-  m_replotTimer.setInterval(40);
+  m_replotTimer.setInterval(100);  // live data: at most 10 redraws a second per plot
   connect(&m_replotTimer, &QTimer::timeout, this, &MetricPlot::replotNow);
 }
 
@@ -399,7 +399,19 @@ void MetricPlot::redecimate() {
 void MetricPlot::replotNow() {
   m_replotTimer.stop();
   redecimate();
-  m_plot->replot(QCustomPlot::rpQueuedRefresh);
+  // A hidden plot (another tab, a collapsed dock) is painted when it is shown again.
+  if (isVisible())
+    m_plot->replot(QCustomPlot::rpQueuedRefresh);
+  else
+    m_stale = true;
+}
+
+void MetricPlot::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (m_stale) {
+    m_stale = false;
+    replotNow();
+  }
 }
 
 int MetricPlot::drawnVertices(const QString& id) const {

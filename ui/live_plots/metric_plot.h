@@ -2,7 +2,7 @@
 // any length: the raw series faint behind its debiased-EMA smoothing, both reduced to a min/max
 // envelope per pixel column of the visible range. x is the step or the wall time; y linear or
 // log; drag to pan, wheel to zoom, double-click to reset; hover shows exact values. Appends are
-// cheap (the smoothing extends incrementally); redraws are coalesced on a short timer.
+// cheap (the smoothing extends incrementally); redraws are coalesced on a 100 ms timer.
 #pragma once
 
 #include <QColor>
@@ -76,7 +76,7 @@ class MetricPlot : public QWidget {
   void resetView();
   /// Redraws now (normally coalesced on a timer).
   void replotNow();
-  /// Redraws soon (at most every 40 ms).
+  /// Redraws soon (at most every 100 ms).
   void scheduleReplot();
 
   /// Vertices drawn for curve `id` in the last redraw (raw layer); for tests and benchmarks.
@@ -95,6 +95,8 @@ class MetricPlot : public QWidget {
  protected:
   /// Follows palette changes (system light/dark theme switches).
   void changeEvent(QEvent* event) override;
+  /// Paints what changed while hidden.
+  void showEvent(QShowEvent* event) override;
 
  private:
   void applyPalette();
@@ -118,6 +120,7 @@ class MetricPlot : public QWidget {
   double m_smoothing = 0.6;
   bool m_userView = false;  // the user zoomed or panned: do not auto-rescale
   bool m_inRedecimate = false;
+  bool m_stale = false;  // data changed while hidden
   QTimer m_replotTimer;
 };
 
