@@ -163,6 +163,16 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
        << " @" << m.last_step << std::setw(14) << m.min_value << std::setw(14) << m.max_value
        << "\n";
   }
+  // Events: binding, memory placement, warnings, how it ended (the newest 30).
+  const auto events = st.events(run_id);
+  if (!events.empty()) {
+    os << "\nevents:\n";
+    const std::size_t first = events.size() > 30 ? events.size() - 30 : 0;
+    if (first > 0) os << "  (" << first << " older events not shown)\n";
+    for (std::size_t i = first; i < events.size(); ++i)
+      os << "  " << iso_time(events[i].time) << " " << store::to_string(events[i].level) << ": "
+         << events[i].text << "\n";
+  }
   os << "\nconfig:\n" << d.config;
   return os.str();
 }

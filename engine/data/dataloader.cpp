@@ -1,5 +1,8 @@
 #include "engine/data/dataloader.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -304,6 +307,23 @@ void DataLoader::load_state(const DataLoaderState& state) {
   next_batch_ = state.next_batch;
   next_issue_ = next_batch_;
   epoch_started_ = false;
+}
+
+void DataLoader::pin_workers(const std::vector<int>& cpus) {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (cpus.empty()) {
+    TB_CHECK(sched_getaffinity(0, sizeof(mask), &mask) == 0,
+             "[dataloader] reading the process's CPU mask failed");
+  }
+  for (int c : cpus) {
+    TB_CHECK(c >= 0 && c < CPU_SETSIZE, "[dataloader] CPU index ", c, " is out of range");
+    CPU_SET(c, &mask);
+  }
+  for (std::thread& t : workers_) {
+    const int rc = pthread_setaffinity_np(t.native_handle(), sizeof(mask), &mask);
+    TB_CHECK(rc == 0, "[dataloader] pinning a worker thread failed (error ", rc, ")");
+  }
 }
 
 }  // namespace tb::data

@@ -144,6 +144,9 @@ class DataLoader {
 
   /// The current position (see DataLoaderState).
   DataLoaderState state() const;
+  /// Pins the worker threads to the logical CPUs `cpus` (a bound run does this; empty = every
+  /// CPU the process may use). Throws tb::ValueError "[dataloader] ..." when the kernel refuses.
+  void pin_workers(const std::vector<int>& cpus);
   /// Moves to a position saved by state(), dropping pending batches; the next batches are
   /// those an uninterrupted run would have delivered after it. The saved seed replaces
   /// options().seed. Throws tb::ValueError (and changes nothing) when the dataset size,

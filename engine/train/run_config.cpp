@@ -821,6 +821,15 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     Section s = section("binding");
     s.read("mode", c.binding.mode);
     s.check_enum("mode", c.binding.mode, kBindingModes);
+    s.read("slots", c.binding.slots);
+    s.check_min("slots", c.binding.slots, 1);
+    s.read("slot", c.binding.slot);
+    s.check_min("slot", c.binding.slot, 0);
+    if (c.binding.slot >= c.binding.slots)
+      s.ctx().fail("binding.slot", "expected a slot below binding.slots (" +
+                                       std::to_string(c.binding.slots) + "), found " +
+                                       std::to_string(c.binding.slot));
+    s.read("fallback", c.binding.fallback);
     s.finish();
   }
   top.read("threads", c.threads);
@@ -966,6 +975,9 @@ std::string to_toml(const RunConfig& c) {
 
   w.header("binding");
   w.str("mode", c.binding.mode);
+  w.integer("slot", c.binding.slot);
+  w.integer("slots", c.binding.slots);
+  w.flag("fallback", c.binding.fallback);
   return w.text();
 }
 

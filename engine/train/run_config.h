@@ -103,9 +103,15 @@ struct CheckpointSection {
   std::string dir;            ///< "" = next to the run database, per run
 };
 
-/// [binding] (filled in by the NUMA work: mode as trainbench-cli topo --binding).
+/// [binding]: which CPUs the run uses (spec §6.3, as `trainbench-cli topo --binding`). The run is
+/// CPU worker slot `slot` of `slots` (slots go to NUMA nodes round-robin); its thread, loader
+/// threads and kernel pool are pinned to the slot's CPUs, the pool is sized to them, and memory
+/// is preferred on the slot's node(s).
 struct BindingSection {
   std::string mode = "none";  ///< none, node, socket, exclusive, core-complex
+  std::int64_t slot = 0;      ///< this run's slot, 0 <= slot < slots
+  std::int64_t slots = 1;     ///< how many runs share the machine
+  bool fallback = false;      ///< when binding fails: warn and run unbound instead of failing
 };
 
 /// The whole run configuration.

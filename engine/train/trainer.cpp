@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "engine/amp/autocast.h"
@@ -17,6 +19,10 @@
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
+#include "engine/numa/affinity.h"
+#include "engine/numa/binding.h"
+#include "engine/numa/memory.h"
+#include "engine/numa/topology_hwloc.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
 #include "engine/optim/param_split.h"
@@ -161,6 +167,10 @@ struct Trainer::State {
   std::unique_ptr<amp::GradScaler> scaler;      // amp.grad_scaler
   std::unique_ptr<swa::AveragedModel> average;  // swa.kind != none
   std::shared_ptr<nn::Model> average_model;     // evaluates the average (same architecture)
+  numa::SlotBinding binding;                    // binding.mode != none: the slot's CPUs, node
+  std::vector<int> binding_nodes;               // NUMA nodes of the bound CPUs
+  std::string binding_warning;                  // a failed binding that fell back to unbound
+  bool placement_reported = false;              // the memory placement event was emitted
   std::int64_t step = 0;                        // optimizer steps done
   std::int64_t scaler_skipped = 0;              // steps the scaler skipped for inf/NaN gradients
   std::int64_t nonfinite_in_row = 0;
@@ -175,9 +185,27 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   if (config_.threads > 0) cpu::set_num_threads(static_cast<int>(config_.threads));
   TB_CHECK(config_.run.device == "cpu", "[trainer] run.device '", config_.run.device,
            "': training runs on the CPU for now (the CUDA backend lacks the model's kernels)");
-  TB_CHECK(config_.binding.mode == "none", "[trainer] binding.mode '", config_.binding.mode,
-           "': CPU binding is planned by `trainbench-cli topo` but not applied to runs yet; set "
-           "binding.mode = \"none\"");
+  // CPU binding: planned here (errors before any step), applied by run() on the run thread.
+  if (config_.binding.mode != "none") {
+    numa::BindingOptions bo;
+    bo.mode = numa::parse_binding_mode(config_.binding.mode);
+    bo.fallback = config_.binding.fallback;
+    const numa::Topology topo = numa::load_machine_topology();
+    try {
+      s_->binding = numa::bind_slot(topo, bo, numa::SlotKind::kCpuWorker,
+                                    static_cast<int>(config_.binding.slot),
+                                    static_cast<int>(config_.binding.slots));
+    } catch (const ValueError& e) {
+      throw ValueError(std::string("[trainer] binding.mode '") + config_.binding.mode + "' (slot " +
+                       std::to_string(config_.binding.slot) + " of " +
+                       std::to_string(config_.binding.slots) + "): " + e.what() +
+                       " (set binding.fallback = true to run unbound instead)");
+    }
+    if (s_->binding.bound)
+      s_->binding_nodes = numa::nodes_of_cpus(topo, s_->binding.cpus);
+    else
+      s_->binding_warning = s_->binding.warning;
+  }
   // Data.
   const DataSection& d = config_.data;
   if (d.kind == "fashion-mnist") {
@@ -291,6 +319,38 @@ std::string Trainer::describe() const {
   return s_->split_table;
 }
 
+void Trainer::report_placement() {
+  // Where the pages of the parameters and the optimizer state landed, per NUMA node.
+  if (!numa::numa_supported()) return;
+  std::map<int, std::size_t> pages;
+  std::size_t total = 0, absent = 0;
+  auto add = [&](const Tensor& t) {
+    if (!t.defined() || t.numel() == 0 || t.device().type() != core::DeviceType::CPU) return;
+    try {
+      const numa::PagePlacement p = numa::page_placement(t.data_ptr(), t.nbytes());
+      total += p.pages;
+      absent += p.not_present + p.unknown;
+      for (const auto& n : p.nodes)
+        pages[n.node] += n.pages;
+    } catch (const ValueError&) {  // a failed query leaves the tensor out of the report
+    }
+  };
+  for (const auto& p : s_->model->parameters())
+    add(p);
+  for (const auto& o : s_->opts)
+    for (const auto& [id, st] : o->state_dict().state)
+      for (const auto& [k, t] : st)
+        add(t);
+  if (total == 0) return;
+  std::ostringstream os;
+  os << "memory placement after step 1 (parameters and optimizer state, " << total << " pages):";
+  for (const auto& [node, n] : pages)
+    os << " node " << node << " " << std::fixed << std::setprecision(1)
+       << 100.0 * static_cast<double>(n) / static_cast<double>(total) << "%";
+  if (absent > 0) os << ", not resident " << absent;
+  emit_event("info", os.str());
+}
+
 void Trainer::emit_event(const std::string& level, const std::string& text) {
   for (auto& s : sinks_)
     s->on_event(level, text);
@@ -379,9 +439,80 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   return m;
 }
 
+namespace {
+
+// Applies a slot binding to the calling (run) thread, the kernel pool and the loader threads for
+// its lifetime, and undoes it in reverse order (also when the run throws).
+class AppliedBinding {
+ public:
+  AppliedBinding(const numa::SlotBinding& b, const std::vector<int>& nodes,
+                 data::DataLoader& loader, std::vector<std::string>& notes)
+      : loader_(loader) {
+    const std::vector<int>& cpus = b.cpus.cpus();
+    affinity_.emplace(b.cpus);
+    threads_.emplace(static_cast<int>(cpus.size()));  // no oversubscription
+    previous_pin_ = cpu::pin_workers(cpus);
+    pinned_ = true;
+    loader_.pin_workers(cpus);
+    std::string memory = "memory: default policy";
+    if (numa::numa_supported() && !nodes.empty()) {
+      try {
+        memory_.emplace(nodes, numa::MemoryPolicy::kPreferred);
+        std::string list;
+        for (int n : nodes)
+          list += (list.empty() ? "" : ",") + std::to_string(n);
+        memory = "memory preferred on node " + list;
+      } catch (const ValueError& e) {
+        notes.push_back(std::string("warning: binding: ") + e.what() + "; memory policy unchanged");
+      }
+    }
+    notes.push_back("info: bound to CPUs " + b.cpus.to_string() + " (slot " +
+                    std::to_string(b.slot) + ", node " + std::to_string(b.node) + ", mode " +
+                    std::string(numa::binding_mode_name(b.mode)) + "); kernel pool " +
+                    std::to_string(cpus.size()) + " threads; " + memory);
+  }
+  ~AppliedBinding() {
+    memory_.reset();
+    threads_.reset();
+    try {
+      if (pinned_) cpu::pin_workers(previous_pin_);
+    } catch (...) {  // restoring cannot be reported from a destructor
+    }
+    affinity_.reset();  // the run thread's own mask first: unpinning the loader reads it
+    try {
+      loader_.pin_workers({});
+    } catch (...) {
+    }
+  }
+  AppliedBinding(const AppliedBinding&) = delete;
+  AppliedBinding& operator=(const AppliedBinding&) = delete;
+
+ private:
+  data::DataLoader& loader_;
+  std::optional<numa::ScopedAffinity> affinity_;
+  std::optional<cpu::ScopedNumThreads> threads_;
+  std::optional<numa::ScopedMemoryPolicy> memory_;
+  std::vector<int> previous_pin_;
+  bool pinned_ = false;
+};
+
+}  // namespace
+
 TrainResult Trainer::run() {
   TrainResult r;
+  std::optional<AppliedBinding> binding;
   try {
+    if (!s_->binding_warning.empty())
+      emit_event("warning",
+                 "binding failed, running unbound (binding.fallback): " + s_->binding_warning);
+    if (s_->binding.bound) {
+      std::vector<std::string> notes;
+      binding.emplace(s_->binding, s_->binding_nodes, *s_->loader, notes);
+      for (const auto& n : notes) {
+        const auto colon = n.find(": ");
+        emit_event(n.substr(0, colon), n.substr(colon + 2));
+      }
+    }
     r = loop();
   } catch (const std::exception& e) {
     r.outcome = RunOutcome::kFailed;
@@ -503,6 +634,10 @@ TrainResult Trainer::loop() {
       sc->step();
     const double opt_ms = ms_since(t3);
     ++s.step;
+    if (s.binding.bound && !s.placement_reported) {
+      s.placement_reported = true;
+      report_placement();
+    }
     if (s.average && s.step >= config_.swa.start_step &&
         (s.step - config_.swa.start_step) % config_.swa.every == 0)
       s.average->update_parameters(*s.model);

@@ -103,6 +103,7 @@ class Trainer {
   struct State;
   void emit_event(const std::string& level, const std::string& text);
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
+  void report_placement();
   TrainResult loop();
 
   RunConfig config_;

@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
+#include "engine/numa/affinity.h"
+#include "engine/numa/binding.h"
+#include "engine/numa/topology_hwloc.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
 #include "tests/engine/test_util.h"
@@ -298,8 +302,70 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("run.device 'cuda'"), std::string::npos);
   cfg = blobs_config();
   cfg.binding.mode = "exclusive";
-  EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("binding.mode 'exclusive'"),
-            std::string::npos);
+  cfg.binding.slots = 4096;  // more slots than any machine's cores
+  cfg.binding.slot = 7;
+  const std::string e = error_of([&] { train::Trainer t(cfg); });
+  EXPECT_NE(e.find("binding.mode 'exclusive' (slot 7 of 4096)"), std::string::npos) << e;
+  EXPECT_NE(e.find("binding.fallback = true"), std::string::npos) << e;
+}
+
+TEST(Trainer, BindingThatCannotBeSatisfiedFallsBackWithAWarning) {
+  auto cfg = blobs_config();
+  cfg.run.steps = 3;
+  cfg.binding.mode = "exclusive";
+  cfg.binding.slots = 4096;
+  cfg.binding.fallback = true;
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  bool warned = false;
+  for (const auto& ev : rec->events)
+    warned |= ev.find("warning: binding failed, running unbound") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+TEST(Trainer, BoundRunPinsItsThreadsSizesThePoolAndRestoresEverything) {
+  const tb::numa::Topology topo = tb::numa::load_machine_topology();
+  if (topo.allowed_cpus().size() < 2) GTEST_SKIP() << "needs 2 CPUs for two exclusive slots";
+  tb::numa::BindingOptions bo;
+  bo.mode = tb::numa::BindingMode::kExclusive;
+  const auto expected = tb::numa::bind_slot(topo, bo, tb::numa::SlotKind::kCpuWorker, 1, 2);
+  ASSERT_TRUE(expected.bound);
+  auto cfg = blobs_config();
+  cfg.run.steps = 12;
+  cfg.data.workers = 2;
+  cfg.binding.mode = "exclusive";
+  cfg.binding.slots = 2;
+  cfg.binding.slot = 1;
+  const tb::numa::CpuSet before = tb::numa::current_thread_affinity();
+  const int threads_before = tb::cpu::num_threads();
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  tb::numa::CpuSet during;
+  int threads_during = 0;
+  std::vector<std::vector<int>> workers_during;
+  rec->on_step = [&](std::int64_t step) {
+    if (step != 5) return;
+    during = tb::numa::current_thread_affinity();
+    threads_during = tb::cpu::num_threads();
+    workers_during = tb::cpu::worker_affinities();
+  };
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  EXPECT_EQ(during, expected.cpus);                                   // the run thread
+  EXPECT_EQ(threads_during, static_cast<int>(expected.cpus.size()));  // pool sized to the slot
+  for (const auto& w : workers_during)
+    EXPECT_EQ(w, expected.cpus.cpus());  // every kernel-pool worker
+  bool announced = false;
+  for (const auto& ev : rec->events)
+    announced |= ev.find("info: bound to CPUs " + expected.cpus.to_string()) != std::string::npos;
+  EXPECT_TRUE(announced);
+  // Everything is restored for whatever runs next on this thread.
+  EXPECT_EQ(tb::numa::current_thread_affinity(), before);
+  EXPECT_EQ(tb::cpu::num_threads(), threads_before);
+  EXPECT_TRUE(tb::cpu::pinned_workers().empty());
 }
 
 }  // namespace

@@ -118,9 +118,67 @@ class Pool {
     if (--job->pending == 0) done_cv_.notify_all();
   }
 
+ public:
+  // Pins every worker (and the workers started later) to `cpus`; returns the previous pin set.
+  std::vector<int> pin(const std::vector<int>& cpus) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const cpu_set_t mask = cpus.empty() ? initial_mask_ : to_mask(cpus);
+    for (std::thread& t : workers_) {
+      const int rc = pthread_setaffinity_np(t.native_handle(), sizeof(mask), &mask);
+      TB_CHECK(rc == 0, "[threads] pinning a pool worker to the CPUs failed (error ", rc, ")");
+    }
+    std::vector<int> previous = pin_;
+    pin_ = cpus;
+    return previous;
+  }
+
+  std::vector<int> pinned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pin_;
+  }
+
+  std::vector<std::vector<int>> affinities() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::vector<int>> out;
+    for (std::thread& t : workers_) {
+      cpu_set_t mask;
+      CPU_ZERO(&mask);
+      std::vector<int> cpus;
+      if (pthread_getaffinity_np(t.native_handle(), sizeof(mask), &mask) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; ++c)
+          if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+      }
+      out.push_back(std::move(cpus));
+    }
+    return out;
+  }
+
+  Pool() {
+    CPU_ZERO(&initial_mask_);
+    if (sched_getaffinity(0, sizeof(initial_mask_), &initial_mask_) != 0) {
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        CPU_SET(c, &initial_mask_);
+    }
+  }
+
+ private:
+  static cpu_set_t to_mask(const std::vector<int>& cpus) {
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    for (int c : cpus) {
+      TB_CHECK(c >= 0 && c < CPU_SETSIZE, "[threads] CPU index ", c, " is out of range");
+      CPU_SET(c, &mask);
+    }
+    return mask;
+  }
+
   void worker_loop() {
     detail::t_in_parallel = true;  // anything a worker calls runs nested, i.e. inline
     std::unique_lock<std::mutex> lock(mu_);
+    if (!pin_.empty()) {  // started while the pool is pinned
+      const cpu_set_t mask = to_mask(pin_);
+      pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
+    }
     for (;;) {
       work_cv_.wait(lock, [this] { return !queue_.empty(); });
       Job* job = queue_.front();
@@ -138,6 +196,8 @@ class Pool {
   std::condition_variable done_cv_;
   std::deque<Job*> queue_;
   std::vector<std::thread> workers_;
+  std::vector<int> pin_;    // CPUs the workers are pinned to (empty = not pinned)
+  cpu_set_t initial_mask_;  // the mask to return to when unpinned
 };
 
 // The pool is created on first use and intentionally never destroyed: workers may be blocked
@@ -203,6 +263,18 @@ void set_num_threads(int n) {
   TB_CHECK(n >= 1, "[threads] thread count must be >= 1, got ", n);
   std::lock_guard<std::mutex> lock(count_mutex());
   apply_num_threads_locked(n);
+}
+
+std::vector<int> pin_workers(const std::vector<int>& cpus) {
+  return pool().pin(cpus);
+}
+
+std::vector<int> pinned_workers() {
+  return pool().pinned();
+}
+
+std::vector<std::vector<int>> worker_affinities() {
+  return pool().affinities();
 }
 
 ScopedNumThreads::ScopedNumThreads(int n) : previous_(num_threads()) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace tb::cpu {
 
@@ -49,6 +50,17 @@ class ScopedNumThreads {
  private:
   int previous_;
 };
+
+/// Pins the pool's worker threads — those running now and those started later — to the logical
+/// CPUs `cpus` (empty: unpin, i.e. the mask the process had when the pool started). Returns the
+/// previous pin set. Used by a bound run (tb::train::Trainer) for its duration. Throws
+/// tb::ValueError "[threads] ..." when the kernel rejects the set.
+std::vector<int> pin_workers(const std::vector<int>& cpus);
+/// The CPUs the pool's workers are pinned to (empty = not pinned).
+std::vector<int> pinned_workers();
+/// The affinity masks of the pool's worker threads as they are now (one list of CPUs per worker;
+/// for checks and reports).
+std::vector<std::vector<int>> worker_affinities();
 
 namespace detail {
 
