@@ -51,15 +51,23 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
   m_plot->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
   // The legend gets its own row under the axes, filled in columns, so it never hides data.
   auto* legendRow = new QCPLayoutGrid;
+  m_legendRow = legendRow;
   m_plot->plotLayout()->addElement(2, 0, legendRow);
   m_plot->plotLayout()->setRowStretchFactor(2, 0.001);
   legendRow->setMargins(QMargins(4, 0, 4, 2));
   m_plot->axisRect()->insetLayout()->take(m_plot->legend);
-  legendRow->addElement(0, 0, m_plot->legend);
+  // Stretchable spacers around the legend: a grid's column is never wider than its elements'
+  // maximum, and a legend's maximum is its own size — without them the plot shrinks to it.
+  legendRow->addElement(0, 0, new QCPLayoutElement(m_plot));
+  legendRow->addElement(0, 1, m_plot->legend);
+  legendRow->addElement(0, 2, new QCPLayoutElement(m_plot));
+  legendRow->setColumnStretchFactor(0, 0.01);
+  legendRow->setColumnStretchFactor(2, 0.01);
   m_plot->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   m_plot->legend->setWrap(2);
   m_plot->legend->setBorderPen(Qt::NoPen);
   m_plot->legend->setBrush(Qt::NoBrush);
+  rebuildGraphs();
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->setNoAntialiasingOnDrag(true);
   m_plot->setMouseTracking(true);
@@ -244,6 +252,9 @@ const std::vector<double>& MetricPlot::xs(const Curve& c) const {
 
 void MetricPlot::rebuildGraphs() {
   m_plot->clearGraphs();
+  // An empty legend would still claim its row; show it once there is something to name.
+  m_plot->legend->setVisible(!m_curves.empty());
+  if (m_legendRow) m_legendRow->setVisible(!m_curves.empty());
   m_rawGraphs.clear();
   m_smoothGraphs.clear();
   m_bandLowGraphs.clear();

@@ -18,6 +18,7 @@
 class QCustomPlot;
 class QCPGraph;
 class QCPTextElement;
+class QCPLayoutGrid;
 class QMouseEvent;
 
 namespace tb::ui {
@@ -109,6 +110,7 @@ class MetricPlot : public QWidget {
   QString m_title;
   QCustomPlot* m_plot = nullptr;
   QCPTextElement* m_titleElement = nullptr;
+  QCPLayoutGrid* m_legendRow = nullptr;
   std::map<QString, Curve> m_curves;
   std::map<QString, QCPGraph*> m_rawGraphs;
   std::map<QString, QCPGraph*> m_smoothGraphs;

@@ -147,6 +147,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   });
   for (auto* p : m_plots)
     p->setSmoothing(0.6);
+  updateVisibility();
 }
 
 void PlotsPanel::clearRuns() {
@@ -187,7 +188,7 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   MetricPlot* p = m_plots[r.plot];
   const QString id = curveId(runId, r, key);
   QString label = r.label;
-  if (m_runs.size() > 1) label = s.name + QStringLiteral(": ") + r.label;
+  if (m_runs.size() > 1) label = QStringLiteral("#%1 ").arg(runId) + r.label;  // colour = run
   QColor color = s.color;
   if (r.plot == StepTime && m_runs.size() <= 1) color = runColor(r.order);  // phases, one run
   p->ensureCurve(id, label, color, r.style, r.points);
