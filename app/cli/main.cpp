@@ -1,5 +1,5 @@
 // trainbench-cli: headless front end of the engine (no Qt): run, runs, show, export (the run
-// store), compare, demo, dispatch, devices, topo, model, schedule.
+// store), compare, demo, dispatch, devices, topo, launch, model, schedule.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/api/engine_api.h"
+#include "engine/api/launch_api.h"
 #include "engine/api/model_api.h"
 #include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
@@ -263,6 +264,23 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   topo->add_flag("--fallback", fallback, "on a binding error, report the slot unbound and warn");
 
+  auto* launch = app.add_subcommand(
+      "launch",
+      "run N training processes in parallel, process k bound to CPU slot k (its children inherit "
+      "the slot's mask; each run pins its own threads to it)");
+  tb::api::LaunchRequest launch_req;
+  launch->add_option("configs", launch_req.configs, "run configs; process k runs config k % count")
+      ->required();
+  launch->add_option("--nproc", launch_req.nproc, "number of processes (= slots)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  launch
+      ->add_option("--binding", launch_req.binding, "none, node, socket, exclusive or core-complex")
+      ->capture_default_str();
+  launch->add_flag("--fallback", launch_req.fallback,
+                   "a slot that cannot be bound runs unbound with a warning");
+  launch->add_option("--set", launch_req.overrides, "key.path=value for every process");
+
   auto* model = app.add_subcommand(
       "model", "build a model from its defaults and settings; print its config and parameters");
   std::string model_kind;
@@ -336,6 +354,30 @@ int main(int argc, char** argv) {
     if (dispatch->parsed()) return cmd_dispatch(op_filter, all, matrix);
     if (devices->parsed()) return cmd_devices();
     if (topo->parsed()) return cmd_topo(topo_req, binding, slots, fallback);
+    if (launch->parsed()) {
+      char exe[4096];
+      const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+      if (n <= 0) throw std::runtime_error("[launch] cannot find this program (/proc/self/exe)");
+      exe[n] = '\0';
+      launch_req.program = exe;
+      launch_req.db_path = db_path;
+      int failed = 0;
+      const auto procs = tb::api::launch_runs(launch_req, [](const tb::api::LaunchedProcess& p) {
+        std::cout << "slot " << p.slot << ": pid " << p.pid << " "
+                  << (p.cpus.empty() ? std::string("unbound") : "CPUs " + p.cpus)
+                  << ", child Cpus_allowed_list " << p.child_mask << ", " << p.config << "\n";
+        if (!p.warning.empty()) std::cout << "  warning: " << p.warning << "\n";
+        std::cout.flush();
+      });
+      for (const auto& p : procs) {
+        std::cout << "slot " << p.slot << ": pid " << p.pid << " exited with " << p.exit_code
+                  << "\n";
+        failed += p.exit_code != 0 ? 1 : 0;
+      }
+      if (failed > 0)
+        std::cerr << "error: " << failed << " of " << procs.size() << " runs failed\n";
+      return failed > 0 ? 2 : 0;
+    }
     if (model->parsed()) {
       const auto m = tb::api::describe_model(model_kind, model_settings);
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;

@@ -14,7 +14,8 @@ namespace {
                                std::string_view what) {
   const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   throw StoreError(
-      ::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg, " (SQLite code ", rc, ")"));
+      ::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg, " (SQLite code ", rc, ")"),
+      rc & 0xff);
 }
 
 }  // namespace
@@ -166,7 +167,8 @@ void Connection::exec(std::string_view sql) {
     const std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
     throw StoreError(::tb::detail::str_cat("[store] ", file_, ": '", sql, "' failed: ", msg,
-                                           " (SQLite code ", rc, ")"));
+                                           " (SQLite code ", rc, ")"),
+                     rc & 0xff);
   }
 }
 

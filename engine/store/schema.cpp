@@ -4,9 +4,11 @@
 #include <sqlite3.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tb::store::detail {
@@ -181,13 +183,29 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   return result;
 }
 
-void configure(Connection& db, bool read_only) {
+void configure(Connection& db, bool read_only, int busy_timeout_ms) {
   if (read_only) return;
   // 16 KiB pages (a no-op on an existing file): fewer, fuller B-tree pages for the metrics rows;
   // measured faster ingest than the 4 KiB default.
   db.exec("PRAGMA page_size = 16384");
-  Statement wal = db.prepare("PRAGMA journal_mode = WAL");
-  const std::string mode = wal.step() ? wal.text(0) : "";
+  // Switching to WAL needs an exclusive lock, and SQLite reports SQLITE_BUSY for it without
+  // calling the busy handler when another process holds the file (two runs creating the same
+  // store at once, e.g. `trainbench-cli launch`): retry until the busy timeout.
+  std::string mode;
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    try {
+      Statement wal = db.prepare("PRAGMA journal_mode = WAL");
+      mode = wal.step() ? wal.text(0) : "";
+      break;
+    } catch (const StoreError& e) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count();
+      if (e.sqlite_code() != SQLITE_BUSY || waited >= busy_timeout_ms) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   if (mode != "wal") {
     throw StoreError(str_cat("[store] ", db.file(), ": cannot switch to WAL journal mode (got '",
                              mode, "'); is the file on a network file system?"));
@@ -227,7 +245,7 @@ Connection open_database(const std::filesystem::path& path, const OpenOptions& o
   Connection db(path, {.read_only = options.read_only,
                        .create = !options.read_only,
                        .busy_timeout_ms = options.busy_timeout_ms});
-  configure(db, options.read_only);
+  configure(db, options.read_only, options.busy_timeout_ms);
   if (options.read_only || found.version == latest) return db;
 
   // Migrate under the write lock; re-read the version there (another process may have done it).

@@ -2,6 +2,8 @@
 // name the database file (and the run or field where there is one).
 #pragma once
 
+#include <string>
+
 #include "engine/core/error.h"
 
 namespace tb::store {
@@ -11,6 +13,13 @@ namespace tb::store {
 class StoreError : public Error {
  public:
   using Error::Error;
+  /// A failure with SQLite's primary result code (e.g. SQLITE_BUSY = 5).
+  StoreError(const std::string& message, int sqlite_code) : Error(message), code_(sqlite_code) {}
+  /// SQLite's primary result code, 0 when the error did not come from SQLite.
+  int sqlite_code() const noexcept { return code_; }
+
+ private:
+  int code_ = 0;
 };
 
 /// The file is not a usable TrainBench run database: not an SQLite file, corrupted (fails

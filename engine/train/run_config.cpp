@@ -830,6 +830,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
                                        std::to_string(c.binding.slots) + "), found " +
                                        std::to_string(c.binding.slot));
     s.read("fallback", c.binding.fallback);
+    s.read("cpus", c.binding.cpus);
     s.finish();
   }
   top.read("threads", c.threads);
@@ -978,6 +979,7 @@ std::string to_toml(const RunConfig& c) {
   w.integer("slot", c.binding.slot);
   w.integer("slots", c.binding.slots);
   w.flag("fallback", c.binding.fallback);
+  w.str("cpus", c.binding.cpus);
   return w.text();
 }
 

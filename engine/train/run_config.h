@@ -112,6 +112,8 @@ struct BindingSection {
   std::int64_t slot = 0;      ///< this run's slot, 0 <= slot < slots
   std::int64_t slots = 1;     ///< how many runs share the machine
   bool fallback = false;      ///< when binding fails: warn and run unbound instead of failing
+  std::string cpus;           ///< explicit CPU list ("0-3,8"): skip planning, bind to these
+                              ///< (what `trainbench-cli launch` passes to its children)
 };
 
 /// The whole run configuration.

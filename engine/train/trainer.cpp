@@ -186,7 +186,30 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   TB_CHECK(config_.run.device == "cpu", "[trainer] run.device '", config_.run.device,
            "': training runs on the CPU for now (the CUDA backend lacks the model's kernels)");
   // CPU binding: planned here (errors before any step), applied by run() on the run thread.
-  if (config_.binding.mode != "none") {
+  if (!config_.binding.cpus.empty()) {
+    // An explicit CPU list (from a launcher that already planned the slots): bind to exactly it.
+    const numa::Topology topo = numa::load_machine_topology();
+    numa::CpuSet cpus;
+    try {
+      cpus = numa::CpuSet::parse(config_.binding.cpus);
+    } catch (const ValueError& e) {
+      throw ValueError(std::string("[trainer] binding.cpus '") + config_.binding.cpus +
+                       "': " + e.what());
+    }
+    const numa::CpuSet outside = cpus - topo.allowed_cpus();
+    TB_CHECK(!cpus.empty() && outside.empty(), "[trainer] binding.cpus '", config_.binding.cpus,
+             "': ",
+             cpus.empty()
+                 ? std::string("empty")
+                 : "CPUs " + outside.to_string() + " are not allowed for this process (allowed: " +
+                       topo.allowed_cpus().to_string() + ")");
+    s_->binding.bound = true;
+    s_->binding.cpus = cpus;
+    s_->binding.slot = static_cast<int>(config_.binding.slot);
+    s_->binding.mode = numa::parse_binding_mode(config_.binding.mode);
+    s_->binding_nodes = numa::nodes_of_cpus(topo, cpus);
+    s_->binding.node = s_->binding_nodes.empty() ? -1 : s_->binding_nodes.front();
+  } else if (config_.binding.mode != "none") {
     numa::BindingOptions bo;
     bo.mode = numa::parse_binding_mode(config_.binding.mode);
     bo.fallback = config_.binding.fallback;

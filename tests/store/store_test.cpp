@@ -123,6 +123,44 @@ TEST_F(StoreTest, CreatesSchemaInNewDirectoriesAndReopens) {
   EXPECT_EQ(store.list_runs().size(), 1u);
 }
 
+TEST_F(StoreTest, ProcessesCreatingTheSameStoreAtOnceBothSucceed) {
+  // Runs started together (trainbench-cli launch) open a store that does not exist yet. Switching
+  // it to WAL needs an exclusive lock that SQLite refuses without waiting; before the retry one
+  // of two launched runs failed with "database is locked". This in-process fork version did not
+  // hit that window on the development machine (e2e.launch_binding did); it guards the outcome.
+  for (int round = 0; round < 20; ++round) {
+    const fs::path db = dir_ / ("race-" + std::to_string(round) + ".sqlite");
+    std::vector<pid_t> kids;
+    // A common start time a few ms ahead, so the children open the file together.
+    const auto gate = std::chrono::system_clock::now() + std::chrono::milliseconds(30);
+    for (int k = 0; k < 3; ++k) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        // Staggered by 0-3 ms: one child is creating the schema while another switches to WAL.
+        const auto start = gate + std::chrono::microseconds((round * 7 + k * 1100) % 3000);
+        while (std::chrono::system_clock::now() < start) {
+        }
+        int code = 0;
+        try {
+          auto store = RunStore::open(db);
+          store.create_run({.name = "child"});
+        } catch (...) {
+          code = 1;
+        }
+        _exit(code);
+      }
+      kids.push_back(pid);
+    }
+    for (pid_t pid : kids) {
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    ASSERT_EQ(RunStore::open(db).list_runs().size(), 3u) << "round " << round;
+  }
+}
+
 TEST_F(StoreTest, DefaultPathFollowsXdg) {
   const char* old_xdg = std::getenv("XDG_DATA_HOME");
   const std::string saved = old_xdg ? old_xdg : "";

@@ -1,0 +1,135 @@
+#include "engine/api/launch_api.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include "engine/core/error.h"
+#include "engine/numa/affinity.h"
+#include "engine/numa/binding.h"
+#include "engine/numa/topology_hwloc.h"
+
+extern char** environ;
+
+namespace tb::api {
+
+std::string process_cpus_allowed(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+      std::string v = line.substr(18);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "";
+}
+
+namespace {
+
+std::string quote(const std::string& s) {
+  if (s.find_first_of(" \t\"'$`\\") == std::string::npos && !s.empty()) return s;
+  std::string out = "'";
+  for (char c : s)
+    out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+int wait_for(int pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+std::vector<LaunchedProcess> launch_runs(
+    const LaunchRequest& req, const std::function<void(const LaunchedProcess&)>& on_started) {
+  TB_CHECK(req.nproc >= 1, "[launch] --nproc must be >= 1, got ", req.nproc);
+  TB_CHECK(!req.configs.empty(), "[launch] give at least one run config");
+  TB_CHECK(!req.program.empty(), "[launch] no program to run");
+  numa::BindingOptions bo;
+  bo.mode = numa::parse_binding_mode(req.binding);
+  bo.fallback = req.fallback;
+  std::vector<numa::SlotBinding> plan;
+  if (bo.mode != numa::BindingMode::kNone) {
+    const numa::Topology topo = numa::load_machine_topology();
+    plan = numa::plan_slots(topo, bo, numa::SlotKind::kCpuWorker, req.nproc);
+  }
+  std::vector<LaunchedProcess> procs;
+  std::string spawn_error;
+  for (int k = 0; k < req.nproc; ++k) {
+    LaunchedProcess p;
+    p.slot = k;
+    p.config = req.configs[static_cast<std::size_t>(k) % req.configs.size()];
+    std::vector<std::string> args = {req.program};
+    if (!req.db_path.empty()) {
+      args.push_back("--db");
+      args.push_back(req.db_path);
+    }
+    args.push_back("run");
+    args.push_back(p.config);
+    // The child's run pins its own threads to the same CPUs (and records it). The CPU list is
+    // passed explicitly: inside the child, with its mask already narrowed to the slot, planning
+    // the slot again would see only those CPUs.
+    const bool bound = !plan.empty() && plan[static_cast<std::size_t>(k)].bound;
+    std::vector<std::string> sets = {"binding.mode=\"" + req.binding + "\"",
+                                     "binding.slot=" + std::to_string(k),
+                                     "binding.slots=" + std::to_string(req.nproc)};
+    if (bound)
+      sets.push_back("binding.cpus=\"" + plan[static_cast<std::size_t>(k)].cpus.to_string() + "\"");
+    else
+      sets.push_back("binding.mode=\"none\"");  // unbound slot (mode none, or fallback)
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    for (const auto& o : req.overrides) {
+      args.push_back("--set");
+      args.push_back(o);
+    }
+    for (const auto& a : args)
+      p.command_line += (p.command_line.empty() ? "" : " ") + quote(a);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int pid = 0;
+    int rc = 0;
+    {
+      // Parent-side scoped affinity: the child inherits the slot's mask; ours is restored when
+      // this scope ends, also when the spawn fails.
+      std::optional<numa::ScopedAffinity> affinity;
+      if (!plan.empty() && plan[static_cast<std::size_t>(k)].bound) {
+        p.cpus = plan[static_cast<std::size_t>(k)].cpus.to_string();
+        affinity.emplace(plan[static_cast<std::size_t>(k)].cpus);
+      }
+      if (!plan.empty()) p.warning = plan[static_cast<std::size_t>(k)].warning;
+      rc = posix_spawn(&pid, req.program.c_str(), nullptr, nullptr, argv.data(), environ);
+    }
+    if (rc != 0) {
+      spawn_error = "[launch] cannot start " + req.program + ": " + std::strerror(rc);
+      break;
+    }
+    p.pid = pid;
+    p.child_mask = process_cpus_allowed(pid);
+    if (on_started) on_started(p);
+    procs.push_back(std::move(p));
+  }
+  for (auto& p : procs)
+    p.exit_code = wait_for(p.pid);
+  if (!spawn_error.empty()) throw ValueError(spawn_error);
+  return procs;
+}
+
+}  // namespace tb::api

@@ -1,0 +1,46 @@
+// Facade for launching runs as separate processes bound to CPU slots (`trainbench-cli launch`):
+// N processes, process k bound to slot k of N by the parent-side scoped affinity of spec §6.4
+// (save the calling thread's mask, set the slot's, spawn, restore — also on failure), so the
+// child starts on its slot's CPUs; the child's run applies the same binding to its own threads.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tb::api {
+
+/// What to launch.
+struct LaunchRequest {
+  std::string program;                 ///< the trainbench-cli executable to run
+  std::vector<std::string> configs;    ///< run configs; process k runs configs[k % size]
+  int nproc = 1;                       ///< processes (= slots)
+  std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
+  bool fallback = false;               ///< an unsatisfiable binding: unbound + warning
+  std::string db_path;                 ///< the store every process writes ("" = default)
+  std::vector<std::string> overrides;  ///< "key.path=value", for every process
+};
+
+/// One launched process.
+struct LaunchedProcess {
+  int slot = 0;              ///< its slot
+  int pid = 0;               ///< process id
+  std::string config;        ///< the config it runs
+  std::string cpus;          ///< the slot's CPUs ("" = unbound)
+  std::string child_mask;    ///< Cpus_allowed_list of the child right after the spawn
+  std::string warning;       ///< why the slot is unbound after a failure (fallback)
+  std::string command_line;  ///< what was run (numactl-equivalent binding shown separately)
+  int exit_code = -1;        ///< after waiting: the exit status (128 + signal when killed)
+};
+
+/// Plans the slots (errors name the binding problem unless `fallback`), spawns the processes,
+/// calls `on_started` for each right after its spawn, waits for all and returns them with their
+/// exit codes. Throws tb::ValueError for a bad request or when a spawn fails (processes already
+/// started are still waited for).
+std::vector<LaunchedProcess> launch_runs(
+    const LaunchRequest& request, const std::function<void(const LaunchedProcess&)>& on_started);
+
+/// The Cpus_allowed_list line of /proc/<pid>/status ("" when unreadable).
+std::string process_cpus_allowed(int pid);
+
+}  // namespace tb::api
