@@ -36,7 +36,7 @@ QString effective(const QString& toml) {
 class TestConfigEditor : public QObject {
   Q_OBJECT
 
- private slots:
+ private Q_SLOTS:
   void formRoundTripsEveryExampleConfig_data() {
     QTest::addColumn<QString>("path");
     const QDir dir(QStringLiteral(TB_SOURCE_DIR "/resources/configs"));

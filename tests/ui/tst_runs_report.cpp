@@ -36,7 +36,7 @@ qint64 train(const QString& db, const QString& config) {
 class TestRunsReport : public QObject {
   Q_OBJECT
 
- private slots:
+ private Q_SLOTS:
   void runsWrittenByAnotherProcessAppearLive() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));

@@ -19,6 +19,7 @@
 #include "ui/main_window/main_window.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/topology/topology_view.h"
 
 using namespace tb;
 
@@ -55,7 +56,7 @@ void checkNotBlank(ui::MetricPlot* plot, const char* what) {
 class TestScreenshots : public QObject {
   Q_OBJECT
 
- private slots:
+ private Q_SLOTS:
   void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
 
   void mainWindowDuringARunAndTheCompareView() {
@@ -108,6 +109,14 @@ class TestScreenshots : public QObject {
     checkNotBlank(window.compareView()->plots()->plots()[ui::PlotsPanel::Loss],
                   "compare loss plot");
     QVERIFY(window.compareView()->diffTable()->rowCount() >= 3);  // name, lr, steps
+
+    // The topology dock with an exclusive plan for two slots.
+    window.topologyView()->setPlan(QStringLiteral("exclusive"), 2);
+    window.topologyView()->parentWidget()->raise();
+    QTest::qWait(100);
+    const QImage topo = window.topologyView()->grab().toImage();
+    QVERIFY(topo.save(out + QStringLiteral("/topology.png")));
+    QVERIFY(inkAndColours(topo).second >= 4);
   }
 };
 

@@ -16,7 +16,7 @@ using tb::ui::nearest_index;
 class TestSeriesMath : public QObject {
   Q_OBJECT
 
- private slots:
+ private Q_SLOTS:
   void emaMatchesTensorBoardsDefinition() {
     // w = 0.5: last = 0.5, 1.25, 2.125; debias = 0.5, 0.75, 0.875.
     const auto s = debiased_ema({1.0, 2.0, 3.0}, 0.5);

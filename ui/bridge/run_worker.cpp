@@ -64,7 +64,7 @@ void RunWorker::runThread() {
         req,
         [this](std::int64_t id, const std::string& table) {
           m_runId = id;
-          emit started(id, QString::fromStdString(table));
+          Q_EMIT started(id, QString::fromStdString(table));
         },
         [this](const api::StepMetrics& m) {
           bool wasEmpty = false;
@@ -73,20 +73,20 @@ void RunWorker::runThread() {
             wasEmpty = m_buffer.empty();
             m_buffer.push_back(m);
           }
-          if (wasEmpty) emit metricsAvailable();
+          if (wasEmpty) Q_EMIT metricsAvailable();
         });
     m_running = false;
-    emit finished(out.run_id, QString::fromStdString(out.status),
+    Q_EMIT finished(out.run_id, QString::fromStdString(out.status),
                   QString::fromStdString(out.message));
   } catch (const std::exception& e) {
     m_running = false;
     if (m_runId == 0)
-      emit failedToStart(QString::fromStdString(e.what()));
+      Q_EMIT failedToStart(QString::fromStdString(e.what()));
     else
-      emit finished(m_runId, QStringLiteral("failed"), QString::fromStdString(e.what()));
+      Q_EMIT finished(m_runId, QStringLiteral("failed"), QString::fromStdString(e.what()));
   } catch (...) {
     m_running = false;
-    emit failedToStart(QStringLiteral("unknown error"));
+    Q_EMIT failedToStart(QStringLiteral("unknown error"));
   }
 }
 

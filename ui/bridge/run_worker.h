@@ -46,7 +46,7 @@ class RunWorker : public QObject {
   /// The metrics received since the last call, oldest first.
   std::vector<api::StepMetrics> takeMetrics();
 
- signals:
+ Q_SIGNALS:
   /// The run exists in the store; `table` is its parameter / Muon-split table.
   void started(qint64 runId, const QString& table);
   /// New metrics wait in takeMetrics() (posted once per empty -> non-empty transition).

@@ -32,6 +32,7 @@
 #include "ui/report/report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/topology/topology_view.h"
 
 namespace tb::ui {
 
@@ -112,7 +113,19 @@ void MainWindow::buildDocks() {
   runsDock->setWidget(m_runsView);
   addDockWidget(Qt::BottomDockWidgetArea, runsDock);
   connect(m_runsView, &RunsView::selectionChanged, this, [this](const QList<qint64>& ids) {
-    if (!ids.isEmpty()) showRunsLive(ids);
+    if (ids.isEmpty()) return;
+    showRunsLive(ids);
+    // The topology view shows where the (first) selected run was bound.
+    if (api::StoreReader* store = m_runsModel->store()) {
+      try {
+        QStringList lines;
+        for (const auto& e : store->events(ids.first()))
+          lines << QString::fromStdString(e);
+        m_topology->setRunBinding(tr("run %1").arg(ids.first()), lines);
+      } catch (const std::exception& e) {
+        log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+      }
+    }
   });
   connect(m_runsView, &RunsView::compareRequested, this, &MainWindow::compareRuns);
   connect(m_runsView, &RunsView::duplicateRequested, this, [this](qint64 id) {
@@ -150,6 +163,14 @@ void MainWindow::buildDocks() {
     m_queue.clear();
     m_queueList->clear();
   });
+
+  auto* topoDock = new QDockWidget(tr("Topology"), this);
+  topoDock->setObjectName(QStringLiteral("topologyDock"));
+  m_topology = new TopologyView(topoDock);
+  topoDock->setWidget(m_topology);
+  addDockWidget(Qt::RightDockWidgetArea, topoDock);
+  tabifyDockWidget(queueDock, topoDock);
+  queueDock->raise();
 
   auto* logDock = new QDockWidget(tr("Events"), this);
   logDock->setObjectName(QStringLiteral("logDock"));

@@ -29,6 +29,7 @@ class PlotsPanel;
 class RunWorker;
 class RunsModel;
 class RunsView;
+class TopologyView;
 
 /// A queued run.
 struct QueueEntry {
@@ -63,6 +64,7 @@ class MainWindow : public QMainWindow {
   RunsModel* runsModel() const { return m_runsModel; }
   RunsView* runsView() const { return m_runsView; }
   QTabWidget* centralTabs() const { return m_tabs; }
+  TopologyView* topologyView() const { return m_topology; }
   /// In-process runs still going.
   int activeRuns() const;
   /// Shows `ids` side by side in the Compare tab.
@@ -89,6 +91,7 @@ class MainWindow : public QMainWindow {
   CompareView* m_compare = nullptr;
   RunsModel* m_runsModel = nullptr;
   RunsView* m_runsView = nullptr;
+  TopologyView* m_topology = nullptr;
   QTabWidget* m_tabs = nullptr;
   QListWidget* m_queueList = nullptr;
   QSpinBox* m_parallel = nullptr;

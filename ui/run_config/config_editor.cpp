@@ -317,7 +317,7 @@ bool ConfigEditor::setToml(const QString& text, const QString& source) {
   if (!check.ok) {
     markError(QString::fromStdString(check.key_path), QString::fromStdString(check.error));
     m_valid = false;
-    emit validityChanged(false);
+    Q_EMIT validityChanged(false);
     return false;
   }
   m_loading = true;
@@ -338,7 +338,7 @@ bool ConfigEditor::setToml(const QString& text, const QString& source) {
 void ConfigEditor::onFieldEdited(const QString& key) {
   Q_UNUSED(key);
   if (m_loading) return;
-  emit edited();
+  Q_EMIT edited();
   m_validateTimer.start();
 }
 
@@ -350,7 +350,7 @@ void ConfigEditor::kindChanged(const QString& key) {
     // Keep the user's form; the message says what the new kind needs.
     m_validateTimer.start();
   }
-  emit edited();
+  Q_EMIT edited();
 }
 
 QString ConfigEditor::tomlWithKind(const QString& section, const QString& kind) const {
@@ -473,7 +473,7 @@ bool ConfigEditor::validateNow() {
     updatePreview(check.effective_toml);
     updateSplit(check.effective_toml);
   }
-  if (was != m_valid) emit validityChanged(m_valid);
+  if (was != m_valid) Q_EMIT validityChanged(m_valid);
   return m_valid;
 }
 

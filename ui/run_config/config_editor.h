@@ -69,7 +69,7 @@ class ConfigEditor : public QWidget {
   /// defaults — what switching the kind in the form does; also the queue's "Muon and AdamW".
   QString tomlWithKind(const QString& section, const QString& kind) const;
 
- signals:
+ Q_SIGNALS:
   /// The config validated (or stopped validating) after an edit.
   void validityChanged(bool valid);
   /// The form changed (any field).

@@ -172,7 +172,7 @@ bool RunsModel::refresh() {
       m_store = std::make_unique<api::StoreReader>(m_dbPath.toStdString());
     } catch (const std::exception& e) {
       const QString msg = QString::fromUtf8(e.what());
-      if (msg != m_error) emit storeError(msg);
+      if (msg != m_error) Q_EMIT storeError(msg);
       m_error = msg;
       return false;
     }
@@ -190,11 +190,11 @@ bool RunsModel::refresh() {
     m_error.clear();
   } catch (const std::exception& e) {
     const QString msg = QString::fromUtf8(e.what());
-    if (msg != m_error) emit storeError(msg);
+    if (msg != m_error) Q_EMIT storeError(msg);
     m_error = msg;
     return false;
   }
-  emit runsChanged();
+  Q_EMIT runsChanged();
   return true;
 }
 
@@ -210,7 +210,7 @@ bool RunsModel::renameRun(qint64 id, const QString& name) {
     m_store->rename_run(id, name.trimmed().toStdString());
   } catch (const std::exception& e) {
     m_error = QString::fromUtf8(e.what());
-    emit storeError(m_error);
+    Q_EMIT storeError(m_error);
     return false;
   }
   refresh();
@@ -228,7 +228,7 @@ bool RunsModel::setTags(qint64 id, const QString& commaSeparated) {
     m_store->set_tags(id, tags);
   } catch (const std::exception& e) {
     m_error = QString::fromUtf8(e.what());
-    emit storeError(m_error);
+    Q_EMIT storeError(m_error);
     return false;
   }
   refresh();
@@ -243,7 +243,7 @@ bool RunsModel::deleteRuns(const QList<qint64>& ids) {
       m_store->delete_run(id);
     } catch (const std::exception& e) {
       m_error = QString::fromUtf8(e.what());
-      emit storeError(m_error);
+      Q_EMIT storeError(m_error);
       ok = false;
     }
   }
@@ -335,10 +335,10 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   connect(m_search, &QLineEdit::textChanged, m_filter, &RunsFilter::setSearch);
   connect(m_status, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
           [this] { m_filter->setStatus(m_status->currentData().toString()); });
-  connect(compare, &QPushButton::clicked, this, [this] { emit compareRequested(selectedRuns()); });
+  connect(compare, &QPushButton::clicked, this, [this] { Q_EMIT compareRequested(selectedRuns()); });
   connect(del, &QPushButton::clicked, this, &RunsView::deleteSelected);
   connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
-          [this] { emit selectionChanged(selectedRuns()); });
+          [this] { Q_EMIT selectionChanged(selectedRuns()); });
   // Keep the selection across refreshes (the model resets).
   connect(model, &QAbstractItemModel::modelAboutToBeReset, this,
           [this] { setProperty("keepSelection", QVariant::fromValue(selectedRuns())); });
@@ -363,9 +363,9 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
     });
     menu.addAction(tr("Edit tags…"), this, &RunsView::editTags);
     menu.addAction(tr("Duplicate config"), this,
-                   [this, ids] { emit duplicateRequested(ids.first()); });
+                   [this, ids] { Q_EMIT duplicateRequested(ids.first()); });
     if (ids.size() >= 2)
-      menu.addAction(tr("Compare"), this, [this, ids] { emit compareRequested(ids); });
+      menu.addAction(tr("Compare"), this, [this, ids] { Q_EMIT compareRequested(ids); });
     menu.addSeparator();
     menu.addAction(tr("Delete…"), this, &RunsView::deleteSelected);
     menu.exec(m_table->viewport()->mapToGlobal(pos));

@@ -75,7 +75,7 @@ class RunsModel : public QAbstractTableModel {
   /// Deletes runs; false (and lastError()) when one could not be deleted.
   bool deleteRuns(const QList<qint64>& ids);
 
- signals:
+ Q_SIGNALS:
   /// The rows changed after a refresh (new runs, statuses, steps).
   void runsChanged();
   /// Reading the store failed (message names the file).
@@ -126,7 +126,7 @@ class RunsView : public QWidget {
   /// The filter (tests).
   RunsFilter* filter() const { return m_filter; }
 
- signals:
+ Q_SIGNALS:
   /// The selection changed.
   void selectionChanged(const QList<qint64>& ids);
   /// "Compare" was asked for the selected runs.
@@ -134,7 +134,7 @@ class RunsView : public QWidget {
   /// "Duplicate config" was asked for a run.
   void duplicateRequested(qint64 id);
 
- public slots:
+ public Q_SLOTS:
   /// Asks for confirmation and deletes the selected runs.
   void deleteSelected();
   /// Asks for tags of the selected run.
