@@ -47,7 +47,7 @@ void BM_Replot(benchmark::State& state) {
   for (auto _ : state) {
     // What a redraw costs: re-decimate both layers for the visible range, then paint.
     plot.plot()->xAxis->setRange(1, static_cast<double>(n) * (1.0 - 1e-9 * state.iterations()));
-    plot.replotNow();                    // envelope of both layers + paint into the buffer
+    plot.replotNow();                   // envelope of both layers + paint into the buffer
     QCoreApplication::processEvents();  // the queued widget update
   }
   state.counters["vertices"] = plot.drawnVertices(QStringLiteral("loss"));
@@ -97,7 +97,7 @@ void BM_TrainingThroughput(benchmark::State& state) {
           m.run_id = 1;
         panel.appendSteps(1, batch);
         QCoreApplication::processEvents();  // the plots' own coalescing timers redraw
-        if (batch.empty() && done) break;  // the run ended and everything was drawn
+        if (batch.empty() && done) break;   // the run ended and everything was drawn
       }
     }
     trainer.join();

@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "engine/backends/cpu/thread_pool.h"
+#ifdef TB_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
 #include "engine/core/error.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
@@ -345,17 +348,24 @@ TEST(Trainer, BoundRunPinsItsThreadsSizesThePoolAndRestoresEverything) {
   tb::numa::CpuSet during;
   int threads_during = 0;
   std::vector<std::vector<int>> workers_during;
+  int blas_threads_during = 0;
   rec->on_step = [&](std::int64_t step) {
     if (step != 5) return;
     during = tb::numa::current_thread_affinity();
     threads_during = tb::cpu::num_threads();
     workers_during = tb::cpu::worker_affinities();
+#ifdef TB_HAVE_OPENBLAS
+    blas_threads_during = openblas_get_num_threads();
+#else
+    blas_threads_during = threads_during;
+#endif
   };
   t.add_sink(rec);
   const auto r = t.run();
   ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
   EXPECT_EQ(during, expected.cpus);                                   // the run thread
   EXPECT_EQ(threads_during, static_cast<int>(expected.cpus.size()));  // pool sized to the slot
+  EXPECT_EQ(blas_threads_during, threads_during);                     // and OpenBLAS with it
   for (const auto& w : workers_during)
     EXPECT_EQ(w, expected.cpus.cpus());  // every kernel-pool worker
   bool announced = false;

@@ -5,6 +5,7 @@
 #include <QFile>
 #include <QProcess>
 #include <QSet>
+#include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QXmlStreamReader>
@@ -16,7 +17,9 @@
 #include "ui/compare/compare_view.h"
 #include "ui/live_plots/metric_plot.h"
 #include "ui/live_plots/plots_panel.h"
+#include "ui/main_window/main_window.h"
 #include "ui/report/report.h"
+#include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
 
 using namespace tb;
@@ -37,6 +40,36 @@ class TestRunsReport : public QObject {
   Q_OBJECT
 
  private Q_SLOTS:
+  void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void queueAsBoundProcessesUsesTheLauncher() {
+    // The GUI queue's "N at a time" as separate processes: the same launcher as
+    // `trainbench-cli launch`, each process bound to its slot; the runs appear in the table.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    ui::MainWindow window(db);
+    window.setCliPath(QStringLiteral(TB_CLI_PATH));
+    QVERIFY(window.configEditor()->setToml(test::blobsConfig(300, QStringLiteral("queued"))));
+    window.setQueueAsProcesses(true, QStringLiteral("node"));
+    window.setQueueParallel(2);
+    window.enqueueCurrent();
+    window.enqueueCurrent();
+    window.startQueue();
+    QVERIFY(window.launching());
+    QTRY_VERIFY_WITH_TIMEOUT(!window.launching(), 120000);
+    window.runsModel()->refresh();
+    QCOMPARE(window.runsModel()->rowCount(), 2);
+    api::StoreReader store(db.toStdString());
+    for (int r = 0; r < 2; ++r) {
+      const auto& run = window.runsModel()->run(r);
+      QCOMPARE(QString::fromStdString(run.status), QStringLiteral("finished"));
+      bool bound = false;
+      for (const auto& e : store.events(run.id))
+        bound |= e.find("bound to CPUs") != std::string::npos;
+      QVERIFY2(bound, "a launched run did not record its binding");
+    }
+  }
+
   void runsWrittenByAnotherProcessAppearLive() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));

@@ -77,7 +77,7 @@ void RunWorker::runThread() {
         });
     m_running = false;
     Q_EMIT finished(out.run_id, QString::fromStdString(out.status),
-                  QString::fromStdString(out.message));
+                    QString::fromStdString(out.message));
   } catch (const std::exception& e) {
     m_running = false;
     if (m_runId == 0)

@@ -2,7 +2,9 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QCheckBox>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDateTime>
 #include <QDockWidget>
 #include <QFile>
@@ -18,13 +20,17 @@
 #include <QPushButton>
 #include <QSettings>
 #include <QSpinBox>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <QTemporaryDir>
 #include <QTextStream>
 #include <QToolBar>
 #include <QVBoxLayout>
 
 #include <exception>
+
+#include "engine/api/launch_api.h"
 
 #include "ui/bridge/run_worker.h"
 #include "ui/compare/compare_view.h"
@@ -78,6 +84,8 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
 MainWindow::~MainWindow() {
   for (auto& w : m_workers)
     if (w) w->cancel();
+  // Launched processes are independent runs; wait for the launcher so its thread ends cleanly.
+  if (m_launchThread.joinable()) m_launchThread.join();
 }
 
 void MainWindow::buildDocks() {
@@ -151,6 +159,20 @@ void MainWindow::buildDocks() {
   m_parallel->setRange(1, 16);
   m_parallel->setValue(1);
   queueRow->addWidget(m_parallel);
+  auto* procRow = new QHBoxLayout;
+  m_asProcesses = new QCheckBox(tr("as separate processes, binding:"), queueHost);
+  m_asProcesses->setToolTip(
+      tr("Run each queued config as its own trainbench-cli process bound to a CPU slot "
+         "(slot k of the batch), like trainbench-cli launch; they appear in Runs live"));
+  m_queueBinding = new QComboBox(queueHost);
+  m_queueBinding->addItems({QStringLiteral("none"), QStringLiteral("node"),
+                            QStringLiteral("socket"), QStringLiteral("exclusive"),
+                            QStringLiteral("core-complex")});
+  m_queueBinding->setCurrentText(QStringLiteral("exclusive"));
+  procRow->addWidget(m_asProcesses);
+  procRow->addWidget(m_queueBinding);
+  procRow->addStretch(1);
+  queueLayout->addLayout(procRow);
   auto* startQueue = new QPushButton(tr("Start queue"), queueHost);
   auto* clearQueue = new QPushButton(tr("Clear"), queueHost);
   queueRow->addWidget(startQueue);
@@ -423,7 +445,97 @@ void MainWindow::enqueueMuonAndAdamw() {
   }
 }
 
+void MainWindow::setQueueAsProcesses(bool processes, const QString& binding) {
+  m_asProcesses->setChecked(processes);
+  m_queueBinding->setCurrentText(binding);
+}
+
+void MainWindow::setQueueParallel(int n) {
+  m_parallel->setValue(n);
+}
+
+QString MainWindow::cliPath() const {
+  if (!m_cliPath.isEmpty()) return m_cliPath;
+  const QString dir = QCoreApplication::applicationDirPath();
+  for (const QString& c :
+       {dir + QStringLiteral("/trainbench-cli"), dir + QStringLiteral("/../cli/trainbench-cli")})
+    if (QFileInfo(c).isExecutable()) return QFileInfo(c).canonicalFilePath();
+  return QStandardPaths::findExecutable(QStringLiteral("trainbench-cli"));
+}
+
+void MainWindow::launchBatch() {
+  // Up to N queued configs as processes bound to slots 0..N-1, on a helper thread (the launcher
+  // waits for its children); the runs appear through the store.
+  if (m_launching || m_queue.empty()) return;
+  const QString cli = cliPath();
+  if (cli.isEmpty()) {
+    log(QStringLiteral("error"),
+        tr("[launch] trainbench-cli not found next to this program or on PATH"));
+    return;
+  }
+  if (!m_launchDir) m_launchDir = std::make_unique<QTemporaryDir>();
+  api::LaunchRequest req;
+  req.program = cli.toStdString();
+  req.binding = m_queueBinding->currentText().toStdString();
+  req.fallback = true;  // a slot that cannot be bound runs unbound, with a warning event
+  req.db_path = m_dbPath.toStdString();
+  const int n = std::min<int>(m_parallel->value(), static_cast<int>(m_queue.size()));
+  ++m_launchBatch;
+  for (int k = 0; k < n; ++k) {
+    const QueueEntry e = m_queue.front();
+    m_queue.erase(m_queue.begin());
+    delete m_queueList->takeItem(0);
+    const QString file =
+        m_launchDir->filePath(QStringLiteral("batch%1-slot%2.toml").arg(m_launchBatch).arg(k));
+    QFile f(file);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) || f.write(e.configText.toUtf8()) < 0) {
+      log(QStringLiteral("error"), tr("[launch] cannot write %1: %2").arg(file, f.errorString()));
+      return;
+    }
+    req.configs.push_back(file.toStdString());
+  }
+  req.nproc = n;
+  if (m_launchThread.joinable()) m_launchThread.join();
+  m_launching = true;
+  updateActions();
+  log(QStringLiteral("info"),
+      tr("launching %1 process(es), binding %2").arg(n).arg(m_queueBinding->currentText()));
+  m_launchThread = std::thread([this, req] {
+    QString summary;
+    try {
+      const auto procs = api::launch_runs(req, [this](const api::LaunchedProcess& p) {
+        const QString line =
+            QStringLiteral("slot %1: pid %2, %3")
+                .arg(p.slot)
+                .arg(p.pid)
+                .arg(p.cpus.empty() ? tr("unbound")
+                                    : tr("CPUs %1").arg(QString::fromStdString(p.cpus)));
+        QMetaObject::invokeMethod(
+            this, [this, line] { log(QStringLiteral("info"), line); }, Qt::QueuedConnection);
+      });
+      for (const auto& p : procs)
+        summary += QStringLiteral("slot %1 exited with %2; ").arg(p.slot).arg(p.exit_code);
+    } catch (const std::exception& e) {
+      summary = QString::fromUtf8(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, summary] {
+          m_launching = false;
+          log(QStringLiteral("info"), summary);
+          m_runsModel->refresh();
+          updateActions();
+          startQueue();
+        },
+        Qt::QueuedConnection);
+  });
+}
+
 void MainWindow::startQueue() {
+  if (m_asProcesses->isChecked()) {
+    launchBatch();
+    return;
+  }
   while (!m_queue.empty() && activeRuns() < m_parallel->value()) {
     const QueueEntry e = m_queue.front();
     m_queue.erase(m_queue.begin());
@@ -433,7 +545,7 @@ void MainWindow::startQueue() {
 }
 
 int MainWindow::activeRuns() const {
-  int n = 0;
+  int n = m_launching ? 1 : 0;
   for (const auto& w : m_workers)
     if (w && w->isRunning()) ++n;
   return n;

@@ -11,10 +11,15 @@
 #include <QString>
 #include <QTimer>
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 class QAction;
+class QCheckBox;
+class QComboBox;
+class QTemporaryDir;
 class QLabel;
 class QListWidget;
 class QPlainTextEdit;
@@ -65,8 +70,17 @@ class MainWindow : public QMainWindow {
   RunsView* runsView() const { return m_runsView; }
   QTabWidget* centralTabs() const { return m_tabs; }
   TopologyView* topologyView() const { return m_topology; }
-  /// In-process runs still going.
+  /// In-process runs still going (plus launched processes).
   int activeRuns() const;
+  /// Queue mode: run queued configs as separate `trainbench-cli` processes, each bound to its
+  /// CPU slot by `binding` (the same launcher as `trainbench-cli launch`), instead of in-process.
+  void setQueueAsProcesses(bool processes, const QString& binding = QStringLiteral("node"));
+  /// Sets how many queued runs go at a time.
+  void setQueueParallel(int n);
+  /// The trainbench-cli used for separate processes (default: next to this program).
+  void setCliPath(const QString& path) { m_cliPath = path; }
+  /// Whether a launched batch is still running.
+  bool launching() const { return m_launching.load(); }
   /// Shows `ids` side by side in the Compare tab.
   void compareRuns(const QList<qint64>& ids);
 
@@ -84,6 +98,8 @@ class MainWindow : public QMainWindow {
   void saveConfigAs();
   void exportReport();
   void updateActions();
+  void launchBatch();
+  QString cliPath() const;
 
   QString m_dbPath;
   ConfigEditor* m_editor = nullptr;
@@ -105,6 +121,13 @@ class MainWindow : public QMainWindow {
   QTimer m_drainTimer;
   QTimer m_pollTimer;
   QString m_configPath;
+  QCheckBox* m_asProcesses = nullptr;
+  QComboBox* m_queueBinding = nullptr;
+  QString m_cliPath;
+  std::unique_ptr<QTemporaryDir> m_launchDir;
+  std::thread m_launchThread;
+  std::atomic<bool> m_launching{false};
+  int m_launchBatch = 0;
 };
 
 }  // namespace tb::ui

@@ -335,7 +335,8 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   connect(m_search, &QLineEdit::textChanged, m_filter, &RunsFilter::setSearch);
   connect(m_status, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
           [this] { m_filter->setStatus(m_status->currentData().toString()); });
-  connect(compare, &QPushButton::clicked, this, [this] { Q_EMIT compareRequested(selectedRuns()); });
+  connect(compare, &QPushButton::clicked, this,
+          [this] { Q_EMIT compareRequested(selectedRuns()); });
   connect(del, &QPushButton::clicked, this, &RunsView::deleteSelected);
   connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
           [this] { Q_EMIT selectionChanged(selectedRuns()); });
