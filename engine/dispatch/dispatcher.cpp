@@ -209,7 +209,7 @@ Dispatcher& Dispatcher::singleton() {
   return raw();
 }
 
-std::string Dispatcher::where_text(const std::source_location& loc) {
+std::string Dispatcher::where_text(const SourceLocation& loc) {
   // The build maps the source directory away (-fmacro-prefix-map), so paths are already
   // repository-relative; otherwise cut at the first top-level folder of the repository.
   std::string file = loc.file_name();
@@ -315,13 +315,12 @@ RegistrationHandle Dispatcher::register_kernel(const OperatorHandle& h, Dispatch
 }
 
 RegistrationHandle Dispatcher::impl_boxed(std::string_view op, DispatchKey key, BoxedKernel fn,
-                                          std::source_location where) {
+                                          SourceLocation where) {
   return register_kernel(find(op), key, KernelFunction::make_boxed(std::move(fn)),
                          where_text(where));
 }
 
-RegistrationHandle Dispatcher::fallback(DispatchKey key, BoxedKernel fn,
-                                        std::source_location where) {
+RegistrationHandle Dispatcher::fallback(DispatchKey key, BoxedKernel fn, SourceLocation where) {
   auto k = KernelFunction::make_boxed(std::move(fn));
   std::unique_lock lock(mutex_);
   auto& slot = fallbacks_[static_cast<int>(key)];

@@ -13,7 +13,9 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#if __has_include(<source_location>)
 #include <source_location>
+#endif
 #include <string>
 #include <string_view>
 #include <typeindex>
@@ -24,6 +26,31 @@
 #include "engine/dispatch/ivalue.h"
 
 namespace tb::dispatch {
+
+/// Where a kernel was registered: std::source_location, or (clang 14 with libstdc++ 12, which
+/// lacks it — the `fuzz` preset) an equivalent built on the compiler's __builtin_FILE/LINE.
+#if defined(__cpp_lib_source_location)
+using SourceLocation = std::source_location;
+#else
+struct SourceLocation {
+  /// The caller's file and line (as std::source_location::current()).
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) noexcept {
+    SourceLocation l;
+    l.file_ = file;
+    l.line_ = line;
+    return l;
+  }
+  /// The file name.
+  constexpr const char* file_name() const noexcept { return file_; }
+  /// The line.
+  constexpr unsigned line() const noexcept { return line_; }
+
+ private:
+  const char* file_ = "";
+  unsigned line_ = 0;
+};
+#endif
 
 class OperatorEntry;
 class OperatorHandle;
@@ -412,7 +439,7 @@ class Dispatcher {
   /// Defines an operator with C++ signature Sig. Defining a name twice throws tb::ValueError.
   template <typename Sig>
   OperatorHandle define(std::string name, OpSchema schema = {},
-                        std::source_location where = std::source_location::current()) {
+                        SourceLocation where = SourceLocation::current()) {
     (void)where;
     return define_impl(std::move(name), typeid(Sig), &detail::SigTraits<Sig>::call_from_stack,
                        std::move(schema));
@@ -436,9 +463,8 @@ class Dispatcher {
   /// Registers a typed kernel for (op, key). A second registration for the same (op, key) while
   /// the first is alive throws tb::ValueError. Dropping the handle deregisters it.
   template <typename Sig, typename F>
-  [[nodiscard]] RegistrationHandle impl(
-      std::string_view op, DispatchKey key, F&& fn,
-      std::source_location where = std::source_location::current()) {
+  [[nodiscard]] RegistrationHandle impl(std::string_view op, DispatchKey key, F&& fn,
+                                        SourceLocation where = SourceLocation::current()) {
     OperatorHandle h = find(op);
     check_signature(h, typeid(Sig));
     return register_kernel(h, key,
@@ -447,15 +473,13 @@ class Dispatcher {
   }
 
   /// Registers a boxed kernel for one op at `key` (e.g. a per-op fallback).
-  [[nodiscard]] RegistrationHandle impl_boxed(
-      std::string_view op, DispatchKey key, BoxedKernel fn,
-      std::source_location where = std::source_location::current());
+  [[nodiscard]] RegistrationHandle impl_boxed(std::string_view op, DispatchKey key, BoxedKernel fn,
+                                              SourceLocation where = SourceLocation::current());
 
   /// Registers a per-key fallback, used for every op without its own kernel at `key`.
   /// One fallback per key; a second throws tb::ValueError.
-  [[nodiscard]] RegistrationHandle fallback(
-      DispatchKey key, BoxedKernel fn,
-      std::source_location where = std::source_location::current());
+  [[nodiscard]] RegistrationHandle fallback(DispatchKey key, BoxedKernel fn,
+                                            SourceLocation where = SourceLocation::current());
 
   /// A safe handle to the kernel that `key` resolves to for `op` (direct kernel or fallback).
   /// Throws "operator NAME does not exist" or a missing-kernel error.
@@ -474,7 +498,7 @@ class Dispatcher {
   RegistrationHandle register_kernel(const OperatorHandle& h, DispatchKey key,
                                      std::shared_ptr<KernelFunction> k, std::string where);
   void recompute(OperatorEntry& e) const;  // caller holds e.mutex_ exclusively
-  static std::string where_text(const std::source_location& loc);
+  static std::string where_text(const SourceLocation& loc);
 
   mutable std::shared_mutex mutex_;  // guards ops_ and fallbacks_
   std::vector<std::shared_ptr<OperatorEntry>> ops_;

@@ -1,0 +1,120 @@
+#include "tests/fuzz/targets.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/data/idx.h"
+#include "engine/sched/lr_lambda_expr.h"
+#include "engine/store/run_store.h"
+#include "engine/train/run_config.h"
+#include "engine/train/safetensors.h"
+
+namespace tb::fuzz {
+
+namespace {
+
+// A scratch file of this process (parsers that read files get the bytes through the disk).
+std::filesystem::path scratch(const char* name) {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() /
+             ("tb-fuzz-" + std::to_string(static_cast<long>(getpid())));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir / name;
+}
+
+void write(const std::filesystem::path& path, const std::uint8_t* data, std::size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+}
+
+}  // namespace
+
+void run_config(const std::uint8_t* data, std::size_t size) {
+  const std::string all(reinterpret_cast<const char*>(data), size);
+  const auto nul = all.find('\0');
+  const std::string toml = all.substr(0, nul);
+  std::vector<std::string> overrides;
+  if (nul != std::string::npos) {
+    std::istringstream in(all.substr(nul + 1));
+    for (std::string line; std::getline(in, line);)
+      overrides.push_back(line);
+  }
+  try {
+    const train::RunConfig c = train::parse_run_config(toml, "fuzz.toml", overrides);
+    // An accepted config must round-trip through its effective TOML.
+    const std::string text = train::to_toml(c);
+    if (train::to_toml(train::parse_run_config(text, "effective")) != text)
+      throw std::logic_error("to_toml does not round-trip");
+  } catch (const Error&) {
+  }
+}
+
+void safetensors(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("f.safetensors");
+  write(path, data, size);
+  try {
+    const train::SafetensorsFile f = train::load_safetensors(path);
+    std::size_t bytes = 0;
+    for (const auto& [name, t] : f.tensors)
+      bytes += t.nbytes();
+    // Nothing is allocated beyond the file's size.
+    if (bytes > size) throw std::logic_error("tensors larger than the file");
+  } catch (const Error&) {
+  }
+}
+
+void idx(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("f.idx");
+  write(path, data, size);
+  try {
+    const core::Tensor t = data::read_idx_u8(path, data::idx_u8_magic(3), "images", "fuzz");
+    if (t.nbytes() > size) throw std::logic_error("tensor larger than the file");
+  } catch (const Error&) {
+  }
+}
+
+void lr_lambda(const std::uint8_t* data, std::size_t size) {
+  const std::string expr(reinterpret_cast<const char*>(data), size);
+  try {
+    const sched::LrLambda f(expr);
+    for (double epoch : {0.0, 1.0, 7.0, 1e6})
+      (void)f(epoch);
+  } catch (const Error&) {
+  }
+}
+
+void store(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("f.sqlite");
+  std::filesystem::remove(path.string() + "-wal");
+  std::filesystem::remove(path.string() + "-shm");
+  write(path, data, size);
+  try {
+    auto st = store::RunStore::open(path);
+    for (const auto& r : st.list_runs()) {
+      (void)st.get_run(r.id);
+      for (const auto& k : st.metric_keys(r.id))
+        (void)st.series(r.id, k);
+      (void)st.events(r.id);
+    }
+  } catch (const Error&) {
+  }
+}
+
+const std::vector<NamedTarget>& targets() {
+  static const std::vector<NamedTarget> all = {{"run_config", &run_config},
+                                               {"safetensors", &safetensors},
+                                               {"idx", &idx},
+                                               {"lr_lambda", &lr_lambda},
+                                               {"store", &store}};
+  return all;
+}
+
+}  // namespace tb::fuzz

@@ -1,0 +1,36 @@
+// Fuzz targets, one per input parser: each takes arbitrary bytes, feeds them to the parser as a
+// user would (a file on disk where the parser reads files), and returns normally when the parser
+// either accepts the input or rejects it with a tb::Error (a clear message). Anything else —
+// another exception type, a crash, a sanitizer report — is a finding. Used by the libFuzzer
+// binaries (fuzz_main.cpp, clang preset `fuzz`) and by the corpus replay test (replay_test.cpp)
+// in every normal test run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tb::fuzz {
+
+/// A TOML run config; bytes after the first NUL are `--set` overrides, one per line.
+void run_config(const std::uint8_t* data, std::size_t size);
+/// A safetensors file (checkpoint weights).
+void safetensors(const std::uint8_t* data, std::size_t size);
+/// An IDX file (Fashion-MNIST images, 3 dimensions).
+void idx(const std::uint8_t* data, std::size_t size);
+/// A scheduler lambda expression, then evaluated at a few epochs.
+void lr_lambda(const std::uint8_t* data, std::size_t size);
+/// A run database file opened by the store.
+void store(const std::uint8_t* data, std::size_t size);
+
+/// The targets by name ("run_config", ...), for the replay test and the fuzzers.
+using Target = void (*)(const std::uint8_t*, std::size_t);
+struct NamedTarget {
+  const char* name;
+  Target fn;
+};
+/// Every target.
+const std::vector<NamedTarget>& targets();
+
+}  // namespace tb::fuzz
