@@ -72,6 +72,7 @@ TEST_F(Safetensors, RoundTripEveryDtypeWithMetadata) {
     EXPECT_EQ(a.dtype(), b.dtype()) << ts[i].first;
     EXPECT_EQ(tb::core::DimVector(a.sizes()), tb::core::DimVector(b.sizes())) << ts[i].first;
     EXPECT_EQ(a.nbytes(), b.nbytes());
+    if (a.nbytes() == 0) continue;  // an empty tensor has no data pointer to compare
     EXPECT_EQ(std::memcmp(a.contiguous().data_ptr(), b.data_ptr(), a.nbytes()), 0) << ts[i].first;
   }
 }
