@@ -30,6 +30,7 @@
 #include "engine/data/text_dataset.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
+#include "tests/engine/test_util.h"
 
 namespace tb::data {
 namespace {
@@ -58,25 +59,8 @@ std::string error_message(Fn&& fn) {
   } while (false)
 
 // A fresh folder under the system temp folder, removed with everything in it at scope end.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("tb_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : tb::test::TempDir {
+  TempDir() : tb::test::TempDir("tb_data_test") {}
 };
 
 // ---------------------------------------------------------------- IDX / Fashion-MNIST fixtures

@@ -1,8 +1,13 @@
 // Helpers shared by the engine test suites.
 #pragma once
 
+#include <unistd.h>
+
+#include <atomic>
 #include <exception>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 namespace tb::test {
 
@@ -16,5 +21,31 @@ std::string error_of(F&& f) {
   }
   return "<no error>";
 }
+
+/// A fresh temporary folder named `<prefix>_<pid>_<n>`, removed with everything in it when the
+/// object goes away.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "tb_test") {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The folder.
+  const std::filesystem::path& path() const { return path_; }
+  /// A run store path inside it.
+  std::string db() const { return (path_ / "runs.sqlite").string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace tb::test

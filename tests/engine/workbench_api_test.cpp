@@ -24,6 +24,7 @@
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "tests/engine/test_util.h"
 
 namespace {
 
@@ -46,26 +47,8 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 // A fresh folder under the system temp folder, removed with everything in it at scope end.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("tb_workbench_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string db() const { return (path_ / "runs.sqlite").string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+struct TempDir : tb::test::TempDir {
+  TempDir() : tb::test::TempDir("tb_workbench_test") {}
 };
 
 // 20 quick steps: 4 Gaussian blobs in 16-D, an MLP 16-32-4, evaluation every 10 steps.
