@@ -20,6 +20,29 @@
 
 namespace {
 
+// One device's view of the table: which ops run a kernel of the backend's own ("native"), which
+// go through the key's fallback (openreg: the CPU fallback), which have none.
+int cmd_dispatch_device(const std::string& device, const std::string& op_filter) {
+  const std::string key = tb::api::dispatch_key_of(device);
+  std::size_t native = 0;
+  std::size_t fallback = 0;
+  std::size_t missing = 0;
+  std::cout << std::left << std::setw(44) << "op"
+            << "on " << device << " (key " << key << ")\n";
+  for (const auto& r : tb::api::dispatch_table()) {
+    if (r.key != key) continue;
+    if (!op_filter.empty() && r.op.find(op_filter) == std::string::npos) continue;
+    const char* what = r.source == "kernel"     ? "native"
+                       : r.source == "fallback" ? "fallback"
+                                                : "missing";
+    (r.source == "kernel" ? native : r.source == "fallback" ? fallback : missing)++;
+    std::cout << std::setw(44) << r.op << std::setw(10) << what << r.where << "\n";
+  }
+  std::cout << native << " native, " << fallback << " through the fallback, " << missing
+            << " missing\n";
+  return 0;
+}
+
 int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
   const auto rows = tb::api::dispatch_table();
   if (matrix) {
@@ -40,7 +63,8 @@ int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
       std::cout << "\n";
     }
     std::cout << "(kernel = registered for the key, fallback = the key's fallback, . = falls "
-                 "through, - = missing)\n";
+                 "through, - = missing; PrivateUse1 is "
+              << tb::api::privateuse1_name() << ")\n";
     return 0;
   }
   std::size_t w_op = 2;
@@ -64,7 +88,7 @@ int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
 
 int cmd_devices() {
   for (const auto& d : tb::api::list_devices()) {
-    std::cout << std::left << std::setw(8) << d.name << std::setw(13)
+    std::cout << std::left << std::setw(11) << d.name << std::setw(13)
               << (d.available ? "available" : "unavailable") << d.detail << "\n";
   }
   return 0;
@@ -240,6 +264,10 @@ int main(int argc, char** argv) {
   dispatch->add_option("--op", op_filter, "only ops whose name contains this text");
   dispatch->add_flag("--all", all, "include keys with no kernel (missing or falling through)");
   dispatch->add_flag("--matrix", matrix, "one row per op, one column per dispatch key");
+  std::string dispatch_device;
+  dispatch->add_option("--device", dispatch_device,
+                       "one device's view: which ops run natively and which fall back "
+                       "(e.g. openreg, cuda)");
 
   auto* devices = app.add_subcommand("devices", "list devices and whether they can be used");
 
@@ -351,7 +379,10 @@ int main(int argc, char** argv) {
     const auto choice = tb::api::set_gemm_backend(gemm);
     if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
-    if (dispatch->parsed()) return cmd_dispatch(op_filter, all, matrix);
+    if (dispatch->parsed()) {
+      if (!dispatch_device.empty()) return cmd_dispatch_device(dispatch_device, op_filter);
+      return cmd_dispatch(op_filter, all, matrix);
+    }
     if (devices->parsed()) return cmd_devices();
     if (topo->parsed()) return cmd_topo(topo_req, binding, slots, fallback);
     if (launch->parsed()) {

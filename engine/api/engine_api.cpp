@@ -4,6 +4,8 @@
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/backends/cuda/cuda_status.h"
+#include "engine/backends/openreg/runtime.h"
+#include "engine/core/allocator.h"
 #include "engine/dispatch/dispatcher.h"
 
 #if defined(TB_HAVE_OPENBLAS)
@@ -32,7 +34,24 @@ std::vector<DeviceInfo> list_devices() {
   } else {
     out.push_back({"cuda", false, cs.reason});
   }
+  // The reference accelerator, emulated on the CPU (engine/backends/openreg).
+  core::load_backends();
+  for (int i = 0; i < openreg::device_count(); ++i) {
+    out.push_back({"openreg:" + std::to_string(i), true,
+                   "reference accelerator emulated on the CPU, " +
+                       std::to_string(openreg::device_capacity() >> 20) + " MiB"});
+  }
   return out;
+}
+
+std::string dispatch_key_of(const std::string& device) {
+  const core::Device d = core::Device::parse(device);
+  return std::string(dispatch::dispatch_key_name(dispatch::backend_key(d.type())));
+}
+
+std::string privateuse1_name() {
+  core::load_backends();
+  return core::device_type_name(core::DeviceType::PrivateUse1);
 }
 
 std::vector<DispatchRow> dispatch_table() {

@@ -18,7 +18,8 @@ struct DeviceInfo {
   bool available = false;  ///< whether it can be used in this process
   std::string detail;      ///< threads/BLAS for the CPU; the reason when unavailable
 };
-/// The CPU, then each usable CUDA device ("cuda:N"), or one unavailable "cuda" entry saying why.
+/// The CPU, then each usable CUDA device ("cuda:N") or one unavailable "cuda" entry saying why,
+/// then the openreg devices ("openreg:N").
 std::vector<DeviceInfo> list_devices();
 
 /// One (op, dispatch key) entry of the dispatcher's computed table.
@@ -31,6 +32,13 @@ struct DispatchRow {
 /// Every (op, key) entry, ops sorted by name, keys in priority order. The first call registers
 /// the built-in ops and kernels.
 std::vector<DispatchRow> dispatch_table();
+
+/// The dispatch key a device text selects ("openreg:0" -> "PrivateUse1", "cuda" -> "CUDA").
+/// Throws tb::ValueError naming the text when it names no device.
+std::string dispatch_key_of(const std::string& device);
+
+/// The name the PrivateUse1 key's devices go by ("openreg").
+std::string privateuse1_name();
 
 /// Kernel-pool (and BLAS) thread count.
 int num_threads();

@@ -202,7 +202,7 @@ const std::map<std::string, std::string>& help_table() {
       {"run.name", "shown in the runs list"},
       {"run.tags", "free-form labels"},
       {"run.seed", "seeds initialisation, data order, dropout"},
-      {"run.device", "where the run computes: cpu, cuda, cuda:N"},
+      {"run.device", "where the run computes: cpu, cuda[:N], openreg[:N] (the reference backend)"},
       {"run.steps", "optimizer steps; 0 = train for run.epochs"},
       {"run.epochs", "passes over the training data when run.steps is 0"},
       {"run.log_interval", "metrics every N steps"},

@@ -9,6 +9,8 @@
 namespace tb::backends {
 // Each optional backend provides this function; its stub (when compiled out) registers nothing.
 void register_cuda_backend(dispatch::Dispatcher& d);
+// The reference accelerator (always built): engine/backends/openreg.
+void register_openreg_backend(dispatch::Dispatcher& d);
 }  // namespace tb::backends
 
 namespace tb::dispatch {
@@ -18,6 +20,7 @@ void register_all() {
   ops::define_builtin_ops(d);
   cpu::register_cpu_kernels(d);
   backends::register_cuda_backend(d);
+  backends::register_openreg_backend(d);
   autograd::register_autograd(d);  // the layer above every backend
   amp::register_autocast(d);       // the layer above autograd (active under an AutocastGuard)
 }

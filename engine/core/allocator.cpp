@@ -195,6 +195,31 @@ void set_backend_loader(void (*loader)()) {
   backend_loader.store(loader);
 }
 
+void load_backends() {
+  if (auto* load = backend_loader.load()) load();
+}
+
+namespace {
+std::array<std::atomic<DeviceProbe>, kNumDeviceTypes> g_probes{};
+}  // namespace
+
+void register_device_probe(DeviceType type, DeviceProbe probe) {
+  TB_CHECK(type != DeviceType::CPU && probe != nullptr,
+           "[device] a probe is registered for a non-CPU device type, and cannot be null");
+  g_probes[static_cast<std::size_t>(type)].store(probe);
+}
+
+std::string device_unavailable_reason(Device device) {
+  if (device.is_cpu()) return "";
+  load_backends();
+  const DeviceProbe probe = g_probes[static_cast<std::size_t>(device.type())].load();
+  if (probe == nullptr) {
+    return tb::detail::str_cat("the ", device_type_name(device.type()),
+                               " backend is not compiled into this build");
+  }
+  return probe(device.index());
+}
+
 Allocator& get_allocator(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_allocator();
   Allocator* a = registry().allocators[static_cast<int>(type)].load();

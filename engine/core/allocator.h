@@ -87,6 +87,9 @@ void register_allocator(DeviceType type, Allocator* allocator);
 /// start-up), so that allocating on a device before any op has run still finds its allocator.
 void set_backend_loader(void (*loader)());
 
+/// Runs the backend loader once (if installed): registers every compiled-in backend.
+void load_backends();
+
 /// The allocator of a device type. Throws tb::NotImplementedError naming the device type when
 /// no backend for it is compiled in or registered.
 Allocator& get_allocator(DeviceType type);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <mutex>
 
+#include "engine/core/allocator.h"
 #include "engine/core/error.h"
 
 namespace tb::core {
@@ -66,7 +67,11 @@ Device Device::parse(std::string_view text) {
     type = DeviceType::CPU;
   } else if (type_text == "cuda") {
     type = DeviceType::CUDA;
-  } else if (type_text == device_type_name(DeviceType::PrivateUse1) || type_text == "privateuse1") {
+  } else if (type_text == "privateuse1" || [&] {
+               // The PrivateUse1 backend names itself when it registers: load it first.
+               if (type_text != device_type_name(DeviceType::PrivateUse1)) load_backends();
+               return type_text == device_type_name(DeviceType::PrivateUse1);
+             }()) {
     type = DeviceType::PrivateUse1;
   } else {
     throw ValueError(tb::detail::str_cat("[device] cannot parse device '", text,

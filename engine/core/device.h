@@ -63,6 +63,17 @@ std::string device_type_name(DeviceType type);
 /// rejected.
 void rename_privateuse1_backend(const std::string& name);
 
+/// Reports why a device of one type cannot be used ("" when it can); a backend registers one.
+using DeviceProbe = std::string (*)(DeviceIndex index);
+
+/// Installs the probe of a non-CPU device type (replacing an earlier one).
+void register_device_probe(DeviceType type, DeviceProbe probe);
+
+/// Why `device` cannot be used in this process, "" when it can: loads the compiled-in backends
+/// first, then asks the probe its backend registered ("its backend is not compiled in" when
+/// none did). The CPU is always usable.
+std::string device_unavailable_reason(Device device);
+
 /// Writes d.str() ("cpu", "cuda:0").
 std::ostream& operator<<(std::ostream& os, const Device& d);
 /// Writes device_type_name(t).

@@ -7,6 +7,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/init.h"
 #include "engine/ops/ops.h"
+#include "engine/rng/generator.h"
 
 namespace tb::nn {
 
@@ -151,10 +152,19 @@ Dropout::Dropout(double p, rng::Generator* gen) : Module("Dropout"), p_(p), gen_
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
   if (p_ == 1.0) return ops::mul(x, 0.0);
-  Tensor mask = ops::empty(x.sizes(), x.dtype(), x.device());
+  Tensor mask;
   {
     autograd::NoGradGuard no_grad;
-    ops::bernoulli_(mask, 1.0 - p_, gen_);
+    if (gen_ != nullptr && gen_->device() != x.device()) {
+      // The model's generator is a CPU one (so a run draws the same masks on every device):
+      // draw the mask where the generator lives, then move it.
+      Tensor host = ops::empty(x.sizes(), x.dtype(), gen_->device());
+      ops::bernoulli_(host, 1.0 - p_, gen_);
+      mask = host.to(x.device());
+    } else {
+      mask = ops::empty(x.sizes(), x.dtype(), x.device());
+      ops::bernoulli_(mask, 1.0 - p_, gen_);
+    }
   }
   return ops::mul(x, ops::mul(mask, 1.0 / (1.0 - p_)));
 }

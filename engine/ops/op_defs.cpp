@@ -66,6 +66,9 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   const OpSchema mutates01{{0, 1}, false, ""};
   d.define<sig::AmpUnscale>("amp_foreach_non_finite_check_and_unscale_", mutates01);
   d.define<sig::AmpUpdateScale>("amp_update_scale_", mutates01);
+
+  // Fused optimizer updates (engine/optim): write params and state (args 0, 2, 3, 4).
+  d.define<sig::AdamStep>("adam_step_", OpSchema{{0, 2, 3, 4}, false, ""});
 }
 
 }  // namespace tb::ops

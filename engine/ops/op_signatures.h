@@ -52,6 +52,14 @@ using AmpUnscale = void(const std::vector<Tensor>&, Tensor&, const Tensor&);
 /// _amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff, interval): in place.
 using AmpUpdateScale = void(Tensor&, Tensor&, const Tensor&, double, double, std::int64_t);
 
+/// adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs (empty: no amsgrad),
+/// step_sizes, bc2_sqrts (host float64, one per parameter), lr, beta1, beta2, eps, weight_decay,
+/// maximize, decoupled): the fused multi-tensor Adam/AdamW update of spec §2.2, in place.
+using AdamStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                      const std::vector<Tensor>&, const std::vector<Tensor>&,
+                      const std::vector<Tensor>&, const Tensor&, const Tensor&, double, double,
+                      double, double, double, bool, bool);
+
 }  // namespace tb::ops::sig
 
 // X-macros listing the elementwise families (name, differentiable) so that definitions, public

@@ -67,8 +67,12 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
     // Host <-> device: the device backend's kernel does the transfer, so this dispatch skips the
     // CPU key (only this one: the kernel may convert dtypes on the host with CPU ops).
     op.call_skipping(dispatch::DispatchKeySet(dispatch::DispatchKey::CPU), dst, src);
+  } else if (dd.type() == sd.type()) {
+    // Between two devices of one backend (openreg:0 -> openreg:1, cuda:0 -> cuda:1): the
+    // backend copies peer to peer (or stages through the host itself).
+    op.call(dst, src);
   } else {
-    // Device -> another device: stage through the host.
+    // Devices of two backends: stage through the host.
     Tensor host = to_device(src, Device());
     copy_(dst, host);
   }

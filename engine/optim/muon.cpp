@@ -56,8 +56,10 @@ Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& o) {
   TB_CHECK(o.steps < 100, "Number of steps must be less than 100 for computational efficiency");
   TB_CHECK(o.steps >= 0, "[muon] ns_steps must be >= 0, got ", o.steps);
   TB_CHECK(g.defined() && g.dim() == 2, "Input tensor gradient must be a 2D matrix");
-  ScalarType dt =
-      o.dtype.value_or(g.device().is_cpu() ? ScalarType::Float32 : ScalarType::BFloat16);
+  // bfloat16 where matrix products are fast in it (CUDA), float32 elsewhere (the CPU and openreg,
+  // which then runs the CPU's arithmetic).
+  ScalarType dt = o.dtype.value_or(
+      g.device().type() == core::DeviceType::CUDA ? ScalarType::BFloat16 : ScalarType::Float32);
   TB_CHECK(dt == ScalarType::BFloat16 || dt == ScalarType::Float32 || dt == ScalarType::Float64,
            "[muon] Newton-Schulz runs in bfloat16, float32 or float64, got ", dt);
   Tensor x = g.to(dt);

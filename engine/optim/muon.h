@@ -27,7 +27,7 @@ struct NewtonSchulzOptions {
   /// per-iteration coefficients with safety factor 1.01, the last one repeating).
   std::string schedule = "default";
   /// Working precision: BFloat16, Float32 or Float64; unset = automatic (bf16 on CUDA,
-  /// fp32 on the CPU, whose bf16 GEMM is not fast).
+  /// fp32 on the CPU, whose bf16 GEMM is not fast, and on openreg, which runs the CPU's).
   std::optional<core::ScalarType> dtype;
   bool symmetric = true;  ///< SYRK for X·Xᵀ and A·A (false: plain GEMMs)
 };

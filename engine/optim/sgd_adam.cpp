@@ -8,6 +8,8 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
+#include "engine/dispatch/dispatcher.h"
+#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::optim {
@@ -33,6 +35,21 @@ bool fast_path(const std::vector<Tensor>& ts) {
   return true;
 }
 
+// Whether the fused operator `op` can update these tensors: one float32/float64 dtype, contiguous,
+// and a kernel (or fallback) for their device.
+bool fused_ok(const std::vector<Tensor>& ts, bool same_dtype, const char* op) {
+  if (!same_dtype || ts.empty()) return false;
+  for (const auto& t : ts) {
+    if (!t.is_contiguous() || t.device() != ts[0].device() ||
+        (t.dtype() != ScalarType::Float32 && t.dtype() != ScalarType::Float64)) {
+      return false;
+    }
+  }
+  const auto key = dispatch::backend_key(ts[0].device().type());
+  return dispatch::Dispatcher::singleton().find(op).entry().computed(key).source !=
+         dispatch::KernelSource::Missing;
+}
+
 // Runs body(tensor index, begin, end) over the elements of a list of tensors in one parallel
 // loop (the "multi-tensor" pass): chunks may span tensor boundaries.
 template <typename Body>
@@ -55,63 +72,6 @@ void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
 
 Tensor& assign(Tensor& dst, const Tensor& src) {
   return dst.copy_(src);
-}
-
-// One contiguous run of Adam's update. The flags are template parameters so the loop has no
-// branches and vectorises; the arithmetic is spec §2.2's, in its order.
-template <typename T>
-struct AdamChunk {
-  T* __restrict p;
-  const T* __restrict g;
-  T* __restrict m;
-  T* __restrict v;
-  T* __restrict vmax;
-  std::int64_t n;
-  T decay, wd, b2, one_minus_b1, one_minus_b2, bc2_sqrt, eps, neg_step;
-};
-
-template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
-void adam_chunk(const AdamChunk<T>& c) {
-  T* __restrict p = c.p;
-  const T* __restrict g = c.g;
-  T* __restrict m = c.m;
-  T* __restrict v = c.v;
-  T* __restrict vmax = c.vmax;
-  for (std::int64_t k = 0; k < c.n; ++k) {
-    T d = Maximize ? -g[k] : g[k];
-    if constexpr (Decoupled) p[k] = p[k] * c.decay;
-    if constexpr (L2) d = d + c.wd * p[k];
-    const T mk = m[k] + c.one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
-    const T vk = v[k] * c.b2 + c.one_minus_b2 * d * d;
-    m[k] = mk;
-    v[k] = vk;
-    T second = vk;
-    if constexpr (Ams) {
-      second = vmax[k] < vk ? vk : vmax[k];
-      vmax[k] = second;
-    }
-    const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
-    p[k] = p[k] + c.neg_step * (mk / denom);
-  }
-}
-
-template <typename T, int K>
-void adam_case(const AdamChunk<T>& c) {
-  adam_chunk<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>(c);
-}
-
-template <typename T, int... K>
-constexpr std::array<void (*)(const AdamChunk<T>&), sizeof...(K)> adam_table(
-    std::integer_sequence<int, K...>) {
-  return {&adam_case<T, K>...};
-}
-
-// Picks the instantiation for the run-time flags: one table lookup per chunk.
-template <typename T>
-void adam_dispatch(const AdamChunk<T>& c, bool maximize, bool decoupled, bool l2, bool ams) {
-  static constexpr auto kTable = adam_table<T>(std::make_integer_sequence<int, 16>{});
-  const int key = (maximize ? 8 : 0) | (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (ams ? 1 : 0);
-  kTable[static_cast<std::size_t>(key)](c);
 }
 
 }  // namespace
@@ -311,36 +271,18 @@ void Adam::step() {
     bool same_dtype = true;
     for (const auto& t : all)
       same_dtype &= t.dtype() == ps[0].dtype();
-    if (fast_path(all) && same_dtype) {
-      std::vector<std::int64_t> sizes;
-      for (const auto& p : ps)
-        sizes.push_back(p.numel());
-      auto run = [&](auto zero) {
-        using T = decltype(zero);
-        for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
-          AdamChunk<T> c;
-          c.p = ps[i].data_ptr<T>() + b;
-          c.g = gs[i].data_ptr<T>() + b;
-          c.m = ms[i].data_ptr<T>() + b;
-          c.v = vs[i].data_ptr<T>() + b;
-          c.vmax = amsgrad ? vmaxs[i].data_ptr<T>() + b : nullptr;
-          c.n = e - b;
-          c.decay = static_cast<T>(1.0 - lr * wd);
-          c.wd = static_cast<T>(wd);
-          c.b2 = static_cast<T>(b2);
-          c.one_minus_b1 = static_cast<T>(1.0 - b1);
-          c.one_minus_b2 = static_cast<T>(1.0 - b2);
-          c.bc2_sqrt = static_cast<T>(bc2_sqrt[i]);
-          c.eps = static_cast<T>(eps);
-          c.neg_step = static_cast<T>(-step_size[i]);
-          adam_dispatch(c, maximize, wd != 0.0 && decoupled, wd != 0.0 && !decoupled, amsgrad);
-        });
-      };
-      if (ps[0].dtype() == ScalarType::Float64) {
-        run(0.0);
-      } else {
-        run(0.0f);
-      }
+    if (fused_ok(all, same_dtype, "adam_step_")) {
+      // The fused multi-tensor update, an operator: the CPU's kernel here, a device's own (or the
+      // CPU's through its fallback) elsewhere. Step sizes travel as host tensors.
+      static const auto op =
+          dispatch::Dispatcher::singleton().typed<ops::sig::AdamStep>("adam_step_");
+      const Tensor ss = core::from_vector(step_size);
+      const Tensor bc = core::from_vector(bc2_sqrt);
+      const dispatch::DispatchKeySet skip =
+          ps[0].device().is_cpu() ? dispatch::DispatchKeySet()
+                                  : dispatch::DispatchKeySet(dispatch::DispatchKey::CPU);
+      op.call_skipping(skip, ps, gs, ms, vs, vmaxs, ss, bc, lr, b1, b2, eps, wd, maximize,
+                       decoupled);
       continue;
     }
     for (std::size_t i = 0; i < ps.size(); ++i) {

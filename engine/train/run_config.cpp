@@ -450,7 +450,7 @@ void read_run(Section& s, RunSection& r) {
       (void)core::Device::parse(r.device);
     } catch (const Error&) {
       s.ctx().fail(s.path("device"),
-                   "expected \"cpu\", \"cuda\" or \"cuda:N\", found " + quote(r.device));
+                   "expected \"cpu\", \"cuda[:N]\" or \"openreg[:N]\", found " + quote(r.device));
     }
   }
   s.read("steps", r.steps);

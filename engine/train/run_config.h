@@ -21,7 +21,7 @@ struct RunSection {
   std::string name = "run";         ///< shown in the runs list
   std::vector<std::string> tags;    ///< free-form labels
   std::uint64_t seed = 0;           ///< seeds init, data order, dropout
-  std::string device = "cpu";       ///< "cpu", "cuda", "cuda:1", ...
+  std::string device = "cpu";       ///< "cpu", "cuda", "cuda:1", "openreg:0", ...
   std::int64_t steps = 0;           ///< optimizer steps; 0 = use epochs
   std::int64_t epochs = 1;          ///< passes over the training data when steps == 0
   std::int64_t log_interval = 1;    ///< metrics every N steps

@@ -171,6 +171,7 @@ struct Trainer::State {
   std::vector<int> binding_nodes;               // NUMA nodes of the bound CPUs
   std::string binding_warning;                  // a failed binding that fell back to unbound
   bool placement_reported = false;              // the memory placement event was emitted
+  core::Device device;                          // run.device
   std::int64_t step = 0;                        // optimizer steps done
   std::int64_t scaler_skipped = 0;              // steps the scaler skipped for inf/NaN gradients
   std::int64_t nonfinite_in_row = 0;
@@ -183,8 +184,12 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   s_ = std::make_unique<State>();
   const RunSection& run = config_.run;
   if (config_.threads > 0) cpu::set_num_threads(static_cast<int>(config_.threads));
-  TB_CHECK(config_.run.device == "cpu", "[trainer] run.device '", config_.run.device,
-           "': training runs on the CPU for now (the CUDA backend lacks the model's kernels)");
+  // The device: parsed (the config check did that already) and usable here.
+  s_->device = core::Device::parse(config_.run.device);
+  {
+    const std::string why = core::device_unavailable_reason(s_->device);
+    TB_CHECK(why.empty(), "[trainer] run.device '", config_.run.device, "': ", why);
+  }
   // CPU binding: planned here (errors before any step), applied by run() on the run thread.
   if (!config_.binding.cpus.empty()) {
     // An explicit CPU list (from a launcher that already planned the slots): bind to exactly it.
@@ -277,6 +282,9 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   // Model.
   s_->gen.manual_seed(run.seed);
   s_->model = nn::build_model(config_.model, &s_->gen);
+  // Initialised on the CPU from the run's CPU generator (so every device starts from the same
+  // weights), then moved; parameters keep their identity.
+  if (!s_->device.is_cpu()) s_->model->to(s_->device);
   TB_CHECK(std::holds_alternative<nn::QwenTinyConfig>(config_.model) == s_->language_model,
            "[trainer] model.kind '", nn::model_kind(config_.model), "' does not fit data.kind '",
            d.kind, "' (mlp classifies samples, qwen-tiny models text)");
@@ -308,7 +316,7 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   if (config_.amp.grad_scaler) {
     amp::GradScalerOptions so;
     so.enabled = config_.amp.enabled;
-    s_->scaler = std::make_unique<amp::GradScaler>(core::DeviceType::CPU, so);
+    s_->scaler = std::make_unique<amp::GradScaler>(s_->device.type(), so);
   }
   // SWA / EMA: an averaged copy of the weights, evaluated beside the model.
   if (config_.swa.kind != "none") {
@@ -321,6 +329,7 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
                                                        std::move(fn), /*use_buffers=*/false);
     rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
     s_->average_model = nn::build_model(config_.model, &scratch);
+    if (!s_->device.is_cpu()) s_->average_model->to(s_->device);
   }
   const std::int64_t per_epoch = s_->loader->num_batches();
   total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
@@ -436,8 +445,10 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   while (batches < limit) {
     auto b = loader.next();
     if (!b) break;
-    const Tensor logits = model.forward(b->input);
-    const double loss = model.loss(logits, b->target).item();
+    const Tensor input = b->input.to(s_->device);
+    const Tensor target = b->target.to(s_->device);
+    const Tensor logits = model.forward(input);
+    const double loss = model.loss(logits, target).item();
     const std::int64_t n = b->target.numel();
     loss_sum += loss * static_cast<double>(n);
     items += n;
@@ -578,9 +589,11 @@ TrainResult Trainer::loop() {
     Tensor loss;
     {
       std::optional<amp::AutocastGuard> autocast;
-      if (config_.amp.enabled) autocast.emplace(core::DeviceType::CPU, amp_dtype);
-      const Tensor logits = s.model->forward(batch->input);
-      loss = s.model->loss(logits, batch->target);
+      if (config_.amp.enabled) autocast.emplace(s.device.type(), amp_dtype);
+      const Tensor input = batch->input.to(s.device);
+      const Tensor target = batch->target.to(s.device);
+      const Tensor logits = s.model->forward(input);
+      loss = s.model->loss(logits, target);
     }
     const double loss_value = loss.item();
     const double fwd_ms = ms_since(t1);

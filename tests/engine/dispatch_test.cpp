@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backends/openreg/backend.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/dispatch/dispatcher.h"
@@ -58,6 +59,18 @@ Tensor fake_device_tensor() {
   return Tensor(impl);
 }
 
+// These tests own the PrivateUse1 key: the openreg backend that normally sits there steps aside
+// for the test's lifetime (its kernels and fallback are re-registered afterwards).
+struct FreePrivateUse1 {
+  FreePrivateUse1() {
+    Dispatcher::singleton();
+    tb::openreg::set_dispatcher_registration(false);
+  }
+  ~FreePrivateUse1() { tb::openreg::set_dispatcher_registration(true); }
+  FreePrivateUse1(const FreePrivateUse1&) = delete;
+  FreePrivateUse1& operator=(const FreePrivateUse1&) = delete;
+};
+
 using tb::test::error_of;
 
 TEST(Dispatch, RegisteredKernelRunsAndDeregistersWithItsHandle) {
@@ -107,11 +120,12 @@ TEST(Dispatch, WrongSignatureIsRejected) {
 }
 
 TEST(Dispatch, MissingKernelNamesOpDeviceAndWhereItExists) {
+  const FreePrivateUse1 free_key;
   // Built-in op: add has a CPU kernel, none for the PrivateUse1 device.
   const Tensor x = fake_device_tensor();
   const std::string msg = error_of([&] { ops::neg(x); });
   EXPECT_EQ(msg,
-            "[dispatch] op 'neg' has no kernel for device privateuse1:0 (dispatch key "
+            "[dispatch] op 'neg' has no kernel for device openreg:0 (dispatch key "
             "PrivateUse1); it is available on: cpu");
   // An op with no kernel anywhere says so.
   auto& d = dispatcher_with_test_ops();
@@ -120,6 +134,7 @@ TEST(Dispatch, MissingKernelNamesOpDeviceAndWhereItExists) {
 }
 
 TEST(Dispatch, PerKeyFallbackHandlesEveryOpInBoxedForm) {
+  const FreePrivateUse1 free_key;
   auto& d = dispatcher_with_test_ops();
   RegistrationHandle cpu = d.impl<UnarySig>("test.fallback_target", DispatchKey::CPU, doubled);
   std::vector<std::string> seen;
@@ -215,6 +230,7 @@ TEST(SafeKernelHandle, IsInvalidatedWhenItsKernelIsDeregistered) {
 }
 
 TEST(SafeKernelHandle, WrapsAnExistingKernel) {
+  const FreePrivateUse1 free_key;
   // Spec 7.3's pattern: capture the original, register a kernel that forwards to it.
   auto& d = dispatcher_with_test_ops();
   RegistrationHandle cpu = d.impl<UnarySig>("test.wrapped", DispatchKey::CPU, doubled);
@@ -234,6 +250,7 @@ TEST(SafeKernelHandle, WrapsAnExistingKernel) {
 }
 
 TEST(SafeKernelHandle, LookupErrors) {
+  const FreePrivateUse1 free_key;
   auto& d = dispatcher_with_test_ops();
   EXPECT_EQ(error_of([&] { d.get_kernel("test.nope", DispatchKey::CPU); }),
             "operator test.nope does not exist");
@@ -316,6 +333,7 @@ TEST(DispatchKeys, NamesRoundTrip) {
 // may convert on the host with CPU ops (found on a real GPU, where the CUDA copy_ converts the
 // dtype on the host first). Also through the autograd layer, which must keep CPU skipped.
 TEST(Dispatch, CrossDeviceCopySkipsCpuOnlyForItsOwnDispatch) {
+  const FreePrivateUse1 free_key;
   auto& d = Dispatcher::singleton();
   int device_copies = 0;
   RegistrationHandle h = d.impl<void(Tensor&, const Tensor&)>(

@@ -192,8 +192,9 @@ TEST(RunConfigTest, EnumErrors) {
   EXPECT_THAT(error_of("[data]\nkind = \"mnist\"\n"), HasSubstr("data.kind: expected one of"));
   EXPECT_THAT(error_of("[model]\nkind = \"gpt\"\n"),
               HasSubstr("model.kind: expected one of \"mlp\", \"qwen-tiny\", found \"gpt\""));
-  EXPECT_THAT(error_of("[run]\ndevice = \"tpu\"\n"),
-              HasSubstr("run.device: expected \"cpu\", \"cuda\" or \"cuda:N\", found \"tpu\""));
+  EXPECT_THAT(
+      error_of("[run]\ndevice = \"tpu\"\n"),
+      HasSubstr("run.device: expected \"cpu\", \"cuda[:N]\" or \"openreg[:N]\", found \"tpu\""));
 }
 
 TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {

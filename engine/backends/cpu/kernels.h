@@ -19,6 +19,7 @@ void register_softmax_index_kernels(dispatch::Dispatcher& d);
 void register_random_kernels(dispatch::Dispatcher& d);
 void register_nn_kernels(dispatch::Dispatcher& d);
 void register_amp_kernels(dispatch::Dispatcher& d);
+void register_optim_kernels(dispatch::Dispatcher& d);
 
 template <typename T>
 inline constexpr bool is_reduced_float_v =

@@ -184,10 +184,13 @@ void copy_kernel(Tensor& dst, const Tensor& src) {
     return;
   }
   // device -> device (same device type; possibly another index).
-  TB_CHECK_T(NotImplementedError,
-             src.is_contiguous() && src.dtype() == dst.dtype() && src.numel() == dst.numel(),
-             "[copy_] device-to-device copies on CUDA need contiguous tensors of one dtype and "
-             "shape for now");
+  if (!(src.is_contiguous() && src.dtype() == dst.dtype() && src.numel() == dst.numel())) {
+    // Conversions, broadcasts and strided sources: staged through the host for now.
+    Tensor host = Tensor::empty(src.sizes(), src.dtype(), Device());
+    host.copy_(src);
+    dst.copy_(host);
+    return;
+  }
   check_cuda(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
                             src.device().index(), dst.nbytes()),
              "cudaMemcpyPeer");
@@ -338,6 +341,15 @@ CudaStatus cuda_status() {
 void register_cuda_backend(dispatch::Dispatcher& d) {
   namespace sig = ops::sig;
   core::register_allocator(DeviceType::CUDA, &CudaAllocator::instance());
+  core::register_device_probe(DeviceType::CUDA, [](core::DeviceIndex i) -> std::string {
+    const CudaStatus st = cuda_status();
+    if (st.device_count == 0) return st.reason;
+    if (i >= st.device_count) {
+      return "no device cuda:" + std::to_string(i) + " (there are " +
+             std::to_string(st.device_count) + ")";
+    }
+    return "";
+  });
   if (!rng::has_generator_factory(DeviceType::CUDA)) {
     rng::register_generator_factory(DeviceType::CUDA, [](core::DeviceIndex i) {
       return std::make_unique<rng::PhiloxGenerator>(Device(DeviceType::CUDA, i));

@@ -1,6 +1,7 @@
 // CUDA backend stub, compiled when the build has no CUDA toolkit (TB_CUDA=OFF or no nvcc):
 // registers nothing and reports why, so `cuda` devices fail validation with a clear reason.
 #include "engine/backends/cuda/cuda_status.h"
+#include "engine/core/device.h"
 #include "engine/dispatch/dispatcher.h"
 
 namespace tb::backends {
@@ -12,6 +13,9 @@ CudaStatus cuda_status() {
   return s;
 }
 
-void register_cuda_backend(dispatch::Dispatcher&) {}
+void register_cuda_backend(dispatch::Dispatcher&) {
+  core::register_device_probe(core::DeviceType::CUDA,
+                              [](core::DeviceIndex) { return cuda_status().reason; });
+}
 
 }  // namespace tb::backends

@@ -1,0 +1,161 @@
+// The fused multi-tensor optimizer update on the CPU: `adam_step_` (Adam/AdamW over a list of
+// parameters in one parallel pass). It is an operator so that every device gets the same update
+// through the dispatcher: a backend registers its own fused kernel (CUDA: one launch per dtype
+// group), and one without (openreg) reaches this kernel through its CPU fallback, bit for bit.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/error.h"
+#include "engine/ops/op_signatures.h"
+
+namespace tb::cpu {
+
+namespace {
+
+using core::ScalarType;
+using core::Tensor;
+
+// Runs body(tensor index, begin, end) over the elements of a list of tensors in one parallel
+// loop (the "multi-tensor" pass): chunks may span tensor boundaries.
+template <typename Body>
+void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
+  std::vector<std::int64_t> start(sizes.size() + 1, 0);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    start[i + 1] = start[i] + sizes[i];
+  cpu::parallel_for(0, start.back(), 16384, [&](std::int64_t b, std::int64_t e) {
+    auto it = std::upper_bound(start.begin(), start.end(), b);
+    std::size_t i = static_cast<std::size_t>(it - start.begin()) - 1;
+    while (b < e) {
+      while (start[i + 1] <= b)
+        ++i;
+      const std::int64_t end = std::min(e, start[i + 1]);
+      body(i, b - start[i], end - start[i]);
+      b = end;
+    }
+  });
+}
+
+// One contiguous run of Adam's update. The flags are template parameters so the loop has no
+// branches and vectorises; the arithmetic is spec §2.2's, in its order.
+template <typename T>
+struct AdamChunk {
+  T* __restrict p;
+  const T* __restrict g;
+  T* __restrict m;
+  T* __restrict v;
+  T* __restrict vmax;
+  std::int64_t n;
+  T decay, wd, b2, one_minus_b1, one_minus_b2, bc2_sqrt, eps, neg_step;
+};
+
+template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
+void adam_chunk(const AdamChunk<T>& c) {
+  T* __restrict p = c.p;
+  const T* __restrict g = c.g;
+  T* __restrict m = c.m;
+  T* __restrict v = c.v;
+  T* __restrict vmax = c.vmax;
+  for (std::int64_t k = 0; k < c.n; ++k) {
+    T d = Maximize ? -g[k] : g[k];
+    if constexpr (Decoupled) p[k] = p[k] * c.decay;
+    if constexpr (L2) d = d + c.wd * p[k];
+    const T mk = m[k] + c.one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
+    const T vk = v[k] * c.b2 + c.one_minus_b2 * d * d;
+    m[k] = mk;
+    v[k] = vk;
+    T second = vk;
+    if constexpr (Ams) {
+      second = vmax[k] < vk ? vk : vmax[k];
+      vmax[k] = second;
+    }
+    const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
+    p[k] = p[k] + c.neg_step * (mk / denom);
+  }
+}
+
+template <typename T, int K>
+void adam_case(const AdamChunk<T>& c) {
+  adam_chunk<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>(c);
+}
+
+template <typename T, int... K>
+constexpr std::array<void (*)(const AdamChunk<T>&), sizeof...(K)> adam_table(
+    std::integer_sequence<int, K...>) {
+  return {&adam_case<T, K>...};
+}
+
+// Picks the instantiation for the run-time flags: one table lookup per chunk.
+template <typename T>
+void adam_dispatch(const AdamChunk<T>& c, bool maximize, bool decoupled, bool l2, bool ams) {
+  static constexpr auto kTable = adam_table<T>(std::make_integer_sequence<int, 16>{});
+  const int key = (maximize ? 8 : 0) | (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (ams ? 1 : 0);
+  kTable[static_cast<std::size_t>(key)](c);
+}
+
+void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
+                      const std::vector<Tensor>& ms, const std::vector<Tensor>& vs,
+                      const std::vector<Tensor>& vmaxs, const Tensor& step_sizes,
+                      const Tensor& bc2_sqrts, double lr, double b1, double b2, double eps,
+                      double wd, bool maximize, bool decoupled) {
+  const std::size_t n = ps.size();
+  const bool amsgrad = !vmaxs.empty();
+  TB_CHECK(gs.size() == n && ms.size() == n && vs.size() == n && (!amsgrad || vmaxs.size() == n) &&
+               step_sizes.numel() == static_cast<std::int64_t>(n) &&
+               bc2_sqrts.numel() == static_cast<std::int64_t>(n),
+           "[adam_step_] the tensor lists and the step tensors must have one entry per parameter");
+  if (n == 0) return;
+  const ScalarType dt = ps[0].dtype();
+  TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
+             "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
+  for (const auto* list : {&ps, &gs, &ms, &vs, &vmaxs}) {
+    for (const auto& t : *list) {
+      TB_CHECK_T(TypeError, t.dtype() == dt && t.is_contiguous() && t.device().is_cpu(),
+                 "[adam_step_] every tensor must be a contiguous ", dt, " CPU tensor");
+    }
+  }
+  const auto ss = step_sizes.to(core::Device(), ScalarType::Float64).contiguous();
+  const auto bc = bc2_sqrts.to(core::Device(), ScalarType::Float64).contiguous();
+  const double* step_size = ss.data_ptr<double>();
+  const double* bc2_sqrt = bc.data_ptr<double>();
+  std::vector<std::int64_t> sizes;
+  for (const auto& p : ps)
+    sizes.push_back(p.numel());
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+      AdamChunk<T> c;
+      c.p = ps[i].data_ptr<T>() + b;
+      c.g = gs[i].data_ptr<T>() + b;
+      c.m = ms[i].data_ptr<T>() + b;
+      c.v = vs[i].data_ptr<T>() + b;
+      c.vmax = amsgrad ? vmaxs[i].data_ptr<T>() + b : nullptr;
+      c.n = e - b;
+      c.decay = static_cast<T>(1.0 - lr * wd);
+      c.wd = static_cast<T>(wd);
+      c.b2 = static_cast<T>(b2);
+      c.one_minus_b1 = static_cast<T>(1.0 - b1);
+      c.one_minus_b2 = static_cast<T>(1.0 - b2);
+      c.bc2_sqrt = static_cast<T>(bc2_sqrt[i]);
+      c.eps = static_cast<T>(eps);
+      c.neg_step = static_cast<T>(-step_size[i]);
+      adam_dispatch(c, maximize, wd != 0.0 && decoupled, wd != 0.0 && !decoupled, amsgrad);
+    });
+  };
+  if (dt == ScalarType::Float64) {
+    run(0.0);
+  } else {
+    run(0.0f);
+  }
+}
+
+}  // namespace
+
+void register_optim_kernels(dispatch::Dispatcher& d) {
+  d.impl<ops::sig::AdamStep>("adam_step_", dispatch::DispatchKey::CPU, adam_step_kernel).detach();
+}
+
+}  // namespace tb::cpu
