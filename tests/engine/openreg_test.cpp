@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -379,10 +381,16 @@ struct LossSink : tb::train::MetricSink {
   void on_event(const std::string&, const std::string&) override {}
 };
 
-std::shared_ptr<LossSink> train_on(const std::string& device) {
-  tb::train::Trainer t(mlp_config(device));
+std::shared_ptr<LossSink> train_on(const std::string& device,
+                                   const std::function<void(tb::train::RunConfig&)>& edit = {},
+                                   const std::filesystem::path& ckdir = {},
+                                   const std::filesystem::path& resume = {}) {
+  auto cfg = mlp_config(device);
+  if (edit) edit(cfg);
+  tb::train::Trainer t(cfg, ckdir);
   auto sink = std::make_shared<LossSink>();
   t.add_sink(sink);
+  if (!resume.empty()) t.resume_from(resume);
   const auto r = t.run();
   EXPECT_EQ(r.outcome, tb::train::RunOutcome::kFinished) << r.message;
   return sink;
@@ -407,6 +415,36 @@ TEST(Openreg, TrainsTheMlpLikeTheCpu) {
   // A device that does not exist fails before the run, naming the field and the reason.
   EXPECT_THAT(error_of([] { tb::train::Trainer t(mlp_config("openreg:5")); }),
               HasSubstr("run.device 'openreg:5': [openreg] no device openreg:5"));
+}
+
+// Mixed precision and checkpoints work on the device through the layers above the backend.
+TEST(Openreg, AutocastScalerAndResumeOnTheDevice) {
+  auto bf16 = [](tb::train::RunConfig& c) {
+    c.amp.enabled = true;
+    c.amp.dtype = "bf16";
+  };
+  const auto cpu = train_on("cpu", bf16);
+  openreg::set_native_kernels(false);
+  const auto dev_bf16 = train_on("openreg:0", bf16);
+  openreg::set_native_kernels(true);
+  ASSERT_EQ(cpu->losses.size(), 8u);
+  EXPECT_EQ(dev_bf16->losses, cpu->losses);  // autocast on openreg = autocast on the CPU
+  const auto fp16 = train_on("openreg:0", [](tb::train::RunConfig& c) {
+    c.amp.enabled = true;
+    c.amp.dtype = "fp16";
+    c.amp.grad_scaler = true;
+  });
+  ASSERT_EQ(fp16->losses.size(), 8u);
+  for (double l : fp16->losses)
+    EXPECT_TRUE(std::isfinite(l));
+  // A checkpoint written on openreg resumes to the uninterrupted run's losses.
+  const tb::test::TempDir dir("tb_openreg_ckpt");
+  auto every4 = [](tb::train::RunConfig& c) { c.checkpoint.interval = 4; };
+  const auto full = train_on("openreg:1", every4, dir.path());
+  ASSERT_TRUE(std::filesystem::exists(dir.path() / "step-00000004" / "optimizer.safetensors"));
+  const auto resumed = train_on("openreg:1", every4, {}, dir.path() / "step-00000004");
+  ASSERT_EQ(resumed->losses.size(), 4u);
+  EXPECT_EQ(resumed->losses, std::vector<double>(full->losses.begin() + 4, full->losses.end()));
 }
 
 }  // namespace
