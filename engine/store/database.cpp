@@ -3,19 +3,47 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 
 namespace tb::store::detail {
 namespace {
 
+// For I/O failures, what the operating system said, and what it means for the user: SQLite's
+// "disk I/O error" alone does not tell a full disk from a broken one.
+std::string os_error_note(sqlite3* db, int rc) {
+  const int primary = rc & 0xff;
+  if (db == nullptr || (primary != SQLITE_IOERR && primary != SQLITE_FULL &&
+                        primary != SQLITE_CANTOPEN && primary != SQLITE_READONLY)) {
+    return "";
+  }
+  const int err = sqlite3_system_errno(db);
+  if (err == 0) {
+    // SQLite does not always keep errno; a failed write or sync is still most likely space.
+    const bool write_failed = primary == SQLITE_FULL || rc == SQLITE_IOERR_WRITE ||
+                              rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_TRUNCATE;
+    return write_failed ? " (writing to the disk failed: is the disk full or a file-size limit "
+                          "reached? free space and resume the run)"
+                        : "";
+  }
+  std::string note = ::tb::detail::str_cat(" (", std::strerror(err));
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) {
+    note += ": the disk is full or a file-size limit was reached; free space and resume the run";
+  } else if (err == EACCES || err == EROFS || err == EPERM) {
+    note += ": the database or its folder is not writable";
+  }
+  return note + ")";
+}
+
 [[noreturn]] void throw_sqlite(sqlite3* db, int rc, const std::string& file,
                                std::string_view what) {
   const char* msg = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  throw StoreError(
-      ::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg, " (SQLite code ", rc, ")"),
-      rc & 0xff);
+  throw StoreError(::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg,
+                                         os_error_note(db, rc), " (SQLite code ", rc, ")"),
+                   rc & 0xff);
 }
 
 }  // namespace
@@ -134,10 +162,11 @@ Connection::Connection(const std::filesystem::path& path, OpenFlags flags) : fil
   const int rc = sqlite3_open_v2(file_.c_str(), &db_, mode, nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    const std::string note = os_error_note(db_, rc);
     sqlite3_close_v2(db_);
     db_ = nullptr;
-    throw StoreError(::tb::detail::str_cat(
-        "[store] ", file_, ": cannot open the run database: ", msg, " (SQLite code ", rc, ")"));
+    throw StoreError(::tb::detail::str_cat("[store] ", file_, ": cannot open the run database: ",
+                                           msg, note, " (SQLite code ", rc, ")"));
   }
   sqlite3_extended_result_codes(db_, 1);
   sqlite3_busy_timeout(db_, flags.busy_timeout_ms);
@@ -167,7 +196,7 @@ void Connection::exec(std::string_view sql) {
     const std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
     throw StoreError(::tb::detail::str_cat("[store] ", file_, ": '", sql, "' failed: ", msg,
-                                           " (SQLite code ", rc, ")"),
+                                           os_error_note(db_, rc), " (SQLite code ", rc, ")"),
                      rc & 0xff);
   }
 }

@@ -1,5 +1,10 @@
 #include "engine/train/safetensors.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -81,12 +86,29 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
     out.flush();
     TB_CHECK(out.good(), "[safetensors] writing ", tmp.string(), " failed (disk full?)");
   }
+  // Durable before it takes the name: a crash leaves either the old file or the new one, whole.
   std::error_code ec;
+  try {
+    sync_to_disk(tmp);
+  } catch (const Error&) {
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
     throw Error("[safetensors] cannot move the written file to " + path.string());
   }
+  sync_to_disk(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
+}
+
+void sync_to_disk(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TB_CHECK(fd >= 0, "[io] cannot open ", path.string(), " to sync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  TB_CHECK(rc == 0, "[io] syncing ", path.string(), " to disk failed: ", std::strerror(err));
 }
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path) {

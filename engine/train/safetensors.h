@@ -33,13 +33,18 @@ struct SafetensorsFile {
 inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 /// Writes `tensors` (any device; copied to the CPU, made contiguous) and `metadata` to `path`
-/// atomically (a temporary file in the same folder, then rename). Names must be unique and
-/// non-empty and must not be "__metadata__". Supported dtypes: F64, F32, F16, BF16, I64, I32,
-/// I16, I8, U8, BOOL.
+/// atomically: a temporary file in the same folder, synced to disk, renamed over `path`, then the
+/// folder synced — a crash at any moment leaves the old file or the new one, whole. Names must be
+/// unique and non-empty and must not be "__metadata__". Supported dtypes: F64, F32, F16, BF16, I64,
+/// I32, I16, I8, U8, BOOL.
 void save_safetensors(const std::filesystem::path& path, const TensorList& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 /// Reads and validates `path` (see the file comment).
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
+
+/// Flushes a file's (or a directory's) data and metadata to the disk (fsync). Throws tb::Error
+/// naming the path when it cannot be opened or synced.
+void sync_to_disk(const std::filesystem::path& path);
 
 }  // namespace tb::train

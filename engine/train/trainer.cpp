@@ -751,8 +751,17 @@ TrainResult Trainer::loop() {
 // <dir>/state.json          step, counters, optimizer hyper-parameters, scheduler state_dicts,
 //                           loader position, the model generator's state, the config (TOML)
 
-std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& dir) {
+std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& final_dir) {
   State& s = *s_;
+  // Written into a hidden sibling folder, synced, then renamed into place: a save killed midway
+  // leaves only the hidden folder (cleared by the next save), never a half checkpoint under the
+  // real name, and never touches the previous checkpoint.
+  const std::filesystem::path parent =
+      final_dir.has_parent_path() ? final_dir.parent_path() : std::filesystem::path(".");
+  const std::string leaf = final_dir.filename().string();
+  const std::filesystem::path dir = parent / ("." + leaf + ".partial");
+  std::filesystem::create_directories(parent);
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   save_safetensors(dir / "model.safetensors", s.model->state_dict(),
                    {{"format", "pt"}, {"step", std::to_string(s.step)}});
@@ -807,14 +816,27 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& dir)
   }
   state["loader"] = s.loader->state();
   state["generator"] = hex(s.gen.get_state());
-  const auto tmp = dir / "state.json.tmp";
   {
-    std::ofstream out(tmp);
+    std::ofstream out(dir / "state.json");
     out << state.dump(1);
-    TB_CHECK(out.good(), "[checkpoint] writing ", tmp.string(), " failed");
+    out.flush();
+    TB_CHECK(out.good(), "[checkpoint] writing ", (dir / "state.json").string(),
+             " failed (disk full?)");
   }
-  std::filesystem::rename(tmp, dir / "state.json");
-  return dir;
+  sync_to_disk(dir / "state.json");
+  sync_to_disk(dir);
+  if (std::filesystem::exists(final_dir)) {
+    // Re-saving a step (after a resume): the old folder steps aside until the new one is in.
+    const std::filesystem::path old = parent / ("." + leaf + ".old");
+    std::filesystem::remove_all(old);
+    std::filesystem::rename(final_dir, old);
+    std::filesystem::rename(dir, final_dir);
+    std::filesystem::remove_all(old);
+  } else {
+    std::filesystem::rename(dir, final_dir);
+  }
+  sync_to_disk(parent);
+  return final_dir;
 }
 
 void Trainer::resume_from(const std::filesystem::path& dir) {

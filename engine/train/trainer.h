@@ -96,7 +96,9 @@ class Trainer {
   const RunConfig& config() const { return config_; }
   /// Evaluates the model now (eval split) and returns eval.* metrics.
   Metrics evaluate();
-  /// Writes a checkpoint of the current state to `dir` (created) and returns it.
+  /// Writes a checkpoint of the current state to `dir` and returns it. The files are written into
+  /// a hidden sibling folder (".<name>.partial"), synced, and the folder renamed to `dir`: a save
+  /// killed midway never leaves a partial checkpoint under `dir` nor touches older ones.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir);
 
  private:

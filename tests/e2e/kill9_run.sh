@@ -7,7 +7,9 @@
 #   - shows the run as crashed with k steps in `trainbench-cli runs` (the next open marks it), and
 #     that `trainbench-cli show 1` works on it.
 # Prints one PASS line with k (exit 0) or a FAIL line saying what was wrong (exit 1).
-# Usage: kill9_run.sh CLI REPO_ROOT        (ctest: e2e.kill9_run)
+# Usage: kill9_run.sh CLI REPO_ROOT [ROUNDS]  (ctest: e2e.kill9_run, 1 round; e2e.kill9_20, 20)
+# Each round uses a fresh store; the kill comes 0..2.5 s after the first committed step (so a slow
+# start, e.g. under a sanitizer, still leaves something to check).
 # Needs python3 with its sqlite3 module (Debian 12: /usr/bin/python3).
 set -u
 
@@ -16,9 +18,10 @@ fail() {
   exit 1
 }
 
-[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+[ $# -ge 2 ] && [ $# -le 3 ] || { echo "usage: $0 CLI REPO_ROOT [ROUNDS]" >&2; exit 2; }
 cli=$1
 repo=$2
+rounds=${3:-1}
 config=$repo/resources/configs/fmnist-mlp-adamw.toml
 [ -x "$cli" ] || fail "CLI '$cli' is not an executable"
 [ -f "$config" ] || fail "config '$config' not found"
@@ -36,18 +39,36 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
-db=$tmp/runs.sqlite
+summary=
+round_once() {
+db=$tmp/runs-$round.sqlite
 
-# A random delay of 1500..4000 ms.
-delay_ms=$((1500 + RANDOM % 2501))
+# A random delay of 0..2500 ms after the first committed step.
+delay_ms=$((RANDOM % 2501))
 delay=$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))
-echo "kill9_run: SIGKILL after ${delay} s"
 
 # log_interval=1: metrics of every step go to the store (the config logs every 10th), so the
 # committed steps must be exactly 1..k.
 "$cli" --db "$db" run "$config" --set run.epochs=5 --set run.log_interval=1 \
   >"$tmp/run.log" 2>&1 &
 pid=$!
+# Wait (up to 120 s) for the first committed step, then the random delay.
+first='
+import sqlite3, sys, time
+t0 = time.time()
+while time.time() - t0 < 120:
+    try:
+        con = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True, timeout=1)
+        if con.execute("SELECT MAX(step) FROM metrics").fetchone()[0]:
+            sys.exit(0)
+        con.close()
+    except sqlite3.Error:
+        pass
+    time.sleep(0.05)
+sys.exit(1)
+'
+"$py" -c "$first" "$db" || fail "no step was committed within 120 s"
+echo "kill9_run: round $round: SIGKILL ${delay} s after the first commit"
 sleep "$delay"
 if ! kill -0 "$pid" 2>/dev/null; then
   wait "$pid"
@@ -129,5 +150,13 @@ grep -q "': crashed" <<<"$show_out" || { echo "$show_out"; fail "'show $run' doe
 grep -Eq "^ +loss +[^ ]+ @$k( |$)" <<<"$show_out" ||
   { echo "$show_out"; fail "'show $run' does not list loss at step $k"; }
 
-echo "PASS: kill9_run: SIGKILL after ${delay} s; integrity ok, loss steps 1..$k (k=$k), run $run crashed with $k steps"
+echo "kill9_run: round $round: SIGKILL ${delay} s after the first commit; integrity ok, loss steps 1..$k, run $run crashed with $k steps"
+summary="$summary $k"
+
+}
+
+for round in $(seq 1 "$rounds"); do
+  round_once
+done
+echo "PASS: kill9_run: $rounds round(s); committed steps at the kills:$summary"
 exit 0

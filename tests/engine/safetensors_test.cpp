@@ -2,11 +2,19 @@
 // hand-written file, and malformed / truncated / hostile files rejected with messages.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/core/error.h"
@@ -164,6 +172,45 @@ TEST_F(Safetensors, WriterRefusesBadNames) {
               train::save_safetensors(dir_ / "a", {{"__metadata__", t}});
             }).find("invalid tensor name '__metadata__'"),
             std::string::npos);
+}
+
+// A writer killed at a random moment (20 times, SIGKILL from the parent) never leaves a broken file
+// under the real name: it holds the last whole version, old or new; only a ".tmp" may be left.
+TEST_F(Safetensors, AWriteKilledMidwayNeverReplacesTheLastGoodFile) {
+  const fs::path path = dir_ / "weights.safetensors";
+  const auto version = [](float v) {
+    return train::TensorList{{"w", tb::ops::full({4 << 20}, v)}};  // 16 MiB: writes take a while
+  };
+  train::save_safetensors(path, version(1.0f));
+  // Made before forking: the child only writes files (no kernels, no thread pool).
+  const train::TensorList two = version(2.0f);
+  const train::TensorList three = version(3.0f);
+  std::mt19937 rng(12345);
+  int interrupted = 0;
+  for (int round = 0; round < 20; ++round) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // The child writes version 2, 3, 2, 3, ... until it is killed (plain file I/O only).
+      for (int i = 0;; ++i)
+        train::save_safetensors(path, i % 2 == 0 ? two : three);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 150000));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    const auto f = train::load_safetensors(path);  // whole, whatever moment the kill came
+    ASSERT_EQ(f.tensors.size(), 1u);
+    const auto v = f.tensors.at(0).second.to_vector<float>();
+    ASSERT_EQ(v.size(), std::size_t{4} << 20);
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [&](float x) { return x == v[0]; }))
+        << "round " << round << ": a mixed file";
+    EXPECT_TRUE(v[0] >= 1.0f && v[0] <= 3.0f);
+    interrupted += fs::exists(path.string() + ".tmp") ? 1 : 0;
+  }
+  // Most kills land inside a write (the temporary file is left behind, the real one intact).
+  EXPECT_GT(interrupted, 0);
 }
 
 }  // namespace

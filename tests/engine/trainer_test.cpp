@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -119,6 +120,32 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
             }).find("was written by a run with another config"),
             std::string::npos);
   fs::remove_all(dir);
+}
+
+// A checkpoint appears under its name only when whole: written into a hidden ".partial" sibling,
+// synced, renamed; re-saving a step replaces the folder as a whole (no stale file survives).
+TEST(Trainer, CheckpointFoldersAppearWholeOrNotAtAll) {
+  const tb::test::TempDir dir("tb_trainer_ckpt_atomic");
+  auto cfg = blobs_config();
+  cfg.run.steps = 4;
+  train::Trainer t(cfg, dir.path());
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  const fs::path ck = dir.path() / "step-00000004";
+  ASSERT_TRUE(fs::exists(ck / "state.json"));
+  // A save killed midway leaves only a hidden folder, which the next save clears; a stale file
+  // in an existing checkpoint does not survive a re-save.
+  fs::create_directories(dir.path() / ".step-00000004.partial");
+  std::ofstream(dir.path() / ".step-00000004.partial" / "model.safetensors") << "half";
+  std::ofstream(ck / "stale.txt") << "from an older save";
+  t.save_checkpoint(ck);
+  EXPECT_FALSE(fs::exists(ck / "stale.txt"));
+  EXPECT_TRUE(fs::exists(ck / "model.safetensors"));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"step-00000004"});
+  train::Trainer again(cfg);
+  EXPECT_NO_THROW(again.resume_from(ck));
 }
 
 TEST(Trainer, MuonSplitRunLearnsAndReportsMetrics) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -517,6 +518,137 @@ TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
   EXPECT_EQ(d.summary.last_step, k);
   EXPECT_EQ(store.series(1, "loss").size(), static_cast<std::size_t>(k + 1));
   EXPECT_NE(store.events(1).back().text.find("crashed"), std::string::npos);
+}
+
+// Checks the store after a fault: integrity, and for every key the steps 0..k without gaps (k the
+// same for every key: a log call is never split). Returns k (-1 when nothing was committed).
+std::int64_t expect_consistent_prefix(const fs::path& db, int keys) {
+  RawDb raw(db);
+  EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok");
+  const std::string max = raw.text("SELECT MAX(step) FROM metrics WHERE run_id = 1");
+  if (max.empty()) return -1;
+  const std::int64_t k = std::stoll(max);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metrics GROUP BY key_id "
+                        "HAVING COUNT(*) = " +
+                        std::to_string(k + 1) +
+                        " AND MIN(step) = 0 AND MAX(step) = " + std::to_string(k) + ")"),
+            keys);
+  return k;
+}
+
+// Disk full (the file-size limit of the process, RLIMIT_FSIZE, makes every write past 1 MiB
+// fail as a full disk would): the writer reports a clear error to the producer, and what was
+// committed before stays, consistent; the run reads as crashed once its process is gone.
+TEST_F(StoreTest, DiskFullIsReportedAndCommittedStepsSurvive) {
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "disk-full"});
+  }
+  const fs::path msg_file = dir_ / "message.txt";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing
+    const rlimit lim{1 << 20, 1 << 20};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    std::string message = "(no error)";
+    try {
+      WriterOptions o;
+      o.commit_interval = std::chrono::milliseconds(10);
+      RunWriter w(db(), 1, o);
+      for (std::int64_t s = 0; s < 10'000'000; ++s) {
+        w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s + 1)}, {"lr", 0.01}});
+        if (s % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    std::ofstream(msg_file) << message;
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  const std::string message = read_bytes(msg_file);
+  EXPECT_NE(message.find("full"), std::string::npos) << message;
+  EXPECT_NE(message.find("run 1"), std::string::npos) << message;
+  const std::int64_t k = expect_consistent_prefix(db(), 2);
+  EXPECT_GT(k, 100) << "some steps were committed before the disk filled";
+  auto store = RunStore::open(db());
+  EXPECT_EQ(store.series(1, "loss").size(), static_cast<std::size_t>(k + 1));
+}
+
+// Another process holds the database's write lock: a short hold is waited out (nothing lost), a
+// hold longer than the busy timeout ends the writer with an error naming the lock, and the steps
+// committed before stay.
+TEST_F(StoreTest, AWriteLockHeldByAnotherProcessIsWaitedOutThenReported) {
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "locked"});
+  }
+  WriterOptions o;
+  o.commit_interval = std::chrono::milliseconds(10);
+  o.busy_timeout_ms = 300;
+  RunWriter w(db(), 1, o);
+  std::int64_t step = 0;
+  auto log_some = [&](int n) {
+    for (int i = 0; i < n; ++i, ++step)
+      w.log_metrics(step, {{"loss", 1.0}, {"lr", 0.5}});
+  };
+  log_some(100);
+  w.flush();
+  {
+    RawDb other(db());
+    other.exec("BEGIN EXCLUSIVE");
+    log_some(100);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // < busy timeout
+    other.exec("COMMIT");
+  }
+  w.flush();
+  EXPECT_EQ(expect_consistent_prefix(db(), 2), 199);
+  std::string message;
+  {
+    RawDb other(db());
+    other.exec("BEGIN EXCLUSIVE");
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+        log_some(10);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    } catch (const StoreError& e) {
+      message = e.what();
+    }
+    other.exec("COMMIT");
+  }
+  EXPECT_NE(message.find("locked"), std::string::npos) << message;
+  EXPECT_GE(expect_consistent_prefix(db(), 2), 199);
+}
+
+// A database directory the process may not write to: opening for writing fails with a message
+// naming the file, and the existing data is untouched.
+TEST_F(StoreTest, ReadOnlyDirectoryIsReportedAndNothingIsLost) {
+  if (geteuid() == 0) GTEST_SKIP() << "running as root: file permissions are not enforced";
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "kept"});
+    RunWriter w(db(), 1);
+    w.log_metrics(0, {{"loss", 2.0}});
+    w.close();
+  }
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
+  fs::permissions(db(), fs::perms::owner_read);
+  std::string message;
+  try {
+    RunStore::open(db()).create_run({.name = "new"});
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  fs::permissions(dir_, fs::perms::owner_all);
+  fs::permissions(db(), fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_NE(message.find("runs.sqlite"), std::string::npos) << message;
+  auto store = RunStore::open(db());
+  EXPECT_EQ(store.series(1, "loss").size(), 1u);
 }
 
 // ---------------------------------------------------------------------------------------------

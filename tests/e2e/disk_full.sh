@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Disk full during `trainbench-cli run` (issue 10): the process runs with a 1 MiB file-size limit
+# (`ulimit -f`, SIGXFSZ ignored, so writes past it fail as on a full disk). The run must stop with
+# an error that says the disk may be full, exit non-zero, and the store must keep every step it
+# committed: integrity_check passes, `runs` shows the run crashed with its steps, `show` works.
+# Prints one PASS line (exit 0) or a FAIL line (exit 1).
+# Usage: disk_full.sh CLI REPO_ROOT        (ctest: e2e.disk_full)
+set -u
+fail() {
+  echo "FAIL: disk_full: $*"
+  exit 1
+}
+[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+cli=$1
+config=$2/resources/configs/fmnist-mlp-adamw.toml
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-diskfull.XXXXXX") || fail "mktemp -d failed"
+trap 'rm -rf "$tmp"' EXIT
+db=$tmp/runs.sqlite
+"$cli" --db "$db" runs >/dev/null || fail "creating the store failed"
+(
+  ulimit -f 1024
+  trap '' XFSZ
+  exec "$cli" --db "$db" run "$config" --set run.steps=5000 --set run.log_interval=1 \
+    --set checkpoint.interval=0
+) >"$tmp/run.log" 2>&1
+rc=$?
+[ "$rc" -ne 0 ] || fail "the run succeeded despite the full disk"
+grep -q "is the disk full" "$tmp/run.log" || fail "no disk-full message: $(tail -2 "$tmp/run.log")"
+"$cli" --db "$db" runs >"$tmp/runs.txt" 2>&1 || fail "runs failed: $(cat "$tmp/runs.txt")"
+grep -Eq "^1 .* crashed .* [0-9]+ " "$tmp/runs.txt" || fail "run 1 not shown crashed: $(cat "$tmp/runs.txt")"
+"$cli" --db "$db" show 1 >/dev/null 2>&1 || fail "show 1 failed"
+python3 - "$db" <<'PY' || exit 1
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+if c.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+    print("FAIL: disk_full: integrity_check"); sys.exit(1)
+steps = [r[0] for r in c.execute(
+    "SELECT step FROM metrics m JOIN metric_keys k ON k.id = m.key_id "
+    "WHERE m.run_id = 1 AND k.name = 'loss' ORDER BY step")]
+if not steps or steps != list(range(steps[0], steps[0] + len(steps))):
+    print(f"FAIL: disk_full: committed loss steps are not contiguous ({len(steps)} rows)"); sys.exit(1)
+print(f"PASS: disk_full: run stopped with a disk-full error, {len(steps)} committed steps kept")
+PY
