@@ -64,7 +64,9 @@ Tensor requires_grad_(const Tensor& t, bool requires_grad = true);
 
 /// The accumulated gradient of a leaf (undefined before the first backward).
 Tensor grad(const Tensor& t);
-/// Sets or clears (undefined tensor) the gradient of a leaf.
+/// Sets or clears (undefined tensor) the gradient of a leaf. A gradient that itself has a graph
+/// saving `t` makes a reference cycle (t -> grad -> node -> t) that is never freed, as in
+/// PyTorch: compute such a value under a NoGradGuard (or detach it) first.
 void set_grad(const Tensor& t, const Tensor& grad);
 /// Zeroes the gradient, or drops it when set_to_none (the default, as in PyTorch).
 void zero_grad(const Tensor& t, bool set_to_none = true);

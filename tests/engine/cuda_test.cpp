@@ -116,6 +116,15 @@ TEST(Cuda, AllocatorStatistics) {
     EXPECT_GE(alloc.stats(kGpu).peak_allocated, before + (4 << 20));
   }
   EXPECT_EQ(alloc.stats(kGpu).allocated, before);
+  // The caching allocator keeps the segment and reuses it; empty_cache gives it back.
+  const auto reserved = alloc.stats(kGpu).reserved;
+  EXPECT_GE(reserved, 4 << 20);
+  {
+    const Tensor again = Tensor::empty({1 << 20}, ScalarType::Float32, kGpu);
+    EXPECT_EQ(alloc.stats(kGpu).reserved, reserved);
+  }
+  alloc.empty_cache();
+  EXPECT_LT(alloc.stats(kGpu).reserved, reserved);
 }
 
 TEST(Cuda, PhiloxGeneratorPerDevice) {

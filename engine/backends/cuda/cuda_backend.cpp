@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/common/caching_allocator.h"
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
@@ -56,9 +57,30 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// Device memory through the caching allocator (engine/backends/common): cudaMalloc/cudaFree
+// synchronise the device and cost tens of microseconds, so segments are kept and reused.
 class CudaAllocator final : public core::Allocator {
  public:
   static constexpr int kMaxDevices = 64;
+
+  CudaAllocator()
+      : cache_("cuda", RawDeviceMemory{[](int device, std::size_t bytes) -> void* {
+                                         DeviceGuard guard(device);
+                                         void* p = nullptr;
+                                         if (cudaMalloc(&p, bytes) != cudaSuccess) {
+                                           (void)cudaGetLastError();  // clear it: we retry
+                                           return nullptr;
+                                         }
+                                         return p;
+                                       },
+                                       [](int device, void* p) {
+                                         int prev = 0;
+                                         const bool switched =
+                                             cudaGetDevice(&prev) == cudaSuccess && prev != device;
+                                         if (switched) (void)cudaSetDevice(device);
+                                         (void)cudaFree(p);
+                                         if (switched) (void)cudaSetDevice(prev);
+                                       }}) {}
 
   core::DataPtr allocate(std::size_t nbytes, Device device) override {
     const CudaStatus st = cuda_status();
@@ -68,70 +90,27 @@ class CudaAllocator final : public core::Allocator {
                    ? st.reason
                    : "no such device (" + std::to_string(st.device_count) + " present)");
     if (nbytes == 0) return core::DataPtr(nullptr, nullptr, nullptr, device);
-    DeviceGuard guard(device.index());
-    void* p = nullptr;
-    const cudaError_t err = cudaMalloc(&p, nbytes);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      throw Error(tb::detail::str_cat("[allocator] out of memory on ", device,
-                                      ": failed to allocate ", nbytes, " bytes (",
-                                      cudaGetErrorString(err), ")"));
-    }
-    auto& s = stats_[static_cast<std::size_t>(device.index())];
-    const auto now = s.allocated.fetch_add(static_cast<std::int64_t>(nbytes)) +
-                     static_cast<std::int64_t>(nbytes);
-    s.count.fetch_add(1);
-    auto peak = s.peak.load();
-    while (now > peak && !s.peak.compare_exchange_weak(peak, now)) {
-    }
-    // ctx packs the size and device so the deleter can keep statistics exact.
-    auto* ctx = new Block{nbytes, device.index()};
-    return core::DataPtr(p, ctx, &CudaAllocator::free, device);
+    void* p = cache_.malloc(device.index(), nbytes);
+    return core::DataPtr(p, this, &CudaAllocator::release, device);
   }
 
-  core::AllocatorStats stats(Device device) const override {
-    const auto& s = stats_[static_cast<std::size_t>(device.index())];
-    core::AllocatorStats out;
-    out.allocated = s.allocated.load();
-    out.peak_allocated = s.peak.load();
-    out.reserved = out.allocated;
-    out.num_allocs = s.count.load();
-    return out;
-  }
+  core::AllocatorStats stats(Device device) const override { return cache_.stats(device.index()); }
 
-  void reset_peak(Device device) override {
-    auto& s = stats_[static_cast<std::size_t>(device.index())];
-    s.peak.store(s.allocated.load());
-  }
+  void reset_peak(Device device) override { cache_.reset_peak(device.index()); }
+
+  void empty_cache() override { cache_.empty_cache(); }
 
   static CudaAllocator& instance() {
-    static CudaAllocator a;
-    return a;
+    static auto* a = new CudaAllocator();  // never destroyed: tensors may outlive statics
+    return *a;
   }
 
  private:
-  struct Block {
-    std::size_t nbytes;
-    int device;
-  };
-  struct Stats {
-    std::atomic<std::int64_t> allocated{0};
-    std::atomic<std::int64_t> peak{0};
-    std::atomic<std::int64_t> count{0};
-  };
-
-  static void free(void* ctx, void* data) noexcept {
-    auto* b = static_cast<Block*>(ctx);
-    int prev = 0;
-    if (cudaGetDevice(&prev) == cudaSuccess && prev != b->device) (void)cudaSetDevice(b->device);
-    (void)cudaFree(data);
-    if (prev != b->device) (void)cudaSetDevice(prev);
-    instance().stats_[static_cast<std::size_t>(b->device)].allocated.fetch_sub(
-        static_cast<std::int64_t>(b->nbytes));
-    delete b;
+  static void release(void* ctx, void* data) noexcept {
+    static_cast<CudaAllocator*>(ctx)->cache_.free(data);
   }
 
-  std::array<Stats, kMaxDevices> stats_{};
+  CachingAllocator cache_;
 };
 
 // ---- kernels ------------------------------------------------------------------------------------
