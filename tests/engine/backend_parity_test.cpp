@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backends/cuda/cuda_status.h"
@@ -60,8 +61,9 @@ void expect_close(const Tensor& got, const Tensor& want, Tol tol, const std::str
   const auto g = got.to(Device()).to_vector<double>();
   const auto w = want.to_vector<double>();
   for (std::size_t i = 0; i < w.size(); ++i) {
-    if (std::isnan(w[i])) {
-      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
+    if (std::isnan(w[i]) || std::isinf(w[i])) {
+      EXPECT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i])
+          << what << " element " << i << ": device " << g[i] << ", cpu " << w[i];
       continue;
     }
     ASSERT_LE(std::abs(g[i] - w[i]), tol.atol + tol.rtol * std::abs(w[i]))
@@ -173,6 +175,42 @@ std::map<std::string, Case> cases() {
   c["mul"] = [](const Device& d) {
     binary_case("mul", d, [](const Tensor& a, const Tensor& b) { return ops::mul(a, b); });
   };
+  c["div"] = [](const Device& d) {
+    binary_case("div", d, [](const Tensor& a, const Tensor& b) { return ops::div(a, b); });
+  };
+  c["maximum"] = [](const Device& d) {
+    binary_case("maximum", d, [](const Tensor& a, const Tensor& b) { return ops::maximum(a, b); });
+  };
+  c["minimum"] = [](const Device& d) {
+    binary_case("minimum", d, [](const Tensor& a, const Tensor& b) { return ops::minimum(a, b); });
+  };
+  // Unary float ops; inputs moved into each op's domain.
+  using UnaryFn = Tensor (*)(const Tensor&);
+  const std::vector<std::tuple<const char*, UnaryFn, bool>> unary = {
+      {"neg", ops::neg, false},       {"abs", ops::abs, false},
+      {"square", ops::square, false}, {"exp", ops::exp, false},
+      {"log", ops::log, true},        {"log1p", ops::log1p, true},
+      {"expm1", ops::expm1, false},   {"sqrt", ops::sqrt, true},
+      {"rsqrt", ops::rsqrt, true},    {"reciprocal", ops::reciprocal, true},
+      {"sin", ops::sin, false},       {"cos", ops::cos, false},
+      {"tanh", ops::tanh, false},     {"sigmoid", ops::sigmoid, false},
+      {"erf", ops::erf, false},       {"silu", ops::silu, false},
+      {"gelu", ops::gelu, false}};
+  for (const auto& [name, fn, positive] : unary) {
+    c[name] = [name = std::string(name), fn = fn, positive = positive](const Device& d) {
+      std::uint64_t seed = 500;
+      for (ScalarType dt : kFloats) {
+        for (const Shape& s : std::vector<Shape>{{}, {17}, {3, 5}, {2, 3, 4}}) {
+          Tensor h = rand_input(s, dt, seed++);
+          if (positive) h = ops::add(ops::abs(h), 0.5).to(dt);
+          expect_close(fn(h.to(d)), fn(h), tol_of(dt), label(name, dt, s));
+        }
+        Tensor h = rand_input({5, 3}, dt, seed++);
+        if (positive) h = ops::add(ops::abs(h), 0.5).to(dt);
+        expect_close(fn(h.to(d).t()), fn(h.t()), tol_of(dt), label(name + " strided", dt, {3, 5}));
+      }
+    };
+  }
   c["add_"] = [](const Device& d) {
     inplace_case("add_", d, [](Tensor& a, const Tensor& b) { ops::add_(a, b, 3); });
   };

@@ -121,11 +121,11 @@ TEST(Dispatch, WrongSignatureIsRejected) {
 
 TEST(Dispatch, MissingKernelNamesOpDeviceAndWhereItExists) {
   const FreePrivateUse1 free_key;
-  // Built-in op: add has a CPU kernel, none for the PrivateUse1 device.
+  // Built-in op: softmax has a CPU kernel, none for the PrivateUse1 device.
   const Tensor x = fake_device_tensor();
-  const std::string msg = error_of([&] { ops::neg(x); });
+  const std::string msg = error_of([&] { ops::softmax(x, 0); });
   EXPECT_EQ(msg,
-            "[dispatch] op 'neg' has no kernel for device openreg:0 (dispatch key "
+            "[dispatch] op 'softmax' has no kernel for device openreg:0 (dispatch key "
             "PrivateUse1); it is available on: cpu");
   // An op with no kernel anywhere says so.
   auto& d = dispatcher_with_test_ops();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backends/common/caching_allocator.h"
+#include "engine/backends/common/elementwise_math.h"
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
@@ -130,76 +131,151 @@ int dtype_code(ScalarType t) {
   }
 }
 
+// Shapes and strides of an elementwise launch: `out` and inputs broadcast to its shape.
+tb::cuda::Strided strided_of(const Tensor& out, std::initializer_list<Tensor> inputs) {
+  TB_CHECK_T(NotImplementedError, out.dim() <= tb::cuda::kMaxDims, "[cuda] tensors of more than ",
+             tb::cuda::kMaxDims, " dimensions are not supported by the CUDA backend, got ",
+             out.dim());
+  tb::cuda::Strided s;
+  s.ndim = static_cast<int>(out.dim());
+  for (int d = 0; d < s.ndim; ++d) {
+    s.sizes[d] = out.size(d);
+    s.strides[0][d] = out.stride(d);
+  }
+  int k = 1;
+  for (const Tensor& in : inputs) {
+    const Tensor e = in.expand(out.sizes());
+    for (int d = 0; d < s.ndim; ++d)
+      s.strides[k][d] = e.stride(d);
+    ++k;
+  }
+  return s;
+}
+
+// dst[i] = src[i] for two same-dtype tensors on one CUDA device (src broadcast to dst's shape).
+void device_strided_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  DeviceGuard guard(dst.device().index());
+  if (dst.is_contiguous() && src.is_contiguous() && src.numel() == dst.numel()) {
+    check_cuda(cudaMemcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice),
+               "cudaMemcpy device->device");
+    return;
+  }
+  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_strided_copy(
+                 static_cast<int>(dst.element_size()), dst.data_ptr(), src.data_ptr(),
+                 strided_of(dst, {src}), dst.numel())),
+             "strided copy kernel launch");
+}
+
 void copy_kernel(Tensor& dst, const Tensor& src) {
   // Host-side conversions first: the device transfer itself is always a plain byte copy.
   const bool dst_cuda = dst.device().type() == DeviceType::CUDA;
   const bool src_cuda = src.device().type() == DeviceType::CUDA;
-  TB_CHECK_T(NotImplementedError, dst.is_contiguous(), "[copy_] copying into a non-contiguous ",
-             dst.device(), " tensor is not supported by the CUDA backend yet");
+  if (dst.numel() == 0) return;
   if (dst_cuda && !src_cuda) {
     const Tensor host = src.expand(dst.sizes()).to(dst.dtype()).contiguous();
-    DeviceGuard guard(dst.device().index());
-    check_cuda(cudaMemcpy(dst.data_ptr(), host.data_ptr(), dst.nbytes(), cudaMemcpyHostToDevice),
-               "cudaMemcpy host->device");
+    // Into a strided destination: a contiguous device buffer first, then a strided copy.
+    const Tensor target =
+        dst.is_contiguous() ? dst : Tensor::empty(dst.sizes(), dst.dtype(), dst.device());
+    {
+      DeviceGuard guard(dst.device().index());
+      check_cuda(
+          cudaMemcpy(target.data_ptr(), host.data_ptr(), target.nbytes(), cudaMemcpyHostToDevice),
+          "cudaMemcpy host->device");
+    }
+    if (!target.is_same(dst)) device_strided_copy(dst, target);
     return;
   }
   if (!dst_cuda && src_cuda) {
-    TB_CHECK_T(NotImplementedError,
-               src.is_contiguous() && src.sizes().size() == dst.sizes().size() &&
-                   std::equal(src.sizes().begin(), src.sizes().end(), dst.sizes().begin()),
-               "[copy_] the CUDA backend copies to the host only from contiguous tensors of the "
-               "same shape");
-    if (src.dtype() == dst.dtype()) {
-      DeviceGuard guard(src.device().index());
-      check_cuda(cudaMemcpy(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy device->host");
-    } else {
-      Tensor host = Tensor::empty(src.sizes(), src.dtype(), Device());
-      DeviceGuard guard(src.device().index());
-      check_cuda(cudaMemcpy(host.data_ptr(), src.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy device->host");
-      dst.copy_(host);
+    // From a strided source: gathered into a contiguous device buffer first.
+    Tensor dense = src;
+    if (!src.is_contiguous()) {
+      dense = Tensor::empty(src.sizes(), src.dtype(), src.device());
+      device_strided_copy(dense, src);
     }
-    return;
-  }
-  // device -> device (same device type; possibly another index).
-  if (!(src.is_contiguous() && src.dtype() == dst.dtype() && src.numel() == dst.numel())) {
-    // Conversions, broadcasts and strided sources: staged through the host for now.
     Tensor host = Tensor::empty(src.sizes(), src.dtype(), Device());
-    host.copy_(src);
-    dst.copy_(host);
+    {
+      DeviceGuard guard(src.device().index());
+      check_cuda(
+          cudaMemcpy(host.data_ptr(), dense.data_ptr(), host.nbytes(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy device->host");
+    }
+    dst.copy_(host);  // conversion, broadcasting and dst's layout on the host
     return;
   }
-  check_cuda(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
-                            src.device().index(), dst.nbytes()),
-             "cudaMemcpyPeer");
+  // device -> device.
+  if (src.dtype() == dst.dtype() && src.device() == dst.device()) {
+    device_strided_copy(dst, src);
+    return;
+  }
+  if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() &&
+      src.numel() == dst.numel()) {
+    check_cuda(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
+                              src.device().index(), dst.nbytes()),
+               "cudaMemcpyPeer");
+    return;
+  }
+  // Conversions between devices: staged through the host.
+  Tensor host = Tensor::empty(src.sizes(), src.dtype(), Device());
+  host.copy_(src);
+  dst.copy_(host);
 }
 
 void fill_kernel(Tensor& t, const core::Scalar& value) {
-  TB_CHECK_T(NotImplementedError, t.is_contiguous(),
-             "[fill_] non-contiguous CUDA tensors are not supported yet");
+  if (t.numel() == 0) return;
   // The element's bit pattern is made on the host (exact conversion), then splatted.
   Tensor one = Tensor::empty({}, t.dtype(), Device());
   one.fill_(value);
-  DeviceGuard guard(t.device().index());
-  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_fill(
-                 t.data_ptr(), t.numel(), static_cast<int>(t.element_size()), one.data_ptr())),
-             "fill kernel launch");
+  const Tensor target = t.is_contiguous() ? t : Tensor::empty(t.sizes(), t.dtype(), t.device());
+  {
+    DeviceGuard guard(t.device().index());
+    check_cuda(static_cast<cudaError_t>(
+                   tb::cuda::launch_fill(target.data_ptr(), target.numel(),
+                                         static_cast<int>(target.element_size()), one.data_ptr())),
+               "fill kernel launch");
+  }
+  if (!target.is_same(t)) device_strided_copy(t, target);
 }
 
-Tensor add_kernel(const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
-  const int code = dtype_code(a.dtype());
-  TB_CHECK_T(NotImplementedError,
-             code >= 0 && a.is_contiguous() && b.is_contiguous() &&
-                 a.sizes().size() == b.sizes().size() &&
-                 std::equal(a.sizes().begin(), a.sizes().end(), b.sizes().begin()),
-             "[add] the CUDA backend adds contiguous floating tensors of one shape for now (got ",
-             a.dtype(), " ", core::DimVector(a.sizes()), " and ", core::DimVector(b.sizes()), ")");
+// Elementwise ops with the arithmetic shared with openreg (engine/backends/common).
+int ew_dtype_code(ScalarType t, bool integers) {
+  const int code = dtype_code(t);
+  if (code >= 0) return code;
+  if (integers && t == ScalarType::Int64) return 4;
+  if (integers && t == ScalarType::Int32) return 5;
+  return -1;
+}
+
+Tensor unary_ew(backends::ew::Unary op, const Tensor& a) {
+  const int code = ew_dtype_code(a.dtype(), false);
+  TB_CHECK_T(NotImplementedError, code >= 0, "[", backends::ew::name(op),
+             "] the CUDA backend computes float32, float64, float16 and bfloat16 tensors, got ",
+             a.dtype());
   Tensor out = Tensor::empty(a.sizes(), a.dtype(), a.device());
   DeviceGuard guard(a.device().index());
-  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_add(
-                 out.data_ptr(), a.data_ptr(), b.data_ptr(), alpha.to_double(), a.numel(), code)),
-             "add kernel launch");
+  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_unary(static_cast<int>(op), code,
+                                                             out.data_ptr(), a.data_ptr(),
+                                                             strided_of(out, {a}), out.numel())),
+             "unary kernel launch");
+  return out;
+}
+
+Tensor binary_ew(backends::ew::Binary op, const Tensor& a, const Tensor& b, double alpha) {
+  const int code = ew_dtype_code(a.dtype(), true);
+  TB_CHECK_T(NotImplementedError, code >= 0, "[", backends::ew::name(op),
+             "] the CUDA backend computes float32/64, float16, bfloat16, int64 and int32 "
+             "tensors, got ",
+             a.dtype());
+  TB_CHECK_T(TypeError, a.device() == b.device(), "[", backends::ew::name(op),
+             "] expected all tensors on the same device, got ", a.device(), " and ", b.device());
+  const core::DimVector shape =
+      core::broadcast_shapes(a.sizes(), b.sizes(), backends::ew::name(op));
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  DeviceGuard guard(a.device().index());
+  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_binary(
+                 static_cast<int>(op), code, out.data_ptr(), a.data_ptr(), b.data_ptr(), alpha,
+                 strided_of(out, {a, b}), out.numel())),
+             "binary kernel launch");
   return out;
 }
 
@@ -337,7 +413,26 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
   const auto key = dispatch::DispatchKey::CUDA;
   d.impl<sig::InplaceBinary>("copy_", key, copy_kernel).detach();
   d.impl<sig::Fill>("fill_", key, fill_kernel).detach();
-  d.impl<sig::BinaryAlpha>("add", key, add_kernel).detach();
+  namespace ew = backends::ew;
+  for (int i = 0; i < static_cast<int>(ew::Unary::kCount); ++i) {
+    const auto op = static_cast<ew::Unary>(i);
+    d.impl<sig::Unary>(ew::name(op), key, [op](const Tensor& a) {
+       return unary_ew(op, a);
+     }).detach();
+  }
+  for (const auto op : {ew::Binary::add, ew::Binary::sub}) {
+    d.impl<sig::BinaryAlpha>(ew::name(op), key,
+                             [op](const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
+                               return binary_ew(op, a, b, alpha.to_double());
+                             })
+        .detach();
+  }
+  for (const auto op :
+       {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum}) {
+    d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
+       return binary_ew(op, a, b, 1.0);
+     }).detach();
+  }
   d.impl<sig::Binary>("mm", key, mm_kernel).detach();
 }
 

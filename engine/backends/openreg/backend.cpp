@@ -16,6 +16,7 @@
 #include <set>
 #include <shared_mutex>
 
+#include "engine/backends/common/elementwise_math.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
@@ -38,6 +39,7 @@ using core::ScalarType;
 using core::Tensor;
 using dispatch::DispatchKey;
 using tb::detail::str_cat;
+namespace ew = backends::ew;
 
 // ---- 1. allocator -------------------------------------------------------------------------------
 
@@ -257,88 +259,99 @@ void dispatch_float(ScalarType t, F&& f) {
 }
 
 // out = op(a, b) elementwise with broadcasting, float32/float64.
-template <typename Op>
-Tensor binary(const Tensor& a, const Tensor& b, Op op) {
-  const DimVector shape = core::broadcast_shapes(a.sizes(), b.sizes(), "openreg");
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  const Tensor x = a.expand(shape);
-  const Tensor y = b.expand(shape);
-  launch(out, [out, x, y, op] {
-    dispatch_float(out.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      T* o = static_cast<T*>(out.data_ptr());
-      const T* p = static_cast<const T*>(x.data_ptr());
-      const T* q = static_cast<const T*>(y.data_ptr());
-      const std::array<DimVector, 3> st{strides_of(out), strides_of(x), strides_of(y)};
-      for_each_offset<3>(out.sizes(), st, [&](std::int64_t oo, std::int64_t op_, std::int64_t oq) {
-        o[oo] = op(p[op_], q[oq]);
-      });
-    });
-  });
-  return out;
+// The elementwise arithmetic shared with the CUDA kernels (engine/backends/common): float32 and
+// float64 computed in themselves, float16/bfloat16 in float; other dtypes go to the fallback.
+bool ew_dtype(ScalarType t) {
+  return t == ScalarType::Float32 || t == ScalarType::Float64 || t == ScalarType::Float16 ||
+         t == ScalarType::BFloat16;
 }
 
-// a = op(a, b) in place (b broadcast to a), float32/float64.
-template <typename Op>
-void binary_inplace(Tensor& a, const Tensor& b, Op op) {
-  const Tensor x = a;
-  const Tensor y = b.expand(a.sizes());
-  launch(a, [x, y, op] {
-    dispatch_float(x.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      T* p = static_cast<T*>(x.data_ptr());
-      const T* q = static_cast<const T*>(y.data_ptr());
-      const std::array<DimVector, 2> st{strides_of(x), strides_of(y)};
-      for_each_offset<2>(x.sizes(), st,
-                         [&](std::int64_t op_, std::int64_t oq) { p[op_] = op(p[op_], q[oq]); });
-    });
-  });
+// Calls f(T{}, C{}) with the storage type T and compute type C of `t` (an ew_dtype).
+template <typename F>
+void dispatch_ew(ScalarType t, F&& f) {
+  switch (t) {
+    case ScalarType::Float64:
+      f(double{}, double{});
+      break;
+    case ScalarType::Float16:
+      f(core::Half{}, float{});
+      break;
+    case ScalarType::BFloat16:
+      f(core::BFloat16{}, float{});
+      break;
+    default:
+      f(float{}, float{});
+  }
 }
 
-Tensor add_kernel(const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::BinaryAlpha>("add", a, b, alpha);
-  const double al = alpha.to_double();
-  return binary(a, b, [al](auto x, auto y) { return x + static_cast<decltype(x)>(al) * y; });
-}
-
-Tensor sub_kernel(const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::BinaryAlpha>("sub", a, b, alpha);
-  const double al = alpha.to_double();
-  return binary(a, b, [al](auto x, auto y) { return x - static_cast<decltype(x)>(al) * y; });
-}
-
-Tensor mul_kernel(const Tensor& a, const Tensor& b) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::Binary>("mul", a, b);
-  return binary(a, b, [](auto x, auto y) { return x * y; });
-}
-
-void add_inplace_kernel(Tensor& a, const Tensor& b, const core::Scalar& alpha) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::InplaceBinaryAlpha>("add_", a, b, alpha);
-  const double al = alpha.to_double();
-  binary_inplace(a, b, [al](auto x, auto y) { return x + static_cast<decltype(x)>(al) * y; });
-}
-
-void mul_inplace_kernel(Tensor& a, const Tensor& b) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::InplaceBinary>("mul_", a, b);
-  binary_inplace(a, b, [](auto x, auto y) { return x * y; });
-}
-
-Tensor relu_kernel(const Tensor& a) {
-  if (!is_float(a.dtype())) return via_fallback<ops::sig::Unary>("relu", a);
+Tensor unary_ew(ew::Unary op, const Tensor& a) {
+  if (!ew_dtype(a.dtype())) return via_fallback<ops::sig::Unary>(ew::name(op), a);
   Tensor out = Tensor::empty(a.sizes(), a.dtype(), a.device());
-  launch(out, [out, a] {
-    dispatch_float(out.dtype(), [&](auto zero) {
-      using T = decltype(zero);
+  launch(out, [out, a, op] {
+    dispatch_ew(out.dtype(), [&](auto t0, auto c0) {
+      using T = decltype(t0);
+      using C = decltype(c0);
       T* o = static_cast<T*>(out.data_ptr());
       const T* p = static_cast<const T*>(a.data_ptr());
       const std::array<DimVector, 2> st{strides_of(out), strides_of(a)};
       for_each_offset<2>(out.sizes(), st, [&](std::int64_t oo, std::int64_t oa) {
-        // NaN propagates (as PyTorch's relu), hence not std::max.
-        o[oo] = p[oa] > T(0) || std::isnan(p[oa]) ? p[oa] : T(0);
+        o[oo] = static_cast<T>(ew::apply<C>(op, static_cast<C>(p[oa])));
       });
     });
   });
   return out;
+}
+
+Tensor binary_ew(ew::Binary op, const Tensor& a, const Tensor& b, double alpha) {
+  const DimVector shape = core::broadcast_shapes(a.sizes(), b.sizes(), ew::name(op));
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  const Tensor x = a.expand(shape);
+  const Tensor y = b.expand(shape);
+  launch(out, [out, x, y, op, alpha] {
+    dispatch_ew(out.dtype(), [&](auto t0, auto c0) {
+      using T = decltype(t0);
+      using C = decltype(c0);
+      T* o = static_cast<T*>(out.data_ptr());
+      const T* p = static_cast<const T*>(x.data_ptr());
+      const T* q = static_cast<const T*>(y.data_ptr());
+      const C al = static_cast<C>(alpha);
+      const std::array<DimVector, 3> st{strides_of(out), strides_of(x), strides_of(y)};
+      for_each_offset<3>(out.sizes(), st, [&](std::int64_t oo, std::int64_t op_, std::int64_t oq) {
+        o[oo] = static_cast<T>(ew::apply<C>(op, static_cast<C>(p[op_]), static_cast<C>(q[oq]), al));
+      });
+    });
+  });
+  return out;
+}
+
+// a = op(a, b) in place (b broadcast to a).
+void binary_ew_inplace(ew::Binary op, Tensor& a, const Tensor& b, double alpha) {
+  const Tensor x = a;
+  const Tensor y = b.expand(a.sizes());
+  launch(a, [x, y, op, alpha] {
+    dispatch_ew(x.dtype(), [&](auto t0, auto c0) {
+      using T = decltype(t0);
+      using C = decltype(c0);
+      T* p = static_cast<T*>(x.data_ptr());
+      const T* q = static_cast<const T*>(y.data_ptr());
+      const C al = static_cast<C>(alpha);
+      const std::array<DimVector, 2> st{strides_of(x), strides_of(y)};
+      for_each_offset<2>(x.sizes(), st, [&](std::int64_t op_, std::int64_t oq) {
+        p[op_] =
+            static_cast<T>(ew::apply<C>(op, static_cast<C>(p[op_]), static_cast<C>(q[oq]), al));
+      });
+    });
+  });
+}
+
+void add_inplace_kernel(Tensor& a, const Tensor& b, const core::Scalar& alpha) {
+  if (!ew_dtype(a.dtype())) return via_fallback<ops::sig::InplaceBinaryAlpha>("add_", a, b, alpha);
+  binary_ew_inplace(ew::Binary::add, a, b, alpha.to_double());
+}
+
+void mul_inplace_kernel(Tensor& a, const Tensor& b) {
+  if (!ew_dtype(a.dtype())) return via_fallback<ops::sig::InplaceBinary>("mul_", a, b);
+  binary_ew_inplace(ew::Binary::mul, a, b, 1.0);
 }
 
 // mm on the device through the vendor BLAS (here: the host's CBLAS, running on device memory).
@@ -638,13 +651,29 @@ void set_native_kernels(bool enabled) {
   auto& d = dispatch::Dispatcher::raw();
   const auto key = DispatchKey::PrivateUse1;
   auto& h = nk.handles;
-  // A few compute kernels of its own (float32/float64; other dtypes go to the CPU fallback).
-  h.push_back(d.impl<sig::BinaryAlpha>("add", key, add_kernel));
-  h.push_back(d.impl<sig::BinaryAlpha>("sub", key, sub_kernel));
-  h.push_back(d.impl<sig::Binary>("mul", key, mul_kernel));
+  // Elementwise kernels of its own (float dtypes; other dtypes go to the CPU fallback).
+  for (int i = 0; i < static_cast<int>(ew::Unary::kCount); ++i) {
+    const auto op = static_cast<ew::Unary>(i);
+    h.push_back(
+        d.impl<sig::Unary>(ew::name(op), key, [op](const Tensor& a) { return unary_ew(op, a); }));
+  }
+  for (const auto op : {ew::Binary::add, ew::Binary::sub}) {
+    h.push_back(d.impl<sig::BinaryAlpha>(
+        ew::name(op), key, [op](const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
+          if (!ew_dtype(a.dtype()))
+            return via_fallback<sig::BinaryAlpha>(ew::name(op), a, b, alpha);
+          return binary_ew(op, a, b, alpha.to_double());
+        }));
+  }
+  for (const auto op :
+       {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum}) {
+    h.push_back(d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
+      if (!ew_dtype(a.dtype())) return via_fallback<sig::Binary>(ew::name(op), a, b);
+      return binary_ew(op, a, b, 1.0);
+    }));
+  }
   h.push_back(d.impl<sig::InplaceBinaryAlpha>("add_", key, add_inplace_kernel));
   h.push_back(d.impl<sig::InplaceBinary>("mul_", key, mul_inplace_kernel));
-  h.push_back(d.impl<sig::Unary>("relu", key, relu_kernel));
   h.push_back(d.impl<sig::Binary>("mm", key, mm_kernel));
   // Random ops draw from the device's Philox generator (so they are on the deny-list).
   h.push_back(d.impl<sig::RandomFill>("uniform_", key, uniform_kernel));

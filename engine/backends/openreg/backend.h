@@ -40,9 +40,10 @@ void set_fallback_deny_list(std::vector<std::string> ops);
 /// How often each op went through the CPU fallback in this process (op name -> calls).
 std::map<std::string, std::int64_t> fallback_counts();
 
-/// Registers (true, the default) or removes (false) openreg's own compute kernels (add, sub, mul,
-/// add_, mul_, relu, mm, uniform_, normal_, bernoulli_); without them those ops take the CPU
-/// fallback, so results equal the CPU's bit for bit. copy_ and fill_ always stay.
+/// Registers (true, the default) or removes (false) openreg's own compute kernels (the
+/// elementwise ops of engine/backends/common/elementwise_math.h — neg ... gelu, add, sub, mul,
+/// div, maximum, minimum —, add_, mul_, mm, uniform_, normal_, bernoulli_); without them those
+/// ops take the CPU fallback, so results equal the CPU's bit for bit. copy_ and fill_ stay.
 void set_native_kernels(bool enabled);
 /// Registers (true, done at start-up) or removes (false) everything openreg has at the
 /// PrivateUse1 dispatch key: copy_, fill_, the compute kernels and the global fallback. The

@@ -1,0 +1,136 @@
+// The arithmetic of the elementwise ops, written once for host and device code: the openreg
+// backend's loops and the CUDA kernels call these, with the formulas of the CPU kernels
+// (engine/backends/cpu/elementwise_kernels.cpp), so the parity test compares like with like.
+// C is the compute type: float (also for float16/bfloat16 storage) or double.
+#pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define TB_EW_HD __host__ __device__
+#else
+#define TB_EW_HD
+#endif
+
+// Math functions: CUDA's float/double overloads in device code, the standard library's on the
+// host.
+#if defined(__CUDA_ARCH__)
+#define TB_EW_M(f) ::f
+#else
+#define TB_EW_M(f) std::f
+#endif
+
+namespace tb::backends::ew {
+
+/// Unary ops with a shared implementation (names as the dispatcher's ops).
+enum class Unary : int {
+  neg,
+  abs,
+  square,
+  relu,
+  exp,
+  log,
+  log1p,
+  expm1,
+  sqrt,
+  rsqrt,
+  reciprocal,
+  sin,
+  cos,
+  tanh,
+  sigmoid,
+  erf,
+  silu,
+  gelu,
+  kCount
+};
+
+/// Binary ops with a shared implementation (add/sub take alpha: a + alpha * b, a - alpha * b).
+enum class Binary : int { add, sub, mul, div, maximum, minimum, kCount };
+
+/// The dispatcher's name of a unary op.
+inline const char* name(Unary op) {
+  constexpr const char* kNames[] = {"neg",   "abs",   "square",  "relu",  "exp",        "log",
+                                    "log1p", "expm1", "sqrt",    "rsqrt", "reciprocal", "sin",
+                                    "cos",   "tanh",  "sigmoid", "erf",   "silu",       "gelu"};
+  return kNames[static_cast<int>(op)];
+}
+
+/// The dispatcher's name of a binary op.
+inline const char* name(Binary op) {
+  constexpr const char* kNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+  return kNames[static_cast<int>(op)];
+}
+
+template <typename C>
+TB_EW_HD inline C sigmoid(C x) {
+  return C(1) / (C(1) + TB_EW_M(exp)(-x));
+}
+
+/// op(x) in compute type C.
+template <typename C>
+TB_EW_HD inline C apply(Unary op, C x) {
+  switch (op) {
+    case Unary::neg:
+      return -x;
+    case Unary::abs:
+      return TB_EW_M(fabs)(x);
+    case Unary::square:
+      return x * x;
+    case Unary::relu:
+      return x != x ? x : (x > C(0) ? x : C(0));  // NaN propagates
+    case Unary::exp:
+      return TB_EW_M(exp)(x);
+    case Unary::log:
+      return TB_EW_M(log)(x);
+    case Unary::log1p:
+      return TB_EW_M(log1p)(x);
+    case Unary::expm1:
+      return TB_EW_M(expm1)(x);
+    case Unary::sqrt:
+      return TB_EW_M(sqrt)(x);
+    case Unary::rsqrt:
+      return C(1) / TB_EW_M(sqrt)(x);
+    case Unary::reciprocal:
+      return C(1) / x;
+    case Unary::sin:
+      return TB_EW_M(sin)(x);
+    case Unary::cos:
+      return TB_EW_M(cos)(x);
+    case Unary::tanh:
+      return TB_EW_M(tanh)(x);
+    case Unary::sigmoid:
+      return sigmoid(x);
+    case Unary::erf:
+      return TB_EW_M(erf)(x);
+    case Unary::silu:
+      return x * sigmoid(x);
+    case Unary::gelu:
+      return C(0.5) * x * (C(1) + TB_EW_M(erf)(x * static_cast<C>(0.70710678118654752440)));
+    default:
+      return x;
+  }
+}
+
+/// op(a, b) in compute type C; `alpha` scales b for add and sub.
+template <typename C>
+TB_EW_HD inline C apply(Binary op, C a, C b, C alpha) {
+  switch (op) {
+    case Binary::add:
+      return alpha == C(1) ? a + b : a + alpha * b;
+    case Binary::sub:
+      return alpha == C(1) ? a - b : a + (-alpha) * b;
+    case Binary::mul:
+      return a * b;
+    case Binary::div:
+      return a / b;
+    case Binary::maximum:
+      return (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);  // NaN propagates
+    case Binary::minimum:
+      return (a != a || b != b) ? (a != a ? a : b) : (a < b ? a : b);
+    default:
+      return a;
+  }
+}
+
+}  // namespace tb::backends::ew
