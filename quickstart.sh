@@ -4,6 +4,9 @@
 #                          (the GUI once it exists; without a display: the headless demo)
 #   ./quickstart.sh test   install what is missing, build with warnings as errors, check
 #                          formatting, build the API docs, run every test (ctest)
+#   ./quickstart.sh sanitize [asan|tsan]   the engine, store and CLI suites under AddressSanitizer
+#                          + UBSan or ThreadSanitizer (both when no argument; ~20 min each to
+#                          build on 2 cores; docs/reliability.md)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -68,11 +71,47 @@ cmd_test() {
   ctest --preset ci -j "$(jobs)"
 }
 
+# One sanitizer preset: build without the GUI, run every test but the CUDA and slow ones, and
+# fail on any sanitizer report (also in tests judged by their output rather than exit code).
+run_sanitizer() {
+  local preset=$1
+  log "Building the $preset preset (no GUI)"
+  cmake --preset "$preset" -DTB_GUI=OFF
+  cmake --build "build/$preset" -j "$(jobs)"
+  log "Running the tests under $preset"
+  local supp
+  supp="$(pwd)/tests/tsan.supp"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+    TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:exitcode=66:suppressions=$supp" \
+    ctest --test-dir "build/$preset" -j "$(jobs)" -LE "slow|cuda" --output-on-failure
+  if grep -Eq "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer" \
+    "build/$preset/Testing/Temporary/LastTest.log"; then
+    echo "sanitizer reports in build/$preset/Testing/Temporary/LastTest.log" >&2
+    return 1
+  fi
+}
+
+cmd_sanitize() {
+  install_missing
+  case "${1:-all}" in
+    asan | tsan) run_sanitizer "$1" ;;
+    all)
+      run_sanitizer asan
+      run_sanitizer tsan
+      ;;
+    *)
+      echo "usage: $0 sanitize [asan|tsan]" >&2
+      exit 2
+      ;;
+  esac
+}
+
 case "${1:-}" in
   run) cmd_run ;;
   test) cmd_test ;;
+  sanitize) cmd_sanitize "${2:-all}" ;;
   *)
-    echo "usage: $0 run|test" >&2
+    echo "usage: $0 run|test|sanitize [asan|tsan]" >&2
     exit 2
     ;;
 esac

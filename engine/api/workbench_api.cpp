@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "engine/api/api_detail.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/nn/models.h"
 #include "engine/optim/param_split.h"
@@ -335,7 +336,15 @@ ConfigCheck check_config_text(const std::string& toml_text, const std::string& s
                               const std::vector<std::string>& overrides) {
   ConfigCheck out;
   try {
-    out.effective_toml = train::to_toml(train::parse_run_config(toml_text, source, overrides));
+    const train::RunConfig cfg = train::parse_run_config(toml_text, source, overrides);
+    // Valid text naming a device this machine cannot use (no GPU, openreg:7) fails here too,
+    // with the backend's reason, so the editor marks run.device before a run is started.
+    const std::string why = core::device_unavailable_reason(core::Device::parse(cfg.run.device));
+    if (!why.empty()) {
+      throw ValueError("[config] " + source + ": run.device: '" + cfg.run.device +
+                       "' cannot be used here: " + why);
+    }
+    out.effective_toml = train::to_toml(cfg);
     out.ok = true;
   } catch (const std::exception& e) {
     out.ok = false;

@@ -28,8 +28,9 @@ struct ConfigCheck {
   std::string effective_toml;  ///< the effective config (defaults filled in) when ok
 };
 
-/// Parses and validates `toml_text` with `overrides` ("key.path=value"); never throws for a bad
-/// config (the message is in the result). `source` names the text in messages.
+/// Parses and validates `toml_text` with `overrides` ("key.path=value"), including that
+/// run.device can be used on this machine; never throws for a bad config (the message is in the
+/// result). `source` names the text in messages.
 ConfigCheck check_config_text(const std::string& toml_text, const std::string& source = "<editor>",
                               const std::vector<std::string>& overrides = {});
 

@@ -471,6 +471,17 @@ TEST(WorkbenchRun, TrainsIntoTheStoreWithLiveMetrics) {
   }));
 }
 
+TEST(WorkbenchConfig, ADeviceThisMachineCannotUseIsMarked) {
+  const auto ok = api::check_config_text(kBlobs, "<editor>", {"run.device=openreg:1"});
+  EXPECT_TRUE(ok.ok) << ok.error;
+  const auto bad = api::check_config_text(kBlobs, "<editor>", {"run.device=openreg:7"});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.key_path, "run.device");
+  EXPECT_NE(bad.error.find("'openreg:7' cannot be used here: [openreg] no device openreg:7"),
+            std::string::npos)
+      << bad.error;
+}
+
 TEST(WorkbenchRun, CancelFromTheMetricsCallback) {
   TempDir dir;
   auto control = std::make_shared<api::RunControl>();
