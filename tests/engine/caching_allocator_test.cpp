@@ -74,6 +74,10 @@ TEST(CachingAllocator, SmallBlocksShareASegmentAndAreReused) {
   EXPECT_EQ(a.malloc(0, 900), p);
   EXPECT_EQ(dev.raw_allocs, 1);
   EXPECT_EQ(a.stats(0).peak_allocated, 1024 + 3072);
+  a.free(p);
+  a.free(q);
+  a.empty_cache();
+  EXPECT_EQ(dev.used, 0u);
 }
 
 TEST(CachingAllocator, FreedNeighboursMergeAndEmptyCacheReleasesWholeSegments) {
@@ -127,6 +131,9 @@ TEST(CachingAllocator, LargeRequestsAndStreamsAndDevices) {
   a.free(m);
   a.free(s7);
   a.free(reinterpret_cast<void*>(0x1234));  // unknown: ignored
+  a.empty_cache();
+  EXPECT_EQ(dev.used, 0u);  // every segment went back to the device
+  EXPECT_EQ(dev.raw_frees, dev.raw_allocs);
 }
 
 TEST(CachingAllocator, OutOfMemoryReleasesTheCacheRetriesThenNamesTheFigures) {
@@ -145,6 +152,8 @@ TEST(CachingAllocator, OutOfMemoryReleasesTheCacheRetriesThenNamesTheFigures) {
                         "12582912 bytes"));
   a.free(q);
   EXPECT_THAT(error_of([&] { a.malloc(0, 0); }), HasSubstr("allocation of 0 bytes"));
+  a.empty_cache();
+  EXPECT_EQ(dev.used, 0u);
 }
 
 }  // namespace

@@ -55,6 +55,15 @@ TEST(Openreg, NamesItselfAndListsItsDevices) {
   EXPECT_EQ(openreg::device_count(), 2);
   EXPECT_EQ(tb::core::device_unavailable_reason(dev(0)), "");
   EXPECT_THAT(tb::core::device_unavailable_reason(dev(7)), HasSubstr("no device openreg:7"));
+  // The current device is per thread; a guard switches and restores it.
+  EXPECT_EQ(openreg::current_device(), 0);
+  {
+    openreg::DeviceGuard g(1);
+    EXPECT_EQ(openreg::current_device(), 1);
+    std::thread([] { EXPECT_EQ(openreg::current_device(), 0); }).join();
+  }
+  EXPECT_EQ(openreg::current_device(), 0);
+  EXPECT_THAT(error_of([] { openreg::set_device(2); }), HasSubstr("no device openreg:2"));
   int listed = 0;
   for (const auto& info : tb::api::list_devices())
     listed += info.name.rfind("openreg:", 0) == 0 && info.available ? 1 : 0;
