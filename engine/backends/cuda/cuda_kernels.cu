@@ -1,11 +1,13 @@
-// CUDA kernels of the first CUDA increment: fill and contiguous add (compute in float for
-// 16-bit types). Shape comments: all buffers are flat [n].
+// CUDA kernels: fill, contiguous add, and the strided elementwise family (unary, binary with
+// broadcasting, strided copy) whose arithmetic is shared with openreg
+// (engine/backends/common/elementwise_math.h). 16-bit types compute in float. Buffers are flat
+// [n] for fill/add; strided launches address each operand through a Strided descriptor.
 #include <cuda_runtime.h>
 
 #include <cstring>
 
-#include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/common/elementwise_math.h"
+#include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/core/half.h"
 
 namespace tb::cuda {
@@ -70,8 +72,8 @@ __global__ void unary_kernel(int op, T* out, const T* in, Strided s, std::int64_
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     std::int64_t off[2];
     offsets_of<2>(s, i, off);
-    out[off[0]] = T(backends::ew::apply<C>(static_cast<backends::ew::Unary>(op),
-                                           static_cast<C>(in[off[1]])));
+    out[off[0]] =
+        T(backends::ew::apply<C>(static_cast<backends::ew::Unary>(op), static_cast<C>(in[off[1]])));
   }
 }
 
@@ -82,9 +84,9 @@ __global__ void binary_kernel(int op, T* out, const T* a, const T* b, C alpha, S
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     std::int64_t off[3];
     offsets_of<3>(s, i, off);
-    out[off[0]] = T(backends::ew::apply<C>(static_cast<backends::ew::Binary>(op),
-                                           static_cast<C>(a[off[1]]), static_cast<C>(b[off[2]]),
-                                           alpha));
+    out[off[0]] =
+        T(backends::ew::apply<C>(static_cast<backends::ew::Binary>(op), static_cast<C>(a[off[1]]),
+                                 static_cast<C>(b[off[2]]), alpha));
   }
 }
 
@@ -100,25 +102,24 @@ __global__ void strided_copy_kernel(T* out, const T* in, Strided s, std::int64_t
 
 template <typename T, typename C>
 int unary_as(int op, void* out, const void* in, const Strided& s, std::int64_t n) {
-  unary_kernel<T, C><<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out),
-                                                  static_cast<const T*>(in), s, n);
+  unary_kernel<T, C>
+      <<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out), static_cast<const T*>(in), s, n);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T, typename C>
 int binary_as(int op, void* out, const void* a, const void* b, double alpha, const Strided& s,
               std::int64_t n) {
-  binary_kernel<T, C><<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out),
-                                                   static_cast<const T*>(a),
-                                                   static_cast<const T*>(b),
-                                                   static_cast<C>(alpha), s, n);
+  binary_kernel<T, C>
+      <<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out), static_cast<const T*>(a),
+                                    static_cast<const T*>(b), static_cast<C>(alpha), s, n);
   return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T>
 int copy_as(void* out, const void* in, const Strided& s, std::int64_t n) {
-  strided_copy_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(out),
-                                                      static_cast<const T*>(in), s, n);
+  strided_copy_kernel<T>
+      <<<blocks_for(n), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(in), s, n);
   return static_cast<int>(cudaGetLastError());
 }
 
