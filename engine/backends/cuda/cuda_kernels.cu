@@ -1,7 +1,7 @@
-// CUDA kernels: fill, contiguous add, and the strided elementwise family (unary, binary with
+// CUDA kernels: fill and the strided elementwise family (unary, binary with
 // broadcasting, strided copy) whose arithmetic is shared with openreg
 // (engine/backends/common/elementwise_math.h). 16-bit types compute in float. Buffers are flat
-// [n] for fill/add; strided launches address each operand through a Strided descriptor.
+// [n] for fill; strided launches address each operand through a Strided descriptor.
 #include <cuda_runtime.h>
 
 #include <cstring>
@@ -29,26 +29,11 @@ __global__ void fill_kernel(T* dst, std::int64_t n, T value) {
   }
 }
 
-template <typename T, typename C>
-__global__ void add_kernel(T* out, const T* a, const T* b, C alpha, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = T(static_cast<C>(a[i]) + alpha * static_cast<C>(b[i]));
-  }
-}
-
 template <typename T>
 int fill_as(void* dst, std::int64_t n, const void* value) {
   T v;
   std::memcpy(&v, value, sizeof(T));
   fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), n, v);
-  return static_cast<int>(cudaGetLastError());
-}
-
-template <typename T, typename C>
-int add_as(void* out, const void* a, const void* b, double alpha, std::int64_t n) {
-  add_kernel<T, C><<<blocks_for(n), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(a),
-                                                static_cast<const T*>(b), static_cast<C>(alpha), n);
   return static_cast<int>(cudaGetLastError());
 }
 
@@ -190,22 +175,6 @@ int launch_fill(void* dst, std::int64_t n, int elem_size, const void* value) {
       return fill_as<std::uint32_t>(dst, n, value);
     case 8:
       return fill_as<std::uint64_t>(dst, n, value);
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
-}
-
-int launch_add(void* out, const void* a, const void* b, double alpha, std::int64_t n, int dtype) {
-  if (n == 0) return 0;
-  switch (dtype) {
-    case 0:
-      return add_as<float, float>(out, a, b, alpha, n);
-    case 1:
-      return add_as<double, double>(out, a, b, alpha, n);
-    case 2:
-      return add_as<core::Half, float>(out, a, b, alpha, n);
-    case 3:
-      return add_as<core::BFloat16, float>(out, a, b, alpha, n);
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -10,10 +10,6 @@ namespace tb::cuda {
 /// Fills n elements of `elem_size` bytes at `dst` with the bit pattern at `value` (host memory).
 int launch_fill(void* dst, std::int64_t n, int elem_size, const void* value);
 
-/// out[i] = a[i] + alpha * b[i] for n contiguous elements of the given dtype code
-/// (0 float32, 1 float64, 2 float16, 3 bfloat16).
-int launch_add(void* out, const void* a, const void* b, double alpha, std::int64_t n, int dtype);
-
 /// Most dimensions a strided launch handles.
 inline constexpr int kMaxDims = 8;
 
@@ -25,12 +21,12 @@ struct Strided {
   std::int64_t strides[3][kMaxDims] = {};
 };
 
-/// out = op(in) elementwise (op: an ew::Unary code; dtype codes as launch_add's; float16 and
-/// bfloat16 compute in float).
+/// out = op(in) elementwise (op: an ew::Unary code; dtype: 0 float32, 1 float64, 2 float16,
+/// 3 bfloat16 — the 16-bit types compute in float).
 int launch_unary(int op, int dtype, void* out, const void* in, const Strided& s, std::int64_t n);
 
-/// out = op(a, b, alpha) elementwise (op: an ew::Binary code; dtype codes as launch_add's plus
-/// 4 int64, 5 int32).
+/// out = op(a, b, alpha) elementwise (op: an ew::Binary code; dtype codes as launch_unary's
+/// plus 4 int64, 5 int32).
 int launch_binary(int op, int dtype, void* out, const void* a, const void* b, double alpha,
                   const Strided& s, std::int64_t n);
 
