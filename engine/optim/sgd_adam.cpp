@@ -50,26 +50,6 @@ bool fused_ok(const std::vector<Tensor>& ts, bool same_dtype, const char* op) {
          dispatch::KernelSource::Missing;
 }
 
-// Runs body(tensor index, begin, end) over the elements of a list of tensors in one parallel
-// loop (the "multi-tensor" pass): chunks may span tensor boundaries.
-template <typename Body>
-void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
-  std::vector<std::int64_t> start(sizes.size() + 1, 0);
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    start[i + 1] = start[i] + sizes[i];
-  cpu::parallel_for(0, start.back(), 16384, [&](std::int64_t b, std::int64_t e) {
-    auto it = std::upper_bound(start.begin(), start.end(), b);
-    std::size_t i = static_cast<std::size_t>(it - start.begin()) - 1;
-    while (b < e) {
-      while (start[i + 1] <= b)
-        ++i;
-      const std::int64_t end = std::min(e, start[i + 1]);
-      body(i, b - start[i], end - start[i]);
-      b = end;
-    }
-  });
-}
-
 Tensor& assign(Tensor& dst, const Tensor& src) {
   return dst.copy_(src);
 }
@@ -143,7 +123,7 @@ void SGD::step() {
       const bool dbl = ps[0].dtype() == ScalarType::Float64;
       auto run = [&](auto zero) {
         using T = decltype(zero);
-        for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+        cpu::for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
           T* p = ps[i].data_ptr<T>();
           const T* g = gs[i].data_ptr<T>();
           T* buf = mu != 0.0 ? bufs[i].data_ptr<T>() : nullptr;

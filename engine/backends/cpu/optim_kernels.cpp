@@ -19,26 +19,6 @@ namespace {
 using core::ScalarType;
 using core::Tensor;
 
-// Runs body(tensor index, begin, end) over the elements of a list of tensors in one parallel
-// loop (the "multi-tensor" pass): chunks may span tensor boundaries.
-template <typename Body>
-void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
-  std::vector<std::int64_t> start(sizes.size() + 1, 0);
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    start[i + 1] = start[i] + sizes[i];
-  cpu::parallel_for(0, start.back(), 16384, [&](std::int64_t b, std::int64_t e) {
-    auto it = std::upper_bound(start.begin(), start.end(), b);
-    std::size_t i = static_cast<std::size_t>(it - start.begin()) - 1;
-    while (b < e) {
-      while (start[i + 1] <= b)
-        ++i;
-      const std::int64_t end = std::min(e, start[i + 1]);
-      body(i, b - start[i], end - start[i]);
-      b = end;
-    }
-  });
-}
-
 // One contiguous run of Adam's update. The flags are template parameters so the loop has no
 // branches and vectorises; the arithmetic is spec §2.2's, in its order.
 template <typename T>

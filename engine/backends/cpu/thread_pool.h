@@ -10,6 +10,8 @@
 // there is no deadlock whatever the nesting or concurrency.
 #pragma once
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -126,6 +128,27 @@ inline void parallel_for(int64_t begin, int64_t end, int64_t grain, F&& fn) {
 inline void parallel_for(int64_t begin, int64_t end, int64_t grain,
                          const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for<const std::function<void(int64_t, int64_t)>&>(begin, end, grain, fn);
+}
+
+/// The multi-tensor pass of the fused optimizer updates: runs body(tensor index, begin, end) over
+/// the elements of a list of tensors with `sizes` elements in one parallel loop; chunks may span
+/// tensor boundaries (each call covers one tensor's part of a chunk).
+template <typename Body>
+void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
+  std::vector<std::int64_t> start(sizes.size() + 1, 0);
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    start[i + 1] = start[i] + sizes[i];
+  parallel_for(0, start.back(), 16384, [&](std::int64_t b, std::int64_t e) {
+    auto it = std::upper_bound(start.begin(), start.end(), b);
+    std::size_t i = static_cast<std::size_t>(it - start.begin()) - 1;
+    while (b < e) {
+      while (start[i + 1] <= b)
+        ++i;
+      const std::int64_t end = std::min(e, start[i + 1]);
+      body(i, b - start[i], end - start[i]);
+      b = end;
+    }
+  });
 }
 
 }  // namespace tb::cpu
