@@ -204,6 +204,13 @@ TEST(Openreg, GeneratorsArePerDeviceWithSeedAndOffset) {
   auto st = tb::rng::PhiloxState::init(123, 0, 8);
   EXPECT_EQ(first[0], tb::rng::uniform_from_curand(tb::rng::curand_uniform_from_bits(st.next4().x),
                                                    -2.0f, 3.0f));
+  // float64: two elements per Philox block, two words each (element 1 = words z, w).
+  Tensor x64 = Tensor::empty({3}, ScalarType::Float64, dev(0));
+  g0.set_offset(8);
+  ops::uniform_(x64);
+  auto st64 = tb::rng::PhiloxState::init(123, 0, 8);
+  const auto words = st64.next4();
+  EXPECT_EQ(x64.to_vector<double>()[1], tb::rng::curand_uniform_double_from_bits(words.z, words.w));
   // normal_: moments of 200k draws; bernoulli_: its mean.
   Tensor n = Tensor::empty({200000}, ScalarType::Float64, dev(0));
   ops::normal_(n, 1.0, 2.0);

@@ -414,6 +414,18 @@ void random_fill(const char* op, Tensor& t, rng::Generator* gen, Fill fill) {
   launch(t, [d, so, fill] { fill(d, so.first, so.second, d.dtype()); });
 }
 
+// Calls f(b, w) for blocks b = 0 .. blocks-1, w being the four words of the first curand4() of
+// Philox subsequence b at (seed, offset): the one draw each random kernel makes per block.
+template <typename F>
+void for_each_philox_block(std::int64_t blocks, std::uint64_t seed, std::uint64_t offset, F&& f) {
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(b), offset);
+    const rng::Philox4 r = st.next4();
+    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+    f(b, w);
+  }
+}
+
 // Rounds v as storing it in `target` would (the float32 buffer is converted afterwards).
 float rounded_as(float v, ScalarType target) {
   if (target == ScalarType::Float16) return static_cast<float>(core::Half(v));
@@ -425,21 +437,18 @@ void uniform_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, dou
                   ScalarType target) {
   const std::int64_t n = t.numel();
   if (t.dtype() == ScalarType::Float64) {
+    // Two elements per block, two words each.
     auto* p = static_cast<double*>(t.data_ptr());
-    for (std::int64_t i = 0; i < n; ++i) {
-      auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(i / 2), offset);
-      const rng::Philox4 r = st.next4();
-      const double u = (i % 2 == 0) ? rng::curand_uniform_double_from_bits(r.x, r.y)
-                                    : rng::curand_uniform_double_from_bits(r.z, r.w);
-      p[i] = (u == 1.0 ? 0.0 : u) * (to - from) + from;
-    }
+    for_each_philox_block((n + 1) / 2, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
+      for (std::int64_t j = 0; j < 2 && b * 2 + j < n; ++j) {
+        const double u = rng::curand_uniform_double_from_bits(w[2 * j], w[2 * j + 1]);
+        p[b * 2 + j] = (u == 1.0 ? 0.0 : u) * (to - from) + from;
+      }
+    });
     return;
   }
   auto* p = static_cast<float*>(t.data_ptr());
-  for (std::int64_t b = 0; b * 4 < n; ++b) {
-    auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(b), offset);
-    const rng::Philox4 r = st.next4();
-    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+  for_each_philox_block((n + 3) / 4, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
     for (std::int64_t j = 0; j < 4 && b * 4 + j < n; ++j) {
       const float v = rng::uniform_from_curand(rng::curand_uniform_from_bits(w[j]),
                                                static_cast<float>(from), static_cast<float>(to));
@@ -447,7 +456,7 @@ void uniform_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, dou
       // uniform_), so the result stays in [from, to).
       p[b * 4 + j] = rounded_as(v, target) == static_cast<float>(to) ? static_cast<float>(from) : v;
     }
-  }
+  });
 }
 
 void normal_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, double mean,
@@ -455,23 +464,20 @@ void normal_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, doub
   const std::int64_t n = t.numel();
   constexpr double kTwoPi = 2.0 * std::numbers::pi;
   if (t.dtype() == ScalarType::Float64) {
+    // Box-Muller on two doubles (two words each) per block: two elements.
     auto* p = static_cast<double*>(t.data_ptr());
-    for (std::int64_t b = 0; b * 2 < n; ++b) {
-      auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(b), offset);
-      const rng::Philox4 r = st.next4();
-      const double u1 = rng::curand_uniform_double_from_bits(r.x, r.y);
-      const double u2 = rng::curand_uniform_double_from_bits(r.z, r.w);
+    for_each_philox_block((n + 1) / 2, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
+      const double u1 = rng::curand_uniform_double_from_bits(w[0], w[1]);
+      const double u2 = rng::curand_uniform_double_from_bits(w[2], w[3]);
       const double radius = std::sqrt(-2.0 * std::log(u1));
       p[b * 2] = std::sin(kTwoPi * u2) * radius * stdv + mean;
       if (b * 2 + 1 < n) p[b * 2 + 1] = std::cos(kTwoPi * u2) * radius * stdv + mean;
-    }
+    });
     return;
   }
+  // Box-Muller on two pairs of floats per block: four elements.
   auto* p = static_cast<float*>(t.data_ptr());
-  for (std::int64_t b = 0; b * 4 < n; ++b) {
-    auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(b), offset);
-    const rng::Philox4 r = st.next4();
-    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
+  for_each_philox_block((n + 3) / 4, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
     for (int pair = 0; pair < 2; ++pair) {
       const float u1 = rng::curand_uniform_from_bits(w[2 * pair]);
       const float u2 = rng::curand_uniform_from_bits(w[2 * pair + 1]);
@@ -482,7 +488,7 @@ void normal_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, doub
       if (i + 1 < n)
         p[i + 1] = std::cos(v) * radius * static_cast<float>(stdv) + static_cast<float>(mean);
     }
-  }
+  });
 }
 
 void uniform_kernel(Tensor& t, double from, double to, rng::Generator* gen) {
