@@ -8,13 +8,17 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "engine/amp/grad_scaler.h"
 #include "engine/backends/cuda/cuda_status.h"
+#include "engine/backends/openreg/backend.h"
 #include "engine/core/allocator.h"
 #include "engine/dispatch/dispatcher.h"
+#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/generator.h"
@@ -284,6 +288,442 @@ std::map<std::string, Case> cases() {
     moments(
         "bernoulli_", d, [](Tensor& t) { ops::bernoulli_(t, 0.3); }, true);
   };
+  c["pow"] = [](const Device& d) {
+    std::uint64_t seed = 600;
+    for (ScalarType dt : kFloats) {
+      for (const auto& [sa, sb] : kBinaryShapes) {
+        const Tensor a = ops::add(ops::abs(rand_input(sa, dt, seed++)), 0.25).to(dt);
+        const Tensor b = rand_input(sb, dt, seed++);
+        expect_close(ops::pow(a.to(d), b.to(d)), ops::pow(a, b), tol_of(dt),
+                     label("pow", dt, sa, sb));
+      }
+    }
+  };
+  // Comparisons: every dtype, equal elements included (a compared with a shuffled copy of itself).
+  using CmpFn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::vector<std::pair<const char*, CmpFn>> compares = {{"eq", ops::eq}, {"ne", ops::ne},
+                                                               {"lt", ops::lt}, {"le", ops::le},
+                                                               {"gt", ops::gt}, {"ge", ops::ge}};
+  for (const auto& [name, fn] : compares) {
+    c[name] = [name = std::string(name), fn = fn](const Device& d) {
+      std::uint64_t seed = 700;
+      for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64, ScalarType::BFloat16,
+                            ScalarType::Int64, ScalarType::Int32}) {
+        for (const auto& [sa, sb] : kBinaryShapes) {
+          const Tensor a = rand_input(sa, dt, seed++);
+          const Tensor b = rand_input(sb, dt, seed++);
+          expect_close(fn(a.to(d), b.to(d)), fn(a, b), {0, 0}, label(name, dt, sa, sb));
+        }
+        const Tensor a = rand_input({4, 3}, dt, seed++);
+        expect_close(fn(a.to(d), a.to(d).t().contiguous().t()), fn(a, a), {0, 0},
+                     label(name + " (equal)", dt, {4, 3}));
+      }
+      const Tensor nan = ops::full({3}, NAN);
+      expect_close(fn(nan.to(d), nan.to(d)), fn(nan, nan), {0, 0}, name + " NaN");
+    };
+  }
+  c["where"] = [](const Device& d) {
+    std::uint64_t seed = 800;
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::BFloat16, ScalarType::Int64}) {
+      const Tensor cond = ops::gt(rand_input({3, 4}, ScalarType::Float32, seed++), ops::zeros({}));
+      const Tensor a = rand_input({3, 1}, dt, seed++);
+      const Tensor b = rand_input({4}, dt, seed++);
+      expect_close(ops::where(cond.to(d), a.to(d), b.to(d)), ops::where(cond, a, b), {0, 0},
+                   label("where", dt, {3, 4}));
+      expect_close(ops::where(cond.to(d).t(), a.to(d).t(), b.to(d).reshape({4, 1})),
+                   ops::where(cond.t(), a.t(), b.reshape({4, 1})), {0, 0},
+                   label("where strided", dt, {4, 3}));
+    }
+  };
+  c["masked_fill"] = [](const Device& d) {
+    std::uint64_t seed = 900;
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::Float16, ScalarType::Int32}) {
+      const Tensor t = rand_input({3, 5}, dt, seed++);
+      const Tensor mask = ops::gt(rand_input({1, 5}, ScalarType::Float32, seed++), ops::zeros({}));
+      const tb::core::Scalar v = tb::core::is_floating_point(dt)
+                                     ? tb::core::Scalar(-1e4)
+                                     : tb::core::Scalar(std::int64_t{-7});
+      expect_close(ops::masked_fill(t.to(d), mask.to(d), v), ops::masked_fill(t, mask, v), {0, 0},
+                   label("masked_fill", dt, {3, 5}));
+      expect_close(ops::masked_fill(t.to(d).t(), mask.to(d).t(), v),
+                   ops::masked_fill(t.t(), mask.t(), v), {0, 0},
+                   label("masked_fill strided", dt, {5, 3}));
+    }
+  };
+  // Reductions: tolerances grow with the reduction length (float accumulation on the device).
+  auto reduce_tol = [](ScalarType dt, std::int64_t n) {
+    Tol t = tol_of(dt);
+    const double f = std::sqrt(static_cast<double>(std::max<std::int64_t>(n, 1)));
+    return Tol{t.atol * f, t.rtol * f};
+  };
+  struct RShape {
+    Shape shape;
+    std::vector<std::int64_t> dims;
+  };
+  const std::vector<RShape> rshapes = {{{}, {}},          {{7}, {0}},          {{3, 5}, {1}},
+                                       {{3, 5}, {0}},     {{2, 3, 4}, {0, 2}}, {{2, 3, 4}, {}},
+                                       {{4, 70000}, {1}}, {{300000}, {0}},     {{5, 0}, {1}}};
+  auto reduction = [rshapes, reduce_tol](
+                       const std::string& op, const std::vector<ScalarType>& dtypes,
+                       const std::function<Tensor(const Tensor&, tb::core::IntList, bool)>& f) {
+    return [=](const Device& d) {
+      std::uint64_t seed = 1000;
+      for (ScalarType dt : dtypes) {
+        for (const auto& [shape, dims] : rshapes) {
+          const Tensor h = rand_input(shape, dt, seed++);
+          std::int64_t n = 1;
+          for (auto dim : dims)
+            n *= shape[static_cast<std::size_t>(dim)];
+          if (dims.empty()) n = h.numel();
+          for (bool keep : {false, true}) {
+            expect_close(f(h.to(d), tb::core::IntList(dims), keep),
+                         f(h, tb::core::IntList(dims), keep), reduce_tol(dt, n),
+                         label(op + (keep ? " keepdim" : ""), dt, shape));
+          }
+        }
+        const Tensor h = rand_input({6, 5}, dt, seed++).t();
+        expect_close(f(h.to(d), tb::core::IntList({1}), false), f(h, tb::core::IntList({1}), false),
+                     reduce_tol(dt, 6), label(op + " strided", dt, {5, 6}));
+      }
+    };
+  };
+  c["sum"] = reduction(
+      "sum",
+      {ScalarType::Float32, ScalarType::Float64, ScalarType::Float16, ScalarType::BFloat16,
+       ScalarType::Int64, ScalarType::Int32},
+      [](const Tensor& t, tb::core::IntList dims, bool keep) { return ops::sum(t, dims, keep); });
+  c["mean"] = reduction("mean", kFloats, [](const Tensor& t, tb::core::IntList dims, bool keep) {
+    return ops::mean(t, dims, keep);
+  });
+  c["norm"] = [reduction](const Device& d) {
+    for (double p : {1.0, 2.0, 3.0, static_cast<double>(INFINITY)}) {
+      reduction("norm p=" + std::to_string(p), kFloats,
+                [p](const Tensor& t, tb::core::IntList dims, bool keep) {
+                  return ops::norm(t, p, dims, keep);
+                })(d);
+    }
+  };
+  // max/min/argmax: exact; ties and NaN checked explicitly.
+  auto extreme =
+      [](const std::string& op, const Device& d,
+         const std::function<void(const Tensor&, const Tensor&, const std::string&)>& check) {
+        std::uint64_t seed = 1100;
+        for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64, ScalarType::BFloat16,
+                              ScalarType::Int64, ScalarType::Int32}) {
+          for (const Shape& s : std::vector<Shape>{{}, {9}, {3, 5}, {2, 3, 4}, {2, 100000}}) {
+            const Tensor h = rand_input(s, dt, seed++);
+            check(h.to(d), h, label(op, dt, s));
+          }
+          const Tensor ties = ops::zeros({3, 4}, dt);
+          check(ties.to(d), ties, label(op + " ties", dt, {3, 4}));
+        }
+        Tensor nan = ops::arange(12).to(ScalarType::Float32).reshape({3, 4});
+        nan.select(0, 1).select(0, 2).fill_(NAN);
+        nan.select(0, 2).select(0, 3).fill_(NAN);
+        check(nan.to(d), nan, op + " NaN");
+      };
+  c["max"] = [extreme](const Device& d) {
+    extreme("max", d, [](const Tensor& g, const Tensor& h, const std::string& w) {
+      expect_close(ops::max(g), ops::max(h), {0, 0}, w);
+    });
+  };
+  c["min"] = [extreme](const Device& d) {
+    extreme("min", d, [](const Tensor& g, const Tensor& h, const std::string& w) {
+      expect_close(ops::min(g), ops::min(h), {0, 0}, w);
+    });
+  };
+  for (const bool greater : {true, false}) {
+    c[greater ? "max.dim" : "min.dim"] = [extreme, greater](const Device& d) {
+      extreme(greater ? "max.dim" : "min.dim", d,
+              [greater](const Tensor& g, const Tensor& h, const std::string& w) {
+                for (std::int64_t dim = 0; dim < std::max<std::int64_t>(h.dim(), 1); ++dim) {
+                  for (bool keep : {false, true}) {
+                    auto [gv, gi] = greater ? ops::max(g, dim, keep) : ops::min(g, dim, keep);
+                    auto [hv, hi] = greater ? ops::max(h, dim, keep) : ops::min(h, dim, keep);
+                    expect_close(gv, hv, {0, 0}, w + " values dim " + std::to_string(dim));
+                    expect_close(gi, hi, {0, 0}, w + " indices dim " + std::to_string(dim));
+                  }
+                }
+              });
+    };
+  }
+  c["argmax"] = [extreme](const Device& d) {
+    extreme("argmax", d, [](const Tensor& g, const Tensor& h, const std::string& w) {
+      expect_close(ops::argmax(g), ops::argmax(h), {0, 0}, w);
+      expect_close(ops::argmax(g, {}, true), ops::argmax(h, {}, true), {0, 0}, w + " keepdim");
+      if (h.dim() > 0) {
+        expect_close(ops::argmax(g, h.dim() - 1), ops::argmax(h, h.dim() - 1), {0, 0},
+                     w + " last dim");
+      }
+    });
+  };
+  // Products beyond mm.
+  auto product_tol = [](ScalarType dt, std::int64_t k) {
+    Tol t = tol_of(dt);
+    return Tol{t.atol * static_cast<double>(std::max<std::int64_t>(k, 1)),
+               t.rtol * static_cast<double>(std::max<std::int64_t>(k, 1))};
+  };
+  c["addmm"] = [product_tol](const Device& d) {
+    std::uint64_t seed = 1200;
+    for (ScalarType dt : kFloats) {
+      const Tensor a = rand_input({5, 7}, dt, seed++);
+      const Tensor b = rand_input({7, 3}, dt, seed++);
+      for (const Shape& bs : std::vector<Shape>{{3}, {5, 3}, {1, 3}, {}}) {
+        const Tensor bias = rand_input(bs, dt, seed++);
+        for (const auto& [beta, alpha] :
+             std::vector<std::pair<double, double>>{{1, 1}, {0.5, 2}, {0, 1}}) {
+          expect_close(ops::addmm(bias.to(d), a.to(d), b.to(d), beta, alpha),
+                       ops::addmm(bias, a, b, beta, alpha), product_tol(dt, 7),
+                       label("addmm", dt, {5, 7}, bs));
+        }
+      }
+      expect_close(ops::addmm(rand_input({4}, dt, 1).to(d), a.to(d).t().contiguous().t(),
+                              rand_input({7, 4}, dt, 2).to(d).t().contiguous().t()),
+                   ops::addmm(rand_input({4}, dt, 1), a, rand_input({7, 4}, dt, 2)),
+                   product_tol(dt, 7), label("addmm transposed operands", dt, {5, 7}));
+    }
+  };
+  c["bmm"] = [product_tol](const Device& d) {
+    std::uint64_t seed = 1300;
+    for (ScalarType dt : kFloats) {
+      const Tensor a = rand_input({3, 4, 6}, dt, seed++);
+      const Tensor b = rand_input({3, 6, 5}, dt, seed++);
+      expect_close(ops::bmm(a.to(d), b.to(d)), ops::bmm(a, b), product_tol(dt, 6),
+                   label("bmm", dt, {3, 4, 6}));
+      const Tensor bt = rand_input({3, 5, 6}, dt, seed++).transpose(1, 2);
+      expect_close(ops::bmm(a.to(d), bt.to(d)), ops::bmm(a, bt), product_tol(dt, 6),
+                   label("bmm transposed", dt, {3, 4, 6}));
+      const Tensor e = rand_input({0, 4, 6}, dt, seed++);
+      expect_close(ops::bmm(e.to(d), b.narrow(0, 0, 0).to(d)), ops::bmm(e, b.narrow(0, 0, 0)),
+                   {0, 0}, label("bmm empty batch", dt, {0, 4, 6}));
+    }
+  };
+  c["baddbmm"] = [product_tol](const Device& d) {
+    std::uint64_t seed = 1400;
+    for (ScalarType dt : kFloats) {
+      const Tensor a = rand_input({2, 4, 6}, dt, seed++);
+      const Tensor b = rand_input({2, 6, 5}, dt, seed++);
+      const Tensor c0 = rand_input({1, 4, 5}, dt, seed++);
+      expect_close(ops::baddbmm(c0.to(d), a.to(d), b.to(d), 0.5, -1.5),
+                   ops::baddbmm(c0, a, b, 0.5, -1.5), product_tol(dt, 6),
+                   label("baddbmm", dt, {2, 4, 6}));
+    }
+  };
+  c["syrk"] = [product_tol](const Device& d) {
+    std::uint64_t seed = 1500;
+    for (ScalarType dt : kFloats) {
+      for (const auto& [n, k] :
+           std::vector<std::pair<int, int>>{{1, 1}, {5, 9}, {33, 17}, {4, 0}}) {
+        const Tensor x = rand_input({n, k}, dt, seed++);
+        expect_close(ops::syrk(x.to(d), 0.5), ops::syrk(x, 0.5), product_tol(dt, k),
+                     label("syrk", dt, {n, k}));
+      }
+      const Tensor xt = rand_input({9, 5}, dt, seed++).t();
+      expect_close(ops::syrk(xt.to(d)), ops::syrk(xt), product_tol(dt, 9),
+                   label("syrk transposed", dt, {5, 9}));
+    }
+  };
+  for (const bool log : {false, true}) {
+    c[log ? "log_softmax" : "softmax"] = [log](const Device& d) {
+      std::uint64_t seed = 1600;
+      auto f = [log](const Tensor& t, std::int64_t dim) {
+        return log ? ops::log_softmax(t, dim) : ops::softmax(t, dim);
+      };
+      for (ScalarType dt : kFloats) {
+        for (const Shape& s : std::vector<Shape>{{}, {7}, {3, 10}, {2, 3, 5}, {4, 5000}}) {
+          const Tensor h = ops::mul(rand_input(s, dt, seed++), 3.0).to(dt);
+          for (std::int64_t dim = 0; dim < std::max<std::int64_t>(h.dim(), 1); ++dim) {
+            expect_close(f(h.to(d), dim), f(h, dim), tol_of(dt),
+                         label(log ? "log_softmax" : "softmax", dt, s));
+          }
+        }
+      }
+      Tensor inf = ops::zeros({2, 4});
+      inf.select(0, 0).fill_(-INFINITY);
+      inf.select(0, 1).select(0, 2).fill_(-INFINITY);
+      expect_close(f(inf.to(d), 1), f(inf, 1), tol_of(ScalarType::Float32), "softmax -inf rows");
+    };
+  }
+  c["index_select"] = [](const Device& d) {
+    std::uint64_t seed = 1700;
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::BFloat16, ScalarType::Int64}) {
+      const Tensor t = rand_input({6, 4, 3}, dt, seed++);
+      for (std::int64_t dim = 0; dim < 3; ++dim) {
+        std::vector<std::int64_t> iv;
+        for (std::int64_t x : {5, 0, -1, 2, 2})
+          iv.push_back(x >= 0 ? x % t.size(dim) : x);
+        const Tensor i = tb::core::from_vector<std::int64_t>(iv, {5});
+        expect_close(ops::index_select(t.to(d), dim, i.to(d)), ops::index_select(t, dim, i), {0, 0},
+                     label("index_select dim " + std::to_string(dim), dt, {6, 4, 3}));
+      }
+    }
+    const Tensor t = ops::zeros({3, 2}).to(d);
+    const Tensor bad = tb::core::from_vector<std::int64_t>({0, 3}, {2}).to(d);
+    try {
+      (void)ops::index_select(t, 0, bad).to(Device());
+      ADD_FAILURE() << "index_select accepted index 3 for size 3";
+    } catch (const tb::IndexError& e) {
+      EXPECT_THAT(e.what(),
+                  testing::HasSubstr("index 3 is out of range for dimension 0 with size 3"));
+    }
+  };
+  c["gather"] = [](const Device& d) {
+    std::uint64_t seed = 1800;
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64, ScalarType::Int32}) {
+      const Tensor t = rand_input({4, 5}, dt, seed++);
+      const Tensor i0 = tb::core::from_vector<std::int64_t>({3, 0, 1, -1, 2, 2}, {2, 3});
+      expect_close(ops::gather(t.to(d), 0, i0.to(d)), ops::gather(t, 0, i0), {0, 0},
+                   label("gather dim 0", dt, {4, 5}));
+      const Tensor i1 = tb::core::from_vector<std::int64_t>({4, 0, 3, 1, 1, 2, 0, 0}, {4, 2});
+      expect_close(ops::gather(t.to(d), 1, i1.to(d)), ops::gather(t, 1, i1), {0, 0},
+                   label("gather dim 1", dt, {4, 5}));
+      expect_close(ops::gather(t.to(d).t(), 0, i1.to(d)), ops::gather(t.t(), 0, i1), {0, 0},
+                   label("gather strided", dt, {5, 4}));
+    }
+  };
+  c["scatter_add"] = [](const Device& d) {
+    std::uint64_t seed = 1900;
+    for (ScalarType dt :
+         {ScalarType::Float32, ScalarType::Float64, ScalarType::BFloat16, ScalarType::Int64}) {
+      const Tensor t = rand_input({4, 3}, dt, seed++);
+      const Tensor src = rand_input({5, 3}, dt, seed++);
+      // Duplicated indices accumulate (in any order on a GPU: float sums within tolerance).
+      const Tensor idx = tb::core::from_vector<std::int64_t>(
+          {0, 1, 2, 3, 3, 3, 0, 0, 1, 2, 1, 0, -1, 2, 3}, {5, 3});
+      expect_close(ops::scatter_add(t.to(d), 0, idx.to(d), src.to(d)),
+                   ops::scatter_add(t, 0, idx, src), tol_of(dt), label("scatter_add", dt, {4, 3}));
+    }
+  };
+  c["rope"] = [](const Device& d) {
+    std::uint64_t seed = 2000;
+    for (ScalarType dt : kFloats) {
+      const Tensor x = rand_input({2, 3, 5, 8}, dt, seed++);
+      const Tensor cs = rand_input({5, 4}, ScalarType::Float32, seed++);
+      const Tensor sn = rand_input({5, 4}, ScalarType::Float32, seed++);
+      expect_close(ops::rope(x.to(d), cs.to(d), sn.to(d)), ops::rope(x, cs, sn), tol_of(dt),
+                   label("rope", dt, {2, 3, 5, 8}));
+    }
+  };
+  c["cross_entropy"] = [](const Device& d) {
+    std::uint64_t seed = 2100;
+    for (ScalarType dt : kFloats) {
+      for (const auto& [n, classes] :
+           std::vector<std::pair<int, int>>{{1, 3}, {6, 10}, {3, 5000}}) {
+        const Tensor logits = ops::mul(rand_input({n, classes}, dt, seed++), 4.0).to(dt);
+        std::vector<std::int64_t> tv;
+        for (int r = 0; r < n; ++r)
+          tv.push_back(r == 1 ? -100 : (r * 7 + 3) % classes);
+        const Tensor target = tb::core::from_vector<std::int64_t>(tv, {n});
+        for (double sm : {0.0, 0.1}) {
+          expect_close(ops::cross_entropy(logits.to(d), target.to(d), -100, sm),
+                       ops::cross_entropy(logits, target, -100, sm), tol_of(dt),
+                       label("cross_entropy", dt, {n, classes}));
+        }
+      }
+    }
+    const Tensor bad = tb::core::from_vector<std::int64_t>({1, 7}, {2});
+    try {
+      (void)ops::cross_entropy(ops::zeros({2, 3}).to(d), bad.to(d)).to(Device());
+      ADD_FAILURE() << "cross_entropy accepted target 7 for 3 classes";
+    } catch (const tb::IndexError& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr("target 7 of row 1 is out of range for 3 classes"));
+    }
+  };
+  c["cross_entropy_backward"] = [](const Device& d) {
+    std::uint64_t seed = 2200;
+    for (ScalarType dt : kFloats) {
+      const Tensor logits = rand_input({5, 7}, dt, seed++);
+      const Tensor target = tb::core::from_vector<std::int64_t>({0, 6, -100, 3, 3}, {5});
+      const Tensor grad = ops::full({}, 1.5).to(dt);
+      for (double sm : {0.0, 0.2}) {
+        expect_close(ops::cross_entropy_backward(grad.to(d), logits.to(d), target.to(d), -100, sm),
+                     ops::cross_entropy_backward(grad, logits, target, -100, sm), tol_of(dt),
+                     label("cross_entropy_backward", dt, {5, 7}));
+      }
+    }
+  };
+  c["bernoulli"] = [](const Device& d) {
+    const Tensor p = ops::full({20000}, 0.3);
+    const double m = ops::mean(ops::bernoulli(p.to(d)).to(Device())).item();
+    EXPECT_NEAR(m, 0.3, 0.02);
+    const Tensor edge = tb::core::from_vector<float>({0.0f, 1.0f}, {2});
+    expect_close(ops::bernoulli(edge.to(d)), edge, {0, 0}, "bernoulli p in {0, 1}");
+    EXPECT_THROW((void)ops::bernoulli(ops::full({2}, 1.5).to(d)), tb::Error);
+  };
+  c["amp_foreach_non_finite_check_and_unscale_"] = [](const Device& d) {
+    for (ScalarType dt : kFloats) {
+      std::vector<Tensor> host = {rand_input({5}, dt, 1), rand_input({3, 4}, dt, 2).t(),
+                                  rand_input({200000}, dt, 3)};
+      std::vector<Tensor> dev;
+      for (const auto& h : host)
+        dev.push_back(h.to(d));
+      for (bool poison : {false, true}) {
+        if (poison) {
+          host[1].select(0, 1).select(0, 2).fill_(INFINITY);
+          dev[1].select(0, 1).select(0, 2).fill_(INFINITY);
+        }
+        Tensor fh = ops::zeros({1});
+        Tensor fd = ops::zeros({1}).to(d);
+        tb::amp::amp_foreach_non_finite_check_and_unscale_(host, fh, ops::full({1}, 0.25));
+        tb::amp::amp_foreach_non_finite_check_and_unscale_(dev, fd, ops::full({1}, 0.25).to(d));
+        expect_close(fd, fh, {0, 0}, label("unscale found_inf", dt, {}));
+        for (std::size_t i = 0; i < host.size(); ++i)
+          expect_close(dev[i], host[i], tol_of(dt), label("unscale", dt, {}));
+      }
+    }
+  };
+  c["amp_update_scale_"] = [](const Device& d) {
+    Tensor sh = ops::full({1}, 1024.0);
+    Tensor th = ops::zeros({1}, ScalarType::Int32);
+    Tensor sd = sh.to(d);
+    Tensor td = th.to(d);
+    for (float inf : {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f}) {
+      const Tensor f = ops::full({1}, inf);
+      tb::amp::amp_update_scale_(sh, th, f, 2.0, 0.5, 2);
+      tb::amp::amp_update_scale_(sd, td, f.to(d), 2.0, 0.5, 2);
+      expect_close(sd, sh, {0, 0}, "scale");
+      expect_close(td, th, {0, 0}, "growth tracker");
+    }
+  };
+  c["adam_step_"] = [](const Device& d) {
+    static const auto op =
+        tb::dispatch::Dispatcher::singleton().typed<tb::ops::sig::AdamStep>("adam_step_");
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+      for (int flags = 0; flags < 8; ++flags) {
+        const bool ams = (flags & 1) != 0;
+        const bool decoupled = (flags & 2) != 0;
+        const bool maximize = (flags & 4) != 0;
+        // Sizes crossing the kernel's chunk (65536) and launch limits.
+        const std::vector<Shape> shapes = {{7}, {70000}, {3, 5}, {0}, {131073}};
+        std::vector<std::vector<Tensor>> h(5);
+        std::vector<std::vector<Tensor>> g(5);
+        std::uint64_t seed = 2300;
+        for (const Shape& s : shapes) {
+          for (int l = 0; l < 5; ++l) {
+            Tensor x = rand_input(s, dt, seed++);
+            if (l == 3 || l == 4) x = ops::abs(x).to(dt);  // second moments are >= 0
+            h[static_cast<std::size_t>(l)].push_back(x);
+            g[static_cast<std::size_t>(l)].push_back(x.to(d));
+          }
+        }
+        const Tensor steps = tb::core::from_vector<double>({0.1, 0.2, 0.3, 0.4, 0.5}, {5});
+        const Tensor bc2 = tb::core::from_vector<double>({0.9, 0.8, 0.7, 0.6, 0.5}, {5});
+        const std::vector<Tensor> none;
+        op.call(h[0], h[1], h[2], h[3], ams ? h[4] : none, steps, bc2, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                maximize, decoupled);
+        // The step tensors are host tensors: the CPU key is skipped (as the optimizer does).
+        op.call_skipping(tb::dispatch::DispatchKeySet(tb::dispatch::DispatchKey::CPU), g[0], g[1],
+                         g[2], g[3], ams ? g[4] : none, steps, bc2, 1e-3, 0.9, 0.999, 1e-8, 0.01,
+                         maximize, decoupled);
+        for (int l : {0, 2, 3, 4}) {
+          for (std::size_t i = 0; i < shapes.size(); ++i) {
+            expect_close(g[static_cast<std::size_t>(l)][i], h[static_cast<std::size_t>(l)][i],
+                         tol_of(dt), label("adam_step_ list " + std::to_string(l), dt, shapes[i]));
+          }
+        }
+      }
+    }
+  };
   return c;
 }
 
@@ -298,12 +738,23 @@ TEST_P(BackendParity, EveryRegisteredOpMatchesTheCpuKernel) {
   const auto all = cases();
   int ran = 0;
   auto& disp = tb::dispatch::Dispatcher::singleton();
+  // openreg also runs the cases of the ops it reaches through its CPU fallback (all but the
+  // deny-list's): every case runs in every test run, not only where a GPU is present.
+  std::set<std::string> denied;
+  if (d.type() == DeviceType::PrivateUse1) {
+    for (const auto& n : tb::openreg::fallback_deny_list())
+      denied.insert(n);
+  }
   for (const auto& name : disp.op_names()) {
-    if (!disp.find(name).entry().has_kernel(key)) continue;
+    const bool native = disp.find(name).entry().has_kernel(key);
     const auto it = all.find(name);
-    ASSERT_NE(it, all.end()) << "op '" << name << "' has a kernel for " << d
-                             << " but no parity case: add one to cases()";
-    SCOPED_TRACE(name + " on " + d.str());
+    if (native) {
+      ASSERT_NE(it, all.end()) << "op '" << name << "' has a kernel for " << d
+                               << " but no parity case: add one to cases()";
+    } else if (d.type() != DeviceType::PrivateUse1 || it == all.end() || denied.count(name) > 0) {
+      continue;
+    }
+    SCOPED_TRACE(name + " on " + d.str() + (native ? "" : " (CPU fallback)"));
     it->second(d);
     ++ran;
   }

@@ -483,11 +483,20 @@ TEST(GemmBackendSelection, ValidatesUpFront) {
   s = select_gemm_backend(GemmBackend::Cublas);
   EXPECT_EQ(s.requested, GemmBackend::Cublas);
   EXPECT_EQ(s.used, def);
-  EXPECT_EQ(s.warning, std::string("[gemm] gemm_backend 'cublas' runs only on CUDA devices; CPU "
-                                   "GEMMs use the default '") +
+  EXPECT_EQ(s.warning, std::string("[gemm] gemm_backend 'cublas' runs only on CUDA devices (which "
+                                   "use it); CPU GEMMs use the default '") +
                            std::string(gemm_backend_name(def)) + "' instead");
   s = select_gemm_backend(GemmBackend::CublasLt);
   EXPECT_NE(s.warning.find("'cublaslt' runs only on CUDA devices"), std::string::npos);
+  // The request is what CUDA devices follow: remembered even though CPU GEMMs cannot honour it.
+  {
+    const GemmBackend before = requested_gemm_backend();
+    set_gemm_backend(GemmBackend::CublasLt);
+    EXPECT_EQ(requested_gemm_backend(), GemmBackend::CublasLt);
+    EXPECT_EQ(current_gemm_backend(), def);
+    set_gemm_backend(before);
+    EXPECT_EQ(requested_gemm_backend(), before);
+  }
 
   {
     ScopedBackend scoped(GemmBackend::Reference);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/api/engine_api.h"
@@ -11,6 +14,7 @@
 #include "engine/core/error.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
+#include "engine/train/trainer.h"
 
 namespace {
 
@@ -117,15 +121,96 @@ TEST(Cuda, MatmulMatchesCpu) {
 
 TEST(Cuda, MissingKernelNamesTheOp) {
   REQUIRE_GPU();
-  const Tensor g = ops::ones({4}).to(kGpu);
   try {
-    ops::softmax(g, 0);  // no CUDA kernel yet (and CUDA has no CPU fallback)
+    // randperm has no CUDA kernel (data order is drawn on the host; CUDA has no CPU fallback).
+    (void)ops::randperm(8, nullptr, ScalarType::Int64, kGpu);
     FAIL();
   } catch (const tb::NotImplementedError& e) {
-    EXPECT_NE(std::string(e.what()).find("op 'softmax' has no kernel for device cuda:0"),
+    EXPECT_NE(std::string(e.what()).find("op 'randperm' has no kernel for device cuda:0"),
               std::string::npos)
         << e.what();
   }
+}
+
+// The random kernels share their arithmetic with openreg (engine/backends/common/random_math.h),
+// whose streams the openreg tests check against PhiloxState: same seed, same numbers.
+TEST(Cuda, RandomStreamsEqualOpenregs) {
+  REQUIRE_GPU();
+  const Device reg(DeviceType::PrivateUse1, 0);
+  for (ScalarType dt :
+       {ScalarType::Float32, ScalarType::Float64, ScalarType::Float16, ScalarType::BFloat16}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<std::vector<double>> got;
+      for (const Device& d : {kGpu, reg}) {
+        auto& g = tb::rng::default_generator(d);
+        g.manual_seed(77);
+        Tensor t = Tensor::empty({1001}, dt, d);
+        if (kind == 0) ops::uniform_(t, -2.0, 3.0);
+        if (kind == 1) ops::normal_(t, 0.5, 2.0);
+        if (kind == 2) ops::bernoulli_(t, 0.25);
+        got.push_back(t.to(Device()).to_vector<double>());
+      }
+      ASSERT_EQ(got[0].size(), got[1].size());
+      for (std::size_t i = 0; i < got[0].size(); ++i) {
+        // normal_ uses sin/cos/log: the device's libm may differ in the last bit.
+        const double tol = kind == 1 ? 1e-5 * (1.0 + std::abs(got[1][i])) : 0.0;
+        ASSERT_NEAR(got[0][i], got[1][i], tol) << "kind " << kind << " dtype " << dt << " @" << i;
+      }
+    }
+  }
+}
+
+// Index and target errors are found on the device and raised with the CPU's message; the
+// device stays usable afterwards.
+TEST(Cuda, BadIndicesRaiseAndTheDeviceStaysUsable) {
+  REQUIRE_GPU();
+  const Tensor w = ops::ones({5, 3}).to(kGpu);
+  const Tensor idx = tb::core::from_vector<std::int64_t>({1, 9, 2}, {3}).to(kGpu);
+  try {
+    (void)ops::index_select(w, 0, idx);
+    FAIL();
+  } catch (const tb::IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("index 9 is out of range for dimension 0 with size 5"),
+              std::string::npos)
+        << e.what();
+  }
+  const Tensor ok = ops::sum(ops::mul(w, 2.0)).to(Device());
+  EXPECT_EQ(ok.item(), 30.0);
+}
+
+// gemm_backend = "cublaslt" (with the bias epilogue) and TF32 give the cuBLAS results.
+TEST(Cuda, CublasLtAndTf32MatchCublas) {
+  REQUIRE_GPU();
+  auto gen = tb::rng::make_generator(Device());
+  gen->manual_seed(8);
+  const Tensor a = ops::randn({96, 200}, gen.get());
+  const Tensor b = ops::randn({200, 64}, gen.get());
+  const Tensor bias = ops::randn({64}, gen.get());
+  const auto ref = ops::addmm(bias, a, b).to_vector<float>();
+  for (const char* backend : {"cublas", "cublaslt"}) {
+    tb::api::set_gemm_backend(backend);
+    const auto got =
+        ops::addmm(bias.to(kGpu), a.to(kGpu), b.to(kGpu)).to(Device()).to_vector<float>();
+    for (std::size_t k = 0; k < ref.size(); ++k)
+      ASSERT_NEAR(got[k], ref[k], 1e-3f) << backend << " @" << k;
+    // A broadcast batch operand (batch stride 0) goes to the batched GEMM as is.
+    const Tensor bb = b.unsqueeze(0).expand({2, 200, 64});
+    const auto bm =
+        ops::bmm(a.reshape({2, 48, 200}).to(kGpu), b.to(kGpu).unsqueeze(0).expand({2, 200, 64}))
+            .to(Device());
+    const auto bc = ops::bmm(a.reshape({2, 48, 200}), bb);
+    const auto x = bm.to_vector<float>();
+    const auto y = bc.to_vector<float>();
+    for (std::size_t k = 0; k < y.size(); ++k)
+      ASSERT_NEAR(x[k], y[k], 1e-3f) << backend << " bmm @" << k;
+  }
+  tb::backends::set_cuda_allow_tf32(true);
+  const auto tf = ops::mm(a.to(kGpu), b.to(kGpu)).to(Device()).to_vector<float>();
+  tb::backends::set_cuda_allow_tf32(false);
+  const auto exact = ops::mm(a, b).to_vector<float>();
+  for (std::size_t k = 0; k < exact.size(); ++k)
+    ASSERT_NEAR(tf[k], exact[k], 5e-2f) << "tf32 @" << k;  // 10-bit mantissa inputs
+  tb::api::set_gemm_backend("auto");
 }
 
 TEST(Cuda, AllocatorStatistics) {
@@ -159,6 +244,88 @@ TEST(Cuda, PhiloxGeneratorPerDevice) {
   g.set_offset(8);
   EXPECT_EQ(g.get_offset(), 8u);
   EXPECT_THROW(g.set_offset(6), tb::Error);
+}
+
+// Training on cuda:0 follows the CPU: the MLP (AdamW, Muon with fp32 Newton-Schulz, bf16
+// autocast, EMA) and qwen-tiny on synthetic text, same seed, losses within tolerance.
+struct LossSink : tb::train::MetricSink {
+  std::vector<double> losses;
+  void on_metrics(std::int64_t, const tb::train::Metrics& m) override {
+    for (const auto& [k, v] : m)
+      if (k == "loss") losses.push_back(v);
+  }
+  void on_event(const std::string&, const std::string&) override {}
+};
+
+std::vector<double> train(const std::string& device, bool qwen,
+                          const std::function<void(tb::train::RunConfig&)>& edit) {
+  tb::train::RunConfig c;
+  c.run.seed = 5;
+  c.run.steps = 6;
+  c.run.device = device;
+  c.data.workers = 0;
+  c.data.batch_size = 16;
+  if (qwen) {
+    c.data.kind = "synthetic-text";
+    c.data.context_length = 16;
+    tb::nn::QwenTinyConfig q;
+    q.vocab = 64;
+    q.d_model = 32;
+    q.n_layers = 2;
+    q.n_heads = 4;
+    q.context_length = 16;
+    c.model = q;
+  } else {
+    c.data.kind = "synthetic-blobs";
+    tb::nn::MlpConfig m;
+    m.input = 16;
+    m.hidden = {64, 64};
+    m.classes = 4;
+    c.model = m;
+  }
+  c.optimizer.main.kind = "adamw";
+  c.optimizer.main.lr = 3e-3;
+  if (edit) edit(c);
+  tb::train::Trainer t(c);
+  auto sink = std::make_shared<LossSink>();
+  t.add_sink(sink);
+  const auto r = t.run();
+  EXPECT_EQ(r.outcome, tb::train::RunOutcome::kFinished) << r.message;
+  return sink->losses;
+}
+
+TEST(Cuda, TrainsLikeTheCpu) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<std::string, std::function<void(tb::train::RunConfig&)>>> variants = {
+      {"adamw", {}},
+      {"muon fp32",
+       [](tb::train::RunConfig& c) {
+         c.optimizer.main.kind = "muon";
+         c.optimizer.main.lr = 0.02;
+         c.optimizer.main.ns_dtype = "fp32";
+         c.optimizer.adamw = tb::train::OptimizerSettings{};
+         c.optimizer.adamw->kind = "adamw";
+         c.optimizer.adamw->lr = 3e-3;
+       }},
+      {"bf16 autocast",
+       [](tb::train::RunConfig& c) {
+         c.amp.enabled = true;
+         c.amp.dtype = "bf16";
+       }},
+      {"ema", [](tb::train::RunConfig& c) { c.swa.kind = "ema"; }}};
+  for (const bool qwen : {false, true}) {
+    for (const auto& [name, edit] : variants) {
+      const auto cpu = train(std::string("cpu"), qwen, edit);
+      const auto gpu = train(kGpu.str(), qwen, edit);
+      ASSERT_EQ(cpu.size(), gpu.size()) << name;
+      // bf16 rounds differently with a different summation order.
+      const double rel = name == "bf16 autocast" ? 2e-2 : 2e-3;
+      for (std::size_t i = 0; i < cpu.size(); ++i) {
+        EXPECT_NEAR(gpu[i], cpu[i], rel * std::abs(cpu[i]))
+            << (qwen ? "qwen-tiny " : "mlp ") << name << " step " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define TB_EW_HD __host__ __device__
@@ -46,7 +47,10 @@ enum class Unary : int {
 };
 
 /// Binary ops with a shared implementation (add/sub take alpha: a + alpha * b, a - alpha * b).
-enum class Binary : int { add, sub, mul, div, maximum, minimum, kCount };
+enum class Binary : int { add, sub, mul, div, maximum, minimum, pow, kCount };
+
+/// Comparisons (results are bool; a NaN compares unequal to everything, as in C++).
+enum class Compare : int { eq, ne, lt, le, gt, ge, kCount };
 
 /// The dispatcher's name of a unary op.
 inline const char* name(Unary op) {
@@ -58,8 +62,35 @@ inline const char* name(Unary op) {
 
 /// The dispatcher's name of a binary op.
 inline const char* name(Binary op) {
-  constexpr const char* kNames[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+  constexpr const char* kNames[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"};
   return kNames[static_cast<int>(op)];
+}
+
+/// The dispatcher's name of a comparison.
+inline const char* name(Compare op) {
+  constexpr const char* kNames[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+  return kNames[static_cast<int>(op)];
+}
+
+/// a <op> b in compute type C.
+template <typename C>
+TB_EW_HD inline bool compare(Compare op, C a, C b) {
+  switch (op) {
+    case Compare::eq:
+      return a == b;
+    case Compare::ne:
+      return a != b;
+    case Compare::lt:
+      return a < b;
+    case Compare::le:
+      return a <= b;
+    case Compare::gt:
+      return a > b;
+    case Compare::ge:
+      return a >= b;
+    default:
+      return false;
+  }
 }
 
 template <typename C>
@@ -128,6 +159,12 @@ TB_EW_HD inline C apply(Binary op, C a, C b, C alpha) {
       return (a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b);  // NaN propagates
     case Binary::minimum:
       return (a != a || b != b) ? (a != a ? a : b) : (a < b ? a : b);
+    case Binary::pow:
+      if constexpr (std::is_floating_point_v<C>) {
+        return TB_EW_M(pow)(a, b);
+      } else {
+        return a;  // integer pow is the CPU's (it raises on negative exponents)
+      }
     default:
       return a;
   }

@@ -33,6 +33,7 @@ constexpr GemmBackend kDefaultBackend =
 #endif
 
 std::atomic<GemmBackend> g_backend{kDefaultBackend};
+std::atomic<GemmBackend> g_requested{GemmBackend::Auto};
 
 // ---------------------------------------------------------------------------------------------
 // Argument validation (messages name the argument and the numbers)
@@ -632,9 +633,10 @@ GemmSelection select_gemm_backend(GemmBackend requested) {
           "[gemm] gemm_backend 'openblas' is not available: this build ",
           "has no OpenBLAS (compiled without TB_HAVE_OPENBLAS); using '", fallback, "' instead");
     } else {
-      s.warning = tb::detail::str_cat("[gemm] gemm_backend '", name,
-                                      "' runs only on CUDA devices; CPU GEMMs use the default '",
-                                      fallback, "' instead");
+      s.warning = tb::detail::str_cat(
+          "[gemm] gemm_backend '", name,
+          "' runs only on CUDA devices (which use it); CPU GEMMs use the default '", fallback,
+          "' instead");
     }
   }
   return s;
@@ -643,11 +645,16 @@ GemmSelection select_gemm_backend(GemmBackend requested) {
 GemmSelection set_gemm_backend(GemmBackend requested) {
   GemmSelection s = select_gemm_backend(requested);
   g_backend.store(s.used, std::memory_order_relaxed);
+  g_requested.store(requested, std::memory_order_relaxed);
   return s;
 }
 
 GemmBackend current_gemm_backend() {
   return g_backend.load(std::memory_order_relaxed);
+}
+
+GemmBackend requested_gemm_backend() {
+  return g_requested.load(std::memory_order_relaxed);
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

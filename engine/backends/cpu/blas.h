@@ -56,6 +56,10 @@ GemmSelection set_gemm_backend(GemmBackend requested);
 /// The backend CPU GEMM calls use now (OpenBlas or Reference). Defaults to Auto's choice.
 GemmBackend current_gemm_backend();
 
+/// The backend last requested with set_gemm_backend (Auto by default): CUDA devices use cuBLASLt
+/// when it is CublasLt, cuBLAS otherwise.
+GemmBackend requested_gemm_backend();
+
 /// C[m×n] = alpha·op(A)·op(B) + beta·C, row-major, with the current backend.
 /// op(A) is m×k: A is stored m×k (lda >= k) or, with trans_a, k×m (lda >= m); likewise op(B) is
 /// k×n from B stored k×n (ldb >= n) or, with trans_b, n×k (ldb >= k); ldc >= n. Every leading

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "engine/backends/common/optim_math.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
@@ -20,7 +21,8 @@ using core::ScalarType;
 using core::Tensor;
 
 // One contiguous run of Adam's update. The flags are template parameters so the loop has no
-// branches and vectorises; the arithmetic is spec §2.2's, in its order.
+// branches and vectorises; the per-element arithmetic (spec §2.2, in its order) is shared with
+// the CUDA kernel (engine/backends/common/optim_math.h).
 template <typename T>
 struct AdamChunk {
   T* __restrict p;
@@ -29,7 +31,7 @@ struct AdamChunk {
   T* __restrict v;
   T* __restrict vmax;
   std::int64_t n;
-  T decay, wd, b2, one_minus_b1, one_minus_b2, bc2_sqrt, eps, neg_step;
+  backends::optim::AdamScalars<T> c;
 };
 
 template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
@@ -39,21 +41,10 @@ void adam_chunk(const AdamChunk<T>& c) {
   T* __restrict m = c.m;
   T* __restrict v = c.v;
   T* __restrict vmax = c.vmax;
+  const backends::optim::AdamScalars<T> s = c.c;
   for (std::int64_t k = 0; k < c.n; ++k) {
-    T d = Maximize ? -g[k] : g[k];
-    if constexpr (Decoupled) p[k] = p[k] * c.decay;
-    if constexpr (L2) d = d + c.wd * p[k];
-    const T mk = m[k] + c.one_minus_b1 * (d - m[k]);  // lerp(m, d, 1 - b1)
-    const T vk = v[k] * c.b2 + c.one_minus_b2 * d * d;
-    m[k] = mk;
-    v[k] = vk;
-    T second = vk;
-    if constexpr (Ams) {
-      second = vmax[k] < vk ? vk : vmax[k];
-      vmax[k] = second;
-    }
-    const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
-    p[k] = p[k] + c.neg_step * (mk / denom);
+    backends::optim::adam_element<T, Maximize, Decoupled, L2, Ams>(p[k], g[k], m[k], v[k],
+                                                                   Ams ? vmax + k : nullptr, s);
   }
 }
 
@@ -91,11 +82,17 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   const ScalarType dt = ps[0].dtype();
   TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
              "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
+  const char* names[] = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"};
+  int li = 0;
   for (const auto* list : {&ps, &gs, &ms, &vs, &vmaxs}) {
-    for (const auto& t : *list) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const Tensor& t = (*list)[i];
       TB_CHECK_T(TypeError, t.dtype() == dt && t.is_contiguous() && t.device().is_cpu(),
-                 "[adam_step_] every tensor must be a contiguous ", dt, " CPU tensor");
+                 "[adam_step_] every tensor must be a contiguous ", dt, " CPU tensor; ", names[li],
+                 "[", i, "] is a ", t.is_contiguous() ? "contiguous " : "strided ", t.dtype(),
+                 " tensor on ", t.device());
     }
+    ++li;
   }
   const auto ss = step_sizes.to(core::Device(), ScalarType::Float64).contiguous();
   const auto bc = bc2_sqrts.to(core::Device(), ScalarType::Float64).contiguous();
@@ -114,14 +111,14 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
       c.v = vs[i].data_ptr<T>() + b;
       c.vmax = amsgrad ? vmaxs[i].data_ptr<T>() + b : nullptr;
       c.n = e - b;
-      c.decay = static_cast<T>(1.0 - lr * wd);
-      c.wd = static_cast<T>(wd);
-      c.b2 = static_cast<T>(b2);
-      c.one_minus_b1 = static_cast<T>(1.0 - b1);
-      c.one_minus_b2 = static_cast<T>(1.0 - b2);
-      c.bc2_sqrt = static_cast<T>(bc2_sqrt[i]);
-      c.eps = static_cast<T>(eps);
-      c.neg_step = static_cast<T>(-step_size[i]);
+      c.c.decay = static_cast<T>(1.0 - lr * wd);
+      c.c.wd = static_cast<T>(wd);
+      c.c.b2 = static_cast<T>(b2);
+      c.c.one_minus_b1 = static_cast<T>(1.0 - b1);
+      c.c.one_minus_b2 = static_cast<T>(1.0 - b2);
+      c.c.bc2_sqrt = static_cast<T>(bc2_sqrt[i]);
+      c.c.eps = static_cast<T>(eps);
+      c.c.neg_step = static_cast<T>(-step_size[i]);
       adam_dispatch(c, maximize, wd != 0.0 && decoupled, wd != 0.0 && !decoupled, amsgrad);
     });
   };

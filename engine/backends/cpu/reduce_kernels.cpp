@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "engine/backends/common/reduce_plan.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/ops/op_signatures.h"
 
@@ -20,42 +21,8 @@ namespace sig = ops::sig;
 
 namespace {
 
-struct ReducePlan {
-  Tensor rows;          // contiguous, viewed as [K, R]
-  DimVector out_shape;  // with or without kept size-1 dims
-  std::int64_t k = 1;
-  std::int64_t r = 1;
-};
-
-ReducePlan plan_reduce(const Tensor& t, IntList dims, bool keepdim) {
-  ReducePlan p;
-  std::vector<bool> reduced(static_cast<std::size_t>(t.dim()), false);
-  for (auto d : dims)
-    reduced[static_cast<std::size_t>(d)] = true;
-  DimVector order;
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (!reduced[static_cast<std::size_t>(d)]) {
-      order.push_back(d);
-      p.k *= t.size(d);
-      p.out_shape.push_back(t.size(d));
-    } else if (keepdim) {
-      p.out_shape.push_back(1);
-    }
-  }
-  if (keepdim) {
-    // out_shape must follow the original dim order: rebuild it.
-    p.out_shape.clear();
-    for (std::int64_t d = 0; d < t.dim(); ++d) {
-      p.out_shape.push_back(reduced[static_cast<std::size_t>(d)] ? 1 : t.size(d));
-    }
-  }
-  for (auto d : dims) {
-    order.push_back(d);
-    p.r *= t.size(d);
-  }
-  p.rows = t.permute(order.span()).contiguous();
-  return p;
-}
+using backends::plan_reduce;
+using backends::ReducePlan;
 
 template <typename T>
 using acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, std::int64_t>;

@@ -1,10 +1,8 @@
-// The CUDA backend, first increment: device discovery with reasons, a device allocator with
-// statistics, Philox generators per device, and kernels for copy_ (host<->device, device<->
-// device), fill_, add (contiguous, same shape) and mm (cuBLAS). Everything else reports a
-// missing CUDA kernel naming the op. See README.md beside this file for what comes next.
-#include <cublas_v2.h>
+// The CUDA backend's runtime side: device discovery with reasons, the device allocator (caching,
+// with statistics), Philox generators per device, copy_ and fill_, and the registration of every
+// CUDA kernel (cuda_ops.cpp: elementwise, reductions, softmax, cross-entropy, indexing, RoPE,
+// random, GradScaler, fused Adam; cuda_blas.cpp: cuBLAS/cuBLASLt products).
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <array>
 #include <atomic>
@@ -13,7 +11,7 @@
 #include <vector>
 
 #include "engine/backends/common/caching_allocator.h"
-#include "engine/backends/common/elementwise_math.h"
+#include "engine/backends/cuda/cuda_internal.h"
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
@@ -26,12 +24,7 @@
 
 namespace tb::backends {
 
-namespace {
-
-using core::Device;
-using core::DeviceType;
-using core::ScalarType;
-using core::Tensor;
+namespace cuda_detail {
 
 void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -40,23 +33,53 @@ void check_cuda(cudaError_t err, const char* what) {
   }
 }
 
-// Makes `index` the current device for the guard's lifetime.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index) check_cuda(cudaSetDevice(index), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+DeviceGuard::DeviceGuard(int index) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != index) check_cuda(cudaSetDevice(index), "cudaSetDevice");
+}
 
- private:
-  int previous_ = 0;
-};
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+}
+
+tb::cuda::Strided strided_of(const core::Tensor& out, std::initializer_list<core::Tensor> inputs,
+                             const char* op) {
+  TB_CHECK_T(NotImplementedError, out.dim() <= tb::cuda::kMaxDims, "[", op,
+             "] tensors of more than ", tb::cuda::kMaxDims,
+             " dimensions are not supported by the CUDA backend, got ", out.dim());
+  tb::cuda::Strided s;
+  s.ndim = static_cast<int>(out.dim());
+  for (int d = 0; d < s.ndim; ++d) {
+    s.sizes[d] = out.size(d);
+    s.strides[0][d] = out.stride(d);
+  }
+  int k = 1;
+  for (const core::Tensor& in : inputs) {
+    const core::Tensor e = in.expand(out.sizes());
+    for (int d = 0; d < s.ndim; ++d)
+      s.strides[k][d] = e.stride(d);
+    ++k;
+  }
+  return s;
+}
+
+core::Tensor scratch(std::int64_t bytes, const core::Device& device) {
+  return core::Tensor::empty({bytes < 1 ? 1 : bytes}, core::ScalarType::UInt8, device);
+}
+
+}  // namespace cuda_detail
+
+namespace {
+
+using core::Device;
+using core::DeviceType;
+using core::ScalarType;
+using core::Tensor;
+
+using cuda_detail::check_cuda;
+using cuda_detail::DeviceGuard;
+using cuda_detail::strided_of;
 
 // Device memory through the caching allocator (engine/backends/common): cudaMalloc/cudaFree
 // synchronise the device and cost tens of microseconds, so segments are kept and reused.
@@ -114,43 +137,7 @@ class CudaAllocator final : public core::Allocator {
   CachingAllocator cache_;
 };
 
-// ---- kernels ------------------------------------------------------------------------------------
-
-int dtype_code(ScalarType t) {
-  switch (t) {
-    case ScalarType::Float32:
-      return 0;
-    case ScalarType::Float64:
-      return 1;
-    case ScalarType::Float16:
-      return 2;
-    case ScalarType::BFloat16:
-      return 3;
-    default:
-      return -1;
-  }
-}
-
-// Shapes and strides of an elementwise launch: `out` and inputs broadcast to its shape.
-tb::cuda::Strided strided_of(const Tensor& out, std::initializer_list<Tensor> inputs) {
-  TB_CHECK_T(NotImplementedError, out.dim() <= tb::cuda::kMaxDims, "[cuda] tensors of more than ",
-             tb::cuda::kMaxDims, " dimensions are not supported by the CUDA backend, got ",
-             out.dim());
-  tb::cuda::Strided s;
-  s.ndim = static_cast<int>(out.dim());
-  for (int d = 0; d < s.ndim; ++d) {
-    s.sizes[d] = out.size(d);
-    s.strides[0][d] = out.stride(d);
-  }
-  int k = 1;
-  for (const Tensor& in : inputs) {
-    const Tensor e = in.expand(out.sizes());
-    for (int d = 0; d < s.ndim; ++d)
-      s.strides[k][d] = e.stride(d);
-    ++k;
-  }
-  return s;
-}
+// ---- copy_ and fill_ ----------------------------------------------------------------------------
 
 // dst[i] = src[i] for two same-dtype tensors on one CUDA device (src broadcast to dst's shape).
 void device_strided_copy(const Tensor& dst, const Tensor& src) {
@@ -163,7 +150,7 @@ void device_strided_copy(const Tensor& dst, const Tensor& src) {
   }
   check_cuda(static_cast<cudaError_t>(tb::cuda::launch_strided_copy(
                  static_cast<int>(dst.element_size()), dst.data_ptr(), src.data_ptr(),
-                 strided_of(dst, {src}), dst.numel())),
+                 strided_of(dst, {src}, "copy_"), dst.numel())),
              "strided copy kernel launch");
 }
 
@@ -208,6 +195,16 @@ void copy_kernel(Tensor& dst, const Tensor& src) {
     device_strided_copy(dst, src);
     return;
   }
+  if (src.device() == dst.device() &&
+      tb::cuda::can_convert_on_device(cuda_detail::st(dst), cuda_detail::st(src))) {
+    // A dtype conversion on one device (autocast's casts, .to(dtype)): one kernel.
+    DeviceGuard guard(dst.device().index());
+    cuda_detail::check_launch(
+        tb::cuda::launch_convert(cuda_detail::st(dst), dst.data_ptr(), cuda_detail::st(src),
+                                 src.data_ptr(), strided_of(dst, {src}, "copy_"), dst.numel()),
+        "copy_");
+    return;
+  }
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous() &&
       src.numel() == dst.numel()) {
     check_cuda(cudaMemcpyPeer(dst.data_ptr(), dst.device().index(), src.data_ptr(),
@@ -235,127 +232,6 @@ void fill_kernel(Tensor& t, const core::Scalar& value) {
                "fill kernel launch");
   }
   if (!target.is_same(t)) device_strided_copy(t, target);
-}
-
-// Elementwise ops with the arithmetic shared with openreg (engine/backends/common).
-int ew_dtype_code(ScalarType t, bool integers) {
-  const int code = dtype_code(t);
-  if (code >= 0) return code;
-  if (integers && t == ScalarType::Int64) return 4;
-  if (integers && t == ScalarType::Int32) return 5;
-  return -1;
-}
-
-Tensor unary_ew(backends::ew::Unary op, const Tensor& a) {
-  const int code = ew_dtype_code(a.dtype(), false);
-  TB_CHECK_T(NotImplementedError, code >= 0, "[", backends::ew::name(op),
-             "] the CUDA backend computes float32, float64, float16 and bfloat16 tensors, got ",
-             a.dtype());
-  Tensor out = Tensor::empty(a.sizes(), a.dtype(), a.device());
-  DeviceGuard guard(a.device().index());
-  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_unary(static_cast<int>(op), code,
-                                                             out.data_ptr(), a.data_ptr(),
-                                                             strided_of(out, {a}), out.numel())),
-             "unary kernel launch");
-  return out;
-}
-
-Tensor binary_ew(backends::ew::Binary op, const Tensor& a, const Tensor& b, double alpha) {
-  const int code = ew_dtype_code(a.dtype(), true);
-  TB_CHECK_T(NotImplementedError, code >= 0, "[", backends::ew::name(op),
-             "] the CUDA backend computes float32/64, float16, bfloat16, int64 and int32 "
-             "tensors, got ",
-             a.dtype());
-  TB_CHECK_T(TypeError, a.device() == b.device(), "[", backends::ew::name(op),
-             "] expected all tensors on the same device, got ", a.device(), " and ", b.device());
-  const core::DimVector shape =
-      core::broadcast_shapes(a.sizes(), b.sizes(), backends::ew::name(op));
-  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
-  DeviceGuard guard(a.device().index());
-  check_cuda(static_cast<cudaError_t>(tb::cuda::launch_binary(
-                 static_cast<int>(op), code, out.data_ptr(), a.data_ptr(), b.data_ptr(), alpha,
-                 strided_of(out, {a, b}), out.numel())),
-             "binary kernel launch");
-  return out;
-}
-
-// cuBLAS is loaded on first use, not linked: linking it made every start of trainbench-cli take
-// ~0.5 s and ~200 MB (libcublasLt's initialisation), GPU or not, and made the binary refuse to
-// start where the CUDA libraries are absent.
-struct CublasApi {
-  decltype(&cublasCreate_v2) create = nullptr;
-  decltype(&cublasSgemm_v2) sgemm = nullptr;
-  decltype(&cublasDgemm_v2) dgemm = nullptr;
-  decltype(&cublasGetStatusString) status_string = nullptr;
-};
-
-const CublasApi& cublas_api() {
-  static const CublasApi api = [] {
-    const std::string versioned = "libcublas.so." + std::to_string(CUDART_VERSION / 1000);
-    void* lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
-    TB_CHECK_T(NotImplementedError, lib != nullptr, "[cuda] cuBLAS could not be loaded (",
-               versioned, "): ", dlerror(), "; install the CUDA toolkit's cuBLAS library");
-    CublasApi a;
-    auto sym = [lib](const char* name) {
-      void* f = dlsym(lib, name);
-      TB_CHECK_T(NotImplementedError, f != nullptr, "[cuda] cuBLAS lacks ", name);
-      return f;
-    };
-    a.create = reinterpret_cast<decltype(a.create)>(sym("cublasCreate_v2"));
-    a.sgemm = reinterpret_cast<decltype(a.sgemm)>(sym("cublasSgemm_v2"));
-    a.dgemm = reinterpret_cast<decltype(a.dgemm)>(sym("cublasDgemm_v2"));
-    a.status_string = reinterpret_cast<decltype(a.status_string)>(sym("cublasGetStatusString"));
-    return a;
-  }();
-  return api;
-}
-
-cublasHandle_t cublas_handle(int device) {
-  static std::mutex m;
-  static std::vector<cublasHandle_t> handles(CudaAllocator::kMaxDevices, nullptr);
-  const CublasApi& api = cublas_api();
-  std::lock_guard lock(m);
-  auto& h = handles[static_cast<std::size_t>(device)];
-  if (h == nullptr) {
-    const cublasStatus_t st = api.create(&h);
-    TB_CHECK(st == CUBLAS_STATUS_SUCCESS, "[cuda] cublasCreate failed on cuda:", device, " (",
-             api.status_string(st), ")");
-  }
-  return h;
-}
-
-// out[m,n] = a[m,k] @ b[k,n], row-major, via column-major cuBLAS: out^T = b^T a^T.
-Tensor mm_kernel(const Tensor& a0, const Tensor& b0) {
-  TB_CHECK_T(NotImplementedError,
-             a0.dtype() == ScalarType::Float32 || a0.dtype() == ScalarType::Float64,
-             "[mm] the CUDA backend multiplies float32 and float64 for now, got ", a0.dtype());
-  const Tensor a = a0.contiguous();
-  const Tensor b = b0.contiguous();
-  const int m = static_cast<int>(a.size(0));
-  const int k = static_cast<int>(a.size(1));
-  const int n = static_cast<int>(b.size(1));
-  Tensor out = Tensor::empty({m, n}, a.dtype(), a.device());
-  if (m == 0 || n == 0) return out;
-  DeviceGuard guard(a.device().index());
-  cublasHandle_t h = cublas_handle(a.device().index());
-  cublasStatus_t st;
-  if (a.dtype() == ScalarType::Float32) {
-    const float one = 1.0f;
-    const float zero = 0.0f;
-    st = cublas_api().sgemm(
-        h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, static_cast<const float*>(b.data_ptr()), n,
-        static_cast<const float*>(a.data_ptr()), k, &zero, out.data_ptr<float>(), n);
-  } else {
-    const double one = 1.0;
-    const double zero = 0.0;
-    st = cublas_api().dgemm(
-        h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, static_cast<const double*>(b.data_ptr()), n,
-        static_cast<const double*>(a.data_ptr()), k, &zero, out.data_ptr<double>(), n);
-  }
-  TB_CHECK(st == CUBLAS_STATUS_SUCCESS,
-           "[mm] cuBLAS gemm failed: ", cublas_api().status_string(st));
-  return out;
 }
 
 }  // namespace
@@ -413,27 +289,8 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
   const auto key = dispatch::DispatchKey::CUDA;
   d.impl<sig::InplaceBinary>("copy_", key, copy_kernel).detach();
   d.impl<sig::Fill>("fill_", key, fill_kernel).detach();
-  namespace ew = backends::ew;
-  for (int i = 0; i < static_cast<int>(ew::Unary::kCount); ++i) {
-    const auto op = static_cast<ew::Unary>(i);
-    d.impl<sig::Unary>(ew::name(op), key, [op](const Tensor& a) {
-       return unary_ew(op, a);
-     }).detach();
-  }
-  for (const auto op : {ew::Binary::add, ew::Binary::sub}) {
-    d.impl<sig::BinaryAlpha>(ew::name(op), key,
-                             [op](const Tensor& a, const Tensor& b, const core::Scalar& alpha) {
-                               return binary_ew(op, a, b, alpha.to_double());
-                             })
-        .detach();
-  }
-  for (const auto op :
-       {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum}) {
-    d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
-       return binary_ew(op, a, b, 1.0);
-     }).detach();
-  }
-  d.impl<sig::Binary>("mm", key, mm_kernel).detach();
+  cuda_detail::register_cuda_ops(d);
+  cuda_detail::register_cuda_blas(d);
 }
 
 }  // namespace tb::backends

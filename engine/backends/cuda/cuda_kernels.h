@@ -1,6 +1,8 @@
-// Launchers of the CUDA kernels (defined in cuda_kernels.cu). Pointers are device pointers;
-// `n` counts elements; every launcher runs on the current device's default stream and returns
-// the launch status (cudaSuccess or an error code) without synchronising.
+// Launchers of the CUDA kernels (defined in the .cu files beside this header). Pointers are
+// device pointers unless said otherwise; `n` counts elements; `st` is a core::ScalarType as int.
+// Every launcher enqueues on the current device's default stream and returns the launch status
+// (cudaSuccess or an error code) without synchronising. Plain C++: the backend's host code
+// (compiled by the C++ compiler) includes it.
 #pragma once
 
 #include <cstdint>
@@ -12,25 +14,156 @@ int launch_fill(void* dst, std::int64_t n, int elem_size, const void* value);
 
 /// Most dimensions a strided launch handles.
 inline constexpr int kMaxDims = 8;
+/// Most operands of a strided launch (output included).
+inline constexpr int kMaxOperands = 4;
 
-/// Shape and element strides of up to three operands of one elementwise launch (operand 0 is the
+/// Shape and element strides of up to four operands of one elementwise launch (operand 0 is the
 /// output; inputs are already broadcast to its shape, with stride 0 where broadcast).
 struct Strided {
   int ndim = 0;
   std::int64_t sizes[kMaxDims] = {};
-  std::int64_t strides[3][kMaxDims] = {};
+  std::int64_t strides[kMaxOperands][kMaxDims] = {};
 };
 
-/// out = op(in) elementwise (op: an ew::Unary code; dtype: 0 float32, 1 float64, 2 float16,
-/// 3 bfloat16 — the 16-bit types compute in float).
-int launch_unary(int op, int dtype, void* out, const void* in, const Strided& s, std::int64_t n);
+// ---- elementwise (cuda_elementwise.cu) -------------------------------------------------------
 
-/// out = op(a, b, alpha) elementwise (op: an ew::Binary code; dtype codes as launch_unary's
-/// plus 4 int64, 5 int32).
-int launch_binary(int op, int dtype, void* out, const void* a, const void* b, double alpha,
+/// out = op(in) (op: an ew::Unary code; float dtypes, 16-bit computed in float).
+int launch_unary(int op, int st, void* out, const void* in, const Strided& s, std::int64_t n);
+
+/// out = op(a, b, alpha) (op: an ew::Binary code; float dtypes, int32, int64 — pow floats only).
+int launch_binary(int op, int st, void* out, const void* a, const void* b, double alpha,
                   const Strided& s, std::int64_t n);
+
+/// out (bool) = a <op> b (op: an ew::Compare code; every dtype).
+int launch_compare(int op, int st, bool* out, const void* a, const void* b, const Strided& s,
+                   std::int64_t n);
+
+/// out = cond ? a : b, elements of `elem_size` bytes (operands: out, cond, a, b).
+int launch_where(int elem_size, void* out, const bool* cond, const void* a, const void* b,
+                 const Strided& s, std::int64_t n);
+
+/// Where mask: out = value (the element's bit pattern, host memory); operands: out, mask.
+int launch_masked_fill(int elem_size, void* out, const bool* mask, const void* value,
+                       const Strided& s, std::int64_t n);
 
 /// Same-dtype copy between strided layouts (elements of `elem_size` bytes: 1, 2, 4 or 8).
 int launch_strided_copy(int elem_size, void* out, const void* in, const Strided& s, std::int64_t n);
+
+/// Converting copy between strided layouts (operands: dst, src) for dtypes float32/64, float16,
+/// bfloat16, int64, int32, uint8 and bool; false when the pair is not handled (the caller then
+/// converts on the host).
+bool can_convert_on_device(int dst_st, int src_st);
+int launch_convert(int dst_st, void* dst, int src_st, const void* src, const Strided& s,
+                   std::int64_t n);
+
+/// Copies the lower triangle of the n×n row-major matrix c (leading dimension ldc) to the upper.
+int launch_mirror_lower(int st, void* c, std::int64_t n, std::int64_t ldc);
+
+// ---- reductions, softmax, cross-entropy (cuda_reduce.cu) --------------------------------------
+
+/// What a row reduction computes.
+enum class RowReduce : int { sum, mean, norm1, norm2, norm_inf, norm_p };
+
+/// out[k] = reduce(in[k, 0..r)) over a contiguous [k, r] input; `p` is the order of norm_p.
+/// Floats accumulate in float (double for float64), integers (sum only) in int64.
+/// `workspace` holds at least row_reduce_workspace_bytes(k, r) bytes (device memory).
+int launch_row_reduce(RowReduce kind, int st, void* out, const void* in, std::int64_t k,
+                      std::int64_t r, double p, void* workspace);
+std::int64_t row_reduce_workspace_bytes(std::int64_t k, std::int64_t r);
+
+/// values[k] / indices[k] = the max (Greater) or min of each contiguous row and its first index;
+/// a NaN wins (the first one). `values` may be null (argmax). Workspace as row_reduce's.
+int launch_row_arg_extreme(bool greater, int st, void* values, std::int64_t* indices,
+                           const void* in, std::int64_t k, std::int64_t r, void* workspace);
+std::int64_t row_arg_extreme_workspace_bytes(std::int64_t k, std::int64_t r);
+
+/// softmax or log_softmax of each contiguous row of [rows, n] (float dtypes).
+int launch_softmax(bool log, int st, void* out, const void* in, std::int64_t rows, std::int64_t n);
+
+/// Cross-entropy (mean over rows whose target is not ignore_index, label smoothing) of contiguous
+/// logits [n, c] and int64 targets [n]: writes the scalar loss (logits' dtype) to `loss`.
+/// `bad_row` (device int64, preset to -1 by the launcher) receives the first row whose target is
+/// out of range. `workspace`: cross_entropy_workspace_bytes(n).
+int launch_cross_entropy(int st, void* loss, const void* logits, const std::int64_t* target,
+                         std::int64_t n, std::int64_t c, std::int64_t ignore_index,
+                         double smoothing, std::int64_t* bad_row, void* workspace);
+std::int64_t cross_entropy_workspace_bytes(std::int64_t n);
+
+/// Gradient of cross_entropy with respect to the logits, scaled by *grad (device scalar of the
+/// logits' dtype) / the number of valid rows. `bad_row` and `workspace` as launch_cross_entropy's.
+int launch_cross_entropy_backward(int st, void* grad_logits, const void* grad, const void* logits,
+                                  const std::int64_t* target, std::int64_t n, std::int64_t c,
+                                  std::int64_t ignore_index, double smoothing,
+                                  std::int64_t* bad_row, void* workspace);
+
+// ---- indexing and RoPE (cuda_index.cu) ---------------------------------------------------------
+
+/// out[o, i, j] = in[o, index[i], j] for contiguous in [outer, size, inner] and out
+/// [outer, n, inner] (elements of `elem_size` bytes). Negative indices wrap; the first index out
+/// of range is written to *bad (device int64, preset to a sentinel by the caller) and skipped.
+int launch_index_select(int elem_size, void* out, const void* in, const std::int64_t* index,
+                        std::int64_t n, std::int64_t outer, std::int64_t size, std::int64_t inner,
+                        std::int64_t* bad);
+
+/// gather: out (contiguous, index's shape) = in[pos with dim replaced by index[pos]]. Operand 0 of
+/// `s` holds in's strides, operand 1 index's; sizes are index's.
+int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index, int dim,
+                  std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad);
+
+/// scatter_add into out (contiguous): out[pos with dim replaced by index[pos]] += src[pos].
+/// Operand 0 of `s`: out's strides, 1: index's, 2: src's; sizes are index's. Atomic adds.
+int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src, int dim,
+                       std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad);
+
+/// RoPE on contiguous x [rows, d] (rows run over (..., t)), cos/sin [t_len, d / 2] in the
+/// compute type (float, double for float64).
+int launch_rope(int st, void* out, const void* x, const void* cos, const void* sin,
+                std::int64_t rows, std::int64_t t_len, std::int64_t d);
+
+// ---- random (cuda_random.cu)
+// ---------------------------------------------------------------------
+
+/// uniform_ / normal_ into a contiguous float tensor at (seed, offset): the numbers of
+/// engine/backends/common/random_math.h. 16-bit dtypes draw in float32 and round.
+int launch_uniform(int st, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
+                   double from, double to);
+int launch_normal(int st, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
+                  double mean, double stdv);
+/// out = (uniform draw < p) for a contiguous float tensor; `p_tensor` (float32, n elements) when
+/// not null replaces the scalar p.
+int launch_bernoulli(int st, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
+                     double p, const float* p_tensor);
+
+// ---- multi-tensor optimizer and mixed-precision kernels (cuda_optim.cu) -------------------------
+
+/// One fused Adam/AdamW launch sequence over `count` tensors of one float dtype (float32 or
+/// float64): host arrays of device pointers (vmax null when not amsgrad), element counts and the
+/// per-tensor step size and sqrt(1 - beta2^step). No host synchronisation.
+struct AdamArgs {
+  int st = 0;
+  int count = 0;
+  void* const* params = nullptr;
+  const void* const* grads = nullptr;
+  void* const* exp_avgs = nullptr;
+  void* const* exp_avg_sqs = nullptr;
+  void* const* max_exp_avg_sqs = nullptr;  // null: no amsgrad
+  const std::int64_t* numels = nullptr;
+  const double* step_sizes = nullptr;
+  const double* bc2_sqrts = nullptr;
+  double lr = 0, beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0;
+  bool maximize = false;
+  bool decoupled = false;
+};
+int launch_adam(const AdamArgs& a);
+
+/// GradScaler's unscale: for `count` contiguous tensors of dtype st, *found_inf (device float32)
+/// = 1 when any element is not finite; every element *= *inv_scale (device float32) unless it
+/// is 1. One launch per chunk list, no host synchronisation.
+int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t* numels,
+                       float* found_inf, const float* inv_scale);
+
+/// GradScaler's scale update on device scalars (spec §5.6).
+int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
+                            double growth, double backoff, std::int64_t interval);
 
 }  // namespace tb::cuda

@@ -16,4 +16,9 @@ struct CudaStatus {
 /// Queries the CUDA runtime once (cached). Never throws; never crashes without a driver.
 CudaStatus cuda_status();
 
+/// Lets float32 products on CUDA devices use TF32 tensor cores (10-bit mantissa inputs, float32
+/// accumulation; PyTorch's allow_tf32). Off by default. Process-wide; no effect without CUDA.
+void set_cuda_allow_tf32(bool allow);
+bool cuda_allow_tf32();
+
 }  // namespace tb::backends

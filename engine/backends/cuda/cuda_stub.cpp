@@ -13,6 +13,11 @@ CudaStatus cuda_status() {
   return s;
 }
 
+void set_cuda_allow_tf32(bool) {}
+bool cuda_allow_tf32() {
+  return false;
+}
+
 void register_cuda_backend(dispatch::Dispatcher&) {
   core::register_device_probe(core::DeviceType::CUDA,
                               [](core::DeviceIndex) { return cuda_status().reason; });

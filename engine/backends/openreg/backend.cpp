@@ -11,12 +11,12 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
-#include <numbers>
 #include <optional>
 #include <set>
 #include <shared_mutex>
 
 #include "engine/backends/common/elementwise_math.h"
+#include "engine/backends/common/random_math.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
@@ -40,6 +40,7 @@ using core::Tensor;
 using dispatch::DispatchKey;
 using tb::detail::str_cat;
 namespace ew = backends::ew;
+namespace rnd = backends::rnd;
 
 // ---- 1. allocator -------------------------------------------------------------------------------
 
@@ -414,81 +415,54 @@ void random_fill(const char* op, Tensor& t, rng::Generator* gen, Fill fill) {
   launch(t, [d, so, fill] { fill(d, so.first, so.second, d.dtype()); });
 }
 
-// Calls f(b, w) for blocks b = 0 .. blocks-1, w being the four words of the first curand4() of
-// Philox subsequence b at (seed, offset): the one draw each random kernel makes per block.
-template <typename F>
-void for_each_philox_block(std::int64_t blocks, std::uint64_t seed, std::uint64_t offset, F&& f) {
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    auto st = rng::PhiloxState::init(seed, static_cast<std::uint64_t>(b), offset);
-    const rng::Philox4 r = st.next4();
-    const std::uint32_t w[4] = {r.x, r.y, r.z, r.w};
-    f(b, w);
-  }
+rnd::Target target_of(ScalarType t) {
+  if (t == ScalarType::Float16) return rnd::Target::f16;
+  if (t == ScalarType::BFloat16) return rnd::Target::bf16;
+  return rnd::Target::f32;
 }
 
-// Rounds v as storing it in `target` would (the float32 buffer is converted afterwards).
-float rounded_as(float v, ScalarType target) {
-  if (target == ScalarType::Float16) return static_cast<float>(core::Half(v));
-  if (target == ScalarType::BFloat16) return static_cast<float>(core::BFloat16(v));
-  return v;
-}
-
+// The per-block arithmetic is shared with the CUDA kernels (engine/backends/common/random_math.h).
 void uniform_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, double from, double to,
                   ScalarType target) {
   const std::int64_t n = t.numel();
   if (t.dtype() == ScalarType::Float64) {
-    // Two elements per block, two words each.
     auto* p = static_cast<double*>(t.data_ptr());
-    for_each_philox_block((n + 1) / 2, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
-      for (std::int64_t j = 0; j < 2 && b * 2 + j < n; ++j) {
-        const double u = rng::curand_uniform_double_from_bits(w[2 * j], w[2 * j + 1]);
-        p[b * 2 + j] = (u == 1.0 ? 0.0 : u) * (to - from) + from;
-      }
-    });
+    for (std::int64_t b = 0; b < (n + 1) / 2; ++b) {
+      const rng::Philox4 w = rnd::block_words(seed, offset, static_cast<std::uint64_t>(b));
+      for (int j = 0; j < 2 && b * 2 + j < n; ++j)
+        p[b * 2 + j] = rnd::uniform_f64(w, j, from, to);
+    }
     return;
   }
   auto* p = static_cast<float*>(t.data_ptr());
-  for_each_philox_block((n + 3) / 4, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
-    for (std::int64_t j = 0; j < 4 && b * 4 + j < n; ++j) {
-      const float v = rng::uniform_from_curand(rng::curand_uniform_from_bits(w[j]),
-                                               static_cast<float>(from), static_cast<float>(to));
-      // A value that rounds to `to` in the target dtype becomes `from` (as PyTorch's CUDA
-      // uniform_), so the result stays in [from, to).
-      p[b * 4 + j] = rounded_as(v, target) == static_cast<float>(to) ? static_cast<float>(from) : v;
+  const rnd::Target tg = target_of(target);
+  for (std::int64_t b = 0; b < (n + 3) / 4; ++b) {
+    const rng::Philox4 w = rnd::block_words(seed, offset, static_cast<std::uint64_t>(b));
+    for (int j = 0; j < 4 && b * 4 + j < n; ++j) {
+      p[b * 4 + j] = rnd::uniform_f32(w, j, static_cast<float>(from), static_cast<float>(to), tg);
     }
-  });
+  }
 }
 
 void normal_fill(const Tensor& t, std::uint64_t seed, std::uint64_t offset, double mean,
                  double stdv, ScalarType) {
   const std::int64_t n = t.numel();
-  constexpr double kTwoPi = 2.0 * std::numbers::pi;
   if (t.dtype() == ScalarType::Float64) {
-    // Box-Muller on two doubles (two words each) per block: two elements.
     auto* p = static_cast<double*>(t.data_ptr());
-    for_each_philox_block((n + 1) / 2, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
-      const double u1 = rng::curand_uniform_double_from_bits(w[0], w[1]);
-      const double u2 = rng::curand_uniform_double_from_bits(w[2], w[3]);
-      const double radius = std::sqrt(-2.0 * std::log(u1));
-      p[b * 2] = std::sin(kTwoPi * u2) * radius * stdv + mean;
-      if (b * 2 + 1 < n) p[b * 2 + 1] = std::cos(kTwoPi * u2) * radius * stdv + mean;
-    });
+    for (std::int64_t b = 0; b < (n + 1) / 2; ++b) {
+      const rng::Philox4 w = rnd::block_words(seed, offset, static_cast<std::uint64_t>(b));
+      for (int j = 0; j < 2 && b * 2 + j < n; ++j)
+        p[b * 2 + j] = rnd::normal_f64(w, j, mean, stdv);
+    }
     return;
   }
-  // Box-Muller on two pairs of floats per block: four elements.
   auto* p = static_cast<float*>(t.data_ptr());
-  for_each_philox_block((n + 3) / 4, seed, offset, [&](std::int64_t b, const std::uint32_t* w) {
-    for (int pair = 0; pair < 2; ++pair) {
-      const float u1 = rng::curand_uniform_from_bits(w[2 * pair]);
-      const float u2 = rng::curand_uniform_from_bits(w[2 * pair + 1]);
-      const float radius = std::sqrt(-2.0f * std::log(u1));
-      const float v = static_cast<float>(kTwoPi) * u2;
-      const std::int64_t i = b * 4 + 2 * pair;
-      if (i < n) p[i] = std::sin(v) * radius * static_cast<float>(stdv) + static_cast<float>(mean);
-      if (i + 1 < n)
-        p[i + 1] = std::cos(v) * radius * static_cast<float>(stdv) + static_cast<float>(mean);
+  for (std::int64_t b = 0; b < (n + 3) / 4; ++b) {
+    const rng::Philox4 w = rnd::block_words(seed, offset, static_cast<std::uint64_t>(b));
+    for (int j = 0; j < 4 && b * 4 + j < n; ++j) {
+      p[b * 4 + j] = rnd::normal_f32(w, j, static_cast<float>(mean), static_cast<float>(stdv));
     }
-  });
+  }
 }
 
 void uniform_kernel(Tensor& t, double from, double to, rng::Generator* gen) {
@@ -671,8 +645,8 @@ void set_native_kernels(bool enabled) {
           return binary_ew(op, a, b, alpha.to_double());
         }));
   }
-  for (const auto op :
-       {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum}) {
+  for (const auto op : {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum,
+                        ew::Binary::pow}) {
     h.push_back(d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
       if (!ew_dtype(a.dtype())) return via_fallback<sig::Binary>(ew::name(op), a, b);
       return binary_ew(op, a, b, 1.0);

@@ -1,0 +1,177 @@
+// CUDA indexing kernels (index_select, gather, scatter_add) and RoPE. Indices are checked on
+// the device: the first bad position is recorded (atomicMin) and skipped, and the host raises the
+// CPU kernel's error after reading it back.
+#include "engine/backends/cuda/cuda_device.cuh"
+
+namespace tb::cuda {
+
+namespace {
+
+using namespace dev;  // NOLINT(google-build-using-namespace): kernel-file helpers
+
+__device__ inline void record_bad(std::int64_t* bad, std::int64_t position) {
+  atomicMin(reinterpret_cast<unsigned long long*>(bad), static_cast<unsigned long long>(position));
+}
+
+// Wraps a negative index; -1 when out of range.
+__device__ inline std::int64_t wrap(std::int64_t v, std::int64_t size) {
+  if (v < -size || v >= size) return -1;
+  return v < 0 ? v + size : v;
+}
+
+template <typename U>
+__global__ void index_select_kernel(U* out, const U* in, const std::int64_t* index, std::int64_t n,
+                                    std::int64_t outer, std::int64_t size, std::int64_t inner,
+                                    std::int64_t* bad) {
+  const std::int64_t total = outer * n * inner;
+  for (std::int64_t e = global_index(); e < total; e += global_stride()) {
+    const std::int64_t j = e % inner;
+    const std::int64_t i = (e / inner) % n;
+    const std::int64_t o = e / (inner * n);
+    const std::int64_t src = wrap(index[i], size);
+    if (src < 0) {
+      record_bad(bad, i);
+      continue;
+    }
+    out[e] = in[(o * size + src) * inner + j];
+  }
+}
+
+template <typename U>
+__global__ void gather_kernel(U* out, const U* in, const std::int64_t* index, int dim,
+                              std::int64_t dim_size, Strided s, std::int64_t n, std::int64_t* bad) {
+  for (std::int64_t e = global_index(); e < n; e += global_stride()) {
+    // Offsets of e in `in` (operand 0, dim's term replaced below) and in the index (operand 1).
+    std::int64_t rest = e;
+    std::int64_t off_in = 0;
+    std::int64_t off_idx = 0;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+      const std::int64_t p = rest % s.sizes[d];
+      rest /= s.sizes[d];
+      off_in += d == dim ? 0 : p * s.strides[0][d];
+      off_idx += p * s.strides[1][d];
+    }
+    const std::int64_t v = wrap(index[off_idx], dim_size);
+    if (v < 0) {
+      record_bad(bad, e);
+      continue;
+    }
+    out[e] = in[off_in + (s.ndim == 0 ? 0 : v * s.strides[0][dim])];
+  }
+}
+
+// Atomic add for every dtype scatter_add supports on the device.
+template <typename T>
+__device__ inline void atomic_add(T* p, T v) {
+  if constexpr (std::is_same_v<T, core::Half>) {
+    atomicAdd(reinterpret_cast<__half*>(p), __float2half(static_cast<float>(v)));
+  } else if constexpr (std::is_same_v<T, core::BFloat16>) {
+    atomicAdd(reinterpret_cast<__nv_bfloat16*>(p), __float2bfloat16(static_cast<float>(v)));
+  } else if constexpr (std::is_same_v<T, std::int64_t>) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  } else {
+    atomicAdd(p, v);
+  }
+}
+
+template <typename T>
+__global__ void scatter_add_kernel(T* out, const std::int64_t* index, const T* src, int dim,
+                                   std::int64_t dim_size, Strided s, std::int64_t n,
+                                   std::int64_t* bad) {
+  for (std::int64_t e = global_index(); e < n; e += global_stride()) {
+    std::int64_t rest = e;
+    std::int64_t off_out = 0;
+    std::int64_t off_idx = 0;
+    std::int64_t off_src = 0;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+      const std::int64_t p = rest % s.sizes[d];
+      rest /= s.sizes[d];
+      off_out += d == dim ? 0 : p * s.strides[0][d];
+      off_idx += p * s.strides[1][d];
+      off_src += p * s.strides[2][d];
+    }
+    const std::int64_t v = wrap(index[off_idx], dim_size);
+    if (v < 0) {
+      record_bad(bad, e);
+      continue;
+    }
+    atomic_add(out + off_out + (s.ndim == 0 ? 0 : v * s.strides[0][dim]), src[off_src]);
+  }
+}
+
+// One thread per rotated pair (row r, j < d / 2), in the CPU kernel's arithmetic.
+template <typename T, typename C>
+__global__ void rope_kernel(T* out, const T* x, const C* cs, const C* sn, std::int64_t rows,
+                            std::int64_t t_len, std::int64_t d) {
+  const std::int64_t h = d / 2;
+  const std::int64_t total = rows * h;
+  for (std::int64_t e = global_index(); e < total; e += global_stride()) {
+    const std::int64_t r = e / h;
+    const std::int64_t j = e % h;
+    const std::int64_t t = r % t_len;
+    const C x1 = static_cast<C>(x[r * d + j]);
+    const C x2 = static_cast<C>(x[r * d + j + h]);
+    const C c = cs[t * h + j];
+    const C s = sn[t * h + j];
+    out[r * d + j] = T(x1 * c - x2 * s);
+    out[r * d + j + h] = T(x2 * c + x1 * s);
+  }
+}
+
+}  // namespace
+
+int launch_index_select(int elem_size, void* out, const void* in, const std::int64_t* index,
+                        std::int64_t n, std::int64_t outer, std::int64_t size, std::int64_t inner,
+                        std::int64_t* bad) {
+  const std::int64_t total = outer * n * inner;
+  if (total == 0) return 0;
+  return dispatch_bits(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    index_select_kernel<U><<<blocks_for(total), kThreads>>>(
+        static_cast<U*>(out), static_cast<const U*>(in), index, n, outer, size, inner, bad);
+    return status();
+  });
+}
+
+int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index, int dim,
+                  std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad) {
+  if (n == 0) return 0;
+  return dispatch_bits(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    gather_kernel<U><<<blocks_for(n), kThreads>>>(static_cast<U*>(out), static_cast<const U*>(in),
+                                                  index, dim, dim_size, s, n, bad);
+    return status();
+  });
+}
+
+int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src, int dim,
+                       std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad) {
+  if (n == 0) return 0;
+  return dispatch_all(st, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                  std::is_same_v<T, core::Half> || std::is_same_v<T, core::BFloat16> ||
+                  std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
+      scatter_add_kernel<T><<<blocks_for(n), kThreads>>>(
+          static_cast<T*>(out), index, static_cast<const T*>(src), dim, dim_size, s, n, bad);
+      return status();
+    } else {
+      return static_cast<int>(cudaErrorInvalidValue);
+    }
+  });
+}
+
+int launch_rope(int st, void* out, const void* x, const void* cos, const void* sin,
+                std::int64_t rows, std::int64_t t_len, std::int64_t d) {
+  if (rows == 0 || d < 2) return 0;
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    rope_kernel<T, C><<<blocks_for(rows * (d / 2)), kThreads>>>(
+        static_cast<T*>(out), static_cast<const T*>(x), static_cast<const C*>(cos),
+        static_cast<const C*>(sin), rows, t_len, d);
+    return status();
+  });
+}
+
+}  // namespace tb::cuda

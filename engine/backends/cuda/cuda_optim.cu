@@ -1,0 +1,229 @@
+// CUDA multi-tensor kernels: the fused Adam/AdamW update (the per-element arithmetic of
+// engine/backends/common/optim_math.h, shared with the CPU kernel) and GradScaler's unscale and
+// scale update. Tensor lists travel as kernel arguments (pointers, sizes and a block -> (tensor,
+// chunk) map, under the 4 KiB parameter limit), so a step is a few launches and never waits for
+// the device.
+#include <cmath>
+
+#include "engine/backends/common/optim_math.h"
+#include "engine/backends/cuda/cuda_device.cuh"
+
+namespace tb::cuda {
+
+namespace {
+
+using namespace dev;  // NOLINT(google-build-using-namespace): kernel-file helpers
+
+constexpr int kMaxTensors = 32;
+constexpr int kMaxBlocks = 320;
+constexpr std::int64_t kChunk = 65536;
+
+struct BlockMap {
+  std::uint8_t tensor[kMaxBlocks];
+  std::int32_t chunk[kMaxBlocks];
+};
+
+// Packs `count` tensors (skipping empty ones) into launches of at most kMaxTensors tensors and
+// kMaxBlocks chunks: add(meta_slot, tensor) fills a slot, launch(blocks) runs one launch.
+template <typename Add, typename Launch>
+int multi_tensor_apply(int count, const std::int64_t* numels, BlockMap& map, Add add,
+                       Launch launch) {
+  int slot = 0;
+  int blocks = 0;
+  for (int t = 0; t < count; ++t) {
+    const std::int64_t n = numels[t];
+    if (n == 0) continue;
+    add(slot, t);
+    const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      map.tensor[blocks] = static_cast<std::uint8_t>(slot);
+      map.chunk[blocks] = static_cast<std::int32_t>(c);
+      ++blocks;
+      if (blocks == kMaxBlocks) {
+        if (const int err = launch(blocks); err != 0) return err;
+        blocks = 0;
+        if (c + 1 < chunks) {
+          // The rest of this tensor goes on in the next launch, from slot 0.
+          slot = 0;
+          add(slot, t);
+        } else {
+          slot = -1;  // the next tensor takes slot 0
+        }
+      }
+    }
+    ++slot;
+    if (slot == kMaxTensors) {
+      if (blocks > 0) {
+        if (const int err = launch(blocks); err != 0) return err;
+      }
+      blocks = 0;
+      slot = 0;
+    }
+  }
+  if (blocks > 0) return launch(blocks);
+  return 0;
+}
+
+struct AdamMeta {
+  void* p[kMaxTensors];
+  const void* g[kMaxTensors];
+  void* m[kMaxTensors];
+  void* v[kMaxTensors];
+  void* vmax[kMaxTensors];
+  std::int64_t n[kMaxTensors];
+  double step_size[kMaxTensors];
+  double bc2_sqrt[kMaxTensors];
+  BlockMap map;
+};
+
+struct AdamConsts {
+  double lr, beta1, beta2, eps, wd;
+};
+
+template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
+__global__ void adam_kernel(AdamMeta meta, AdamConsts k) {
+  const int t = meta.map.tensor[blockIdx.x];
+  const std::int64_t begin = static_cast<std::int64_t>(meta.map.chunk[blockIdx.x]) * kChunk;
+  const std::int64_t end = begin + kChunk < meta.n[t] ? begin + kChunk : meta.n[t];
+  backends::optim::AdamScalars<T> c;
+  c.decay = static_cast<T>(1.0 - k.lr * k.wd);
+  c.wd = static_cast<T>(k.wd);
+  c.b2 = static_cast<T>(k.beta2);
+  c.one_minus_b1 = static_cast<T>(1.0 - k.beta1);
+  c.one_minus_b2 = static_cast<T>(1.0 - k.beta2);
+  c.bc2_sqrt = static_cast<T>(meta.bc2_sqrt[t]);
+  c.eps = static_cast<T>(k.eps);
+  c.neg_step = static_cast<T>(-meta.step_size[t]);
+  T* p = static_cast<T*>(meta.p[t]);
+  const T* g = static_cast<const T*>(meta.g[t]);
+  T* m = static_cast<T*>(meta.m[t]);
+  T* v = static_cast<T*>(meta.v[t]);
+  T* vmax = static_cast<T*>(meta.vmax[t]);
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    T pi = p[i];
+    T mi = m[i];
+    T vi = v[i];
+    backends::optim::adam_element<T, Maximize, Decoupled, L2, Ams>(pi, g[i], mi, vi,
+                                                                   Ams ? vmax + i : nullptr, c);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+template <typename T, int K>
+void adam_launch_case(int blocks, const AdamMeta& meta, const AdamConsts& k) {
+  adam_kernel<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>
+      <<<blocks, kThreads>>>(meta, k);
+}
+
+template <typename T, int... K>
+void adam_launch(int key, int blocks, const AdamMeta& meta, const AdamConsts& k,
+                 std::integer_sequence<int, K...>) {
+  ((key == K ? adam_launch_case<T, K>(blocks, meta, k) : void()), ...);
+}
+
+struct UnscaleMeta {
+  void* data[kMaxTensors];
+  std::int64_t n[kMaxTensors];
+  BlockMap map;
+};
+
+template <typename T>
+__global__ void unscale_kernel(UnscaleMeta meta, float* found_inf, const float* inv_scale) {
+  using C = compute_t<T>;
+  const int t = meta.map.tensor[blockIdx.x];
+  const std::int64_t begin = static_cast<std::int64_t>(meta.map.chunk[blockIdx.x]) * kChunk;
+  const std::int64_t end = begin + kChunk < meta.n[t] ? begin + kChunk : meta.n[t];
+  const float inv_f = *inv_scale;
+  const C inv = static_cast<C>(inv_f);
+  const bool scale = inv_f != 1.0f;
+  T* x = static_cast<T*>(meta.data[t]);
+  bool found = false;
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const C v = static_cast<C>(x[i]);
+    if (!isfinite(v)) found = true;
+    if (scale) x[i] = T(v * inv);
+  }
+  if (found) *found_inf = 1.0f;  // only ever set (the caller pre-zeroes it)
+}
+
+__global__ void update_scale_kernel(float* scale, std::int32_t* tracker, const float* found_inf,
+                                    double growth, double backoff, std::int64_t interval) {
+  if (*found_inf != 0.0f) {
+    *scale = static_cast<float>(static_cast<double>(*scale) * backoff);
+    *tracker = 0;
+    return;
+  }
+  const std::int64_t successful = static_cast<std::int64_t>(*tracker) + 1;
+  if (successful == interval) {
+    const auto grown = static_cast<float>(static_cast<double>(*scale) * growth);
+    if (isfinite(grown)) *scale = grown;  // never grow to inf
+    *tracker = 0;
+  } else {
+    *tracker = static_cast<std::int32_t>(successful);
+  }
+}
+
+}  // namespace
+
+int launch_adam(const AdamArgs& a) {
+  const auto type = static_cast<ScalarType>(a.st);
+  if (type != ScalarType::Float32 && type != ScalarType::Float64) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const bool ams = a.max_exp_avg_sqs != nullptr;
+  const bool decoupled = a.weight_decay != 0.0 && a.decoupled;
+  const bool l2 = a.weight_decay != 0.0 && !a.decoupled;
+  const int key = (a.maximize ? 8 : 0) | (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (ams ? 1 : 0);
+  const AdamConsts k{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay};
+  AdamMeta meta{};
+  return multi_tensor_apply(
+      a.count, a.numels, meta.map,
+      [&](int slot, int t) {
+        meta.p[slot] = a.params[t];
+        meta.g[slot] = a.grads[t];
+        meta.m[slot] = a.exp_avgs[t];
+        meta.v[slot] = a.exp_avg_sqs[t];
+        meta.vmax[slot] = ams ? a.max_exp_avg_sqs[t] : nullptr;
+        meta.n[slot] = a.numels[t];
+        meta.step_size[slot] = a.step_sizes[t];
+        meta.bc2_sqrt[slot] = a.bc2_sqrts[t];
+      },
+      [&](int blocks) {
+        if (type == ScalarType::Float64) {
+          adam_launch<double>(key, blocks, meta, k, std::make_integer_sequence<int, 16>{});
+        } else {
+          adam_launch<float>(key, blocks, meta, k, std::make_integer_sequence<int, 16>{});
+        }
+        return status();
+      });
+}
+
+int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t* numels,
+                       float* found_inf, const float* inv_scale) {
+  UnscaleMeta meta{};
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    return multi_tensor_apply(
+        count, numels, meta.map,
+        [&](int slot, int t) {
+          meta.data[slot] = data[t];
+          meta.n[slot] = numels[t];
+        },
+        [&](int blocks) {
+          unscale_kernel<T><<<blocks, kThreads>>>(meta, found_inf, inv_scale);
+          return status();
+        });
+  });
+}
+
+int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
+                            double growth, double backoff, std::int64_t interval) {
+  update_scale_kernel<<<1, 1>>>(scale, growth_tracker, found_inf, growth, backoff, interval);
+  return status();
+}
+
+static_assert(sizeof(AdamMeta) + sizeof(AdamConsts) <= 4000, "kernel parameters over 4 KiB");
+
+}  // namespace tb::cuda
