@@ -69,6 +69,22 @@ cmd_test() {
   cmake --build --preset ci --target docs
   log "Running the tests"
   ctest --preset ci -j "$(jobs)"
+  test_cuda_emulation
+}
+
+# The CUDA backend's kernels, launch geometry and cuBLAS calls on the CPU emulation
+# (tests/cuda_emu): the CUDA tests and the parity test run for real on machines without a GPU.
+# Needs only the CUDA headers.
+test_cuda_emulation() {
+  if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ] && ! command -v nvcc >/dev/null; then
+    log "No CUDA headers: skipping the CUDA emulation tests"
+    return 0
+  fi
+  log "Building the CUDA backend for the CPU emulation (cuda-emu preset)"
+  cmake --preset cuda-emu >/dev/null
+  cmake --build build/cuda-emu --target tb_cuda_tests -j "$(jobs)"
+  log "Running the CUDA tests on the emulated device"
+  ctest --test-dir build/cuda-emu -L cuda -j "$(jobs)" --output-on-failure
 }
 
 # One sanitizer preset: build without the GUI, run every test but the CUDA and slow ones, and

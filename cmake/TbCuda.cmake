@@ -1,7 +1,16 @@
 # CUDA detection: TB_CUDA=AUTO enables the CUDA backend when a CUDA compiler is found,
 # ON requires it, OFF never builds it. Sets TB_HAVE_CUDA.
+# TB_CUDA=EMULATE (the `cuda-emu` test preset) builds the backend without nvcc: its kernels are
+# compiled as C++ and run on the CPU emulation of tests/cuda_emu, with an emulated runtime and
+# cuBLAS; only the CUDA headers are needed. Sets TB_HAVE_CUDA and TB_CUDA_EMULATION.
 set(TB_HAVE_CUDA OFF)
-if(NOT TB_CUDA STREQUAL "OFF")
+set(TB_CUDA_EMULATION OFF)
+if(TB_CUDA STREQUAL "EMULATE")
+  find_package(CUDAToolkit REQUIRED)
+  set(TB_HAVE_CUDA ON)
+  set(TB_CUDA_EMULATION ON)
+  message(STATUS "CUDA backend built for the CPU emulation (tests only)")
+elseif(NOT TB_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS "/usr/local/cuda/bin/nvcc")
     set(CMAKE_CUDA_COMPILER "/usr/local/cuda/bin/nvcc")
   endif()

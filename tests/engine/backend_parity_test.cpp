@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -755,7 +757,11 @@ TEST_P(BackendParity, EveryRegisteredOpMatchesTheCpuKernel) {
       continue;
     }
     SCOPED_TRACE(name + " on " + d.str() + (native ? "" : " (CPU fallback)"));
+    const auto t0 = std::chrono::steady_clock::now();
     it->second(d);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (secs > 2.0) std::printf("[ slow case ] %s took %.1f s\n", name.c_str(), secs);
     ++ran;
   }
   EXPECT_GE(ran, 2) << "copy_ and fill_ at least";

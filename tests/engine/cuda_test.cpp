@@ -26,8 +26,10 @@ namespace ops = tb::ops;
 
 const Device kGpu(DeviceType::CUDA, 0);
 
+// (Backends are loaded as Device::parse would: a test may name cuda:0 directly.)
 #define REQUIRE_GPU()                                                         \
   do {                                                                        \
+    tb::core::load_backends();                                                \
     const auto st = tb::backends::cuda_status();                              \
     if (st.device_count == 0) GTEST_SKIP() << "no usable GPU: " << st.reason; \
   } while (false)
@@ -252,7 +254,7 @@ struct LossSink : tb::train::MetricSink {
   std::vector<double> losses;
   void on_metrics(std::int64_t, const tb::train::Metrics& m) override {
     for (const auto& [k, v] : m)
-      if (k == "loss") losses.push_back(v);
+      if (k == "loss" || k == "eval.loss") losses.push_back(v);
   }
   void on_event(const std::string&, const std::string&) override {}
 };
@@ -261,15 +263,17 @@ std::vector<double> train(const std::string& device, bool qwen,
                           const std::function<void(tb::train::RunConfig&)>& edit) {
   tb::train::RunConfig c;
   c.run.seed = 5;
-  c.run.steps = 6;
+  c.run.steps = 4;
   c.run.device = device;
   c.data.workers = 0;
-  c.data.batch_size = 16;
+  c.data.batch_size = 8;
+  c.eval.interval = 2;  // evaluation runs on the device too, briefly
+  c.eval.batches = 2;
   if (qwen) {
     c.data.kind = "synthetic-text";
     c.data.context_length = 16;
     tb::nn::QwenTinyConfig q;
-    q.vocab = 64;
+    q.vocab = 256;  // bytes
     q.d_model = 32;
     q.n_layers = 2;
     q.n_heads = 4;

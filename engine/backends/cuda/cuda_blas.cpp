@@ -44,6 +44,14 @@ using core::Tensor;
 
 constexpr int kMaxDevices = 64;
 
+#if defined(TB_CUDA_EMULATION)
+// The test build's emulated cuBLAS (tests/cuda_emu) is linked in: resolved directly.
+void* open_library(const char*) {
+  return nullptr;
+}
+#define TB_SYMBOL(lib, field, name) static_cast<decltype(field)>(&::name)
+#else
+#define TB_SYMBOL(lib, field, name) symbol<decltype(field)>(lib, #name)
 void* open_library(const char* base) {
   const std::string versioned = std::string(base) + "." + std::to_string(CUDART_VERSION / 1000);
   void* lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -59,6 +67,7 @@ F symbol(void* lib, const char* name) {
   TB_CHECK_T(NotImplementedError, f != nullptr, "[cuda] the cuBLAS library lacks ", name);
   return reinterpret_cast<F>(f);
 }
+#endif
 
 // cublasGemmEx and cublasGemmStridedBatchedEx are overloaded in C++ (the legacy compute-type
 // form): the C ABI's signatures, spelled out.
@@ -86,14 +95,15 @@ struct CublasApi {
 const CublasApi& cublas() {
   static const CublasApi api = [] {
     void* lib = open_library("libcublas.so");
+    (void)lib;  // unused in the emulated build
     CublasApi a;
-    a.create = symbol<decltype(a.create)>(lib, "cublasCreate_v2");
-    a.set_math_mode = symbol<decltype(a.set_math_mode)>(lib, "cublasSetMathMode");
-    a.gemm_ex = symbol<decltype(a.gemm_ex)>(lib, "cublasGemmEx");
-    a.gemm_batched_ex = symbol<decltype(a.gemm_batched_ex)>(lib, "cublasGemmStridedBatchedEx");
-    a.ssyrk = symbol<decltype(a.ssyrk)>(lib, "cublasSsyrk_v2");
-    a.dsyrk = symbol<decltype(a.dsyrk)>(lib, "cublasDsyrk_v2");
-    a.status_string = symbol<decltype(a.status_string)>(lib, "cublasGetStatusString");
+    a.create = TB_SYMBOL(lib, a.create, cublasCreate_v2);
+    a.set_math_mode = TB_SYMBOL(lib, a.set_math_mode, cublasSetMathMode);
+    a.gemm_ex = TB_SYMBOL(lib, a.gemm_ex, cublasGemmEx);
+    a.gemm_batched_ex = TB_SYMBOL(lib, a.gemm_batched_ex, cublasGemmStridedBatchedEx);
+    a.ssyrk = TB_SYMBOL(lib, a.ssyrk, cublasSsyrk_v2);
+    a.dsyrk = TB_SYMBOL(lib, a.dsyrk, cublasDsyrk_v2);
+    a.status_string = TB_SYMBOL(lib, a.status_string, cublasGetStatusString);
     return a;
   }();
   return api;
@@ -117,19 +127,20 @@ struct LtApi {
 const LtApi& lt() {
   static const LtApi api = [] {
     void* lib = open_library("libcublasLt.so");
+    (void)lib;
     LtApi a;
-    a.create = symbol<decltype(a.create)>(lib, "cublasLtCreate");
-    a.desc_create = symbol<decltype(a.desc_create)>(lib, "cublasLtMatmulDescCreate");
-    a.desc_destroy = symbol<decltype(a.desc_destroy)>(lib, "cublasLtMatmulDescDestroy");
-    a.desc_set = symbol<decltype(a.desc_set)>(lib, "cublasLtMatmulDescSetAttribute");
-    a.layout_create = symbol<decltype(a.layout_create)>(lib, "cublasLtMatrixLayoutCreate");
-    a.layout_destroy = symbol<decltype(a.layout_destroy)>(lib, "cublasLtMatrixLayoutDestroy");
-    a.layout_set = symbol<decltype(a.layout_set)>(lib, "cublasLtMatrixLayoutSetAttribute");
-    a.pref_create = symbol<decltype(a.pref_create)>(lib, "cublasLtMatmulPreferenceCreate");
-    a.pref_destroy = symbol<decltype(a.pref_destroy)>(lib, "cublasLtMatmulPreferenceDestroy");
-    a.pref_set = symbol<decltype(a.pref_set)>(lib, "cublasLtMatmulPreferenceSetAttribute");
-    a.heuristic = symbol<decltype(a.heuristic)>(lib, "cublasLtMatmulAlgoGetHeuristic");
-    a.matmul = symbol<decltype(a.matmul)>(lib, "cublasLtMatmul");
+    a.create = TB_SYMBOL(lib, a.create, cublasLtCreate);
+    a.desc_create = TB_SYMBOL(lib, a.desc_create, cublasLtMatmulDescCreate);
+    a.desc_destroy = TB_SYMBOL(lib, a.desc_destroy, cublasLtMatmulDescDestroy);
+    a.desc_set = TB_SYMBOL(lib, a.desc_set, cublasLtMatmulDescSetAttribute);
+    a.layout_create = TB_SYMBOL(lib, a.layout_create, cublasLtMatrixLayoutCreate);
+    a.layout_destroy = TB_SYMBOL(lib, a.layout_destroy, cublasLtMatrixLayoutDestroy);
+    a.layout_set = TB_SYMBOL(lib, a.layout_set, cublasLtMatrixLayoutSetAttribute);
+    a.pref_create = TB_SYMBOL(lib, a.pref_create, cublasLtMatmulPreferenceCreate);
+    a.pref_destroy = TB_SYMBOL(lib, a.pref_destroy, cublasLtMatmulPreferenceDestroy);
+    a.pref_set = TB_SYMBOL(lib, a.pref_set, cublasLtMatmulPreferenceSetAttribute);
+    a.heuristic = TB_SYMBOL(lib, a.heuristic, cublasLtMatmulAlgoGetHeuristic);
+    a.matmul = TB_SYMBOL(lib, a.matmul, cublasLtMatmul);
     return a;
   }();
   return api;

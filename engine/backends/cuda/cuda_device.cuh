@@ -13,6 +13,14 @@
 #include "engine/core/half.h"
 #include "engine/core/scalar_type.h"
 
+/// Kernel launch: TB_LAUNCH(grid, block, kernel)(args...). Under the CPU emulation of the test
+/// build (tests/cuda_emu, TB_CUDA_EMULATION) the same kernels run on host threads.
+#if defined(TB_CUDA_EMULATION)
+#define TB_LAUNCH(grid, block, ...) ::tb_emu::launch(grid, block, __VA_ARGS__)
+#else
+#define TB_LAUNCH(grid, block, ...) __VA_ARGS__<<<grid, block>>>
+#endif
+
 namespace tb::cuda::dev {
 
 using core::ScalarType;

@@ -149,7 +149,8 @@ int launch_fill(void* dst, std::int64_t n, int elem_size, const void* value) {
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    fill_kernel<U><<<blocks_for(n), kThreads>>>(static_cast<U*>(dst), n, from_host_bits<U>(value));
+    TB_LAUNCH(blocks_for(n), kThreads, fill_kernel<U>)
+    (static_cast<U*>(dst), n, from_host_bits<U>(value));
     return status();
   });
 }
@@ -158,8 +159,8 @@ int launch_unary(int op, int st, void* out, const void* in, const Strided& s, st
   if (n == 0) return 0;
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
-    unary_kernel<T, compute_t<T>>
-        <<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out), static_cast<const T*>(in), s, n);
+    TB_LAUNCH(blocks_for(n), kThreads, unary_kernel<T, compute_t<T>>)
+    (op, static_cast<T*>(out), static_cast<const T*>(in), s, n);
     return status();
   });
 }
@@ -176,9 +177,9 @@ int launch_binary(int op, int st, void* out, const void* a, const void* b, doubl
     using C = compute_t<T>;
     if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::int32_t> ||
                   std::is_floating_point_v<C>) {
-      binary_kernel<T, C>
-          <<<blocks_for(n), kThreads>>>(op, static_cast<T*>(out), static_cast<const T*>(a),
-                                        static_cast<const T*>(b), static_cast<C>(alpha), s, n);
+      TB_LAUNCH(blocks_for(n), kThreads, binary_kernel<T, C>)
+      (op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b),
+       static_cast<C>(alpha), s, n);
       return status();
     } else {
       return static_cast<int>(cudaErrorInvalidValue);
@@ -191,8 +192,8 @@ int launch_compare(int op, int st, bool* out, const void* a, const void* b, cons
   if (n == 0) return 0;
   return dispatch_all(st, [&](auto tag) {
     using T = decltype(tag);
-    compare_kernel<T, compute_t<T>><<<blocks_for(n), kThreads>>>(op, out, static_cast<const T*>(a),
-                                                                 static_cast<const T*>(b), s, n);
+    TB_LAUNCH(blocks_for(n), kThreads, compare_kernel<T, compute_t<T>>)
+    (op, out, static_cast<const T*>(a), static_cast<const T*>(b), s, n);
     return status();
   });
 }
@@ -202,8 +203,8 @@ int launch_where(int elem_size, void* out, const bool* cond, const void* a, cons
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    where_kernel<U><<<blocks_for(n), kThreads>>>(
-        static_cast<U*>(out), cond, static_cast<const U*>(a), static_cast<const U*>(b), s, n);
+    TB_LAUNCH(blocks_for(n), kThreads, where_kernel<U>)
+    (static_cast<U*>(out), cond, static_cast<const U*>(a), static_cast<const U*>(b), s, n);
     return status();
   });
 }
@@ -213,8 +214,8 @@ int launch_masked_fill(int elem_size, void* out, const bool* mask, const void* v
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    masked_fill_kernel<U>
-        <<<blocks_for(n), kThreads>>>(static_cast<U*>(out), mask, from_host_bits<U>(value), s, n);
+    TB_LAUNCH(blocks_for(n), kThreads, masked_fill_kernel<U>)
+    (static_cast<U*>(out), mask, from_host_bits<U>(value), s, n);
     return status();
   });
 }
@@ -224,8 +225,8 @@ int launch_strided_copy(int elem_size, void* out, const void* in, const Strided&
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    strided_copy_kernel<U>
-        <<<blocks_for(n), kThreads>>>(static_cast<U*>(out), static_cast<const U*>(in), s, n);
+    TB_LAUNCH(blocks_for(n), kThreads, strided_copy_kernel<U>)
+    (static_cast<U*>(out), static_cast<const U*>(in), s, n);
     return status();
   });
 }
@@ -242,8 +243,8 @@ int launch_convert(int dst_st, void* dst, int src_st, const void* src, const Str
     using D = decltype(dtag);
     return dispatch_convertible(src_st, [&](auto stag) {
       using S = decltype(stag);
-      convert_kernel<D, S>
-          <<<blocks_for(n), kThreads>>>(static_cast<D*>(dst), static_cast<const S*>(src), s, n);
+      TB_LAUNCH(blocks_for(n), kThreads, convert_kernel<D, S>)
+      (static_cast<D*>(dst), static_cast<const S*>(src), s, n);
       return status();
     });
   });
@@ -253,7 +254,7 @@ int launch_mirror_lower(int st, void* c, std::int64_t n, std::int64_t ldc) {
   if (n == 0) return 0;
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
-    mirror_kernel<T><<<blocks_for(n * n), kThreads>>>(static_cast<T*>(c), n, ldc);
+    TB_LAUNCH(blocks_for(n * n), kThreads, mirror_kernel<T>)(static_cast<T*>(c), n, ldc);
     return status();
   });
 }

@@ -127,8 +127,8 @@ int launch_index_select(int elem_size, void* out, const void* in, const std::int
   if (total == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    index_select_kernel<U><<<blocks_for(total), kThreads>>>(
-        static_cast<U*>(out), static_cast<const U*>(in), index, n, outer, size, inner, bad);
+    TB_LAUNCH(blocks_for(total), kThreads, index_select_kernel<U>)
+    (static_cast<U*>(out), static_cast<const U*>(in), index, n, outer, size, inner, bad);
     return status();
   });
 }
@@ -138,8 +138,8 @@ int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* 
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    gather_kernel<U><<<blocks_for(n), kThreads>>>(static_cast<U*>(out), static_cast<const U*>(in),
-                                                  index, dim, dim_size, s, n, bad);
+    TB_LAUNCH(blocks_for(n), kThreads, gather_kernel<U>)
+    (static_cast<U*>(out), static_cast<const U*>(in), index, dim, dim_size, s, n, bad);
     return status();
   });
 }
@@ -152,8 +152,8 @@ int launch_scatter_add(int st, void* out, const std::int64_t* index, const void*
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
                   std::is_same_v<T, core::Half> || std::is_same_v<T, core::BFloat16> ||
                   std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
-      scatter_add_kernel<T><<<blocks_for(n), kThreads>>>(
-          static_cast<T*>(out), index, static_cast<const T*>(src), dim, dim_size, s, n, bad);
+      TB_LAUNCH(blocks_for(n), kThreads, scatter_add_kernel<T>)
+      (static_cast<T*>(out), index, static_cast<const T*>(src), dim, dim_size, s, n, bad);
       return status();
     } else {
       return static_cast<int>(cudaErrorInvalidValue);
@@ -167,9 +167,9 @@ int launch_rope(int st, void* out, const void* x, const void* cos, const void* s
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
     using C = compute_t<T>;
-    rope_kernel<T, C><<<blocks_for(rows * (d / 2)), kThreads>>>(
-        static_cast<T*>(out), static_cast<const T*>(x), static_cast<const C*>(cos),
-        static_cast<const C*>(sin), rows, t_len, d);
+    TB_LAUNCH(blocks_for(rows * (d / 2)), kThreads, rope_kernel<T, C>)
+    (static_cast<T*>(out), static_cast<const T*>(x), static_cast<const C*>(cos),
+     static_cast<const C*>(sin), rows, t_len, d);
     return status();
   });
 }

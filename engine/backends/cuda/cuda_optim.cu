@@ -113,8 +113,9 @@ __global__ void adam_kernel(AdamMeta meta, AdamConsts k) {
 
 template <typename T, int K>
 void adam_launch_case(int blocks, const AdamMeta& meta, const AdamConsts& k) {
-  adam_kernel<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>
-      <<<blocks, kThreads>>>(meta, k);
+  TB_LAUNCH(blocks, kThreads,
+            adam_kernel<T, (K & 8) != 0, (K & 4) != 0, (K & 2) != 0, (K & 1) != 0>)
+  (meta, k);
 }
 
 template <typename T, int... K>
@@ -212,7 +213,7 @@ int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t*
           meta.n[slot] = numels[t];
         },
         [&](int blocks) {
-          unscale_kernel<T><<<blocks, kThreads>>>(meta, found_inf, inv_scale);
+          TB_LAUNCH(blocks, kThreads, unscale_kernel<T>)(meta, found_inf, inv_scale);
           return status();
         });
   });
@@ -220,7 +221,7 @@ int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t*
 
 int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
                             double growth, double backoff, std::int64_t interval) {
-  update_scale_kernel<<<1, 1>>>(scale, growth_tracker, found_inf, growth, backoff, interval);
+  TB_LAUNCH(1, 1, update_scale_kernel)(scale, growth_tracker, found_inf, growth, backoff, interval);
   return status();
 }
 

@@ -52,7 +52,9 @@ __global__ void random_kernel(T* out, std::int64_t n, std::uint64_t seed, std::u
           v = rnd::uniform_f32(w, j, static_cast<float>(a), static_cast<float>(b), target_of<T>());
         } else {
           const double p = p_tensor != nullptr ? static_cast<double>(p_tensor[i]) : a;
-          const float u = rnd::uniform_f32(w, j, 0.0f, 1.0f, target_of<T>());
+          // The draw is compared, never stored: no rounding to the storage dtype (as openreg,
+          // PyTorch).
+          const float u = rnd::uniform_f32(w, j, 0.0f, 1.0f, rnd::Target::f32);
           v = static_cast<double>(u) < p ? 1.0f : 0.0f;
         }
         out[i] = T(v);
@@ -68,8 +70,8 @@ int launch_random(int st, void* out, std::int64_t n, std::uint64_t seed, std::ui
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kPer = std::is_same_v<T, double> ? 2 : 4;
-    random_kernel<T, Kind><<<blocks_for((n + kPer - 1) / kPer), kThreads>>>(
-        static_cast<T*>(out), n, seed, offset, a, b, p_tensor);
+    TB_LAUNCH(blocks_for((n + kPer - 1) / kPer), kThreads, random_kernel<T, Kind>)
+    (static_cast<T*>(out), n, seed, offset, a, b, p_tensor);
     return status();
   });
 }

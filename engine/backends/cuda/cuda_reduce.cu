@@ -124,6 +124,23 @@ __global__ void row_reduce_kernel(RowReduce kind, T* out, A* partial, const T* i
   }
 }
 
+// Short rows (r <= kShortRow): one thread per row, no shuffles (a warp per row would leave most
+// lanes idle).
+constexpr std::int64_t kShortRow = 16;
+
+template <typename T, typename A>
+__global__ void short_row_reduce_kernel(RowReduce kind, T* out, const T* in, std::int64_t k,
+                                        std::int64_t r, A p) {
+  for (std::int64_t row = global_index(); row < k; row += global_stride()) {
+    const T* x = in + row * r;
+    A acc = A(0);
+    for (std::int64_t i = 0; i < r; ++i)
+      acc = combine(kind, acc,
+                    map_value<A>(kind, static_cast<A>(static_cast<compute_t<T>>(x[i])), p));
+    out[row] = T(static_cast<compute_t<T>>(finish(kind, acc, r, p)));
+  }
+}
+
 // Pass 2: one warp per row combines its s partials.
 template <typename T, typename A>
 __global__ void row_combine_kernel(RowReduce kind, T* out, const A* partial, std::int64_t k,
@@ -195,6 +212,25 @@ __global__ void row_arg_kernel(T* values, std::int64_t* indices, T* pv, std::int
         pi[w] = bi;
       }
     }
+  }
+}
+
+template <bool Greater, typename T>
+__global__ void short_row_arg_kernel(T* values, std::int64_t* indices, const T* in, std::int64_t k,
+                                     std::int64_t r) {
+  using C = compute_t<T>;
+  for (std::int64_t row = global_index(); row < k; row += global_stride()) {
+    const T* x = in + row * r;
+    T best = x[0];
+    std::int64_t bi = 0;
+    for (std::int64_t i = 1; i < r; ++i) {
+      if (replaces<Greater, C>(static_cast<C>(best), bi, static_cast<C>(x[i]), i)) {
+        best = x[i];
+        bi = i;
+      }
+    }
+    if (values != nullptr) values[row] = best;
+    indices[row] = bi;
   }
 }
 
@@ -433,12 +469,17 @@ int launch_row_reduce(RowReduce kind, int st, void* out, const void* in, std::in
     if constexpr (!std::is_floating_point_v<A>) {
       if (kind != RowReduce::sum) return static_cast<int>(cudaErrorInvalidValue);
     }
+    if (r <= kShortRow) {
+      TB_LAUNCH(blocks_for(k), kThreads, short_row_reduce_kernel<T, A>)
+      (kind, static_cast<T*>(out), static_cast<const T*>(in), k, r, static_cast<A>(p));
+      return status();
+    }
     auto* partial = static_cast<A*>(workspace);
-    row_reduce_kernel<T, A><<<warp_blocks(k * s), kThreads>>>(
-        kind, static_cast<T*>(out), partial, static_cast<const T*>(in), k, r, s, static_cast<A>(p));
+    TB_LAUNCH(warp_blocks(k * s), kThreads, row_reduce_kernel<T, A>)
+    (kind, static_cast<T*>(out), partial, static_cast<const T*>(in), k, r, s, static_cast<A>(p));
     if (s > 1) {
-      row_combine_kernel<T, A><<<warp_blocks(k), kThreads>>>(kind, static_cast<T*>(out), partial, k,
-                                                             r, s, static_cast<A>(p));
+      TB_LAUNCH(warp_blocks(k), kThreads, row_combine_kernel<T, A>)
+      (kind, static_cast<T*>(out), partial, k, r, s, static_cast<A>(p));
     }
     return status();
   });
@@ -461,11 +502,16 @@ int launch_row_arg_extreme(bool greater, int st, void* values, std::int64_t* ind
     if (s == 1) pi = nullptr;
     auto run = [&](auto g) {
       constexpr bool G = decltype(g)::value;
-      row_arg_kernel<G, T><<<warp_blocks(k * s), kThreads>>>(
-          static_cast<T*>(values), indices, pv, pi, static_cast<const T*>(in), k, r, s);
+      if (r <= kShortRow) {
+        TB_LAUNCH(blocks_for(k), kThreads, short_row_arg_kernel<G, T>)
+        (static_cast<T*>(values), indices, static_cast<const T*>(in), k, r);
+        return;
+      }
+      TB_LAUNCH(warp_blocks(k * s), kThreads, row_arg_kernel<G, T>)
+      (static_cast<T*>(values), indices, pv, pi, static_cast<const T*>(in), k, r, s);
       if (s > 1) {
-        row_arg_combine_kernel<G, T>
-            <<<warp_blocks(k), kThreads>>>(static_cast<T*>(values), indices, pv, pi, k, s);
+        TB_LAUNCH(warp_blocks(k), kThreads, row_arg_combine_kernel<G, T>)
+        (static_cast<T*>(values), indices, pv, pi, k, s);
       }
     };
     if (greater) {
@@ -486,16 +532,16 @@ int launch_softmax(bool log, int st, void* out, const void* in, std::int64_t row
     if (n <= 2048) {
       const int blocks = warp_blocks(rows);
       if (log) {
-        softmax_kernel<kWarp, true, T><<<blocks, kThreads>>>(y, x, rows, n);
+        TB_LAUNCH(blocks, kThreads, softmax_kernel<kWarp, true, T>)(y, x, rows, n);
       } else {
-        softmax_kernel<kWarp, false, T><<<blocks, kThreads>>>(y, x, rows, n);
+        TB_LAUNCH(blocks, kThreads, softmax_kernel<kWarp, false, T>)(y, x, rows, n);
       }
     } else {
       const int blocks = static_cast<int>(rows < 65535 * 16 ? rows : 65535 * 16);
       if (log) {
-        softmax_kernel<kThreads, true, T><<<blocks, kThreads>>>(y, x, rows, n);
+        TB_LAUNCH(blocks, kThreads, softmax_kernel<kThreads, true, T>)(y, x, rows, n);
       } else {
-        softmax_kernel<kThreads, false, T><<<blocks, kThreads>>>(y, x, rows, n);
+        TB_LAUNCH(blocks, kThreads, softmax_kernel<kThreads, false, T>)(y, x, rows, n);
       }
     }
     return status();
@@ -509,15 +555,16 @@ std::int64_t cross_entropy_workspace_bytes(std::int64_t n) {
 int launch_cross_entropy(int st, void* loss, const void* logits, const std::int64_t* target,
                          std::int64_t n, std::int64_t c, std::int64_t ignore_index,
                          double smoothing, std::int64_t* bad_row, void* workspace) {
-  init_bad_kernel<<<1, 1>>>(bad_row, n);
+  TB_LAUNCH(1, 1, init_bad_kernel)(bad_row, n);
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
     auto* rows = static_cast<double*>(workspace);
     if (n > 0) {
-      ce_rows_kernel<T><<<warp_blocks(n), kThreads>>>(rows, static_cast<const T*>(logits), target,
-                                                      n, c, ignore_index, smoothing, bad_row);
+      TB_LAUNCH(warp_blocks(n), kThreads, ce_rows_kernel<T>)
+      (rows, static_cast<const T*>(logits), target, n, c, ignore_index, smoothing, bad_row);
     }
-    ce_finish_kernel<T><<<1, kThreads>>>(static_cast<T*>(loss), rows, target, n, ignore_index);
+    TB_LAUNCH(1, kThreads, ce_finish_kernel<T>)
+    (static_cast<T*>(loss), rows, target, n, ignore_index);
     return status();
   });
 }
@@ -526,16 +573,16 @@ int launch_cross_entropy_backward(int st, void* grad_logits, const void* grad, c
                                   const std::int64_t* target, std::int64_t n, std::int64_t c,
                                   std::int64_t ignore_index, double smoothing,
                                   std::int64_t* bad_row, void* workspace) {
-  init_bad_kernel<<<1, 1>>>(bad_row, n);
+  TB_LAUNCH(1, 1, init_bad_kernel)(bad_row, n);
   if (n == 0) return status();
   return dispatch_float(st, [&](auto tag) {
     using T = decltype(tag);
     auto* scale = static_cast<double*>(workspace);
-    ce_scale_kernel<T>
-        <<<1, kThreads>>>(scale, static_cast<const T*>(grad), target, n, ignore_index);
-    ce_backward_kernel<T><<<warp_blocks(n), kThreads>>>(static_cast<T*>(grad_logits), scale,
-                                                        static_cast<const T*>(logits), target, n, c,
-                                                        ignore_index, smoothing, bad_row);
+    TB_LAUNCH(1, kThreads, ce_scale_kernel<T>)
+    (scale, static_cast<const T*>(grad), target, n, ignore_index);
+    TB_LAUNCH(warp_blocks(n), kThreads, ce_backward_kernel<T>)
+    (static_cast<T*>(grad_logits), scale, static_cast<const T*>(logits), target, n, c, ignore_index,
+     smoothing, bad_row);
     return status();
   });
 }
