@@ -220,6 +220,23 @@ std::string device_unavailable_reason(Device device) {
   return probe(device.index());
 }
 
+namespace {
+std::array<std::atomic<DeviceTimerFactory>, kNumDeviceTypes> g_timers{};
+}  // namespace
+
+void register_device_timer(DeviceType type, DeviceTimerFactory factory) {
+  TB_CHECK(type != DeviceType::CPU && factory != nullptr,
+           "[device] a timer is registered for a non-CPU device type, and cannot be null");
+  g_timers[static_cast<std::size_t>(type)].store(factory);
+}
+
+std::unique_ptr<DeviceTimer> make_device_timer(Device device) {
+  if (device.is_cpu()) return nullptr;
+  load_backends();
+  const DeviceTimerFactory f = g_timers[static_cast<std::size_t>(device.type())].load();
+  return f != nullptr ? f(device) : nullptr;
+}
+
 Allocator& get_allocator(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_allocator();
   Allocator* a = registry().allocators[static_cast<int>(type)].load();

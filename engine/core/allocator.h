@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "engine/core/device.h"
 
@@ -93,6 +95,27 @@ void load_backends();
 /// The allocator of a device type. Throws tb::NotImplementedError naming the device type when
 /// no backend for it is compiled in or registered.
 Allocator& get_allocator(DeviceType type);
+
+/// Timing on a device's own clock (CUDA events, openreg events): the phases of a training step
+/// are measured without synchronising after each. mark() queues a timestamp on the device's
+/// current stream and returns at once; elapsed_ms() waits for the last mark and returns the time
+/// between consecutive marks (marks - 1 values), then forgets the marks.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual void mark() = 0;
+  virtual std::vector<double> elapsed_ms() = 0;
+};
+
+/// Makes a timer for one device of a backend's type.
+using DeviceTimerFactory = std::unique_ptr<DeviceTimer> (*)(Device device);
+
+/// Installs the timer factory of a non-CPU device type (a backend does this at registration).
+void register_device_timer(DeviceType type, DeviceTimerFactory factory);
+
+/// A timer for `device`, or nullptr for the CPU and devices whose backend has none (callers
+/// then time on the host clock).
+std::unique_ptr<DeviceTimer> make_device_timer(Device device);
 
 /// Alignment of every CPU allocation (enough for AVX-512 and a cache line).
 inline constexpr std::size_t kCpuAlignment = 64;

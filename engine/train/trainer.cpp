@@ -14,6 +14,7 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/data/dataloader.h"
 #include "engine/data/fashion_mnist.h"
@@ -570,6 +571,9 @@ TrainResult Trainer::loop() {
   auto all_params = s.model->parameters();
   const ScalarType amp_dtype =
       config_.amp.dtype == "fp16" ? ScalarType::Float16 : ScalarType::BFloat16;
+  // On a device with its own clock (CUDA, openreg) the forward/backward/optimizer times come
+  // from events queued between the phases, read once per step; elsewhere from the host clock.
+  const std::unique_ptr<core::DeviceTimer> timer = core::make_device_timer(s.device);
   while (s.step < total_steps_) {
     {
       std::unique_lock<std::mutex> lock(pause_mutex_);
@@ -586,6 +590,7 @@ TrainResult Trainer::loop() {
     TB_CHECK(batch.has_value(), "[trainer] the data loader produced no batch");
     const double data_ms = ms_since(t0);
     const auto t1 = Clock::now();
+    if (timer) timer->mark();
     Tensor loss;
     {
       std::optional<amp::AutocastGuard> autocast;
@@ -595,13 +600,15 @@ TrainResult Trainer::loop() {
       const Tensor logits = s.model->forward(input);
       loss = s.model->loss(logits, target);
     }
+    if (timer) timer->mark();
     const double loss_value = loss.item();
-    const double fwd_ms = ms_since(t1);
+    double fwd_ms = ms_since(t1);
     if (!std::isfinite(loss_value)) {
       ++s.nonfinite_in_row;
       ++s.skipped;
       emit_event("warning", "step " + std::to_string(s.step + 1) + ": non-finite loss (" +
                                 std::to_string(loss_value) + "), step skipped");
+      if (timer) (void)timer->elapsed_ms();  // forget this step's marks
       if (s.nonfinite_in_row >= config_.run.max_nonfinite) {
         r.outcome = RunOutcome::kDiverged;
         r.message = "diverged: " + std::to_string(s.nonfinite_in_row) +
@@ -614,7 +621,8 @@ TrainResult Trainer::loop() {
     s.nonfinite_in_row = 0;
     const auto t2 = Clock::now();
     autograd::backward(s.scaler ? s.scaler->scale(loss) : loss);
-    const double bwd_ms = ms_since(t2);
+    if (timer) timer->mark();
+    double bwd_ms = ms_since(t2);
     const auto t3 = Clock::now();
     double sq = 0.0;
     {
@@ -623,10 +631,16 @@ TrainResult Trainer::loop() {
         for (auto& o : s.opts)
           s.scaler->unscale_(*o);
       }
+      // The squared norm accumulates on the device (in float64, parameter order) and is read
+      // once: one synchronisation per step, not one per parameter.
+      Tensor sq_sum;
       for (const auto& p : all_params) {
         const Tensor g = autograd::grad(p);
-        if (g.defined()) sq += ops::sum(ops::square(g.to(ScalarType::Float64))).item();
+        if (!g.defined()) continue;
+        const Tensor part = ops::sum(ops::square(g.to(ScalarType::Float64)));
+        sq_sum = sq_sum.defined() ? ops::add(sq_sum, part) : part;
       }
+      if (sq_sum.defined()) sq = sq_sum.item();
       const double norm = std::sqrt(sq);
       if (config_.run.grad_clip > 0 && norm > config_.run.grad_clip) {
         const double scale = config_.run.grad_clip / (norm + 1e-6);
@@ -668,7 +682,16 @@ TrainResult Trainer::loop() {
       o->zero_grad();
     for (auto& sc : s.scheds)
       sc->step();
-    const double opt_ms = ms_since(t3);
+    double opt_ms = ms_since(t3);
+    if (timer) {
+      timer->mark();
+      const std::vector<double> d = timer->elapsed_ms();  // forward, backward, optimizer
+      if (d.size() == 3) {
+        fwd_ms = d[0];
+        bwd_ms = d[1];
+        opt_ms = d[2];
+      }
+    }
     ++s.step;
     if (s.binding.bound && !s.placement_reported) {
       s.placement_reported = true;

@@ -3,6 +3,7 @@
 // TB_CUDA_EMU_DEVICES sets the device count (default 1; 0 emulates a machine without a GPU).
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -84,6 +85,38 @@ cudaError_t cudaMemset(void* p, int value, size_t count) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  return cudaSuccess;
+}
+
+// Events: launches are synchronous here, so the host clock at record is the completion time.
+struct CUevent_st {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  e->at = std::chrono::steady_clock::now();
+  e->recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  return e->recorded ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
   return cudaSuccess;
 }
 

@@ -248,6 +248,25 @@ TEST(Cuda, PhiloxGeneratorPerDevice) {
   EXPECT_THROW(g.set_offset(6), tb::Error);
 }
 
+// Step phases are timed with CUDA events: marks do not wait, one read per step.
+TEST(Cuda, DeviceTimerUsesEvents) {
+  REQUIRE_GPU();
+  auto timer = tb::core::make_device_timer(kGpu);
+  ASSERT_NE(timer, nullptr);
+  const Tensor a = ops::ones({256, 256}).to(kGpu);
+  timer->mark();
+  Tensor x = a;
+  for (int i = 0; i < 4; ++i)
+    x = ops::mm(x, a);
+  timer->mark();
+  timer->mark();
+  const auto d = timer->elapsed_ms();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_GE(d[0], 0.0);
+  EXPECT_GE(d[1], 0.0);
+  EXPECT_TRUE(timer->elapsed_ms().empty());
+}
+
 // Training on cuda:0 follows the CPU: the MLP (AdamW, Muon with fp32 Newton-Schulz, bf16
 // autocast, EMA) and qwen-tiny on synthetic text, same seed, losses within tolerance.
 struct LossSink : tb::train::MetricSink {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -273,6 +274,60 @@ TEST(Openreg, StreamsRunInOrderAndEventsTime) {
   other.enqueue([&] { seen = released.load(); });
   other.synchronize();
   EXPECT_TRUE(seen);
+}
+
+// The device timer (core::DeviceTimer) marks the current stream without waiting; elapsed_ms()
+// waits once and returns the time between marks, on the device's clock. The trainer reports
+// its step phases with it.
+TEST(Openreg, DeviceTimerMeasuresOnTheStreamWithoutWaiting) {
+  EXPECT_EQ(tb::core::make_device_timer(Device()), nullptr);  // the CPU times on the host
+  auto timer = tb::core::make_device_timer(dev(0));
+  ASSERT_NE(timer, nullptr);
+  openreg::Stream& s = openreg::current_stream(0);
+  timer->mark();
+  s.enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  const auto t0 = std::chrono::steady_clock::now();
+  timer->mark();
+  s.enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+  timer->mark();
+  // mark() did not wait for the 30 ms kernel.
+  const double marking_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(marking_ms, 25.0);
+  const auto d = timer->elapsed_ms();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_GE(d[0], 25.0);
+  EXPECT_GE(d[1], 8.0);
+  EXPECT_TRUE(timer->elapsed_ms().empty());  // the marks were consumed
+  // A run on the device reports its phases from the timer.
+  tb::train::RunConfig c;
+  c.run.steps = 3;
+  c.run.device = "openreg:0";
+  c.data.kind = "synthetic-blobs";
+  c.data.batch_size = 16;
+  c.data.workers = 0;
+  tb::nn::MlpConfig m;
+  m.input = 16;
+  m.hidden = {32};
+  m.classes = 4;
+  c.model = m;
+  struct Sink : tb::train::MetricSink {
+    std::map<std::string, double> last;
+    void on_metrics(std::int64_t, const tb::train::Metrics& ms) override {
+      for (const auto& [k, v] : ms)
+        last[k] = v;
+    }
+    void on_event(const std::string&, const std::string&) override {}
+  };
+  auto sink = std::make_shared<Sink>();
+  tb::train::Trainer t(c);
+  t.add_sink(sink);
+  ASSERT_EQ(t.run().outcome, tb::train::RunOutcome::kFinished);
+  for (const char* k : {"time.forward_ms", "time.backward_ms", "time.optimizer_ms"}) {
+    ASSERT_EQ(sink->last.count(k), 1u) << k;
+    EXPECT_GT(sink->last[k], 0.0) << k;
+    EXPECT_LE(sink->last[k], sink->last["time.step_ms"]) << k;
+  }
 }
 
 TEST(Openreg, FallbackRunsTheCpuKernelAndCopiesMutatedArgumentsBack) {

@@ -234,6 +234,48 @@ void fill_kernel(Tensor& t, const core::Scalar& value) {
   if (!target.is_same(t)) device_strided_copy(t, target);
 }
 
+// Step timings on the GPU's clock: CUDA events on the default stream (core::DeviceTimer). The
+// events are created once and reused; only elapsed_ms() waits (for the last one).
+class CudaTimer final : public core::DeviceTimer {
+ public:
+  explicit CudaTimer(Device d) : device_(static_cast<int>(d.index())) {}
+  ~CudaTimer() override {
+    for (cudaEvent_t e : events_)
+      (void)cudaEventDestroy(e);
+  }
+  CudaTimer(const CudaTimer&) = delete;
+  CudaTimer& operator=(const CudaTimer&) = delete;
+
+  void mark() override {
+    DeviceGuard guard(device_);
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      check_cuda(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    check_cuda(cudaEventRecord(events_[used_++], nullptr), "cudaEventRecord");
+  }
+
+  std::vector<double> elapsed_ms() override {
+    std::vector<double> out;
+    if (used_ == 0) return out;
+    DeviceGuard guard(device_);
+    check_cuda(cudaEventSynchronize(events_[used_ - 1]), "cudaEventSynchronize");
+    for (std::size_t i = 1; i < used_; ++i) {
+      float ms = 0.0f;
+      check_cuda(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]), "cudaEventElapsedTime");
+      out.push_back(static_cast<double>(ms));
+    }
+    used_ = 0;
+    return out;
+  }
+
+ private:
+  int device_;
+  std::vector<cudaEvent_t> events_;
+  std::size_t used_ = 0;
+};
+
 }  // namespace
 
 CudaStatus cuda_status() {
@@ -281,6 +323,10 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
     }
     return "";
   });
+  core::register_device_timer(DeviceType::CUDA,
+                              [](core::Device dev) -> std::unique_ptr<core::DeviceTimer> {
+                                return std::make_unique<CudaTimer>(dev);
+                              });
   if (!rng::has_generator_factory(DeviceType::CUDA)) {
     rng::register_generator_factory(DeviceType::CUDA, [](core::DeviceIndex i) {
       return std::make_unique<rng::PhiloxGenerator>(Device(DeviceType::CUDA, i));

@@ -691,11 +691,39 @@ bool native_kernels_enabled() {
 
 namespace tb::backends {
 
+namespace {
+// Step timings on the device's clock: events on its current stream (core::DeviceTimer).
+class OpenregTimer final : public core::DeviceTimer {
+ public:
+  explicit OpenregTimer(Device d) : device_(static_cast<int>(d.index())) {}
+  void mark() override {
+    events_.emplace_back();
+    events_.back().record(tb::openreg::current_stream(device_));
+  }
+  std::vector<double> elapsed_ms() override {
+    std::vector<double> out;
+    if (!events_.empty()) events_.back().synchronize();
+    for (std::size_t i = 1; i < events_.size(); ++i)
+      out.push_back(events_[i - 1].elapsed_ms(events_[i]));
+    events_.clear();
+    return out;
+  }
+
+ private:
+  int device_;
+  std::vector<tb::openreg::Event> events_;
+};
+}  // namespace
+
 void register_openreg_backend(dispatch::Dispatcher& /*d: registers through Dispatcher::raw()*/) {
   using namespace tb::openreg;  // NOLINT(google-build-using-namespace)
   core::rename_privateuse1_backend("openreg");
   core::register_allocator(DeviceType::PrivateUse1, &OpenregAllocator::instance());
   core::register_device_probe(DeviceType::PrivateUse1, &probe);
+  core::register_device_timer(DeviceType::PrivateUse1,
+                              [](Device d) -> std::unique_ptr<core::DeviceTimer> {
+                                return std::make_unique<OpenregTimer>(d);
+                              });
   if (!rng::has_generator_factory(DeviceType::PrivateUse1)) {
     rng::register_generator_factory(DeviceType::PrivateUse1, [](core::DeviceIndex i) {
       return std::make_unique<rng::PhiloxGenerator>(Device(DeviceType::PrivateUse1, i));
