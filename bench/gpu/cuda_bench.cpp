@@ -1,11 +1,13 @@
-// GPU matrix products: our tensor `mm` on cuda:0 (allocation + cuBLAS) against a raw
-// cublasSgemm/cublasDgemm on the same buffers. Reports TFLOP/s ("flops" counter); each
-// iteration is synchronised so the time is the kernel's, not the launch's.
+// GPU matrix products: our tensor `mm` on cuda:0 (allocation + cuBLAS or cuBLASLt) in fp32,
+// TF32, bf16, fp16 and fp64 against a raw cublasSgemm / cublasGemmEx on the same shapes.
+// Reports TFLOP/s ("flops" counter); each iteration is synchronised so the time is the
+// kernel's, not the launch's.
 // Run (GPU machine): cuda_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "engine/api/engine_api.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/ops/ops.h"
 
@@ -27,10 +29,14 @@ void set_flops(benchmark::State& state, double n) {
       benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Arg 1: 0 = cuBLAS, 1 = cuBLASLt, 2 = cuBLAS with TF32.
 template <ScalarType DT>
 void BM_tensor_mm_cuda(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const std::int64_t n = state.range(0);
+  const std::int64_t mode = state.range(1);
+  tb::api::set_gemm_backend(mode == 1 ? "cublaslt" : "cublas");
+  tb::backends::set_cuda_allow_tf32(mode == 2);
   const Device gpu(DeviceType::CUDA, 0);
   const Tensor a = tb::ops::randn({n, n}, nullptr, DT).to(gpu);
   const Tensor b = tb::ops::randn({n, n}, nullptr, DT).to(gpu);
@@ -39,7 +45,35 @@ void BM_tensor_mm_cuda(benchmark::State& state) {
     cudaDeviceSynchronize();
     benchmark::DoNotOptimize(c.data_ptr());
   }
+  tb::backends::set_cuda_allow_tf32(false);
+  tb::api::set_gemm_backend("auto");
   set_flops(state, static_cast<double>(n));
+}
+
+// cublasGemmEx in bf16 with fp32 accumulation: the ceiling for our bf16 mm.
+void BM_raw_cublas_gemmex_bf16(benchmark::State& state) {
+  if (!have_gpu(state)) return;
+  const int n = static_cast<int>(state.range(0));
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const std::size_t bytes = 2 * static_cast<std::size_t>(n) * n;
+  cudaMalloc(&a, bytes);
+  cudaMalloc(&b, bytes);
+  cudaMalloc(&c, bytes);
+  cudaMemset(a, 0, bytes);
+  cudaMemset(b, 0, bytes);
+  cublasHandle_t h;
+  cublasCreate(&h);
+  const float one = 1.0f, zero = 0.0f;
+  for (auto _ : state) {
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, CUDA_R_16BF, n, a, CUDA_R_16BF, n,
+                 &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cudaDeviceSynchronize();
+  }
+  cublasDestroy(h);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  set_flops(state, n);
 }
 
 void BM_raw_cublas_sgemm(benchmark::State& state) {
@@ -66,9 +100,16 @@ void BM_raw_cublas_sgemm(benchmark::State& state) {
   set_flops(state, n);
 }
 
-BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float32>)->Arg(1024)->Arg(4096)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float32>)
+    ->ArgsProduct({{1024, 4096, 8192}, {0, 1, 2}})
+    ->UseRealTime();
 BENCHMARK(BM_raw_cublas_sgemm)->Arg(1024)->Arg(4096)->Arg(8192)->UseRealTime();
-BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float64>)->Arg(4096)->UseRealTime();
+BENCHMARK(BM_tensor_mm_cuda<ScalarType::BFloat16>)
+    ->ArgsProduct({{4096, 8192}, {0, 1}})
+    ->UseRealTime();
+BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float16>)->ArgsProduct({{4096, 8192}, {0}})->UseRealTime();
+BENCHMARK(BM_raw_cublas_gemmex_bf16)->Arg(4096)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float64>)->ArgsProduct({{4096}, {0}})->UseRealTime();
 
 }  // namespace
 

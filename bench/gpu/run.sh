@@ -1,35 +1,67 @@
 #!/usr/bin/env bash
-# The GPU check, run on a GPU machine from the repository root with the packed folder .device/
-# (bench/gpu/pack.sh): device info, the CUDA tests, the engine tests, the demo, GEMM figures.
-# Output goes to stdout and, when $OUT is set, to $OUT/gpu-check.log.
+# The GPU check (issue "CUDA backend"), run on a GPU machine from the repository root after
+# bench/gpu/pack.sh packed .device/pack.tar.xz here. Within ~10 minutes it prints: the device,
+# the CUDA tests, the parity test of every CUDA kernel against the CPU, GEMM TFLOP/s of our mm
+# (cuBLAS, cuBLASLt, TF32, bf16, fp16, fp64) against raw cuBLAS, the MLP and qwen-tiny step time
+# and samples or tokens/s trained by trainbench-cli on cuda:0, Muon vs AdamW optimizer-step time,
+# and the same models and products in PyTorch on that machine.
+# Output goes to stdout and, when $OUT is set, to $OUT/gpu-check.log (plus the run store).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-dir=.device
-log=${OUT:-/tmp}/gpu-check.log
+out=${OUT:-/tmp}
+dir=$(mktemp -d)
+tar -C "$dir" -xJf .device/pack.tar.xz
 cublas_dirs=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64:${cublas_dirs}:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:${cublas_dirs}:${LD_LIBRARY_PATH:-}"
+cli="$dir/bin/trainbench-cli"
+# TB_GPU_CHECK_DEVICE=cpu tries the script itself on a machine without a GPU.
+device=${TB_GPU_CHECK_DEVICE:-cuda:0}
+db="$out/gpu-runs.sqlite"
+rm -f "$db"*
+
+# Median of a metric over the steps after the first 20 (warm-up) of stored run $1.
+median() {
+  "$cli" --db "$db" export "$1" | python3 -c '
+import csv, sys, statistics
+rows = [r for r in csv.DictReader(sys.stdin) if int(r["step"]) > 20]
+for key in sys.argv[1:]:
+    v = [float(r[key]) for r in rows if r.get(key)]
+    print(f"{key} {statistics.median(v):.3f}" if v else f"{key} -", end="  ")
+print()' "${@:2}"
+}
+
+train() {  # name config extra --set arguments...
+  local name=$1 cfg=$2
+  shift 2
+  "$cli" --db "$db" run "$cfg" --set run.device="$device" --set run.log_interval=1 \
+    --set eval.batches=1 --set checkpoint.interval=0 --set run.name="gpu-$name" "$@" | tail -1
+}
+
 {
   echo "== $(date -u +%F\ %T) UTC on $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   echo "== trainbench-cli devices"
-  "$dir/bin/trainbench-cli" devices
+  "$cli" devices
   echo "== CUDA tests"
-  "$dir/bin/tb_cuda_tests"
-  echo "== engine tests (CPU, $(nproc) cores)"
-  "$dir/bin/tb_engine_tests" --gtest_brief=1
-  echo "== demo"
-  "$dir/bin/trainbench-cli" demo
-  echo "== GPU GEMM: tensor mm vs raw cuBLAS"
-  "$dir/bin/cuda_bench" --benchmark_min_time=0.3
-  echo "== PyTorch on this GPU, same shapes"
-  python3 - <<'PY' || true
-import torch, time
-for n, dt in ((1024, torch.float32), (4096, torch.float32), (8192, torch.float32), (4096, torch.float64)):
-    a = torch.randn(n, n, device="cuda", dtype=dt); b = torch.randn(n, n, device="cuda", dtype=dt)
-    for _ in range(3): a @ b
-    torch.cuda.synchronize(); reps = 20; t = time.perf_counter()
-    for _ in range(reps): a @ b
-    torch.cuda.synchronize(); s = (time.perf_counter() - t) / reps
-    print(f"torch {torch.__version__} mm {dt} n={n}: {s*1e3:.3f} ms, {2*n**3/s/1e12:.1f} TFLOP/s (TF32 {torch.backends.cuda.matmul.allow_tf32})")
-PY
-} 2>&1 | tee "$log"
+  "$dir/bin/tb_cuda_tests" --gtest_brief=1
+  echo "== parity: every CUDA kernel against the CPU's (and openreg)"
+  (cd "$dir/data" && "$dir/bin/tb_engine_tests" --gtest_filter='*BackendParity*' --gtest_brief=1)
+  echo "== GPU GEMM: tensor mm (arg 2: 0 cuBLAS, 1 cuBLASLt, 2 TF32) vs raw cuBLAS"
+  "$dir/bin/cuda_bench" --benchmark_min_time=0.2
+  echo "== models on $device (trainbench-cli; medians after 20 warm-up steps)"
+  train mlp resources/configs/fmnist-mlp-adamw.toml --set run.steps=220 \
+    --set data.path="$dir/data/fashion-mnist" --set data.workers=2
+  echo "mlp adamw: $(median 1 time.step_ms samples_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
+  train qwen-adamw resources/configs/qwen-tiny-fortunes-adamw.toml --set run.steps=120 \
+    --set data.kind=synthetic-text
+  echo "qwen-tiny adamw: $(median 2 time.step_ms tokens_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
+  train qwen-muon resources/configs/qwen-tiny-fortunes-muon.toml --set run.steps=120 \
+    --set data.kind=synthetic-text
+  echo "qwen-tiny muon: $(median 3 time.step_ms tokens_per_s time.optimizer_ms time.newton_schulz_ms)"
+  train qwen-bf16 resources/configs/qwen-tiny-fortunes-adamw.toml --set run.steps=120 \
+    --set data.kind=synthetic-text --set amp.enabled=true --set amp.dtype=bf16
+  echo "qwen-tiny adamw bf16 autocast: $(median 4 time.step_ms tokens_per_s)"
+  echo "== PyTorch on this GPU, same models and shapes"
+  python3 bench/gpu/torch_gpu.py --steps 100 || echo "(no PyTorch with CUDA here)"
+} 2>&1 | tee "$out/gpu-check.log"
+rm -rf "$dir"

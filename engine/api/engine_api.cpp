@@ -89,6 +89,10 @@ GemmBackendChoice set_gemm_backend(const std::string& name) {
           std::string(cpu::gemm_backend_name(sel.used)), sel.warning};
 }
 
+void set_allow_tf32(bool allow) {
+  backends::set_cuda_allow_tf32(allow);
+}
+
 std::string current_gemm_backend() {
   return std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
 }

@@ -56,6 +56,9 @@ struct GemmBackendChoice {
 GemmBackendChoice set_gemm_backend(const std::string& name);
 /// Name of the GEMM backend in use: "openblas" or "reference".
 std::string current_gemm_backend();
+/// Lets float32 products on CUDA devices use TF32 tensor cores (inputs rounded to 10 mantissa
+/// bits, float32 accumulation; PyTorch's allow_tf32). Off by default; no effect elsewhere.
+void set_allow_tf32(bool allow);
 
 /// Runs the headless demo (seeded data, a least-squares fit by gradient descent on the engine's
 /// ops, GEMM vs SYRK timings), printing what it does to `out`. Returns 0 on success.
