@@ -60,4 +60,13 @@ std::unique_ptr<Generator> PhiloxGenerator::clone_unlocked() const {
   return gen;
 }
 
+PhiloxGenerator& philox_generator_for(const char* op, core::Device device, Generator* gen) {
+  Generator& g = gen != nullptr ? *gen : default_generator(device);
+  auto* p = dynamic_cast<PhiloxGenerator*>(&g);
+  TB_CHECK_T(TypeError, p != nullptr && g.device() == device, "[", op, "] the generator of ",
+             g.device(), " cannot fill a tensor on ", device,
+             " (pass that device's generator or none)");
+  return *p;
+}
+
 }  // namespace tb::rng

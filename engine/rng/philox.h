@@ -45,4 +45,8 @@ class PhiloxGenerator final : public Generator {
   std::uint64_t offset_ = 0;
 };
 
+/// The Philox generator a device kernel of `op` draws from: `gen`, or `device`'s default when it
+/// is null. Throws tb::TypeError naming `op` when that is not a Philox generator of `device`.
+PhiloxGenerator& philox_generator_for(const char* op, core::Device device, Generator* gen);
+
 }  // namespace tb::rng

@@ -1,6 +1,7 @@
 // CPU matrix products: mm, addmm, bmm, baddbmm and the symmetric product syrk, on the GEMM
 // backend in use (OpenBLAS or the reference kernels). Transposed operands are passed to BLAS as
 // transposes, never copied; 16-bit floats compute in float32.
+#include "engine/backends/common/mat_arg.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/ops/op_signatures.h"
@@ -13,36 +14,8 @@ namespace sig = ops::sig;
 
 namespace {
 
-// How a matrix operand (the last two dims) is handed to BLAS.
-struct MatArg {
-  Tensor t;  // possibly a contiguous copy
-  bool trans = false;
-  std::int64_t ld = 1;
-  std::int64_t batch_stride = 0;
-};
-
-MatArg mat_arg(const Tensor& x) {
-  const std::int64_t nd = x.dim();
-  const std::int64_t rows = x.size(nd - 2);
-  const std::int64_t cols = x.size(nd - 1);
-  const std::int64_t rs = x.stride(nd - 2);
-  const std::int64_t cs = x.stride(nd - 1);
-  MatArg m;
-  if ((cs == 1 || cols == 1) && rs >= std::max<std::int64_t>(1, cols)) {
-    m = {x, false, rs, nd == 3 ? x.stride(0) : 0};
-  } else if ((rs == 1 || rows == 1) && cs >= std::max<std::int64_t>(1, rows)) {
-    m = {x, true, cs, nd == 3 ? x.stride(0) : 0};
-  } else {
-    Tensor c = x.contiguous();
-    m = {c, false, std::max<std::int64_t>(1, cols), nd == 3 ? rows * cols : 0};
-  }
-  // A broadcast batch dim (stride 0) is fine for BLAS; other odd batch strides are not.
-  if (nd == 3 && x.size(0) > 1 && m.batch_stride != 0 && m.batch_stride < rows * cols) {
-    Tensor c = x.contiguous();
-    m = {c, false, std::max<std::int64_t>(1, cols), rows * cols};
-  }
-  return m;
-}
+using backends::mat_arg;
+using backends::MatArg;
 
 // Calls f(float{}) or f(double{}) for the compute dtype (16-bit inputs were converted before).
 template <typename F>

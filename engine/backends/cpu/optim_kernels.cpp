@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "engine/backends/common/adam_args.h"
 #include "engine/backends/common/optim_math.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/backends/cpu/thread_pool.h"
@@ -74,26 +75,9 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
                       double wd, bool maximize, bool decoupled) {
   const std::size_t n = ps.size();
   const bool amsgrad = !vmaxs.empty();
-  TB_CHECK(gs.size() == n && ms.size() == n && vs.size() == n && (!amsgrad || vmaxs.size() == n) &&
-               step_sizes.numel() == static_cast<std::int64_t>(n) &&
-               bc2_sqrts.numel() == static_cast<std::int64_t>(n),
-           "[adam_step_] the tensor lists and the step tensors must have one entry per parameter");
+  const ScalarType dt =
+      backends::check_adam_step_args(ps, gs, ms, vs, vmaxs, step_sizes, bc2_sqrts, core::Device());
   if (n == 0) return;
-  const ScalarType dt = ps[0].dtype();
-  TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
-             "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
-  const char* names[] = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"};
-  int li = 0;
-  for (const auto* list : {&ps, &gs, &ms, &vs, &vmaxs}) {
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      const Tensor& t = (*list)[i];
-      TB_CHECK_T(TypeError, t.dtype() == dt && t.is_contiguous() && t.device().is_cpu(),
-                 "[adam_step_] every tensor must be a contiguous ", dt, " CPU tensor; ", names[li],
-                 "[", i, "] is a ", t.is_contiguous() ? "contiguous " : "strided ", t.dtype(),
-                 " tensor on ", t.device());
-    }
-    ++li;
-  }
   const auto ss = step_sizes.to(core::Device(), ScalarType::Float64).contiguous();
   const auto bc = bc2_sqrts.to(core::Device(), ScalarType::Float64).contiguous();
   const double* step_size = ss.data_ptr<double>();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/common/mat_arg.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cuda/cuda_internal.h"
 #include "engine/backends/cuda/cuda_kernels.h"
@@ -169,35 +170,8 @@ cublasLtHandle_t lt_handle(int device) {
   return h;
 }
 
-// How a matrix operand (the last two dims) is handed to BLAS (as the CPU kernels do).
-struct MatArg {
-  Tensor t;  // possibly a contiguous copy
-  bool trans = false;
-  std::int64_t ld = 1;
-  std::int64_t batch_stride = 0;
-};
-
-MatArg mat_arg(const Tensor& x) {
-  const std::int64_t nd = x.dim();
-  const std::int64_t rows = x.size(nd - 2);
-  const std::int64_t cols = x.size(nd - 1);
-  const std::int64_t rs = x.stride(nd - 2);
-  const std::int64_t cs = x.stride(nd - 1);
-  MatArg m;
-  if ((cs == 1 || cols == 1) && rs >= std::max<std::int64_t>(1, cols)) {
-    m = {x, false, rs, nd == 3 ? x.stride(0) : 0};
-  } else if ((rs == 1 || rows == 1) && cs >= std::max<std::int64_t>(1, rows)) {
-    m = {x, true, cs, nd == 3 ? x.stride(0) : 0};
-  } else {
-    Tensor c = x.contiguous();
-    m = {c, false, std::max<std::int64_t>(1, cols), nd == 3 ? rows * cols : 0};
-  }
-  if (nd == 3 && x.size(0) > 1 && m.batch_stride != 0 && m.batch_stride < rows * cols) {
-    Tensor c = x.contiguous();
-    m = {c, false, std::max<std::int64_t>(1, cols), rows * cols};
-  }
-  return m;
-}
+using backends::mat_arg;
+using backends::MatArg;
 
 struct Types {
   cudaDataType_t data;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/backends/common/adam_args.h"
 #include "engine/backends/common/elementwise_math.h"
 #include "engine/backends/common/reduce_plan.h"
 #include "engine/backends/cuda/cuda_internal.h"
@@ -428,12 +429,7 @@ Tensor rope_kernel(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_i
 // ---------------------------------------------------------------------------------------
 
 rng::PhiloxGenerator& philox_for(const char* op, const Tensor& t, rng::Generator* gen) {
-  rng::Generator& g = gen != nullptr ? *gen : rng::default_generator(t.device());
-  auto* p = dynamic_cast<rng::PhiloxGenerator*>(&g);
-  TB_CHECK_T(TypeError, p != nullptr && g.device() == t.device(), "[", op, "] the generator of ",
-             g.device(), " cannot fill a tensor on ", t.device(),
-             " (pass that device's generator or none)");
-  return *p;
+  return rng::philox_generator_for(op, t.device(), gen);
 }
 
 // Draws into t (any float dtype and layout): a contiguous buffer of t's dtype first when t is
@@ -551,21 +547,9 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
                       double wd, bool maximize, bool decoupled) {
   const std::size_t n = ps.size();
   const bool amsgrad = !vmaxs.empty();
-  TB_CHECK(gs.size() == n && ms.size() == n && vs.size() == n && (!amsgrad || vmaxs.size() == n) &&
-               step_sizes.numel() == static_cast<std::int64_t>(n) &&
-               bc2_sqrts.numel() == static_cast<std::int64_t>(n),
-           "[adam_step_] the tensor lists and the step tensors must have one entry per parameter");
+  const Device device = ps.empty() ? Device() : ps[0].device();
+  const ScalarType dt = check_adam_step_args(ps, gs, ms, vs, vmaxs, step_sizes, bc2_sqrts, device);
   if (n == 0) return;
-  const ScalarType dt = ps[0].dtype();
-  const Device device = ps[0].device();
-  TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
-             "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
-  for (const auto* list : {&ps, &gs, &ms, &vs, &vmaxs}) {
-    for (const auto& t : *list) {
-      TB_CHECK_T(TypeError, t.dtype() == dt && t.is_contiguous() && t.device() == device,
-                 "[adam_step_] every tensor must be a contiguous ", dt, " tensor on ", device);
-    }
-  }
   // The per-parameter scalars are host values (the optimizer computes them on the host).
   const Tensor ss = step_sizes.to(Device(), ScalarType::Float64).contiguous();
   const Tensor bc = bc2_sqrts.to(Device(), ScalarType::Float64).contiguous();

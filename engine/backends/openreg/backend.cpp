@@ -83,12 +83,7 @@ std::string probe(core::DeviceIndex index) {
 // ---- 2. generators ------------------------------------------------------------------------------
 
 rng::PhiloxGenerator& philox_for(const char* op, const Tensor& t, rng::Generator* gen) {
-  rng::Generator& g = gen != nullptr ? *gen : rng::default_generator(t.device());
-  auto* p = dynamic_cast<rng::PhiloxGenerator*>(&g);
-  TB_CHECK_T(TypeError, p != nullptr && g.device() == t.device(), "[", op, "] the generator of ",
-             g.device(), " cannot fill a tensor on ", t.device(),
-             " (pass that device's generator or none)");
-  return *p;
+  return rng::philox_generator_for(op, t.device(), gen);
 }
 
 // ---- helpers: element loops that run on a stream ------------------------------------------------
