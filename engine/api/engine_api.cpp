@@ -84,9 +84,27 @@ void set_num_threads(int n) {
 }
 
 GemmBackendChoice set_gemm_backend(const std::string& name) {
-  const auto sel = cpu::set_gemm_backend(cpu::parse_gemm_backend(name));
-  return {std::string(cpu::gemm_backend_name(sel.requested)),
-          std::string(cpu::gemm_backend_name(sel.used)), sel.warning};
+  const cpu::GemmBackend requested = cpu::parse_gemm_backend(name);
+  auto sel = cpu::set_gemm_backend(requested);
+  GemmBackendChoice c{std::string(cpu::gemm_backend_name(sel.requested)),
+                      std::string(cpu::gemm_backend_name(sel.used)), sel.warning};
+  // The CUDA choices are checked up front too: no device says so; cuBLASLt that cannot be
+  // loaded falls back to cuBLAS for CUDA GEMMs.
+  if (requested == cpu::GemmBackend::Cublas || requested == cpu::GemmBackend::CublasLt) {
+    const bool lt = requested == cpu::GemmBackend::CublasLt;
+    const std::string why = backends::cuda_blas_unavailable_reason(lt);
+    if (!why.empty()) {
+      const std::string cuda_why = backends::cuda_status().reason;
+      if (lt && cuda_why.empty()) {
+        (void)cpu::set_gemm_backend(cpu::GemmBackend::Cublas);
+        c.warning += tb::detail::str_cat("; gemm_backend 'cublaslt' cannot be used (", why,
+                                         "): CUDA GEMMs use 'cublas' instead");
+      } else {
+        c.warning += tb::detail::str_cat("; and no CUDA device can use it here: ", why);
+      }
+    }
+  }
+  return c;
 }
 
 void set_allow_tf32(bool allow) {

@@ -46,6 +46,12 @@ TEST(Cuda, StatusExplainsItself) {
     } catch (const tb::Error& e) {
       EXPECT_NE(std::string(e.what()).find(st.reason), std::string::npos) << e.what();
     }
+    // Choosing a CUDA GEMM backend says up front that no device can use it.
+    const auto choice = tb::api::set_gemm_backend("cublaslt");
+    EXPECT_NE(choice.warning.find("no CUDA device can use it here: " + st.reason),
+              std::string::npos)
+        << choice.warning;
+    tb::api::set_gemm_backend("auto");
     GTEST_SKIP() << "no usable GPU: " << st.reason;
   }
   EXPECT_TRUE(st.reason.empty());
@@ -190,7 +196,9 @@ TEST(Cuda, CublasLtAndTf32MatchCublas) {
   const Tensor bias = ops::randn({64}, gen.get());
   const auto ref = ops::addmm(bias, a, b).to_vector<float>();
   for (const char* backend : {"cublas", "cublaslt"}) {
-    tb::api::set_gemm_backend(backend);
+    const auto choice = tb::api::set_gemm_backend(backend);
+    EXPECT_EQ(choice.warning.find("no CUDA device can use it"), std::string::npos)
+        << choice.warning;
     const auto got =
         ops::addmm(bias.to(kGpu), a.to(kGpu), b.to(kGpu)).to(Device()).to_vector<float>();
     for (std::size_t k = 0; k < ref.size(); ++k)

@@ -430,4 +430,20 @@ void register_cuda_blas(dispatch::Dispatcher& d) {
 }
 
 }  // namespace cuda_detail
+
+std::string cuda_blas_unavailable_reason(bool lt) {
+  const CudaStatus st = cuda_status();
+  if (st.device_count == 0) return st.reason;
+  try {
+    if (lt) {
+      (void)cuda_detail::lt();
+    } else {
+      (void)cuda_detail::cublas();
+    }
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace tb::backends

@@ -19,6 +19,10 @@ CudaStatus cuda_status();
 /// Lets float32 products on CUDA devices use TF32 tensor cores (10-bit mantissa inputs, float32
 /// accumulation; PyTorch's allow_tf32). Off by default. Process-wide; no effect without CUDA.
 void set_cuda_allow_tf32(bool allow);
+
+/// Why CUDA GEMMs cannot use cuBLAS (lt = false) or cuBLASLt (lt = true) here, "" when they can:
+/// no usable device, or the library does not load (this loads it: ~0.5 s the first time).
+std::string cuda_blas_unavailable_reason(bool lt);
 bool cuda_allow_tf32();
 
 }  // namespace tb::backends

@@ -14,6 +14,10 @@ CudaStatus cuda_status() {
 }
 
 void set_cuda_allow_tf32(bool) {}
+
+std::string cuda_blas_unavailable_reason(bool) {
+  return cuda_status().reason;
+}
 bool cuda_allow_tf32() {
   return false;
 }
