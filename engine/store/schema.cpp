@@ -137,6 +137,11 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   std::int64_t app_id = 0;
   try {
     Connection ro(path, {.read_only = true, .busy_timeout_ms = options.busy_timeout_ms});
+    // One read transaction: the id, version and tables come from one snapshot. Read one by one
+    // they could straddle another process's schema creation (id still 0, tables already there)
+    // and reject a TrainBench store as another application's (seen with three runs started at
+    // once into a new store).
+    ro.exec("BEGIN");
     app_id = ro.query_int("PRAGMA application_id");
     result.version = static_cast<int>(ro.query_int("PRAGMA user_version"));
     Statement st = ro.prepare(
@@ -152,6 +157,7 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
                              "); restore it from a backup"));
       }
     }
+    ro.exec("COMMIT");
   } catch (const DatabaseRejectedError&) {
     throw;
   } catch (const StoreError& e) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -146,7 +147,8 @@ TEST_F(StoreTest, ProcessesCreatingTheSameStoreAtOnceBothSucceed) {
         try {
           auto store = RunStore::open(db);
           store.create_run({.name = "child"});
-        } catch (...) {
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "round %d child %d: %s\n", round, k, e.what());
           code = 1;
         }
         _exit(code);
