@@ -103,7 +103,10 @@ Allocator& get_allocator(DeviceType type);
 class DeviceTimer {
  public:
   virtual ~DeviceTimer() = default;
+  /// Queues a timestamp on the device's current stream; does not wait.
   virtual void mark() = 0;
+  /// Waits for the last mark; the milliseconds between consecutive marks (one fewer than the
+  /// marks), which are then forgotten. Empty when fewer than two marks were made.
   virtual std::vector<double> elapsed_ms() = 0;
 };
 
