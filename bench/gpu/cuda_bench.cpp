@@ -1,5 +1,5 @@
 // GPU matrix products: our tensor `mm` on cuda:0 (allocation + cuBLAS or cuBLASLt) in fp32,
-// TF32, bf16, fp16 and fp64 against a raw cublasSgemm / cublasGemmEx on the same shapes.
+// TF32, bf16, fp16 and fp64 against a raw cublasGemmEx (fp32 or bf16) on the same shapes.
 // Reports TFLOP/s ("flops" counter); each iteration is synchronised so the time is the
 // kernel's, not the launch's.
 // Run (GPU machine): cuda_bench --benchmark_min_time=0.5
@@ -50,12 +50,15 @@ void BM_tensor_mm_cuda(benchmark::State& state) {
   set_flops(state, static_cast<double>(n));
 }
 
-// cublasGemmEx in bf16 with fp32 accumulation: the ceiling for our bf16 mm.
-void BM_raw_cublas_gemmex_bf16(benchmark::State& state) {
+// Raw cublasGemmEx on the same shapes: the ceiling for our mm. Arg 1: 0 = fp32 (as
+// cublasSgemm), 1 = bf16 with fp32 accumulation.
+void BM_raw_cublas(benchmark::State& state) {
   if (!have_gpu(state)) return;
   const int n = static_cast<int>(state.range(0));
+  const bool bf16 = state.range(1) == 1;
+  const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   void *a = nullptr, *b = nullptr, *c = nullptr;
-  const std::size_t bytes = 2 * static_cast<std::size_t>(n) * n;
+  const std::size_t bytes = (bf16 ? 2 : 4) * static_cast<std::size_t>(n) * n;
   cudaMalloc(&a, bytes);
   cudaMalloc(&b, bytes);
   cudaMalloc(&c, bytes);
@@ -65,32 +68,8 @@ void BM_raw_cublas_gemmex_bf16(benchmark::State& state) {
   cublasCreate(&h);
   const float one = 1.0f, zero = 0.0f;
   for (auto _ : state) {
-    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, CUDA_R_16BF, n, a, CUDA_R_16BF, n,
-                 &zero, c, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    cudaDeviceSynchronize();
-  }
-  cublasDestroy(h);
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(c);
-  set_flops(state, n);
-}
-
-void BM_raw_cublas_sgemm(benchmark::State& state) {
-  if (!have_gpu(state)) return;
-  const int n = static_cast<int>(state.range(0));
-  float *a = nullptr, *b = nullptr, *c = nullptr;
-  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(n) * n;
-  cudaMalloc(&a, bytes);
-  cudaMalloc(&b, bytes);
-  cudaMalloc(&c, bytes);
-  cudaMemset(a, 0, bytes);
-  cudaMemset(b, 0, bytes);
-  cublasHandle_t h;
-  cublasCreate(&h);
-  const float one = 1.0f, zero = 0.0f;
-  for (auto _ : state) {
-    cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, n, a, n, &zero, c, n);
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, type, n, a, type, n, &zero, c, type,
+                 n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     cudaDeviceSynchronize();
   }
   cublasDestroy(h);
@@ -103,12 +82,12 @@ void BM_raw_cublas_sgemm(benchmark::State& state) {
 BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float32>)
     ->ArgsProduct({{1024, 4096, 8192}, {0, 1, 2}})
     ->UseRealTime();
-BENCHMARK(BM_raw_cublas_sgemm)->Arg(1024)->Arg(4096)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_raw_cublas)->ArgsProduct({{1024, 4096, 8192}, {0}})->UseRealTime();
 BENCHMARK(BM_tensor_mm_cuda<ScalarType::BFloat16>)
     ->ArgsProduct({{4096, 8192}, {0, 1}})
     ->UseRealTime();
 BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float16>)->ArgsProduct({{4096, 8192}, {0}})->UseRealTime();
-BENCHMARK(BM_raw_cublas_gemmex_bf16)->Arg(4096)->Arg(8192)->UseRealTime();
+BENCHMARK(BM_raw_cublas)->ArgsProduct({{4096, 8192}, {1}})->UseRealTime();
 BENCHMARK(BM_tensor_mm_cuda<ScalarType::Float64>)->ArgsProduct({{4096}, {0}})->UseRealTime();
 
 }  // namespace

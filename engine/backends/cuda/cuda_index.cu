@@ -38,25 +38,18 @@ __global__ void index_select_kernel(U* out, const U* in, const std::int64_t* ind
 }
 
 template <typename U>
-__global__ void gather_kernel(U* out, const U* in, const std::int64_t* index, int dim,
-                              std::int64_t dim_size, Strided s, std::int64_t n, std::int64_t* bad) {
+__global__ void gather_kernel(U* out, const U* in, const std::int64_t* index,
+                              std::int64_t dim_stride, std::int64_t dim_size, Strided s,
+                              std::int64_t n, std::int64_t* bad) {
   for (std::int64_t e = global_index(); e < n; e += global_stride()) {
-    // Offsets of e in `in` (operand 0, dim's term replaced below) and in the index (operand 1).
-    std::int64_t rest = e;
-    std::int64_t off_in = 0;
-    std::int64_t off_idx = 0;
-    for (int d = s.ndim - 1; d >= 0; --d) {
-      const std::int64_t p = rest % s.sizes[d];
-      rest /= s.sizes[d];
-      off_in += d == dim ? 0 : p * s.strides[0][d];
-      off_idx += p * s.strides[1][d];
-    }
-    const std::int64_t v = wrap(index[off_idx], dim_size);
+    std::int64_t off[2];  // in (without dim's term), index
+    offsets_of<2>(s, e, off);
+    const std::int64_t v = wrap(index[off[1]], dim_size);
     if (v < 0) {
       record_bad(bad, e);
       continue;
     }
-    out[e] = in[off_in + (s.ndim == 0 ? 0 : v * s.strides[0][dim])];
+    out[e] = in[off[0] + v * dim_stride];
   }
 }
 
@@ -75,27 +68,18 @@ __device__ inline void atomic_add(T* p, T v) {
 }
 
 template <typename T>
-__global__ void scatter_add_kernel(T* out, const std::int64_t* index, const T* src, int dim,
-                                   std::int64_t dim_size, Strided s, std::int64_t n,
-                                   std::int64_t* bad) {
+__global__ void scatter_add_kernel(T* out, const std::int64_t* index, const T* src,
+                                   std::int64_t dim_stride, std::int64_t dim_size, Strided s,
+                                   std::int64_t n, std::int64_t* bad) {
   for (std::int64_t e = global_index(); e < n; e += global_stride()) {
-    std::int64_t rest = e;
-    std::int64_t off_out = 0;
-    std::int64_t off_idx = 0;
-    std::int64_t off_src = 0;
-    for (int d = s.ndim - 1; d >= 0; --d) {
-      const std::int64_t p = rest % s.sizes[d];
-      rest /= s.sizes[d];
-      off_out += d == dim ? 0 : p * s.strides[0][d];
-      off_idx += p * s.strides[1][d];
-      off_src += p * s.strides[2][d];
-    }
-    const std::int64_t v = wrap(index[off_idx], dim_size);
+    std::int64_t off[3];  // out (without dim's term), index, src
+    offsets_of<3>(s, e, off);
+    const std::int64_t v = wrap(index[off[1]], dim_size);
     if (v < 0) {
       record_bad(bad, e);
       continue;
     }
-    atomic_add(out + off_out + (s.ndim == 0 ? 0 : v * s.strides[0][dim]), src[off_src]);
+    atomic_add(out + off[0] + v * dim_stride, src[off[2]]);
   }
 }
 
@@ -133,19 +117,21 @@ int launch_index_select(int elem_size, void* out, const void* in, const std::int
   });
 }
 
-int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index, int dim,
-                  std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad) {
+int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index,
+                  std::int64_t dim_stride, std::int64_t dim_size, const Strided& s, std::int64_t n,
+                  std::int64_t* bad) {
   if (n == 0) return 0;
   return dispatch_bits(elem_size, [&](auto tag) {
     using U = decltype(tag);
     TB_LAUNCH(blocks_for(n), kThreads, gather_kernel<U>)
-    (static_cast<U*>(out), static_cast<const U*>(in), index, dim, dim_size, s, n, bad);
+    (static_cast<U*>(out), static_cast<const U*>(in), index, dim_stride, dim_size, s, n, bad);
     return status();
   });
 }
 
-int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src, int dim,
-                       std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad) {
+int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src,
+                       std::int64_t dim_stride, std::int64_t dim_size, const Strided& s,
+                       std::int64_t n, std::int64_t* bad) {
   if (n == 0) return 0;
   return dispatch_all(st, [&](auto tag) {
     using T = decltype(tag);
@@ -153,7 +139,7 @@ int launch_scatter_add(int st, void* out, const std::int64_t* index, const void*
                   std::is_same_v<T, core::Half> || std::is_same_v<T, core::BFloat16> ||
                   std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>) {
       TB_LAUNCH(blocks_for(n), kThreads, scatter_add_kernel<T>)
-      (static_cast<T*>(out), index, static_cast<const T*>(src), dim, dim_size, s, n, bad);
+      (static_cast<T*>(out), index, static_cast<const T*>(src), dim_stride, dim_size, s, n, bad);
       return status();
     } else {
       return static_cast<int>(cudaErrorInvalidValue);

@@ -106,14 +106,18 @@ int launch_index_select(int elem_size, void* out, const void* in, const std::int
                         std::int64_t* bad);
 
 /// gather: out (contiguous, index's shape) = in[pos with dim replaced by index[pos]]. Operand 0 of
-/// `s` holds in's strides, operand 1 index's; sizes are index's.
-int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index, int dim,
-                  std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad);
+/// `s` holds in's strides with 0 along dim (its stride there is `dim_stride`), operand 1 index's;
+/// sizes are index's.
+int launch_gather(int elem_size, void* out, const void* in, const std::int64_t* index,
+                  std::int64_t dim_stride, std::int64_t dim_size, const Strided& s, std::int64_t n,
+                  std::int64_t* bad);
 
-/// scatter_add into out (contiguous): out[pos with dim replaced by index[pos]] += src[pos].
-/// Operand 0 of `s`: out's strides, 1: index's, 2: src's; sizes are index's. Atomic adds.
-int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src, int dim,
-                       std::int64_t dim_size, const Strided& s, std::int64_t n, std::int64_t* bad);
+/// scatter_add into out: out[pos with dim replaced by index[pos]] += src[pos]. Operand 0 of `s`:
+/// out's strides with 0 along dim (`dim_stride` there), 1: index's, 2: src's; sizes are index's.
+/// Atomic adds.
+int launch_scatter_add(int st, void* out, const std::int64_t* index, const void* src,
+                       std::int64_t dim_stride, std::int64_t dim_size, const Strided& s,
+                       std::int64_t n, std::int64_t* bad);
 
 /// RoPE on contiguous x [rows, d] (rows run over (..., t)), cos/sin [t_len, d / 2] in the
 /// compute type (float, double for float64).

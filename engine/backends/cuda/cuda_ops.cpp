@@ -48,13 +48,15 @@ void same_device(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // Reads a device int64 back (synchronises).
-std::int64_t read_i64(const Tensor& t, std::int64_t index = 0) {
+std::int64_t read_i64(const std::int64_t* p) {
   std::int64_t v = 0;
-  DeviceGuard guard(t.device().index());
-  check_cuda(cudaMemcpy(&v, static_cast<const std::int64_t*>(t.data_ptr()) + index, sizeof v,
-                        cudaMemcpyDeviceToHost),
-             "cudaMemcpy device->host");
+  check_cuda(cudaMemcpy(&v, p, sizeof v, cudaMemcpyDeviceToHost), "cudaMemcpy device->host");
   return v;
+}
+
+std::int64_t read_i64(const Tensor& t, std::int64_t index = 0) {
+  DeviceGuard guard(t.device().index());
+  return read_i64(t.data_ptr<std::int64_t>() + index);
 }
 
 // ---- elementwise --------------------------------------------------------------------------------
@@ -269,10 +271,7 @@ Tensor cross_entropy_kernel(const Tensor& logits_in, const Tensor& target_in,
                                           target.data_ptr<std::int64_t>(), n, c, ignore_index,
                                           smoothing, bad, ws.data_ptr()),
                "cross_entropy");
-  std::int64_t bad_row = n;
-  check_cuda(cudaMemcpy(&bad_row, bad, sizeof bad_row, cudaMemcpyDeviceToHost),
-             "cudaMemcpy device->host");
-  if (bad_row < n) target_error(target, bad_row, c);
+  if (const std::int64_t row = read_i64(bad); row < n) target_error(target, row, c);
   return out;
 }
 
@@ -294,10 +293,7 @@ Tensor cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits_in
                                           logits.data_ptr(), target.data_ptr<std::int64_t>(), n, c,
                                           ignore_index, smoothing, bad, ws.data_ptr()),
       "cross_entropy_backward");
-  std::int64_t bad_row = n;
-  check_cuda(cudaMemcpy(&bad_row, bad, sizeof bad_row, cudaMemcpyDeviceToHost),
-             "cudaMemcpy device->host");
-  if (bad_row < n) target_error(target, bad_row, c);
+  if (const std::int64_t row = read_i64(bad); row < n) target_error(target, row, c);
   return out;
 }
 
@@ -348,21 +344,24 @@ Tensor index_select_kernel(const Tensor& t0, std::int64_t dim, const Tensor& ind
   return out;
 }
 
-kern::Strided strides3(const Tensor& shape_of, std::initializer_list<Tensor> operands,
-                       const char* op) {
-  TB_CHECK_T(NotImplementedError, shape_of.dim() <= kern::kMaxDims, "[", op,
-             "] tensors of more than ", kern::kMaxDims,
-             " dimensions are not supported by the CUDA backend");
+// Strides of the gather/scatter operands over the index's shape; operand 0 (the tensor indexed
+// along `dim`) gets stride 0 there, its stride along `dim` is returned in `dim_stride`.
+kern::Strided index_strides(const Tensor& index, std::initializer_list<Tensor> operands,
+                            std::int64_t dim, std::int64_t& dim_stride, const char* op) {
+  TB_CHECK_T(NotImplementedError, index.dim() <= kern::kMaxDims, "[", op, "] tensors of more than ",
+             kern::kMaxDims, " dimensions are not supported by the CUDA backend");
   kern::Strided s;
-  s.ndim = static_cast<int>(shape_of.dim());
+  s.ndim = static_cast<int>(index.dim());
   for (int d = 0; d < s.ndim; ++d)
-    s.sizes[d] = shape_of.size(d);
+    s.sizes[d] = index.size(d);
   int k = 0;
   for (const Tensor& t : operands) {
     for (int d = 0; d < s.ndim; ++d)
       s.strides[k][d] = t.stride(d);
     ++k;
   }
+  dim_stride = s.ndim == 0 ? 0 : s.strides[0][dim];
+  if (s.ndim > 0) s.strides[0][dim] = 0;
   return s;
 }
 
@@ -374,11 +373,12 @@ Tensor gather_kernel(const Tensor& t, std::int64_t dim, const Tensor& index) {
   const std::int64_t size = t.dim() == 0 ? 1 : t.size(dim);
   DeviceGuard guard(t.device().index());
   const Tensor bad = bad_slot(n, t.device());
-  check_launch(
-      kern::launch_gather(static_cast<int>(t.element_size()), out.data_ptr(), t.data_ptr(),
-                          index.data_ptr<std::int64_t>(), static_cast<int>(dim), size,
-                          strides3(index, {t, index}, "gather"), n, bad.data_ptr<std::int64_t>()),
-      "gather");
+  std::int64_t dim_stride = 0;
+  const kern::Strided s = index_strides(index, {t, index}, dim, dim_stride, "gather");
+  check_launch(kern::launch_gather(static_cast<int>(t.element_size()), out.data_ptr(), t.data_ptr(),
+                                   index.data_ptr<std::int64_t>(), dim_stride, size, s, n,
+                                   bad.data_ptr<std::int64_t>()),
+               "gather");
   const std::int64_t b = read_i64(bad);
   if (b < n) index_error("gather", read_i64(index.contiguous(), b), dim, size);
   return out;
@@ -395,9 +395,10 @@ Tensor scatter_add_kernel(const Tensor& t, std::int64_t dim, const Tensor& index
   const std::int64_t size = t.dim() == 0 ? 1 : t.size(dim);
   DeviceGuard guard(t.device().index());
   const Tensor bad = bad_slot(n, t.device());
+  std::int64_t dim_stride = 0;
+  const kern::Strided s = index_strides(index, {out, index, src}, dim, dim_stride, "scatter_add");
   check_launch(kern::launch_scatter_add(st(t), out.data_ptr(), index.data_ptr<std::int64_t>(),
-                                        src.data_ptr(), static_cast<int>(dim), size,
-                                        strides3(index, {out, index, src}, "scatter_add"), n,
+                                        src.data_ptr(), dim_stride, size, s, n,
                                         bad.data_ptr<std::int64_t>()),
                "scatter_add");
   const std::int64_t b = read_i64(bad);
