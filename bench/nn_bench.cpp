@@ -6,7 +6,9 @@
 // Run: nn_bench --benchmark_min_time=2 (threads: the /N argument).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "engine/autograd/autograd.h"
@@ -62,8 +64,42 @@ void BM_qwen_tiny_fwd_bwd(benchmark::State& state) {
             tokens.narrow(1, 1, 64).contiguous());
 }
 
+// Causal attention alone, forward + backward, at qwen-tiny's head shape (B=16, H=4, D=32):
+// range(0) 0 = the fused op, 1 = the matmul/masked_fill/softmax/matmul composition it replaced;
+// range(1) = T; range(2) = threads.
+void BM_attention_fwd_bwd(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  const std::int64_t t = state.range(1);
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(0);
+  namespace ag = tb::autograd;
+  const Tensor q = ag::requires_grad_(ops::randn({16, 4, t, 32}, gen.get()));
+  const Tensor k = ag::requires_grad_(ops::randn({16, 4, t, 32}, gen.get()));
+  const Tensor v = ag::requires_grad_(ops::randn({16, 4, t, 32}, gen.get()));
+  const Tensor pos = ops::arange(t);
+  const Tensor future = ops::gt(pos.unsqueeze(0), pos.unsqueeze(1));
+  for (auto _ : state) {
+    Tensor out;
+    if (state.range(0) == 0) {
+      out = ops::scaled_dot_product_attention(q, k, v, true);
+    } else {
+      Tensor scores = ops::mul(ops::matmul(q, k.transpose(-2, -1)), 1.0 / std::sqrt(32.0));
+      scores = ops::masked_fill(scores, future, -std::numeric_limits<double>::infinity());
+      out = ops::matmul(ops::softmax(scores, -1), v);
+    }
+    ag::backward(ops::sum(out));
+    for (const Tensor* p : {&q, &k, &v})
+      ag::set_grad(*p, Tensor());
+  }
+  state.SetLabel(state.range(0) == 0 ? "fused" : "composed");
+}
+
 BENCHMARK(BM_mlp_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_qwen_tiny_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_attention_fwd_bwd)
+    ->ArgsProduct({{0, 1}, {64, 256}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

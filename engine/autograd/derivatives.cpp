@@ -323,6 +323,14 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
                "constant tables; detach them)");
     return {ops::rope(c.grad(), c.tensor(1), ops::neg(c.tensor(2))), Tensor(), Tensor()};
   };
+  t["scaled_dot_product_attention"] = [](const GradContext& c) -> Grads {
+    // The fused backward recomputes the probabilities from the forward's log-sum-exp (outputs
+    // 1); the log-sum-exp itself is not differentiated.
+    auto [dq, dk, dv] = ops::scaled_dot_product_attention_backward(
+        c.grad(), c.tensor(0), c.tensor(1), c.tensor(2), c.outputs[0], c.outputs[1], c.real(3),
+        c.flag(4));
+    return {dq, dk, dv, Tensor(), Tensor()};
+  };
   t["cross_entropy"] = [](const GradContext& c) -> Grads {
     return {
         ops::cross_entropy_backward(c.grad(), c.tensor(0), c.tensor(1), c.integer(2), c.real(3)),

@@ -97,20 +97,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor v = v_proj_->forward(x).view({b, t, kvh, d}).transpose(1, 2);
   q = rotary_->forward(q);
   k = rotary_->forward(k);
-  if (kvh != h) {
-    // Grouped-query: each key/value head serves h/kvh query heads.
-    const std::int64_t rep = h / kvh;
-    k = k.unsqueeze(2).expand({b, kvh, rep, t, d}).reshape({b, h, t, d});
-    v = v.unsqueeze(2).expand({b, kvh, rep, t, d}).reshape({b, h, t, d});
-  }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Tensor scores = ops::mul(ops::matmul(q, k.transpose(-2, -1)), scale);  // [B, H, T, T]
-  // Causal mask: position i attends to j <= i.
-  const Tensor pos = ops::arange(t, ScalarType::Int64, x.device());
-  const Tensor future = ops::gt(pos.unsqueeze(0), pos.unsqueeze(1));  // [T, T]: j > i
-  scores = ops::masked_fill(scores, future, -std::numeric_limits<double>::infinity());
-  const Tensor probs = ops::softmax(scores, -1);
-  const Tensor out = ops::matmul(probs, v).transpose(1, 2).reshape({b, t, cfg_.d_model});
+  // Grouped-query heads are mapped inside the op (no expanded copies of k and v); fused where
+  // the device has the kernel, composed from matmul/softmax otherwise.
+  const Tensor attn = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  const Tensor out = attn.transpose(1, 2).reshape({b, t, cfg_.d_model});
   return o_proj_->forward(out);
 }
 

@@ -70,6 +70,12 @@ void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
              "] expected all tensors on the same device, got ", a.device(), " and ", b.device());
 }
 
+bool device_has_kernel(const char* op, const core::Device& device) {
+  const auto key = dispatch::backend_key(device.type());
+  return Dispatcher::singleton().find(op).entry().computed(key).source !=
+         dispatch::KernelSource::Missing;
+}
+
 Tensor cast_if_needed(const Tensor& t, ScalarType dtype) {
   return t.dtype() == dtype ? t : to_dtype(t, dtype);
 }

@@ -1,6 +1,8 @@
-// Fused neural-network ops: rotary position embedding and cross-entropy (log-softmax + NLL with
-// ignore_index and label smoothing). Checks here; kernels in engine/backends/<device>/.
+// Fused neural-network ops: rotary position embedding, cross-entropy (log-softmax + NLL with
+// ignore_index and label smoothing) and scaled dot-product attention. Checks here; kernels in
+// engine/backends/<device>/.
 #include <cmath>
+#include <limits>
 
 #include "engine/ops/op_common.h"
 #include "engine/ops/op_signatures.h"
@@ -80,6 +82,109 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   TB_CHECK(grad.numel() == 1, "[cross_entropy_backward] grad must have one element, got shape ",
            DimVector(grad.sizes()));
   return op.call(grad, logits, target, ignore_index, label_smoothing);
+}
+
+// ---- scaled dot-product attention ---------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kAttention = "scaled_dot_product_attention";
+// The fused kernels keep a query row and a tile of key/value rows on chip: head sizes up to this.
+constexpr std::int64_t kFusedMaxHeadSize = 256;
+
+void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
+  check_defined(op, q, "query");
+  check_defined(op, k, "key");
+  check_defined(op, v, "value");
+  TB_CHECK_T(TypeError, core::is_floating_point(q.dtype()), "[", op,
+             "] expects floating-point tensors, got query of dtype ", q.dtype());
+  TB_CHECK_T(TypeError, k.dtype() == q.dtype() && v.dtype() == q.dtype(), "[", op,
+             "] query, key and value must have one dtype, got ", q.dtype(), ", ", k.dtype(),
+             " and ", v.dtype());
+  TB_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[", op,
+           "] query, key and value must be 4-D [batch, heads, length, head size], got shapes ",
+           DimVector(q.sizes()), ", ", DimVector(k.sizes()), " and ", DimVector(v.sizes()));
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
+  TB_CHECK(k.size(0) == q.size(0) && v.size(0) == q.size(0), "[", op,
+           "] query, key and value must have one batch size, got ", q.size(0), ", ", k.size(0),
+           " and ", v.size(0));
+  TB_CHECK(v.size(1) == k.size(1) && v.size(2) == k.size(2), "[", op,
+           "] key and value must have the same heads and length, got shapes ", DimVector(k.sizes()),
+           " and ", DimVector(v.sizes()));
+  TB_CHECK(k.size(3) == q.size(3), "[", op, "] query and key must have one head size, got ",
+           q.size(3), " and ", k.size(3));
+  TB_CHECK(k.size(1) > 0 && q.size(1) % k.size(1) == 0, "[", op, "] the query heads (", q.size(1),
+           ") must be a multiple of the key/value heads (", k.size(1), ")");
+}
+
+// The kernels read rows with unit stride; other strides (batch, head, position) are free.
+Tensor unit_last_stride(const Tensor& t) {
+  return t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
+}
+
+// softmax(q·kᵀ·scale + causal mask)·v from ordinary ops (devices without the fused kernel, head
+// sizes over kFusedMaxHeadSize).
+Tensor attention_composed(const Tensor& q, Tensor k, Tensor v, bool causal, double scale) {
+  const std::int64_t b = q.size(0);
+  const std::int64_t h = q.size(1);
+  const std::int64_t hkv = k.size(1);
+  const std::int64_t s = k.size(2);
+  if (hkv != h) {
+    const std::int64_t rep = h / hkv;
+    k = k.unsqueeze(2).expand({b, hkv, rep, s, k.size(3)}).reshape({b, h, s, k.size(3)});
+    v = v.unsqueeze(2).expand({b, hkv, rep, s, v.size(3)}).reshape({b, h, s, v.size(3)});
+  }
+  Tensor scores = mul(matmul(q, k.transpose(-2, -1)), scale);  // [B, H, T, S]
+  if (causal) {
+    const Tensor qpos = arange(q.size(2), ScalarType::Int64, q.device());
+    const Tensor kpos = arange(s, ScalarType::Int64, q.device());
+    const Tensor future = gt(kpos.unsqueeze(0), qpos.unsqueeze(1));  // [T, S]: j > i
+    scores = masked_fill(scores, future, -std::numeric_limits<double>::infinity());
+  }
+  return matmul(softmax(scores, -1), v);
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                                    std::optional<double> scale) {
+  check_attention_args(kAttention, q, k, v);
+  const double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
+  TB_CHECK(std::isfinite(sc), "[", kAttention, "] scale must be finite, got ", sc);
+  const bool fused = q.size(3) <= kFusedMaxHeadSize && v.size(3) <= kFusedMaxHeadSize &&
+                     detail::device_has_kernel(kAttention, q.device());
+  if (!fused) return attention_composed(q, k, v, causal, sc);
+  return std::get<0>(scaled_dot_product_attention_forward(q, k, v, sc, causal));
+}
+
+std::tuple<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                                const Tensor& v, double scale,
+                                                                bool causal) {
+  static const auto op = Dispatcher::singleton().typed<sig::Attention>(kAttention);
+  check_attention_args(kAttention, q, k, v);
+  return op.call(unit_last_stride(q), unit_last_stride(k), unit_last_stride(v), scale, causal);
+}
+
+std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+    const Tensor& lse, double scale, bool causal) {
+  constexpr const char* name = "scaled_dot_product_attention_backward";
+  static const auto op = Dispatcher::singleton().typed<sig::AttentionBackward>(name);
+  check_attention_args(name, q, k, v);
+  check_defined(name, grad_out, "grad_out");
+  check_defined(name, out, "out");
+  check_defined(name, lse, "logsumexp");
+  const DimVector out_shape{q.size(0), q.size(1), q.size(2), v.size(3)};
+  TB_CHECK(DimVector(grad_out.sizes()) == out_shape && DimVector(out.sizes()) == out_shape, "[",
+           name, "] grad_out and out must have shape ", out_shape, ", got ",
+           DimVector(grad_out.sizes()), " and ", DimVector(out.sizes()));
+  TB_CHECK(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) &&
+               lse.size(2) == q.size(2),
+           "[", name, "] logsumexp must have shape [", q.size(0), ", ", q.size(1), ", ", q.size(2),
+           "], got ", DimVector(lse.sizes()));
+  return op.call(unit_last_stride(grad_out.to(q.dtype())), unit_last_stride(q), unit_last_stride(k),
+                 unit_last_stride(v), unit_last_stride(out), lse.contiguous(), scale, causal);
 }
 
 }  // namespace tb::ops

@@ -55,6 +55,8 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::Ternary>("rope", diff);
   d.define<sig::CrossEntropy>("cross_entropy", diff);
   d.define<sig::CrossEntropyBackward>("cross_entropy_backward", plain);
+  d.define<sig::Attention>("scaled_dot_product_attention", diff);
+  d.define<sig::AttentionBackward>("scaled_dot_product_attention_backward", plain);
 
   d.define<sig::RandomFill>("uniform_", mutates0);
   d.define<sig::RandomFill>("normal_", mutates0);
@@ -69,6 +71,9 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
 
   // Fused optimizer updates (engine/optim): write params and state (args 0, 2, 3, 4).
   d.define<sig::AdamStep>("adam_step_", OpSchema{{0, 2, 3, 4}, false, ""});
+  // Multi-tensor lerps (EMA/SWA averages, Muon's momentum): in place, not differentiable.
+  d.define<sig::ForeachLerp>("foreach_lerp_", OpSchema{{0}, false, ""});
+  d.define<sig::MuonMomentum>("muon_momentum_", OpSchema{{0, 2}, false, ""});
 }
 
 }  // namespace tb::ops

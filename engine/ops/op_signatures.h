@@ -60,6 +60,28 @@ using AdamStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const Tensor&, const Tensor&, double, double,
                       double, double, double, bool, bool);
 
+/// scaled_dot_product_attention(q [B,H,T,D], k [B,Hkv,S,D], v [B,Hkv,S,E], scale, causal)
+/// -> (out [B,H,T,E] in q's dtype, logsumexp [B,H,T] in float32, float64 for float64 inputs);
+/// H a multiple of Hkv (grouped-query), the last dimensions contiguous.
+using Attention = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double,
+                                             bool);
+/// scaled_dot_product_attention_backward(grad_out, q, k, v, out, logsumexp, scale, causal)
+/// -> (dq, dk, dv), contiguous, in the inputs' dtype.
+using AttentionBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
+                                                             const Tensor&, const Tensor&,
+                                                             const Tensor&, const Tensor&, double,
+                                                             bool);
+/// foreach_lerp_(selfs, ends, weight (0-d tensor, or undefined), w): selfs[i] = lerp(selfs[i],
+/// ends[i], weight) in place, weight the tensor's value when defined and w otherwise; one float
+/// dtype and device, contiguous tensors (the public ops::foreach_lerp_ groups and checks).
+using ForeachLerp = void(const std::vector<Tensor>&, const std::vector<Tensor>&, const Tensor&,
+                         double);
+/// muon_momentum_(bufs, grads, outs (empty: no nesterov), momentum): Muon's momentum (spec §3)
+/// in place, bufs[i] = lerp(bufs[i], grads[i], 1 − momentum), then outs[i] = lerp(grads[i],
+/// bufs[i], momentum) when outs is given.
+using MuonMomentum = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                          const std::vector<Tensor>&, double);
+
 }  // namespace tb::ops::sig
 
 // X-macros listing the elementwise families (name, differentiable) so that definitions, public

@@ -159,6 +159,44 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
 /// Gradient of cross_entropy w.r.t. the logits, scaled by the 1-element `grad`.
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               std::int64_t ignore_index, double label_smoothing);
+/// softmax(q·kᵀ·scale + mask)·v for q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, E], with H a
+/// multiple of Hkv (grouped-query attention: query head h reads key/value head h / (H / Hkv)).
+/// `causal`: query i attends to keys j <= i (PyTorch's is_causal, top-left aligned). `scale`
+/// defaults to 1/sqrt(D). Returns [B, H, T, E]; differentiable in q, k and v. Fused where the
+/// device has the kernel (CPU, CUDA; openreg through the CPU) and D, E <= 256: one pass, no
+/// [T, S] score matrix in memory, softmax in float32 (float64 for float64), the row's
+/// log-sum-exp kept for the backward pass; composed from matmul/softmax otherwise.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool causal = true, std::optional<double> scale = std::nullopt);
+/// The fused kernel's forward: (out, logsumexp [B, H, T]); arguments as above, checked.
+std::tuple<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& q, const Tensor& k,
+                                                                const Tensor& v, double scale,
+                                                                bool causal);
+/// Gradients (dq, dk, dv) of the fused attention given the output's gradient and the forward's
+/// out and logsumexp.
+std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
+    const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+    const Tensor& lse, double scale, bool causal);
+
+// ---- multi-tensor updates (optimizer state; in place, not differentiable) ----------------------
+/// selfs[i] = lerp(selfs[i], ends[i], weight) for every i, torch.lerp's formula (exact at both
+/// ends) in float32 for the 16-bit dtypes: `self + w·(end − self)` for |w| < 0.5,
+/// `end − (end − self)·(1 − w)` otherwise. ends[i] must have selfs[i]'s shape, dtype and device.
+/// The pairs are grouped by (device, dtype): one fused kernel pass per group where the device
+/// has the kernel (the CPU, CUDA; others through the CPU), elementwise ops otherwise.
+void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
+                   double weight);
+/// As above with the weight read from a one-element floating tensor (on the lists' device or
+/// the CPU), so a weight computed on a device (SWA's 1/(n+1)) is never copied to the host.
+void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
+                   const Tensor& weight);
+/// Muon's momentum step (spec §3) over a list of parameters: bufs[i] = lerp(bufs[i], grads[i],
+/// 1 − momentum) in place; returns the Newton–Schulz inputs, lerp(grads[i], bufs[i], momentum)
+/// with `nesterov` (new tensors) or the buffers themselves without. One fused pass per
+/// (device, dtype) group, as foreach_lerp_.
+std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
+                                   const std::vector<Tensor>& grads, double momentum,
+                                   bool nesterov);
 
 // ---- copies and casts ---------------------------------------------------------------------------
 /// dst := src (broadcast, converted to dst's dtype, across devices). Returns dst.

@@ -28,12 +28,6 @@ constexpr double kPolarExpress[][3] = {
 };
 constexpr int kPolarExpressCount = sizeof(kPolarExpress) / sizeof(kPolarExpress[0]);
 
-// torch.lerp's two-sided formula (exact at both ends).
-Tensor lerp(const Tensor& start, const Tensor& end, double w) {
-  if (w < 0.5) return ops::add(start, ops::sub(end, start), w);
-  return ops::add(end, ops::sub(end, start), -(1.0 - w));
-}
-
 }  // namespace
 
 std::array<double, 3> ns_coefficients(const std::string& schedule, int i,
@@ -148,6 +142,9 @@ void Muon::step() {
     ns.steps = static_cast<int>(group.number("ns_steps"));
     ns.eps = group.number("eps");
     ns.schedule = group.text("ns_schedule");
+    std::vector<Tensor> ps;
+    std::vector<Tensor> bufs;
+    std::vector<Tensor> grads;
     for (auto& p : group.params) {
       Tensor grad = autograd::grad(p);
       if (!grad.defined()) continue;
@@ -155,11 +152,17 @@ void Muon::step() {
       ParamState& st = state(p);
       auto it = st.find("momentum_buffer");
       if (it == st.end()) it = st.emplace("momentum_buffer", ops::zeros_like(grad)).first;
-      Tensor& buf = it->second;
-      buf.copy_(lerp(buf, grad, 1.0 - mu));                   // buf = mu·buf + (1 − mu)·g
-      const Tensor u = nesterov ? lerp(grad, buf, mu) : buf;  // (1 − mu)·g + mu·buf
+      ps.push_back(p);
+      bufs.push_back(it->second);
+      grads.push_back(grad);
+    }
+    // buf = mu·buf + (1 − mu)·g; the update input u = (1 − mu)·g + mu·buf with Nesterov, buf
+    // without: one fused pass over the group's parameters per (device, dtype).
+    const std::vector<Tensor> us = ops::muon_momentum_(bufs, grads, mu, nesterov);
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      Tensor& p = ps[i];
       const auto ns_start = std::chrono::steady_clock::now();
-      const Tensor o = newton_schulz(u, ns);
+      const Tensor o = newton_schulz(us[i], ns);
       ns_time += std::chrono::steady_clock::now() - ns_start;
       const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.size(1));
       if (wd != 0.0) ops::mul_(p, 1.0 - lr * wd);

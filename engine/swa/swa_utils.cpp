@@ -33,16 +33,6 @@ ScalarType compute_dtype(ScalarType dt) {
   return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;
 }
 
-// avg := avg + w * (cur - avg), w a 0-d tensor or a number, computed in compute_dtype.
-template <typename W>
-void lerp_into(const Tensor& avg, const Tensor& cur, const W& w) {
-  const ScalarType ct = compute_dtype(avg.dtype());
-  const Tensor a = avg.to(ct);
-  const Tensor next = ops::add(a, ops::mul(ops::sub(cur.to(ct), a), w));
-  Tensor dst = avg;
-  ops::copy_(dst, next);
-}
-
 }  // namespace
 
 // ---- averaging functions ------------------------------------------------------------------------
@@ -54,8 +44,8 @@ MultiAvgFn get_ema_multi_avg_fn(double decay) {
     if (ema.empty()) return;
     autograd::NoGradGuard no_grad;
     if (core::is_floating_point(ema[0].dtype())) {
-      for (std::size_t i = 0; i < ema.size(); ++i)
-        lerp_into(ema[i], cur[i], 1.0 - decay);
+      // One fused pass per (device, dtype) group; float32 arithmetic for 16-bit averages.
+      ops::foreach_lerp_(ema, cur, 1.0 - decay);
     } else {
       for (std::size_t i = 0; i < ema.size(); ++i) {
         Tensor dst = ema[i];
@@ -74,8 +64,7 @@ MultiAvgFn get_swa_multi_avg_fn() {
     if (core::is_floating_point(dt)) {
       // One weight for the whole list, computed on the device: 1 / (n + 1).
       const Tensor w = ops::reciprocal(ops::add(n.to(avg[0].device(), compute_dtype(dt)), 1.0));
-      for (std::size_t i = 0; i < avg.size(); ++i)
-        lerp_into(avg[i], cur[i], w);
+      ops::foreach_lerp_(avg, cur, w);
     } else {
       const Tensor n1 = ops::add(n.to(avg[0].device(), ScalarType::Float64), 1.0);
       for (std::size_t i = 0; i < avg.size(); ++i) {

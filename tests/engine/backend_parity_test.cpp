@@ -726,6 +726,72 @@ std::map<std::string, Case> cases() {
       }
     }
   };
+  // Shapes crossing the multi-tensor kernels' chunk (65536), list (32 tensors) and, on CUDA,
+  // launch (320 chunks) limits, plus empty tensors. (openreg guards its whole device memory on
+  // every op, so the 21M-element tensor stays off it.)
+  const auto lerp_shapes = [](const Device& d) {
+    std::vector<Shape> shapes = {{7}, {70000}, {3, 5}, {0}, {131073}};
+    for (int i = 0; i < 40; ++i)
+      shapes.push_back({(i % 7) + 1, 3});
+    if (d.type() == DeviceType::CUDA) shapes.push_back({21000000});
+    return shapes;
+  };
+  c["foreach_lerp_"] = [lerp_shapes](const Device& d) {
+    std::uint64_t seed = 2600;
+    for (ScalarType dt : kFloats) {
+      // Small and large weights take the two sides of the formula; a tensor weight (SWA's
+      // 1/(n+1)) on the device and on the host.
+      for (int variant = 0; variant < 4; ++variant) {
+        std::vector<Tensor> hs, he, ds, de;
+        for (const Shape& s : lerp_shapes(d)) {
+          if (s[0] > 1000000 && (dt != ScalarType::Float32 || variant > 0)) continue;
+          hs.push_back(rand_input(s, dt, seed++));
+          he.push_back(rand_input(s, dt, seed++));
+          ds.push_back(hs.back().to(d));
+          de.push_back(he.back().to(d));
+        }
+        const ScalarType wt = dt == ScalarType::Float64 ? dt : ScalarType::Float32;
+        if (variant == 0) {
+          ops::foreach_lerp_(hs, he, 0.001);
+          ops::foreach_lerp_(ds, de, 0.001);
+        } else if (variant == 1) {
+          ops::foreach_lerp_(hs, he, 0.95);
+          ops::foreach_lerp_(ds, de, 0.95);
+        } else {
+          const Tensor w = ops::scalar_tensor(variant == 2 ? 0.25 : 0.5, wt);
+          ops::foreach_lerp_(hs, he, w);
+          ops::foreach_lerp_(ds, de, variant == 2 ? w.to(d) : w);
+        }
+        for (std::size_t i = 0; i < hs.size(); ++i) {
+          expect_close(ds[i], hs[i], tol_of(dt),
+                       label("foreach_lerp_ variant " + std::to_string(variant), dt,
+                             Shape(hs[i].sizes().begin(), hs[i].sizes().end())));
+        }
+      }
+    }
+  };
+  c["muon_momentum_"] = [lerp_shapes](const Device& d) {
+    std::uint64_t seed = 2700;
+    for (ScalarType dt : kFloats) {
+      for (const bool nesterov : {false, true}) {
+        std::vector<Tensor> hb, hg, db, dg;
+        for (const Shape& s : lerp_shapes(d)) {
+          if (s[0] > 1000000) continue;
+          hb.push_back(rand_input(s, dt, seed++));
+          hg.push_back(rand_input(s, dt, seed++));
+          db.push_back(hb.back().to(d));
+          dg.push_back(hg.back().to(d));
+        }
+        const auto hu = ops::muon_momentum_(hb, hg, 0.95, nesterov);
+        const auto du = ops::muon_momentum_(db, dg, 0.95, nesterov);
+        for (std::size_t i = 0; i < hb.size(); ++i) {
+          const Shape s(hb[i].sizes().begin(), hb[i].sizes().end());
+          expect_close(db[i], hb[i], tol_of(dt), label("muon_momentum_ buffer", dt, s));
+          expect_close(du[i], hu[i], tol_of(dt), label("muon_momentum_ update", dt, s));
+        }
+      }
+    }
+  };
   return c;
 }
 

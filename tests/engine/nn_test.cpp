@@ -454,6 +454,145 @@ TEST(NnAttention, IsCausal) {
             std::vector<float>(yb.begin() + 3 * v, yb.begin() + 4 * v));
 }
 
+// softmax(q·kᵀ·scale + causal mask)·v in float64 from ordinary ops, grouped-query heads
+// expanded: the reference the fused kernels are checked against.
+Tensor reference_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
+                           double scale) {
+  const Tensor q = q_in.to(ScalarType::Float64);
+  Tensor k = k_in.to(ScalarType::Float64);
+  Tensor v = v_in.to(ScalarType::Float64);
+  const std::int64_t b = q.size(0), h = q.size(1), hkv = k.size(1), s = k.size(2);
+  if (hkv != h) {
+    k = k.unsqueeze(2).expand({b, hkv, h / hkv, s, k.size(3)}).reshape({b, h, s, k.size(3)});
+    v = v.unsqueeze(2).expand({b, hkv, h / hkv, s, v.size(3)}).reshape({b, h, s, v.size(3)});
+  }
+  Tensor scores = ops::mul(ops::matmul(q, k.transpose(-2, -1)), scale);
+  if (causal) {
+    const Tensor qi = ops::arange(q.size(2));
+    const Tensor kj = ops::arange(s);
+    scores = ops::masked_fill(scores, ops::gt(kj.unsqueeze(0), qi.unsqueeze(1)),
+                              -std::numeric_limits<double>::infinity());
+  }
+  return ops::matmul(ops::softmax(scores, -1), v);
+}
+
+void expect_near_all(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  ASSERT_EQ(tb::core::DimVector(got.sizes()), tb::core::DimVector(want.sizes())) << what;
+  const auto g = got.to(ScalarType::Float64).contiguous().to_vector<double>();
+  const auto w = want.to(ScalarType::Float64).contiguous().to_vector<double>();
+  for (std::size_t i = 0; i < w.size(); ++i)
+    ASSERT_NEAR(g[i], w[i], tol * (1.0 + std::abs(w[i]))) << what << " element " << i;
+}
+
+TEST(NnAttention, FusedMatchesTheFormulaWithGradients) {
+  struct Case {
+    std::int64_t b, h, hkv, t, s, d, e;
+    bool causal;
+  };
+  // Grouped-query heads, T != S both ways, causal and not, head sizes not multiples of 8.
+  const Case cases[] = {{2, 4, 2, 5, 5, 8, 6, true},
+                        {1, 2, 2, 3, 7, 5, 5, false},
+                        {1, 3, 1, 7, 3, 4, 9, true},
+                        {2, 2, 1, 6, 6, 16, 16, false},
+                        {1, 1, 1, 1, 1, 3, 2, true},
+                        // Several query tiles of the CPU kernel (64 rows), causal and not.
+                        {1, 2, 1, 150, 150, 8, 8, true},
+                        {1, 2, 2, 130, 70, 4, 4, false},
+                        {1, 1, 1, 70, 140, 4, 4, true}};
+  std::uint64_t seed = 40;
+  for (const ScalarType dt : {ScalarType::Float64, ScalarType::Float32, ScalarType::BFloat16}) {
+    const double tol = dt == ScalarType::Float64 ? 1e-12 : dt == ScalarType::Float32 ? 2e-5 : 3e-2;
+    for (const Case& c : cases) {
+      const std::string what = std::string(tb::core::scalar_type_name(dt)) +
+                               " T=" + std::to_string(c.t) + " S=" + std::to_string(c.s) +
+                               (c.causal ? " causal" : "");
+      // Leaves in dtype dt and float64 copies of them; q arrives as the transformer makes it:
+      // [B, T, H, D] memory seen as [B, H, T, D].
+      auto leaf = [&](std::vector<std::int64_t> shape, ScalarType type) {
+        return ag::requires_grad_(ag::detach(leaf64(std::move(shape), seed++)).to(type, true));
+      };
+      const Tensor ql = leaf({c.b, c.t, c.h, c.d}, dt);
+      const Tensor k = leaf({c.b, c.hkv, c.s, c.d}, dt);
+      const Tensor v = leaf({c.b, c.hkv, c.s, c.e}, dt);
+      auto copy64 = [](const Tensor& t) {
+        return ag::requires_grad_(ag::detach(t).to(ScalarType::Float64, true));
+      };
+      const Tensor ql64 = copy64(ql);
+      const Tensor k64 = copy64(k);
+      const Tensor v64 = copy64(v);
+      const Tensor q = ql.transpose(1, 2);
+      const Tensor w = leaf64({c.b, c.h, c.t, c.e}, seed++);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+      const Tensor out = ops::scaled_dot_product_attention(q, k, v, c.causal);
+      EXPECT_EQ(out.dtype(), dt);
+      const Tensor ref = reference_attention(ql64.transpose(1, 2), k64, v64, c.causal, scale);
+      expect_near_all(out, ref, tol, "out " + what);
+      ag::backward(ops::sum(ops::mul(out.to(ScalarType::Float64), w)));
+      ag::backward(ops::sum(ops::mul(ref, w)));
+      expect_near_all(ag::grad(ql), ag::grad(ql64), tol * 4, "dq " + what);
+      expect_near_all(ag::grad(k), ag::grad(k64), tol * 4, "dk " + what);
+      expect_near_all(ag::grad(v), ag::grad(v64), tol * 4, "dv " + what);
+    }
+  }
+}
+
+TEST(NnAttention, GradcheckOfTheFusedKernels) {
+  for (const bool causal : {true, false}) {
+    const Tensor q = leaf64({1, 4, 3, 4}, 60);
+    const Tensor k = leaf64({1, 2, 5, 4}, 61);
+    const Tensor v = leaf64({1, 2, 5, 3}, 62);
+    const auto r = ag::gradcheck(
+        [&](const auto& in) {
+          return ops::scaled_dot_product_attention(in[0], in[1], in[2], causal, 0.7);
+        },
+        {q, k, v});
+    EXPECT_TRUE(r.ok) << (causal ? "causal: " : "full: ") << r.message;
+  }
+}
+
+TEST(NnAttention, NoKeysGiveZerosAndErrorsNameTheArgument) {
+  // No keys at all: softmax over nothing, an empty sum (PyTorch's math path gives zeros).
+  const Tensor out = ops::scaled_dot_product_attention(
+      ops::ones({1, 2, 3, 4}), ops::ones({1, 2, 0, 4}), ops::ones({1, 2, 0, 5}), false);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(30, 0.0f));
+  const Tensor q = ops::zeros({1, 4, 3, 8});
+  const Tensor k = ops::zeros({1, 3, 3, 8});
+  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(q, k, k); }),
+            "[scaled_dot_product_attention] the query heads (4) must be a multiple of the "
+            "key/value heads (3)");
+  EXPECT_EQ(
+      error_of([&] {
+        ops::scaled_dot_product_attention(q, ops::zeros({1, 4, 3, 6}), ops::zeros({1, 4, 3, 8}));
+      }),
+      "[scaled_dot_product_attention] query and key must have one head size, got 8 and 6");
+  EXPECT_EQ(error_of([&] {
+              ops::scaled_dot_product_attention(q, q, ops::zeros({1, 4, 2, 8}));
+            }),
+            "[scaled_dot_product_attention] key and value must have the same heads and length, "
+            "got shapes [1, 4, 3, 8] and [1, 4, 2, 8]");
+  EXPECT_EQ(error_of([&] {
+              ops::scaled_dot_product_attention(ops::zeros({4, 3, 8}), q, q);
+            }),
+            "[scaled_dot_product_attention] query, key and value must be 4-D [batch, heads, "
+            "length, head size], got shapes [4, 3, 8], [1, 4, 3, 8] and [1, 4, 3, 8]");
+  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(q, q, q.to(ScalarType::Float64)); }),
+            "[scaled_dot_product_attention] query, key and value must have one dtype, got "
+            "float32, float32 and float64");
+  const Tensor qi = ops::zeros({1, 1, 2, 2}, ScalarType::Int64);
+  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(qi, qi, qi); }),
+            "[scaled_dot_product_attention] expects floating-point tensors, got query of dtype "
+            "int64");
+}
+
+TEST(NnAttention, LargeHeadsUseTheComposedPathWithTheSameResult) {
+  // Head size 300 > 256: composed from matmul/softmax, same formula.
+  const Tensor q = leaf64({1, 2, 4, 300}, 70, 0.1);
+  const Tensor k = leaf64({1, 1, 4, 300}, 71, 0.1);
+  const Tensor v = leaf64({1, 1, 4, 3}, 72);
+  expect_near_all(ops::scaled_dot_product_attention(q, k, v),
+                  reference_attention(q, k, v, true, 1.0 / std::sqrt(300.0)), 1e-12, "composed");
+}
+
 TEST(NnDropout, DrawsFromItsGeneratorAndScales) {
   auto g1 = seeded(9);
   nn::Dropout d(0.25, g1.get());

@@ -12,12 +12,14 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "engine/core/half.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/sgd_adam.h"
+#include "engine/rng/cpu_generator.h"
 #include "engine/rng/generator.h"
 #include "tests/engine/test_util.h"
 
@@ -509,3 +511,147 @@ TEST(ParamSplit, MlpHeadGoesToAdamW) {
 }
 
 }  // namespace
+
+// ---- multi-tensor lerps (EMA/SWA, Muon's momentum) ----------------------------------------------
+
+namespace foreach_test {
+
+// torch.lerp's formula in double, for float64 expectations.
+double lerp_ref(double a, double b, double w) {
+  return std::abs(w) < 0.5 ? a + w * (b - a) : b - (b - a) * (1.0 - w);
+}
+
+TEST(ForeachLerp, TwoSidedFormulaExactAtBothEnds) {
+  // w = 1 gives `end` exactly even where start + (end - start) would round (1e8 + 1 - 1e8).
+  Tensor s = tb::core::from_vector<float>({1e8f, 3.0f, -2.0f}, {3});
+  const Tensor e = tb::core::from_vector<float>({1.0f, 7.0f, 5.0f}, {3});
+  ops::foreach_lerp_({s}, {e}, 1.0);
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{1.0f, 7.0f, 5.0f}));
+  Tensor s0 = tb::core::from_vector<float>({1e8f, 3.0f}, {2});
+  ops::foreach_lerp_({s0}, {tb::core::from_vector<float>({1.0f, 7.0f}, {2})}, 0.0);
+  EXPECT_EQ(s0.to_vector<float>(), (std::vector<float>{1e8f, 3.0f}));
+  // Both sides in float64, against the formula.
+  for (const double w : {0.001, 0.25, 0.5, 0.95, -0.3, 1.7}) {
+    Tensor a = tb::core::from_vector<double>({0.1, -3.5, 1e10, 2.0}, {2, 2});
+    const Tensor b = tb::core::from_vector<double>({0.7, 4.25, -1.0, 2.0}, {2, 2});
+    const auto av = a.to_vector<double>();
+    const auto bv = b.to_vector<double>();
+    ops::foreach_lerp_({a}, {b}, w);
+    const auto got = a.to_vector<double>();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], lerp_ref(av[i], bv[i], w)) << "w " << w << " element " << i;
+  }
+}
+
+TEST(ForeachLerp, SixteenBitComputesInFloat32AndRoundsOnce) {
+  // bf16: 1 and its successor 1 + 2^-7 at w = 0.75 (the `end` side of the formula): 1.005859375
+  // in float32, rounded once to bf16 (1.0078125).
+  Tensor s = tb::core::from_vector<double>({1.0, -4.0}, {2}).to(ScalarType::BFloat16);
+  const Tensor e = tb::core::from_vector<double>({1.0078125, 8.0}, {2}).to(ScalarType::BFloat16);
+  ops::foreach_lerp_({s}, {e}, 0.75);
+  const auto sv = s.to(ScalarType::Float32).to_vector<float>();
+  EXPECT_EQ(sv[0], 1.0078125f);
+  EXPECT_EQ(sv[1], static_cast<float>(tb::core::BFloat16(8.0f - 12.0f * 0.25f)));
+  // EMA-like weights on float16.
+  Tensor h = tb::core::from_vector<double>({0.5, -2.0, 100.0}, {3}).to(ScalarType::Float16);
+  const Tensor he = tb::core::from_vector<double>({0.75, 2.0, 90.0}, {3}).to(ScalarType::Float16);
+  ops::foreach_lerp_({h}, {he}, 0.001);
+  const auto hv = h.to(ScalarType::Float32).to_vector<float>();
+  const float in[3][2] = {{0.5f, 0.75f}, {-2.0f, 2.0f}, {100.0f, 90.0f}};
+  for (int i = 0; i < 3; ++i) {
+    const float f = in[i][0] + 0.001f * (in[i][1] - in[i][0]);
+    EXPECT_EQ(hv[static_cast<std::size_t>(i)], static_cast<float>(tb::core::Half(f))) << i;
+  }
+}
+
+TEST(ForeachLerp, MixedListsStridesTensorWeightsAndEmptyTensors) {
+  // float32 and float64 pairs in one call (two fused groups), a transposed pair (the elementwise
+  // path), an empty pair, and a 0-d tensor weight: all match the float64 formula per element.
+  tb::rng::CpuGenerator gen(7);
+  std::vector<Tensor> selfs = {ops::randn({4, 3}, &gen), ops::randn({5}, &gen, ScalarType::Float64),
+                               ops::randn({3, 4}, &gen).t(), ops::randn({0, 2}, &gen)};
+  std::vector<Tensor> ends = {ops::randn({4, 3}, &gen), ops::randn({5}, &gen, ScalarType::Float64),
+                              ops::randn({4, 3}, &gen), ops::randn({0, 2}, &gen)};
+  for (const Tensor& w : {ops::scalar_tensor(0.25, ScalarType::Float32),
+                          ops::scalar_tensor(0.75, ScalarType::Float64)}) {
+    std::vector<std::vector<double>> before;
+    for (const Tensor& t : selfs)
+      before.push_back(t.to(ScalarType::Float64).contiguous().to_vector<double>());
+    ops::foreach_lerp_(selfs, ends, w);
+    const double wv = w.item();
+    for (std::size_t i = 0; i < selfs.size(); ++i) {
+      const auto got = selfs[i].to(ScalarType::Float64).contiguous().to_vector<double>();
+      const auto ev = ends[i].to(ScalarType::Float64).contiguous().to_vector<double>();
+      ASSERT_EQ(got.size(), before[i].size());
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        const double want = lerp_ref(before[i][k], ev[k], wv);
+        if (selfs[i].dtype() == ScalarType::Float64) {
+          EXPECT_EQ(got[k], want) << i << "," << k;
+        } else {
+          EXPECT_NEAR(got[k], want, 1e-6 * (1 + std::abs(want))) << i << "," << k;
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(selfs[2].is_contiguous() == false);  // updated through the view, in place
+}
+
+TEST(ForeachLerp, ErrorsNameTheListIndexAndField) {
+  Tensor a = ops::zeros({2, 3});
+  Tensor b = ops::zeros({2, 3});
+  EXPECT_EQ(error_of([&] {
+              ops::foreach_lerp_({a, b}, {a}, 0.5);
+            }),
+            "[foreach_lerp_] selfs has 2 tensors but ends has 1");
+  EXPECT_EQ(error_of([&] {
+              ops::foreach_lerp_({a, b}, {a, ops::zeros({3, 2})}, 0.5);
+            }),
+            "[foreach_lerp_] ends[1] has shape [3, 2] but selfs[1] has shape [2, 3]");
+  EXPECT_EQ(error_of([&] {
+              ops::foreach_lerp_({a}, {ops::zeros({2, 3}, ScalarType::Float64)}, 0.5);
+            }),
+            "[foreach_lerp_] ends[0] is float64 but selfs[0] is float32");
+  EXPECT_EQ(error_of([&] {
+              ops::foreach_lerp_({ops::zeros({2}, ScalarType::Int64)},
+                                 {ops::zeros({2}, ScalarType::Int64)}, 0.5);
+            }),
+            "[foreach_lerp_] selfs[0] must be floating point, got int64");
+  EXPECT_EQ(error_of([&] { ops::foreach_lerp_({a}, {b}, ops::zeros({2})); }),
+            "[foreach_lerp_] the weight must be a one-element floating tensor, got a float32 "
+            "tensor of shape [2]");
+  EXPECT_EQ(error_of([&] { ops::foreach_lerp_({a}, {Tensor()}, 0.5); }),
+            "[foreach_lerp_] ends[0] is an undefined tensor");
+  // Nothing was written by the failed calls.
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(error_of([&] {
+              ops::muon_momentum_({a}, {b, b}, 0.9, true);
+            }),
+            "[muon_momentum_] bufs has 1 tensors but grads has 2");
+}
+
+TEST(MuonMomentum, BufferAndNesterovInputFollowSpec3) {
+  tb::rng::CpuGenerator gen(11);
+  for (const ScalarType dt : {ScalarType::Float64, ScalarType::Float32, ScalarType::BFloat16}) {
+    for (const bool nesterov : {false, true}) {
+      Tensor buf = ops::randn({6, 4}, &gen).to(dt);
+      const Tensor g = ops::randn({6, 4}, &gen).to(dt);
+      const auto b0 = buf.to(ScalarType::Float64).to_vector<double>();
+      const auto gv = g.to(ScalarType::Float64).to_vector<double>();
+      const auto us = ops::muon_momentum_({buf}, {g}, 0.95, nesterov);
+      ASSERT_EQ(us.size(), 1u);
+      EXPECT_EQ(us[0].is_same(buf), !nesterov);
+      const auto b1 = buf.to(ScalarType::Float64).to_vector<double>();
+      const auto u = us[0].to(ScalarType::Float64).to_vector<double>();
+      const double tol = dt == ScalarType::Float64 ? 0.0 : dt == ScalarType::Float32 ? 1e-6 : 1e-2;
+      for (std::size_t k = 0; k < b1.size(); ++k) {
+        // buf = 0.95·buf + 0.05·g; u = 0.05·g + 0.95·buf (with the new buffer, as stored).
+        EXPECT_NEAR(b1[k], lerp_ref(b0[k], gv[k], 1.0 - 0.95), tol * (1 + std::abs(b1[k])));
+        if (nesterov) {
+          EXPECT_NEAR(u[k], lerp_ref(gv[k], b1[k], 0.95), tol * (1 + std::abs(u[k])));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace foreach_test

@@ -3,12 +3,10 @@
 // float64 dtype, contiguous tensors, all on `device`.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "engine/core/error.h"
-#include "engine/core/tensor.h"
+#include "engine/backends/common/tensor_lists.h"
 
 namespace tb::backends {
 
@@ -20,27 +18,36 @@ inline core::ScalarType check_adam_step_args(
     const std::vector<core::Tensor>& vmaxs, const core::Tensor& step_sizes,
     const core::Tensor& bc2_sqrts, const core::Device& device) {
   using core::ScalarType;
-  const std::size_t n = ps.size();
-  const bool amsgrad = !vmaxs.empty();
-  TB_CHECK(gs.size() == n && ms.size() == n && vs.size() == n && (!amsgrad || vmaxs.size() == n) &&
-               step_sizes.numel() == static_cast<std::int64_t>(n) &&
-               bc2_sqrts.numel() == static_cast<std::int64_t>(n),
-           "[adam_step_] the tensor lists and the step tensors must have one entry per parameter");
-  if (n == 0) return ScalarType::Float32;
-  const ScalarType dt = ps[0].dtype();
+  const auto n = static_cast<std::int64_t>(ps.size());
+  TB_CHECK(step_sizes.numel() == n && bc2_sqrts.numel() == n,
+           "[adam_step_] the step tensors must have one entry per parameter (", n,
+           "), got step_sizes ", step_sizes.numel(), " and bc2_sqrts ", bc2_sqrts.numel());
+  const ScalarType dt = check_tensor_lists("adam_step_",
+                                           {{"params", &ps},
+                                            {"grads", &gs},
+                                            {"exp_avgs", &ms},
+                                            {"exp_avg_sqs", &vs},
+                                            {"max_exp_avg_sqs", &vmaxs, true}},
+                                           device);
   TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
              "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
-  const char* names[] = {"params", "grads", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"};
-  int li = 0;
-  for (const auto* list : {&ps, &gs, &ms, &vs, &vmaxs}) {
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      const core::Tensor& t = (*list)[i];
-      TB_CHECK_T(TypeError, t.dtype() == dt && t.is_contiguous() && t.device() == device,
-                 "[adam_step_] every tensor must be a contiguous ", dt, " tensor on ", device, "; ",
-                 names[li], "[", i, "] is a ", t.is_contiguous() ? "contiguous " : "strided ",
-                 t.dtype(), " tensor on ", t.device());
-    }
-    ++li;
+  return dt;
+}
+
+/// The rules of `foreach_lerp_` (selfs, ends, weight) and `muon_momentum_` (bufs, grads, outs):
+/// the lists as check_tensor_lists, a floating dtype, and a weight (when defined) that is a
+/// one-element floating tensor on `device` or the CPU. Returns the dtype.
+inline core::ScalarType check_lerp_args(const char* op, std::initializer_list<NamedList> lists,
+                                        const core::Tensor* weight, const core::Device& device) {
+  const core::ScalarType dt = check_tensor_lists(op, lists, device);
+  TB_CHECK_T(TypeError, core::is_floating_point(dt), "[", op,
+             "] takes floating-point tensors, got ", dt);
+  if (weight != nullptr && weight->defined()) {
+    TB_CHECK(weight->numel() == 1 && core::is_floating_point(weight->dtype()) &&
+                 (weight->device() == device || weight->device().is_cpu()),
+             "[", op, "] the weight must be a one-element floating tensor on ", device,
+             " or the CPU, got a ", weight->dtype(), " tensor of ", weight->numel(),
+             " elements on ", weight->device());
   }
   return dt;
 }

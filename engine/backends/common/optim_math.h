@@ -1,6 +1,7 @@
 // The per-element arithmetic of the fused optimizer updates, written once for host and device
-// code: the CPU's `adam_step_` loop and the CUDA multi-tensor kernel call these, so a CUDA
-// update is the formula the CPU tests check against spec §2.2 in every run.
+// code: the CPU's `adam_step_`, `foreach_lerp_` and `muon_momentum_` loops and the CUDA
+// multi-tensor kernels call these, so a CUDA update is the formula the CPU tests check against
+// the spec (§2.2 Adam, §3 Muon's momentum, §4.1 EMA/SWA) in every run.
 #pragma once
 
 #include <cmath>
@@ -48,6 +49,16 @@ TB_OPT_HD inline void adam_element(T& p, T g, T& m, T& v, T* vmax, const AdamSca
   const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
 #endif
   p = p + c.neg_step * (mk / denom);
+}
+
+/// torch.lerp in its compute type C (float for the 16-bit dtypes): `start + w·(end − start)` for
+/// |w| < 0.5, `end − (end − start)·(1 − w)` otherwise, so both ends are exact (w = 0 gives
+/// start, w = 1 gives end). Muon's momentum (spec §3) and EMA/SWA (spec §4.1) use it.
+template <typename C>
+TB_OPT_HD inline C lerp(C start, C end, C w) {
+  const C diff = end - start;
+  const C aw = w < C(0) ? -w : w;
+  return aw < C(0.5) ? start + w * diff : end - diff * (C(1) - w);
 }
 
 }  // namespace tb::backends::optim

@@ -547,6 +547,28 @@ void gemm_batched_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   run(0, batch);
 }
 
+}  // namespace
+
+void parallel_gemm_items(int64_t count, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& body) {
+  if (count <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (usable_threads() <= 1 || count <= grain) {
+    body(0, count);
+    return;
+  }
+#ifdef TB_HAVE_OPENBLAS
+  if (current_gemm_backend() == GemmBackend::OpenBlas) {
+    SingleThreadedBlas one_thread;
+    parallel_for(0, count, grain, body);
+    return;
+  }
+#endif
+  parallel_for(0, count, grain, body);
+}
+
+namespace {
+
 template <typename T>
 void syrk_checked(bool trans, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, T beta, T* c,
                   int64_t ldc) {

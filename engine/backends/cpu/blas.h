@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -91,6 +92,13 @@ void gemm_batched_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
                           const double* a, int64_t lda, int64_t stride_a, const double* b,
                           int64_t ldb, int64_t stride_b, double beta, double* c, int64_t ldc,
                           int64_t stride_c, int64_t batch);
+
+/// Runs body(i0, i1) over [0, count) on the kernel pool in chunks of `grain` items, for work whose
+/// items each call gemm (per-head attention tiles): when more than one chunk runs at once,
+/// OpenBLAS is set to one thread for the duration (as gemm_batched_strided does); with one
+/// thread or one chunk, body(0, count) runs here and each gemm uses every thread.
+void parallel_gemm_items(int64_t count, int64_t grain,
+                         const std::function<void(int64_t, int64_t)>& body);
 
 /// Symmetric rank-k update, full output: C[n×n] = alpha·A·Aᵀ + beta·C with A stored n×k
 /// (lda >= k) when !trans, or C = alpha·Aᵀ·A + beta·C with A stored k×n (lda >= n) when trans;

@@ -18,6 +18,7 @@ void register_linalg_kernels(dispatch::Dispatcher& d);
 void register_softmax_index_kernels(dispatch::Dispatcher& d);
 void register_random_kernels(dispatch::Dispatcher& d);
 void register_nn_kernels(dispatch::Dispatcher& d);
+void register_attention_kernels(dispatch::Dispatcher& d);
 void register_amp_kernels(dispatch::Dispatcher& d);
 void register_optim_kernels(dispatch::Dispatcher& d);
 

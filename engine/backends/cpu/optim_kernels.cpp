@@ -1,7 +1,9 @@
-// The fused multi-tensor optimizer update on the CPU: `adam_step_` (Adam/AdamW over a list of
-// parameters in one parallel pass). It is an operator so that every device gets the same update
-// through the dispatcher: a backend registers its own fused kernel (CUDA: one launch per dtype
-// group), and one without (openreg) reaches this kernel through its CPU fallback, bit for bit.
+// The fused multi-tensor optimizer updates on the CPU: `adam_step_` (Adam/AdamW over a list of
+// parameters in one parallel pass), `foreach_lerp_` (EMA/SWA averages) and `muon_momentum_`
+// (Muon's momentum and Nesterov input). Each is an operator so that every device gets the same
+// update through the dispatcher: a backend registers its own fused kernel (CUDA: one launch per
+// dtype group), and one without (openreg) reaches this kernel through its CPU fallback, bit for
+// bit.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "engine/backends/common/adam_args.h"
 #include "engine/backends/common/optim_math.h"
 #include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/loops.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
 #include "engine/ops/op_signatures.h"
@@ -113,10 +116,68 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   }
 }
 
+// The sizes of a tensor list, for for_each_element.
+std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
+  std::vector<std::int64_t> sizes;
+  sizes.reserve(ts.size());
+  for (const auto& t : ts)
+    sizes.push_back(t.numel());
+  return sizes;
+}
+
+void foreach_lerp_kernel(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
+                         const Tensor& weight, double w) {
+  const ScalarType dt = backends::check_lerp_args(
+      "foreach_lerp_", {{"selfs", &selfs}, {"ends", &ends}}, &weight, core::Device());
+  if (selfs.empty()) return;
+  const double wv = weight.defined() ? weight.item() : w;
+  TB_DISPATCH_FLOATING_TYPES(dt, "foreach_lerp_", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const auto wc = static_cast<C>(wv);
+    for_each_element(numels(selfs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
+      T* __restrict s = selfs[i].data_ptr<T>();
+      const T* __restrict x = ends[i].data_ptr<T>();
+      for (std::int64_t k = b; k < e; ++k)
+        s[k] = static_cast<T>(
+            backends::optim::lerp<C>(static_cast<C>(s[k]), static_cast<C>(x[k]), wc));
+    });
+  });
+}
+
+void muon_momentum_kernel(const std::vector<Tensor>& bufs, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor>& outs, double momentum) {
+  const ScalarType dt = backends::check_lerp_args(
+      "muon_momentum_", {{"bufs", &bufs}, {"grads", &grads}, {"outs", &outs, true}}, nullptr,
+      core::Device());
+  if (bufs.empty()) return;
+  const bool nesterov = !outs.empty();
+  TB_DISPATCH_FLOATING_TYPES(dt, "muon_momentum_", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const auto mu = static_cast<C>(momentum);
+    const auto one_minus_mu = static_cast<C>(1.0 - momentum);
+    for_each_element(numels(bufs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
+      T* __restrict m = bufs[i].data_ptr<T>();
+      const T* __restrict g = grads[i].data_ptr<T>();
+      T* __restrict u = nesterov ? outs[i].data_ptr<T>() : nullptr;
+      for (std::int64_t k = b; k < e; ++k) {
+        const auto gk = static_cast<C>(g[k]);
+        // The buffer is stored (rounded to T) before the Nesterov lerp reads it, as in torch.
+        m[k] = static_cast<T>(backends::optim::lerp<C>(static_cast<C>(m[k]), gk, one_minus_mu));
+        if (nesterov) u[k] = static_cast<T>(backends::optim::lerp<C>(gk, static_cast<C>(m[k]), mu));
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void register_optim_kernels(dispatch::Dispatcher& d) {
-  d.impl<ops::sig::AdamStep>("adam_step_", dispatch::DispatchKey::CPU, adam_step_kernel).detach();
+  const auto cpu = dispatch::DispatchKey::CPU;
+  d.impl<ops::sig::AdamStep>("adam_step_", cpu, adam_step_kernel).detach();
+  d.impl<ops::sig::ForeachLerp>("foreach_lerp_", cpu, foreach_lerp_kernel).detach();
+  d.impl<ops::sig::MuonMomentum>("muon_momentum_", cpu, muon_momentum_kernel).detach();
 }
 
 }  // namespace tb::cpu

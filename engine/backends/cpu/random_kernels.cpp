@@ -120,6 +120,7 @@ void register_cpu_kernels(dispatch::Dispatcher& d) {
   register_softmax_index_kernels(d);
   register_random_kernels(d);
   register_nn_kernels(d);
+  register_attention_kernels(d);
   register_amp_kernels(d);
   register_optim_kernels(d);
 }

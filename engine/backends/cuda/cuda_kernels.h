@@ -160,6 +160,18 @@ struct AdamArgs {
 };
 int launch_adam(const AdamArgs& a);
 
+/// foreach_lerp_ over `count` pairs of contiguous tensors of float dtype st: selfs[i] =
+/// lerp(selfs[i], ends[i], w) (engine/backends/common/optim_math.h), w read on the device from
+/// `weight` (a float32/float64 scalar of dtype weight_st) when it is not null.
+int launch_foreach_lerp(int st, int count, void* const* selfs, const void* const* ends,
+                        const std::int64_t* numels, const void* weight, int weight_st, double w);
+
+/// muon_momentum_ over `count` contiguous tensors of float dtype st: bufs[i] = lerp(bufs[i],
+/// grads[i], 1 − momentum), then outs[i] = lerp(grads[i], bufs[i], momentum) when outs is not
+/// null (Nesterov).
+int launch_muon_momentum(int st, int count, void* const* bufs, const void* const* grads,
+                         void* const* outs, const std::int64_t* numels, double momentum);
+
 /// GradScaler's unscale: for `count` contiguous tensors of dtype st, *found_inf (device float32)
 /// = 1 when any element is not finite; every element *= *inv_scale (device float32) unless it
 /// is 1. One launch per chunk list, no host synchronisation.

@@ -590,6 +590,68 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   check_launch(kern::launch_adam(a), "adam_step_");
 }
 
+// Device pointers and element counts of a tensor list.
+std::vector<void*> pointers(const std::vector<Tensor>& ts) {
+  std::vector<void*> out(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    out[i] = ts[i].data_ptr();
+  return out;
+}
+
+std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
+  std::vector<std::int64_t> out(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    out[i] = ts[i].numel();
+  return out;
+}
+
+void foreach_lerp_kernel(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
+                         const Tensor& weight, double w) {
+  const Device device = selfs.empty() ? Device() : selfs[0].device();
+  const ScalarType dt = backends::check_lerp_args(
+      "foreach_lerp_", {{"selfs", &selfs}, {"ends", &ends}}, &weight, device);
+  if (selfs.empty()) return;
+  // A host weight is passed by value; a device weight is read by the kernel (no sync).
+  const void* wptr = nullptr;
+  int wst = 0;
+  Tensor wdev;
+  if (weight.defined()) {
+    if (weight.device().is_cpu()) {
+      w = weight.item();
+    } else {
+      wdev = weight.dtype() == ScalarType::Float64 ? weight.contiguous()
+                                                   : weight.to(ScalarType::Float32).contiguous();
+      wptr = wdev.data_ptr();
+      wst = static_cast<int>(wdev.dtype());
+    }
+  }
+  const std::vector<void*> s = pointers(selfs);
+  const std::vector<void*> e = pointers(ends);
+  const std::vector<std::int64_t> n = numels(selfs);
+  DeviceGuard guard(device.index());
+  check_launch(kern::launch_foreach_lerp(static_cast<int>(dt), static_cast<int>(s.size()), s.data(),
+                                         e.data(), n.data(), wptr, wst, w),
+               "foreach_lerp_");
+}
+
+void muon_momentum_kernel(const std::vector<Tensor>& bufs, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor>& outs, double momentum) {
+  const Device device = bufs.empty() ? Device() : bufs[0].device();
+  const ScalarType dt = backends::check_lerp_args(
+      "muon_momentum_", {{"bufs", &bufs}, {"grads", &grads}, {"outs", &outs, true}}, nullptr,
+      device);
+  if (bufs.empty()) return;
+  const std::vector<void*> b = pointers(bufs);
+  const std::vector<void*> g = pointers(grads);
+  const std::vector<void*> u = pointers(outs);
+  const std::vector<std::int64_t> n = numels(bufs);
+  DeviceGuard guard(device.index());
+  check_launch(
+      kern::launch_muon_momentum(static_cast<int>(dt), static_cast<int>(b.size()), b.data(),
+                                 g.data(), outs.empty() ? nullptr : u.data(), n.data(), momentum),
+      "muon_momentum_");
+}
+
 }  // namespace
 
 void register_cuda_ops(dispatch::Dispatcher& d) {
@@ -661,6 +723,8 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
       .detach();
   d.impl<sig::AmpUpdateScale>("amp_update_scale_", key, amp_update_scale_kernel).detach();
   d.impl<ops::sig::AdamStep>("adam_step_", key, adam_step_kernel).detach();
+  d.impl<ops::sig::ForeachLerp>("foreach_lerp_", key, foreach_lerp_kernel).detach();
+  d.impl<ops::sig::MuonMomentum>("muon_momentum_", key, muon_momentum_kernel).detach();
 }
 
 }  // namespace tb::backends::cuda_detail

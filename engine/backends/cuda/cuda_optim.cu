@@ -1,8 +1,8 @@
-// CUDA multi-tensor kernels: the fused Adam/AdamW update (the per-element arithmetic of
-// engine/backends/common/optim_math.h, shared with the CPU kernel) and GradScaler's unscale and
-// scale update. Tensor lists travel as kernel arguments (pointers, sizes and a block -> (tensor,
-// chunk) map, under the 4 KiB parameter limit), so a step is a few launches and never waits for
-// the device.
+// CUDA multi-tensor kernels: the fused Adam/AdamW update, foreach_lerp_ (EMA/SWA) and Muon's
+// momentum (the per-element arithmetic of engine/backends/common/optim_math.h, shared with the
+// CPU kernels) and GradScaler's unscale and scale update. Tensor lists travel as kernel arguments
+// (pointers, sizes and a block -> (tensor, chunk) map, under the 4 KiB parameter limit), so a step
+// is a few launches and never waits for the device.
 #include <cmath>
 
 #include "engine/backends/common/optim_math.h"
@@ -149,6 +149,58 @@ __global__ void unscale_kernel(UnscaleMeta meta, float* found_inf, const float* 
   if (found) *found_inf = 1.0f;  // only ever set (the caller pre-zeroes it)
 }
 
+struct LerpMeta {
+  void* self[kMaxTensors];
+  const void* end[kMaxTensors];
+  void* out[kMaxTensors];
+  std::int64_t n[kMaxTensors];
+  BlockMap map;
+};
+
+// The lerp weight: the device scalar when given (SWA's 1/(n+1)), else the host value.
+template <typename C>
+__device__ C lerp_weight(const void* weight, int weight_st, double w) {
+  if (weight == nullptr) return static_cast<C>(w);
+  if (static_cast<ScalarType>(weight_st) == ScalarType::Float64) {
+    return static_cast<C>(*static_cast<const double*>(weight));
+  }
+  return static_cast<C>(*static_cast<const float*>(weight));
+}
+
+template <typename T>
+__global__ void lerp_kernel(LerpMeta meta, const void* weight, int weight_st, double w) {
+  using C = compute_t<T>;
+  const int t = meta.map.tensor[blockIdx.x];
+  const std::int64_t begin = static_cast<std::int64_t>(meta.map.chunk[blockIdx.x]) * kChunk;
+  const std::int64_t end = begin + kChunk < meta.n[t] ? begin + kChunk : meta.n[t];
+  const C wc = lerp_weight<C>(weight, weight_st, w);
+  T* s = static_cast<T*>(meta.self[t]);
+  const T* e = static_cast<const T*>(meta.end[t]);
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    s[i] = T(backends::optim::lerp<C>(static_cast<C>(s[i]), static_cast<C>(e[i]), wc));
+  }
+}
+
+template <typename T, bool Nesterov>
+__global__ void muon_momentum_kernel(LerpMeta meta, double momentum) {
+  using C = compute_t<T>;
+  const int t = meta.map.tensor[blockIdx.x];
+  const std::int64_t begin = static_cast<std::int64_t>(meta.map.chunk[blockIdx.x]) * kChunk;
+  const std::int64_t end = begin + kChunk < meta.n[t] ? begin + kChunk : meta.n[t];
+  const auto mu = static_cast<C>(momentum);
+  const auto one_minus_mu = static_cast<C>(1.0 - momentum);
+  T* m = static_cast<T*>(meta.self[t]);
+  const T* g = static_cast<const T*>(meta.end[t]);
+  T* u = static_cast<T*>(meta.out[t]);
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const auto gi = static_cast<C>(g[i]);
+    // The buffer is rounded to T before the Nesterov lerp reads it (as the CPU kernel, torch).
+    const T mi = T(backends::optim::lerp<C>(static_cast<C>(m[i]), gi, one_minus_mu));
+    m[i] = mi;
+    if constexpr (Nesterov) u[i] = T(backends::optim::lerp<C>(gi, static_cast<C>(mi), mu));
+  }
+}
+
 __global__ void update_scale_kernel(float* scale, std::int32_t* tracker, const float* found_inf,
                                     double growth, double backoff, std::int64_t interval) {
   if (*found_inf != 0.0f) {
@@ -225,6 +277,50 @@ int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const fl
   return status();
 }
 
+int launch_foreach_lerp(int st, int count, void* const* selfs, const void* const* ends,
+                        const std::int64_t* numels, const void* weight, int weight_st, double w) {
+  LerpMeta meta{};
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    return multi_tensor_apply(
+        count, numels, meta.map,
+        [&](int slot, int t) {
+          meta.self[slot] = selfs[t];
+          meta.end[slot] = ends[t];
+          meta.n[slot] = numels[t];
+        },
+        [&](int blocks) {
+          TB_LAUNCH(blocks, kThreads, lerp_kernel<T>)(meta, weight, weight_st, w);
+          return status();
+        });
+  });
+}
+
+int launch_muon_momentum(int st, int count, void* const* bufs, const void* const* grads,
+                         void* const* outs, const std::int64_t* numels, double momentum) {
+  LerpMeta meta{};
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    return multi_tensor_apply(
+        count, numels, meta.map,
+        [&](int slot, int t) {
+          meta.self[slot] = bufs[t];
+          meta.end[slot] = grads[t];
+          meta.out[slot] = outs != nullptr ? outs[t] : nullptr;
+          meta.n[slot] = numels[t];
+        },
+        [&](int blocks) {
+          if (outs != nullptr) {
+            TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, true>)(meta, momentum);
+          } else {
+            TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, false>)(meta, momentum);
+          }
+          return status();
+        });
+  });
+}
+
+static_assert(sizeof(LerpMeta) <= 4000, "kernel parameters over 4 KiB");
 static_assert(sizeof(AdamMeta) + sizeof(AdamConsts) <= 4000, "kernel parameters over 4 KiB");
 
 }  // namespace tb::cuda
