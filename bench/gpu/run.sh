@@ -46,7 +46,7 @@ train() {  # name config extra --set arguments...
   "$dir/bin/tb_cuda_tests" --gtest_brief=1
   echo "== parity: every CUDA kernel against the CPU's (and openreg)"
   (cd "$dir/data" && "$dir/bin/tb_engine_tests" --gtest_filter='*BackendParity*' --gtest_brief=1)
-  echo "== GPU GEMM: tensor mm (arg 2: 0 cuBLAS, 1 cuBLASLt, 2 TF32) vs raw cuBLAS"
+  echo "== GPU GEMM: tensor mm (arg 2: 0 cuBLAS, 1 cuBLASLt, 2 TF32) vs raw cuBLAS; attention fused vs composed"
   "$dir/bin/cuda_bench" --benchmark_min_time=0.2
   echo "== models on $device (trainbench-cli; medians after 20 warm-up steps)"
   train mlp resources/configs/fmnist-mlp-adamw.toml --set run.steps=220 \

@@ -33,6 +33,9 @@ constexpr PolicyEntry kAutocastPolicy[] = {
     {"bmm", AutocastCategory::LowerPrecision},
     {"baddbmm", AutocastCategory::LowerPrecision},
     {"syrk", AutocastCategory::LowerPrecision},
+    // Fused attention: its products run in the lower precision, its softmax in float32 inside
+    // the kernel (PyTorch's lower-precision list has scaled_dot_product_attention too).
+    {"scaled_dot_product_attention", AutocastCategory::LowerPrecision},
     // Reductions that accumulate.
     {"sum", AutocastCategory::Float32},
     {"mean", AutocastCategory::Float32},

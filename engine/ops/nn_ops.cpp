@@ -11,6 +11,7 @@
 namespace tb::ops {
 
 using core::DimVector;
+using detail::cast_if_needed;
 using detail::check_defined;
 using detail::check_same_device;
 using dispatch::Dispatcher;
@@ -90,17 +91,16 @@ namespace {
 
 constexpr const char* kAttention = "scaled_dot_product_attention";
 // The fused kernels keep a query row and a tile of key/value rows on chip: head sizes up to this.
-constexpr std::int64_t kFusedMaxHeadSize = 256;
+constexpr std::int64_t kFusedMaxHeadSize = 128;
 
 void check_attention_args(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   check_defined(op, q, "query");
   check_defined(op, k, "key");
   check_defined(op, v, "value");
-  TB_CHECK_T(TypeError, core::is_floating_point(q.dtype()), "[", op,
-             "] expects floating-point tensors, got query of dtype ", q.dtype());
-  TB_CHECK_T(TypeError, k.dtype() == q.dtype() && v.dtype() == q.dtype(), "[", op,
-             "] query, key and value must have one dtype, got ", q.dtype(), ", ", k.dtype(),
-             " and ", v.dtype());
+  for (const auto& [t, name] : {std::pair{&q, "query"}, {&k, "key"}, {&v, "value"}}) {
+    TB_CHECK_T(TypeError, core::is_floating_point(t->dtype()), "[", op,
+               "] expects floating-point tensors, got ", name, " of dtype ", t->dtype());
+  }
   TB_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[", op,
            "] query, key and value must be 4-D [batch, heads, length, head size], got shapes ",
            DimVector(q.sizes()), ", ", DimVector(k.sizes()), " and ", DimVector(v.sizes()));
@@ -163,7 +163,10 @@ std::tuple<Tensor, Tensor> scaled_dot_product_attention_forward(const Tensor& q,
                                                                 bool causal) {
   static const auto op = Dispatcher::singleton().typed<sig::Attention>(kAttention);
   check_attention_args(kAttention, q, k, v);
-  return op.call(unit_last_stride(q), unit_last_stride(k), unit_last_stride(v), scale, causal);
+  // Mixed dtypes promote, as in matmul (under autocast the dispatcher then casts to bf16/fp16).
+  const ScalarType dt = core::promote_types(core::promote_types(q.dtype(), k.dtype()), v.dtype());
+  return op.call(unit_last_stride(cast_if_needed(q, dt)), unit_last_stride(cast_if_needed(k, dt)),
+                 unit_last_stride(cast_if_needed(v, dt)), scale, causal);
 }
 
 std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
@@ -183,8 +186,11 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
                lse.size(2) == q.size(2),
            "[", name, "] logsumexp must have shape [", q.size(0), ", ", q.size(1), ", ", q.size(2),
            "], got ", DimVector(lse.sizes()));
-  return op.call(unit_last_stride(grad_out.to(q.dtype())), unit_last_stride(q), unit_last_stride(k),
-                 unit_last_stride(v), unit_last_stride(out), lse.contiguous(), scale, causal);
+  const ScalarType dt = core::promote_types(core::promote_types(q.dtype(), k.dtype()), v.dtype());
+  return op.call(unit_last_stride(cast_if_needed(grad_out, dt)),
+                 unit_last_stride(cast_if_needed(q, dt)), unit_last_stride(cast_if_needed(k, dt)),
+                 unit_last_stride(cast_if_needed(v, dt)), unit_last_stride(cast_if_needed(out, dt)),
+                 lse.contiguous(), scale, causal);
 }
 
 }  // namespace tb::ops

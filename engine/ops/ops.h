@@ -163,7 +163,7 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
 /// multiple of Hkv (grouped-query attention: query head h reads key/value head h / (H / Hkv)).
 /// `causal`: query i attends to keys j <= i (PyTorch's is_causal, top-left aligned). `scale`
 /// defaults to 1/sqrt(D). Returns [B, H, T, E]; differentiable in q, k and v. Fused where the
-/// device has the kernel (CPU, CUDA; openreg through the CPU) and D, E <= 256: one pass, no
+/// device has the kernel (CPU, CUDA; openreg through the CPU) and D, E <= 128: one pass, no
 /// [T, S] score matrix in memory, softmax in float32 (float64 for float64), the row's
 /// log-sum-exp kept for the backward pass; composed from matmul/softmax otherwise.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

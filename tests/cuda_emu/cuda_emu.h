@@ -61,6 +61,13 @@ T shfl_xor(T v, int mask) {
   return out;
 }
 
+template <typename T>
+T shfl(T v, int src_lane) {
+  T out;
+  warp_exchange(&v, &out, static_cast<int>(sizeof(T)), src_lane & 31);
+  return out;
+}
+
 template <typename T, typename F>
 T atomic_update(T* p, F f) {
   atomic_lock();
@@ -84,6 +91,11 @@ inline void __syncthreads() {
 template <typename T>
 T __shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask, int /*width*/ = 32) {
   return ::tb_emu::shfl_xor(v, lane_mask);
+}
+
+template <typename T>
+T __shfl_sync(unsigned /*mask*/, T v, int src_lane, int /*width*/ = 32) {
+  return ::tb_emu::shfl(v, src_lane);
 }
 
 inline float atomicAdd(float* p, float v) {

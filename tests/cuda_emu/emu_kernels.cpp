@@ -108,8 +108,9 @@ void fiber_main() {
   for (;;) {
     Launch& l = *g_launch;
     const int i = l.current;
-    for (unsigned b = 0; b < l.grid.x; ++b) {
-      me().coords.block_idx = dim3(b);
+    const unsigned blocks = l.grid.x * l.grid.y;
+    for (unsigned b = 0; b < blocks; ++b) {
+      me().coords.block_idx = dim3(b % l.grid.x, b / l.grid.x);
       (*l.body)();
       // This thread has returned from block b: it leaves the block's barriers, then waits for
       // the others; the last to arrive resets the barriers for the next block.
@@ -177,12 +178,11 @@ void warp_exchange(const void* mine, void* out, int bytes, int src_lane) {
 }
 
 void run_grid(dim3 grid, dim3 block, const std::function<void()>& body) {
-  if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1 || block.x == 0 ||
-      block.x > 1024) {
+  if (grid.z != 1 || block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024) {
     std::fprintf(stderr, "cuda emulator: unsupported launch geometry\n");
     std::abort();
   }
-  if (grid.x == 0) return;
+  if (grid.x == 0 || grid.y == 0) return;
   std::lock_guard lock(launch_mutex());  // one kernel at a time, as on the default stream
   static std::vector<Fiber> pool;        // stacks kept between launches
   if (pool.size() < block.x) pool.resize(block.x);

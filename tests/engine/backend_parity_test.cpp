@@ -726,6 +726,61 @@ std::map<std::string, Case> cases() {
       }
     }
   };
+  // Attention shapes: grouped-query heads, T != S, more rows than a block's warps and a tile's
+  // keys, both head-size configurations of the CUDA kernels (<= 64, <= 128), D != E, no keys.
+  struct AttnShape {
+    std::int64_t b, h, hkv, t, s, dh, e;
+    bool causal;
+  };
+  static const AttnShape kAttnShapes[] = {
+      {2, 4, 2, 5, 5, 8, 8, true},       {1, 2, 2, 37, 70, 16, 24, false},
+      {1, 3, 1, 70, 45, 32, 32, true},   {1, 2, 1, 9, 9, 100, 72, true},
+      {2, 2, 2, 33, 33, 64, 128, false}, {1, 1, 1, 3, 0, 4, 4, false}};
+  // Runs f(q, k, v, g, scale, causal, label) on host inputs for every dtype and shape; q as the
+  // transformer passes it ([B, T, H, D] memory seen as [B, H, T, D]).
+  using AttnCheck = std::function<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       double, bool, const std::string&, ScalarType)>;
+  const auto for_attention_inputs = [](const AttnCheck& f) {
+    std::uint64_t seed = 2900;
+    for (ScalarType dt : kFloats) {
+      for (const AttnShape& sh : kAttnShapes) {
+        const Tensor q = rand_input({sh.b, sh.t, sh.h, sh.dh}, dt, seed++).transpose(1, 2);
+        const Tensor k = rand_input({sh.b, sh.hkv, sh.s, sh.dh}, dt, seed++);
+        const Tensor v = rand_input({sh.b, sh.hkv, sh.s, sh.e}, dt, seed++);
+        const Tensor g = rand_input({sh.b, sh.h, sh.t, sh.e}, dt, seed++);
+        f(q, k, v, g, 1.0 / std::sqrt(static_cast<double>(sh.dh)), sh.causal,
+          label(std::string("attention") + (sh.causal ? " causal" : ""), dt,
+                {sh.b, sh.h, sh.t, sh.dh}, {sh.hkv, sh.s, sh.e}),
+          dt);
+      }
+    }
+  };
+  c["scaled_dot_product_attention"] = [for_attention_inputs](const Device& d) {
+    for_attention_inputs([&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
+                             double scale, bool causal, const std::string& what, ScalarType dt) {
+      const auto [oh, lh] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
+      const auto [od, ld] =
+          ops::scaled_dot_product_attention_forward(q.to(d), k.to(d), v.to(d), scale, causal);
+      expect_close(od, oh, tol_of(dt), what + " out");
+      expect_close(ld, lh, tol_of(lh.dtype()), what + " logsumexp");
+    });
+  };
+  c["scaled_dot_product_attention_backward"] = [for_attention_inputs](const Device& d) {
+    for_attention_inputs([&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                             double scale, bool causal, const std::string& what, ScalarType dt) {
+      // The forward's out and log-sum-exp from the CPU, so only the backward is compared.
+      const auto [o, l] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
+      const auto [dqh, dkh, dvh] =
+          ops::scaled_dot_product_attention_backward(g, q, k, v, o, l, scale, causal);
+      const auto [dqd, dkd, dvd] = ops::scaled_dot_product_attention_backward(
+          g.to(d), q.to(d), k.to(d), v.to(d), o.to(d), l.to(d), scale, causal);
+      // Gradients sum over up to S (dq) or T·H/Hkv (dk, dv) products.
+      const Tol tol{tol_of(dt).atol * 20, tol_of(dt).rtol * 20};
+      expect_close(dqd, dqh, tol, what + " dq");
+      expect_close(dkd, dkh, tol, what + " dk");
+      expect_close(dvd, dvh, tol, what + " dv");
+    });
+  };
   // Shapes crossing the multi-tensor kernels' chunk (65536), list (32 tensors) and, on CUDA,
   // launch (320 chunks) limits, plus empty tensors. (openreg guards its whole device memory on
   // every op, so the 21M-element tensor stays off it.)

@@ -575,17 +575,17 @@ TEST(NnAttention, NoKeysGiveZerosAndErrorsNameTheArgument) {
             }),
             "[scaled_dot_product_attention] query, key and value must be 4-D [batch, heads, "
             "length, head size], got shapes [4, 3, 8], [1, 4, 3, 8] and [1, 4, 3, 8]");
-  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(q, q, q.to(ScalarType::Float64)); }),
-            "[scaled_dot_product_attention] query, key and value must have one dtype, got "
-            "float32, float32 and float64");
-  const Tensor qi = ops::zeros({1, 1, 2, 2}, ScalarType::Int64);
-  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(qi, qi, qi); }),
-            "[scaled_dot_product_attention] expects floating-point tensors, got query of dtype "
+  // Mixed floating dtypes promote (as matmul does).
+  EXPECT_EQ(ops::scaled_dot_product_attention(q, q, q.to(ScalarType::Float64)).dtype(),
+            ScalarType::Float64);
+  const Tensor qi = ops::zeros({1, 4, 3, 8}, ScalarType::Int64);
+  EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(q, qi, q); }),
+            "[scaled_dot_product_attention] expects floating-point tensors, got key of dtype "
             "int64");
 }
 
 TEST(NnAttention, LargeHeadsUseTheComposedPathWithTheSameResult) {
-  // Head size 300 > 256: composed from matmul/softmax, same formula.
+  // Head size 300 > 128: composed from matmul/softmax, same formula.
   const Tensor q = leaf64({1, 2, 4, 300}, 70, 0.1);
   const Tensor k = leaf64({1, 1, 4, 300}, 71, 0.1);
   const Tensor v = leaf64({1, 1, 4, 3}, 72);

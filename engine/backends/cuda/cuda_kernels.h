@@ -138,6 +138,38 @@ int launch_normal(int st, void* out, std::int64_t n, std::uint64_t seed, std::ui
 int launch_bernoulli(int st, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
                      double p, const float* p_tensor);
 
+// ---- fused attention (cuda_attention.cu)
+// ---------------------------------------------------------
+
+/// One operand of the attention kernels: a [B, heads, length, width] tensor with unit stride in
+/// width and element strides for the other three dimensions.
+struct AttnOperand {
+  const void* p = nullptr;
+  std::int64_t sb = 0, sh = 0, sl = 0;
+};
+
+/// Shapes and operands of one attention call: q [B,H,T,D], k [B,Hkv,S,D], v [B,Hkv,S,E] of
+/// dtype st (float dtypes), H a multiple of Hkv, max(D, E) <= kAttentionMaxHead.
+struct AttentionArgs {
+  int st = 0;
+  std::int64_t b = 0, h = 0, t = 0, d = 0, hkv = 0, s = 0, e = 0;
+  AttnOperand q, k, v;
+  double scale = 1.0;
+  bool causal = false;
+};
+/// Head sizes the fused kernels take (larger ones are composed by the caller).
+inline constexpr std::int64_t kAttentionMaxHead = 128;
+
+/// out (contiguous [B,H,T,E], dtype st) and lse (contiguous [B,H,T], float32, float64 for
+/// float64) of softmax(q·kᵀ·scale + causal mask)·v; a warp per query row, key/value tiles in
+/// shared memory, online softmax.
+int launch_attention_forward(const AttentionArgs& a, void* out, void* lse);
+/// dq [B,H,T,D], dk [B,Hkv,S,D], dv [B,Hkv,S,E] (contiguous, dtype st) from the output's
+/// gradient g and the forward's out (operands like q) and lse; `dvec` is a [B,H,T] workspace of
+/// lse's dtype. Two launches (dq by query rows, then dk/dv by key rows), no atomics.
+int launch_attention_backward(const AttentionArgs& a, const AttnOperand& g, const AttnOperand& out,
+                              const void* lse, void* dvec, void* dq, void* dk, void* dv);
+
 // ---- multi-tensor optimizer and mixed-precision kernels (cuda_optim.cu) -------------------------
 
 /// One fused Adam/AdamW launch sequence over `count` tensors of one float dtype (float32 or

@@ -3,9 +3,11 @@
 // (engine/backends/cpu); tests/engine/backend_parity_test.cpp checks every one against them on a
 // GPU. Index and target errors are found on the device and raised here with the CPU's messages
 // (reading them back is the one synchronisation those ops make).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "engine/backends/common/adam_args.h"
@@ -590,6 +592,88 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   check_launch(kern::launch_adam(a), "adam_step_");
 }
 
+// ---- fused attention
+// -----------------------------------------------------------------------------
+
+// A [B, heads, length, width] operand for the attention kernels (unit stride in width).
+kern::AttnOperand attn_operand(const Tensor& t) {
+  kern::AttnOperand o;
+  o.p = t.data_ptr();
+  o.sb = t.stride(0);
+  o.sh = t.stride(1);
+  o.sl = t.stride(2);
+  return o;
+}
+
+Tensor unit_width(const Tensor& t) {
+  return t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
+}
+
+kern::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                                   bool causal) {
+  kern::AttentionArgs a;
+  a.st = static_cast<int>(q.dtype());
+  a.b = q.size(0);
+  a.h = q.size(1);
+  a.t = q.size(2);
+  a.d = q.size(3);
+  a.hkv = k.size(1);
+  a.s = k.size(2);
+  a.e = v.size(3);
+  a.q = attn_operand(q);
+  a.k = attn_operand(k);
+  a.v = attn_operand(v);
+  a.scale = scale;
+  a.causal = causal;
+  TB_CHECK(std::max(a.d, a.e) <= kern::kAttentionMaxHead,
+           "[scaled_dot_product_attention] the CUDA kernel takes head sizes up to ",
+           kern::kAttentionMaxHead, ", got ", std::max(a.d, a.e));
+  return a;
+}
+
+ScalarType attention_stat_dtype(ScalarType dt) {
+  return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;
+}
+
+std::tuple<Tensor, Tensor> attention_kernel(const Tensor& q_in, const Tensor& k_in,
+                                            const Tensor& v_in, double scale, bool causal) {
+  const Tensor q = unit_width(q_in);
+  const Tensor k = unit_width(k_in);
+  const Tensor v = unit_width(v_in);
+  const kern::AttentionArgs a = attention_args(q, k, v, scale, causal);
+  Tensor out = Tensor::empty({a.b, a.h, a.t, a.e}, q.dtype(), q.device());
+  Tensor lse = Tensor::empty({a.b, a.h, a.t}, attention_stat_dtype(q.dtype()), q.device());
+  DeviceGuard guard(q.device().index());
+  check_launch(kern::launch_attention_forward(a, out.data_ptr(), lse.data_ptr()),
+               "scaled_dot_product_attention");
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> attention_backward_kernel(const Tensor& g_in, const Tensor& q_in,
+                                                             const Tensor& k_in, const Tensor& v_in,
+                                                             const Tensor& out_in,
+                                                             const Tensor& lse_in, double scale,
+                                                             bool causal) {
+  const Tensor q = unit_width(q_in);
+  const Tensor k = unit_width(k_in);
+  const Tensor v = unit_width(v_in);
+  const Tensor g = unit_width(g_in);
+  const Tensor out = unit_width(out_in);
+  const kern::AttentionArgs a = attention_args(q, k, v, scale, causal);
+  const ScalarType st = attention_stat_dtype(q.dtype());
+  const Tensor lse = lse_in.to(st).contiguous();
+  Tensor dvec = Tensor::empty({a.b, a.h, a.t}, st, q.device());
+  Tensor dq = Tensor::empty({a.b, a.h, a.t, a.d}, q.dtype(), q.device());
+  Tensor dk = Tensor::empty({a.b, a.hkv, a.s, a.d}, q.dtype(), q.device());
+  Tensor dv = Tensor::empty({a.b, a.hkv, a.s, a.e}, q.dtype(), q.device());
+  DeviceGuard guard(q.device().index());
+  check_launch(
+      kern::launch_attention_backward(a, attn_operand(g), attn_operand(out), lse.data_ptr(),
+                                      dvec.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
+      "scaled_dot_product_attention_backward");
+  return {dq, dk, dv};
+}
+
 // Device pointers and element counts of a tensor list.
 std::vector<void*> pointers(const std::vector<Tensor>& ts) {
   std::vector<void*> out(ts.size());
@@ -724,6 +808,10 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
   d.impl<sig::AmpUpdateScale>("amp_update_scale_", key, amp_update_scale_kernel).detach();
   d.impl<ops::sig::AdamStep>("adam_step_", key, adam_step_kernel).detach();
   d.impl<ops::sig::ForeachLerp>("foreach_lerp_", key, foreach_lerp_kernel).detach();
+  d.impl<sig::Attention>("scaled_dot_product_attention", key, attention_kernel).detach();
+  d.impl<sig::AttentionBackward>("scaled_dot_product_attention_backward", key,
+                                 attention_backward_kernel)
+      .detach();
   d.impl<ops::sig::MuonMomentum>("muon_momentum_", key, muon_momentum_kernel).detach();
 }
 
