@@ -94,8 +94,36 @@ void BM_attention_fwd_bwd(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "fused" : "composed");
 }
 
+// RMSNorm forward + backward at qwen-tiny's activation shape ([16·64, 128]): range(0) 0 = the
+// fused op, 1 = the square/mean/rsqrt/mul composition it replaced; range(1) = threads.
+void BM_rms_norm_fwd_bwd(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  namespace ag = tb::autograd;
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(0);
+  const Tensor x = ag::requires_grad_(ops::randn({1024, 128}, gen.get()));
+  const Tensor w = ag::requires_grad_(ops::ones({128}));
+  for (auto _ : state) {
+    Tensor y;
+    if (state.range(0) == 0) {
+      y = ops::rms_norm(x, w, 1e-6);
+    } else {
+      const Tensor ms = ops::mean(ops::square(x), {-1}, true);
+      y = ops::mul(ops::mul(x, ops::rsqrt(ops::add(ms, 1e-6))), w);
+    }
+    ag::backward(ops::sum(y));
+    ag::set_grad(x, Tensor());
+    ag::set_grad(w, Tensor());
+  }
+  state.SetLabel(state.range(0) == 0 ? "fused" : "composed");
+}
+
 BENCHMARK(BM_mlp_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_qwen_tiny_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_rms_norm_fwd_bwd)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_attention_fwd_bwd)
     ->ArgsProduct({{0, 1}, {64, 256}, {1, 2}})
     ->Unit(benchmark::kMillisecond)

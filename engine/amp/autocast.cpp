@@ -51,6 +51,9 @@ constexpr PolicyEntry kAutocastPolicy[] = {
     {"pow", AutocastCategory::Float32},
     {"rsqrt", AutocastCategory::Float32},
     {"reciprocal", AutocastCategory::Float32},
+    // Normalisation layers (their statistics).
+    {"rms_norm", AutocastCategory::Float32},
+    {"layer_norm", AutocastCategory::Float32},
     // Losses.
     {"cross_entropy", AutocastCategory::Float32},
     {"cross_entropy_backward", AutocastCategory::Float32},

@@ -266,8 +266,7 @@ void view_hook(const Tensor& base, Tensor& view, const core::ViewRecord& record)
   set_history(view, node, 0);
 }
 
-// ---- the Autograd-key fallback
-// -------------------------------------------------------------------
+// ---- the Autograd-key fallback ------------------------------------------------------------------
 
 void autograd_fallback(const dispatch::OperatorHandle& op, DispatchKeySet ks, Stack& stack) {
   const dispatch::OpSchema& schema = op.schema();
@@ -346,8 +345,7 @@ void autograd_fallback(const dispatch::OperatorHandle& op, DispatchKeySet ks, St
   }
 }
 
-// ---- the backward engine
-// -------------------------------------------------------------------------
+// ---- the backward engine ------------------------------------------------------------------------
 
 Tensor accumulate(const Tensor& a, const Tensor& b) {
   if (!a.defined()) return b;

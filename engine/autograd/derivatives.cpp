@@ -314,8 +314,7 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
     return {ops::sub(c.grad(), mul(ops::exp(c.outputs[0]), total)), Tensor()};
   };
 
-  // ---- fused nn ops
-  // ------------------------------------------------------------------------------
+  // ---- fused nn ops -----------------------------------------------------------------------------
   t["rope"] = [](const GradContext& c) -> Grads {
     // A rotation per (position, pair): its transpose is the rotation by -angle.
     TB_CHECK_T(NotImplementedError, !c.needs[1] && !c.needs[2],
@@ -323,6 +322,19 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
                "constant tables; detach them)");
     return {ops::rope(c.grad(), c.tensor(1), ops::neg(c.tensor(2))), Tensor(), Tensor()};
   };
+  // RMSNorm / LayerNorm: the kernels' backward from the forward's per-row statistics (outputs 1,
+  // not differentiated).
+  for (const bool rms : {true, false}) {
+    t[rms ? "rms_norm" : "layer_norm"] = [rms](const GradContext& c) -> Grads {
+      auto [dx, dw, db] = ops::row_norm_backward(rms, c.grad(), c.tensor(0), c.tensor(1),
+                                                 c.outputs[1], c.tensor(2).defined());
+      const Tensor& w = c.tensor(1);
+      if (w.defined() && dw.defined() && dw.dtype() != w.dtype()) dw = dw.to(w.dtype());
+      const Tensor& b = c.tensor(2);
+      if (b.defined() && db.defined() && db.dtype() != b.dtype()) db = db.to(b.dtype());
+      return {dx, c.needs[1] ? dw : Tensor(), c.needs[2] ? db : Tensor(), Tensor()};
+    };
+  }
   t["scaled_dot_product_attention"] = [](const GradContext& c) -> Grads {
     // The fused backward recomputes the probabilities from the forward's log-sum-exp (outputs
     // 1); the log-sum-exp itself is not differentiated.

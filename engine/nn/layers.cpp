@@ -115,12 +115,7 @@ LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine)
 
 Tensor LayerNorm::forward(const Tensor& x) {
   check_features(*this, "normalized dim", x, dim_);
-  const Tensor mu = ops::mean(x, {-1}, true);
-  const Tensor centered = ops::sub(x, mu);
-  const Tensor var = ops::mean(ops::square(centered), {-1}, true);
-  Tensor y = ops::mul(centered, ops::rsqrt(ops::add(var, eps_)));
-  if (weight_.defined()) y = ops::add(ops::mul(y, weight_), bias_);
-  return y;
+  return ops::layer_norm(x, weight_, bias_, eps_);  // fused: one pass per row
 }
 
 std::string LayerNorm::extra_repr() const {
@@ -135,8 +130,7 @@ RMSNorm::RMSNorm(std::int64_t dim, double eps) : Module("RMSNorm"), dim_(dim), e
 
 Tensor RMSNorm::forward(const Tensor& x) {
   check_features(*this, "normalized dim", x, dim_);
-  const Tensor ms = ops::mean(ops::square(x), {-1}, true);
-  return ops::mul(ops::mul(x, ops::rsqrt(ops::add(ms, eps_))), weight_);
+  return ops::rms_norm(x, weight_, eps_);  // fused: one pass per row
 }
 
 std::string RMSNorm::extra_repr() const {

@@ -85,6 +85,96 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   return op.call(grad, logits, target, ignore_index, label_smoothing);
 }
 
+// ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
+
+namespace {
+
+void check_norm_args(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     double eps) {
+  check_defined(op, x, "input");
+  TB_CHECK_T(TypeError, core::is_floating_point(x.dtype()), "[", op,
+             "] expects a floating-point input, got ", x.dtype());
+  TB_CHECK(x.dim() >= 1, "[", op,
+           "] expects an input with at least one dimension, got a 0-d tensor");
+  TB_CHECK(std::isfinite(eps) && eps >= 0.0, "[", op, "] eps must be finite and >= 0, got ", eps);
+  const std::int64_t n = x.size(-1);
+  for (const auto& [t, name] : {std::pair{&weight, "weight"}, {&bias, "bias"}}) {
+    if (!t->defined()) continue;
+    TB_CHECK_T(TypeError, core::is_floating_point(t->dtype()), "[", op, "] ", name,
+               " must be floating point, got ", t->dtype());
+    TB_CHECK(t->dim() == 1 && t->size(0) == n, "[", op, "] ", name, " must have shape [", n,
+             "] (the input's last dimension), got ", DimVector(t->sizes()));
+    check_same_device(op, x, *t);
+  }
+}
+
+// The norms from ordinary ops (devices without the fused kernels).
+Tensor norm_composed(bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                     double eps) {
+  const std::int64_t last[1] = {-1};
+  Tensor y;
+  if (rms) {
+    y = mul(x, rsqrt(add(mean(square(x), IntList(last, 1), true), eps)));
+  } else {
+    const Tensor centered = sub(x, mean(x, IntList(last, 1), true));
+    y = mul(centered, rsqrt(add(mean(square(centered), IntList(last, 1), true), eps)));
+  }
+  if (weight.defined()) y = mul(y, weight);
+  if (bias.defined()) y = add(y, bias);
+  return y;
+}
+
+Tensor row_norm(bool rms, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  const char* name = rms ? "rms_norm" : "layer_norm";
+  check_norm_args(name, x, weight, bias, eps);
+  if (!detail::device_has_kernel(name, x.device())) return norm_composed(rms, x, weight, bias, eps);
+  static const auto rms_op = Dispatcher::singleton().typed<sig::RowNorm>("rms_norm");
+  static const auto ln_op = Dispatcher::singleton().typed<sig::RowNorm>("layer_norm");
+  ScalarType dt = x.dtype();
+  for (const Tensor* t : {&weight, &bias}) {
+    if (t->defined()) dt = core::promote_types(dt, t->dtype());
+  }
+  const Tensor w = weight.defined() ? cast_if_needed(weight, dt).contiguous() : Tensor();
+  const Tensor b = bias.defined() ? cast_if_needed(bias, dt).contiguous() : Tensor();
+  const Tensor xc = cast_if_needed(x, dt).contiguous();
+  return std::get<0>(rms ? rms_op.call(xc, w, b, eps) : ln_op.call(xc, w, b, eps));
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  return row_norm(true, x, weight, Tensor(), eps);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return row_norm(false, x, weight, bias, eps);
+}
+
+std::tuple<Tensor, Tensor, Tensor> row_norm_backward(bool rms, const Tensor& dy, const Tensor& x,
+                                                     const Tensor& weight, const Tensor& stats,
+                                                     bool with_bias) {
+  const char* name = rms ? "rms_norm_backward" : "layer_norm_backward";
+  static const auto rms_op =
+      Dispatcher::singleton().typed<sig::RowNormBackward>("rms_norm_backward");
+  static const auto ln_op =
+      Dispatcher::singleton().typed<sig::RowNormBackward>("layer_norm_backward");
+  check_norm_args(name, x, weight, Tensor(), 0.0);
+  check_defined(name, dy, "grad_output");
+  check_defined(name, stats, "stats");
+  TB_CHECK(DimVector(dy.sizes()) == DimVector(x.sizes()), "[", name,
+           "] grad_output must have the input's shape ", DimVector(x.sizes()), ", got ",
+           DimVector(dy.sizes()));
+  const std::int64_t n = x.size(-1);
+  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
+  TB_CHECK(stats.dim() == 2 && stats.size(0) == rows && stats.size(1) == 2, "[", name,
+           "] stats must have shape [", rows, ", 2], got ", DimVector(stats.sizes()));
+  const Tensor xc = x.contiguous();
+  const Tensor w = weight.defined() ? cast_if_needed(weight, x.dtype()).contiguous() : Tensor();
+  const Tensor g = cast_if_needed(dy, x.dtype()).contiguous();
+  return rms ? rms_op.call(g, xc, w, stats.contiguous(), with_bias)
+             : ln_op.call(g, xc, w, stats.contiguous(), with_bias);
+}
+
 // ---- scaled dot-product attention ---------------------------------------------------------------
 
 namespace {
@@ -152,7 +242,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   check_attention_args(kAttention, q, k, v);
   const double sc = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(3))));
   TB_CHECK(std::isfinite(sc), "[", kAttention, "] scale must be finite, got ", sc);
-  const bool fused = q.size(3) <= kFusedMaxHeadSize && v.size(3) <= kFusedMaxHeadSize &&
+  const bool fused = q.size(3) > 0 && v.size(3) > 0 && q.size(3) <= kFusedMaxHeadSize &&
+                     v.size(3) <= kFusedMaxHeadSize &&
                      detail::device_has_kernel(kAttention, q.device());
   if (!fused) return attention_composed(q, k, v, causal, sc);
   return std::get<0>(scaled_dot_product_attention_forward(q, k, v, sc, causal));

@@ -55,6 +55,10 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::Ternary>("rope", diff);
   d.define<sig::CrossEntropy>("cross_entropy", diff);
   d.define<sig::CrossEntropyBackward>("cross_entropy_backward", plain);
+  d.define<sig::RowNorm>("rms_norm", diff);
+  d.define<sig::RowNorm>("layer_norm", diff);
+  d.define<sig::RowNormBackward>("rms_norm_backward", plain);
+  d.define<sig::RowNormBackward>("layer_norm_backward", plain);
   d.define<sig::Attention>("scaled_dot_product_attention", diff);
   d.define<sig::AttentionBackward>("scaled_dot_product_attention_backward", plain);
 

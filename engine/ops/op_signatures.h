@@ -60,6 +60,14 @@ using AdamStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const Tensor&, const Tensor&, double, double,
                       double, double, double, bool, bool);
 
+/// rms_norm / layer_norm(x [..., N] contiguous, weight [N] or undefined, bias [N] or undefined,
+/// eps) -> (y like x, stats [rows, 2]: per row (mean, 1/sqrt(var + eps)), mean 0 for rms_norm;
+/// float32, float64 for float64). Statistics in float32 (float64 for float64).
+using RowNorm = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, double);
+/// rms_norm_backward / layer_norm_backward(dy, x, weight, stats, with_bias) -> (dx, dweight,
+/// dbias); dweight undefined without a weight, dbias undefined unless with_bias.
+using RowNormBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
+                                                           const Tensor&, const Tensor&, bool);
 /// scaled_dot_product_attention(q [B,H,T,D], k [B,Hkv,S,D], v [B,Hkv,S,E], scale, causal)
 /// -> (out [B,H,T,E] in q's dtype, logsumexp [B,H,T] in float32, float64 for float64 inputs);
 /// H a multiple of Hkv (grouped-query), the last dimensions contiguous.

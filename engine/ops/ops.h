@@ -159,6 +159,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ig
 /// Gradient of cross_entropy w.r.t. the logits, scaled by the 1-element `grad`.
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               std::int64_t ignore_index, double label_smoothing);
+/// RMSNorm over the last dimension: x / sqrt(mean(x², -1) + eps) · weight (weight [N] or
+/// undefined). LayerNorm: (x − mean) / sqrt(var + eps) · weight + bias (biased variance; weight
+/// and bias [N] or undefined). Fused where the device has the kernel (CPU, CUDA; openreg through
+/// the CPU): one pass per row, statistics in float32 (float64 for float64); differentiable in x,
+/// weight and bias (the weight/bias gradients summed over rows in a fixed order).
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+/// The norms' gradients (dx, dweight, dbias) given dy and the forward's per-row statistics
+/// [rows, 2] (mean, rstd); `rms` picks RMSNorm (mean unused).
+std::tuple<Tensor, Tensor, Tensor> row_norm_backward(bool rms, const Tensor& dy, const Tensor& x,
+                                                     const Tensor& weight, const Tensor& stats,
+                                                     bool with_bias);
 /// softmax(q·kᵀ·scale + mask)·v for q [B, H, T, D], k [B, Hkv, S, D], v [B, Hkv, S, E], with H a
 /// multiple of Hkv (grouped-query attention: query head h reads key/value head h / (H / Hkv)).
 /// `causal`: query i attends to keys j <= i (PyTorch's is_causal, top-left aligned). `scale`

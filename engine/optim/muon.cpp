@@ -154,7 +154,8 @@ void Muon::step() {
       if (it == st.end()) it = st.emplace("momentum_buffer", ops::zeros_like(grad)).first;
       ps.push_back(p);
       bufs.push_back(it->second);
-      grads.push_back(grad);
+      // A buffer loaded from a checkpoint may differ in dtype from the gradient.
+      grads.push_back(grad.dtype() == it->second.dtype() ? grad : grad.to(it->second.dtype()));
     }
     // buf = mu·buf + (1 − mu)·g; the update input u = (1 − mu)·g + mu·buf with Nesterov, buf
     // without: one fused pass over the group's parameters per (device, dtype).

@@ -147,7 +147,7 @@ void AveragedModel::update_parameters(const nn::Module& model) {
   const std::size_t n = std::min(avg.size(), cur.size());  // zip: truncates silently
   avg.resize(n);
   for (std::size_t i = 0; i < n; ++i)
-    cur[i] = autograd::detach(cur[i]).to(avg[i].device());
+    cur[i] = autograd::detach(cur[i]).to(avg[i].device(), avg[i].dtype());
   cur.resize(n);
   if (!has_averaged_) {
     // Copy on first use: the first model is the average.

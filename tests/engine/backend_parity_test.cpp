@@ -726,6 +726,64 @@ std::map<std::string, Case> cases() {
       }
     }
   };
+  // Row norms: rows below and over the gradient chunks (32 on the CPU, 64 on CUDA), rows longer
+  // than a warp, a one-element row, with and without weight/bias, every float dtype.
+  struct NormCase {
+    Shape shape;
+    bool weight, bias;
+  };
+  static const NormCase kNormCases[] = {{{3, 5, 7}, true, true},  {{70, 9}, true, false},
+                                        {{150, 100}, true, true}, {{4, 1}, false, false},
+                                        {{2, 300}, false, true},  {{0, 8}, true, true}};
+  for (const bool rms : {true, false}) {
+    const std::string fwd = rms ? "rms_norm" : "layer_norm";
+    c[fwd] = [rms, fwd](const Device& d) {
+      std::uint64_t seed = 3100;
+      for (ScalarType dt : kFloats) {
+        for (const NormCase& nc : kNormCases) {
+          const std::int64_t n = nc.shape.back();
+          const Tensor x = rand_input(nc.shape, dt, seed++);
+          const Tensor w = nc.weight ? rand_input({n}, dt, seed++) : Tensor();
+          const Tensor b = nc.bias && !rms ? rand_input({n}, dt, seed++) : Tensor();
+          const auto to_d = [&](const Tensor& t) { return t.defined() ? t.to(d) : Tensor(); };
+          const Tensor yh = rms ? ops::rms_norm(x, w, 1e-5) : ops::layer_norm(x, w, b, 1e-5);
+          const Tensor yd = rms ? ops::rms_norm(x.to(d), to_d(w), 1e-5)
+                                : ops::layer_norm(x.to(d), to_d(w), to_d(b), 1e-5);
+          expect_close(yd, yh, tol_of(dt), label(fwd, dt, nc.shape));
+        }
+      }
+    };
+    c[fwd + "_backward"] = [rms, fwd](const Device& d) {
+      static const auto fwd_rms =
+          tb::dispatch::Dispatcher::singleton().typed<tb::ops::sig::RowNorm>("rms_norm");
+      static const auto fwd_ln =
+          tb::dispatch::Dispatcher::singleton().typed<tb::ops::sig::RowNorm>("layer_norm");
+      std::uint64_t seed = 3200;
+      for (ScalarType dt : kFloats) {
+        for (const NormCase& nc : kNormCases) {
+          const std::int64_t n = nc.shape.back();
+          const Tensor x = rand_input(nc.shape, dt, seed++);
+          const Tensor w = nc.weight ? rand_input({n}, dt, seed++) : Tensor();
+          const Tensor g = rand_input(nc.shape, dt, seed++);
+          const bool with_bias = nc.bias && !rms;
+          // The forward's statistics from the CPU, so only the backward is compared.
+          const Tensor stats = std::get<1>((rms ? fwd_rms : fwd_ln).call(x, w, Tensor(), 1e-5));
+          const auto [dxh, dwh, dbh] = ops::row_norm_backward(rms, g, x, w, stats, with_bias);
+          const auto [dxd, dwd, dbd] = ops::row_norm_backward(
+              rms, g.to(d), x.to(d), w.defined() ? w.to(d) : Tensor(), stats.to(d), with_bias);
+          const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
+          const std::string what = label(fwd + "_backward", dt, nc.shape);
+          expect_close(dxd, dxh, t, what + " dx");
+          // Summed over every row.
+          const Tol tw{t.atol * 10, t.rtol * 10};
+          if (dwh.defined()) expect_close(dwd, dwh, tw, what + " dweight");
+          if (dbh.defined()) expect_close(dbd, dbh, tw, what + " dbias");
+          EXPECT_EQ(dwd.defined(), dwh.defined()) << what;
+          EXPECT_EQ(dbd.defined(), dbh.defined()) << what;
+        }
+      }
+    };
+  }
   // Attention shapes: grouped-query heads, T != S, more rows than a block's warps and a tile's
   // keys, both head-size configurations of the CUDA kernels (<= 64, <= 128), D != E, no keys.
   struct AttnShape {
@@ -735,18 +793,34 @@ std::map<std::string, Case> cases() {
   static const AttnShape kAttnShapes[] = {
       {2, 4, 2, 5, 5, 8, 8, true},       {1, 2, 2, 37, 70, 16, 24, false},
       {1, 3, 1, 70, 45, 32, 32, true},   {1, 2, 1, 9, 9, 100, 72, true},
-      {2, 2, 2, 33, 33, 64, 128, false}, {1, 1, 1, 3, 0, 4, 4, false}};
+      {2, 2, 2, 33, 33, 64, 128, false}, {1, 1, 1, 3, 0, 4, 4, false},
+      {1, 2, 1, 5, 40, 16, 16, true},    {1, 2, 2, 0, 6, 8, 8, true},
+      {1, 1, 1, 7, 7, 65, 65, true}};
   // Runs f(q, k, v, g, scale, causal, label) on host inputs for every dtype and shape; q as the
   // transformer passes it ([B, T, H, D] memory seen as [B, H, T, D]).
   using AttnCheck = std::function<void(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                        double, bool, const std::string&, ScalarType)>;
-  const auto for_attention_inputs = [](const AttnCheck& f) {
+  // With `nan`, one query element of one shape is NaN (forward: its row is NaN everywhere; the
+  // backward's 0·NaN spread is left unspecified).
+  const auto for_attention_inputs = [](const AttnCheck& f, bool nan) {
     std::uint64_t seed = 2900;
     for (ScalarType dt : kFloats) {
       for (const AttnShape& sh : kAttnShapes) {
-        const Tensor q = rand_input({sh.b, sh.t, sh.h, sh.dh}, dt, seed++).transpose(1, 2);
-        const Tensor k = rand_input({sh.b, sh.hkv, sh.s, sh.dh}, dt, seed++);
-        const Tensor v = rand_input({sh.b, sh.hkv, sh.s, sh.e}, dt, seed++);
+        Tensor q = rand_input({sh.b, sh.t, sh.h, sh.dh}, dt, seed++).transpose(1, 2);
+        // k and v strided as the transformer passes them for every other shape.
+        const bool strided = (seed % 2) == 0;
+        const Tensor k = strided
+                             ? rand_input({sh.b, sh.s, sh.hkv, sh.dh}, dt, seed++).transpose(1, 2)
+                             : rand_input({sh.b, sh.hkv, sh.s, sh.dh}, dt, seed++);
+        const Tensor v = strided
+                             ? rand_input({sh.b, sh.s, sh.hkv, sh.e}, dt, seed++).transpose(1, 2)
+                             : rand_input({sh.b, sh.hkv, sh.s, sh.e}, dt, seed++);
+        if (nan && sh.t == 9) {
+          // A NaN in one query element: its row's outputs are NaN on every device.
+          const Tensor first = ops::eq(ops::arange(q.numel()).reshape(tb::core::IntList(q.sizes())),
+                                       ops::scalar_tensor(0, ScalarType::Int64));
+          q = ops::masked_fill(q, first, std::nan(""));
+        }
         const Tensor g = rand_input({sh.b, sh.h, sh.t, sh.e}, dt, seed++);
         f(q, k, v, g, 1.0 / std::sqrt(static_cast<double>(sh.dh)), sh.causal,
           label(std::string("attention") + (sh.causal ? " causal" : ""), dt,
@@ -756,30 +830,34 @@ std::map<std::string, Case> cases() {
     }
   };
   c["scaled_dot_product_attention"] = [for_attention_inputs](const Device& d) {
-    for_attention_inputs([&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&,
-                             double scale, bool causal, const std::string& what, ScalarType dt) {
-      const auto [oh, lh] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
-      const auto [od, ld] =
-          ops::scaled_dot_product_attention_forward(q.to(d), k.to(d), v.to(d), scale, causal);
-      expect_close(od, oh, tol_of(dt), what + " out");
-      expect_close(ld, lh, tol_of(lh.dtype()), what + " logsumexp");
-    });
+    for_attention_inputs(
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor&, double scale,
+            bool causal, const std::string& what, ScalarType dt) {
+          const auto [oh, lh] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
+          const auto [od, ld] =
+              ops::scaled_dot_product_attention_forward(q.to(d), k.to(d), v.to(d), scale, causal);
+          expect_close(od, oh, tol_of(dt), what + " out");
+          expect_close(ld, lh, tol_of(lh.dtype()), what + " logsumexp");
+        },
+        true);
   };
   c["scaled_dot_product_attention_backward"] = [for_attention_inputs](const Device& d) {
-    for_attention_inputs([&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                             double scale, bool causal, const std::string& what, ScalarType dt) {
-      // The forward's out and log-sum-exp from the CPU, so only the backward is compared.
-      const auto [o, l] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
-      const auto [dqh, dkh, dvh] =
-          ops::scaled_dot_product_attention_backward(g, q, k, v, o, l, scale, causal);
-      const auto [dqd, dkd, dvd] = ops::scaled_dot_product_attention_backward(
-          g.to(d), q.to(d), k.to(d), v.to(d), o.to(d), l.to(d), scale, causal);
-      // Gradients sum over up to S (dq) or T·H/Hkv (dk, dv) products.
-      const Tol tol{tol_of(dt).atol * 20, tol_of(dt).rtol * 20};
-      expect_close(dqd, dqh, tol, what + " dq");
-      expect_close(dkd, dkh, tol, what + " dk");
-      expect_close(dvd, dvh, tol, what + " dv");
-    });
+    for_attention_inputs(
+        [&](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, double scale,
+            bool causal, const std::string& what, ScalarType dt) {
+          // The forward's out and log-sum-exp from the CPU, so only the backward is compared.
+          const auto [o, l] = ops::scaled_dot_product_attention_forward(q, k, v, scale, causal);
+          const auto [dqh, dkh, dvh] =
+              ops::scaled_dot_product_attention_backward(g, q, k, v, o, l, scale, causal);
+          const auto [dqd, dkd, dvd] = ops::scaled_dot_product_attention_backward(
+              g.to(d), q.to(d), k.to(d), v.to(d), o.to(d), l.to(d), scale, causal);
+          // Gradients sum over up to S (dq) or T·H/Hkv (dk, dv) products.
+          const Tol tol{tol_of(dt).atol * 20, tol_of(dt).rtol * 20};
+          expect_close(dqd, dqh, tol, what + " dq");
+          expect_close(dkd, dkh, tol, what + " dk");
+          expect_close(dvd, dvh, tol, what + " dv");
+        },
+        false);
   };
   // Shapes crossing the multi-tensor kernels' chunk (65536), list (32 tensors) and, on CUDA,
   // launch (320 chunks) limits, plus empty tensors. (openreg guards its whole device memory on

@@ -454,6 +454,100 @@ TEST(NnAttention, IsCausal) {
             std::vector<float>(yb.begin() + 3 * v, yb.begin() + 4 * v));
 }
 
+// ---- fused RMSNorm / LayerNorm -----------------------------------------------------------------
+
+// The norms in float64 from ordinary ops: the reference for the fused kernels.
+Tensor reference_norm(bool rms, const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor y;
+  if (rms) {
+    y = ops::mul(x, ops::rsqrt(ops::add(ops::mean(ops::square(x), {-1}, true), eps)));
+  } else {
+    const Tensor c = ops::sub(x, ops::mean(x, {-1}, true));
+    y = ops::mul(c, ops::rsqrt(ops::add(ops::mean(ops::square(c), {-1}, true), eps)));
+  }
+  if (w.defined()) y = ops::mul(y, w);
+  if (b.defined()) y = ops::add(y, b);
+  return y;
+}
+
+void expect_near_all(const Tensor& got, const Tensor& want, double tol, const std::string& what);
+
+TEST(NnNorms, FusedMatchesTheFormulaWithGradients) {
+  struct Case {
+    std::vector<std::int64_t> shape;
+    bool weight, bias;
+  };
+  // Rows over the CPU's 32-row and CUDA's 64-row gradient chunks, a row of one element, no
+  // affine parameters.
+  const Case cases[] = {{{3, 5, 7}, true, true},
+                        {{70, 9}, true, true},
+                        {{130, 33}, true, false},
+                        {{4, 1}, true, true},
+                        {{6, 10}, false, false}};
+  std::uint64_t seed = 80;
+  for (const bool rms : {true, false}) {
+    for (const ScalarType dt : {ScalarType::Float64, ScalarType::Float32, ScalarType::BFloat16}) {
+      const double tol = dt == ScalarType::Float64   ? 1e-12
+                         : dt == ScalarType::Float32 ? 2e-5
+                                                     : 3e-2;
+      for (const Case& c : cases) {
+        if (rms && c.bias) continue;  // RMSNorm has no bias
+        const std::int64_t n = c.shape.back();
+        auto leaf = [&](std::vector<std::int64_t> shape) {
+          return ag::requires_grad_(ag::detach(leaf64(std::move(shape), seed++)).to(dt, true));
+        };
+        const Tensor x = leaf(c.shape);
+        const Tensor w = c.weight ? leaf({n}) : Tensor();
+        const Tensor b = c.bias ? leaf({n}) : Tensor();
+        auto copy64 = [](const Tensor& t) {
+          return t.defined() ? ag::requires_grad_(ag::detach(t).to(ScalarType::Float64, true))
+                             : Tensor();
+        };
+        const Tensor x64 = copy64(x), w64 = copy64(w), b64 = copy64(b);
+        const double eps = 1e-5;
+        const Tensor y = rms ? ops::rms_norm(x, w, eps) : ops::layer_norm(x, w, b, eps);
+        const Tensor ref = reference_norm(rms, x64, w64, b64, eps);
+        const std::string what = std::string(rms ? "rms_norm " : "layer_norm ") +
+                                 std::string(tb::core::scalar_type_name(dt)) + " rows of " +
+                                 std::to_string(n);
+        EXPECT_EQ(y.dtype(), dt);
+        expect_near_all(y, ref, tol, what + " y");
+        const Tensor gy = leaf64(c.shape, seed++);
+        ag::backward(ops::sum(ops::mul(y.to(ScalarType::Float64), gy)));
+        ag::backward(ops::sum(ops::mul(ref, gy)));
+        // Gradients sum over a row (dx) or over every row (dweight, dbias).
+        expect_near_all(ag::grad(x), ag::grad(x64), tol * 4, what + " dx");
+        if (c.weight) expect_near_all(ag::grad(w), ag::grad(w64), tol * 8, what + " dweight");
+        if (c.bias) expect_near_all(ag::grad(b), ag::grad(b64), tol * 8, what + " dbias");
+      }
+    }
+  }
+}
+
+TEST(NnNorms, GradcheckAndErrors) {
+  const Tensor x = leaf64({4, 6}, 90);
+  const Tensor w = leaf64({6}, 91);
+  const Tensor b = leaf64({6}, 92);
+  const auto r1 =
+      ag::gradcheck([](const auto& in) { return ops::rms_norm(in[0], in[1], 1e-6); }, {x, w});
+  EXPECT_TRUE(r1.ok) << r1.message;
+  const auto r2 = ag::gradcheck(
+      [](const auto& in) { return ops::layer_norm(in[0], in[1], in[2], 1e-6); }, {x, w, b});
+  EXPECT_TRUE(r2.ok) << r2.message;
+  EXPECT_EQ(error_of([&] { ops::rms_norm(x, ops::ones({5}, ScalarType::Float64), 1e-6); }),
+            "[rms_norm] weight must have shape [6] (the input's last dimension), got [5]");
+  EXPECT_EQ(error_of([&] { ops::layer_norm(x, Tensor(), Tensor(), -1.0); }),
+            "[layer_norm] eps must be finite and >= 0, got -1");
+  EXPECT_EQ(error_of([&] {
+              ops::layer_norm(ops::zeros({2, 3}, ScalarType::Int64), w, b, 1e-5);
+            }),
+            "[layer_norm] expects a floating-point input, got int64");
+  // A strided input is normalised as its values (a transposed view).
+  const Tensor xt = leaf64({6, 4}, 93).t();
+  expect_near_all(ops::layer_norm(xt, w, b, 1e-5), reference_norm(false, xt, w, b, 1e-5), 1e-12,
+                  "strided layer_norm");
+}
+
 // softmax(q·kᵀ·scale + causal mask)·v in float64 from ordinary ops, grouped-query heads
 // expanded: the reference the fused kernels are checked against.
 Tensor reference_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, bool causal,
@@ -582,6 +676,18 @@ TEST(NnAttention, NoKeysGiveZerosAndErrorsNameTheArgument) {
   EXPECT_EQ(error_of([&] { ops::scaled_dot_product_attention(q, qi, q); }),
             "[scaled_dot_product_attention] expects floating-point tensors, got key of dtype "
             "int64");
+}
+
+TEST(NnAttention, OneRowPerHeadWithAnyStride) {
+  // q of length 1 whose position stride (1) is below its head size: a legal layout.
+  const Tensor q = leaf64({2, 3, 5, 1}, 75).transpose(2, 3);  // [2, 3, 1, 5], stride(2) = 1
+  const Tensor k = leaf64({2, 3, 4, 5}, 76);
+  const Tensor v = leaf64({2, 3, 4, 2}, 77);
+  for (const bool causal : {true, false}) {
+    expect_near_all(ops::scaled_dot_product_attention(q, k, v, causal),
+                    reference_attention(q, k, v, causal, 1.0 / std::sqrt(5.0)), 1e-12,
+                    causal ? "one row, causal" : "one row");
+  }
 }
 
 TEST(NnAttention, LargeHeadsUseTheComposedPathWithTheSameResult) {

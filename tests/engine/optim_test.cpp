@@ -654,4 +654,21 @@ TEST(MuonMomentum, BufferAndNesterovInputFollowSpec3) {
   }
 }
 
+TEST(MuonMomentum, StridedGradientsTakeTheElementwisePathWithTheSameResult) {
+  tb::rng::CpuGenerator gen(12);
+  Tensor buf = ops::randn({4, 6}, &gen);
+  Tensor buf2 = buf.clone();
+  const Tensor g = ops::randn({6, 4}, &gen).t();  // strided
+  const auto u = ops::muon_momentum_({buf}, {g}, 0.9, true);
+  const auto u2 = ops::muon_momentum_({buf2}, {g.contiguous()}, 0.9, true);
+  const auto b1 = buf.to_vector<float>();
+  const auto b2 = buf2.to_vector<float>();
+  const auto v1 = u[0].contiguous().to_vector<float>();
+  const auto v2 = u2[0].to_vector<float>();
+  for (std::size_t k = 0; k < b1.size(); ++k) {
+    EXPECT_NEAR(b1[k], b2[k], 1e-6) << k;
+    EXPECT_NEAR(v1[k], v2[k], 1e-6) << k;
+  }
+}
+
 }  // namespace foreach_test

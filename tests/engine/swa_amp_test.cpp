@@ -42,8 +42,7 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// ---- helpers: a plain optimizer, tiny modules
-// -----------------------------------------------------
+// ---- helpers: a plain optimizer, tiny modules ---------------------------------------------------
 
 // p -= lr * g for every parameter with a gradient.
 class PlainSgd : public optim::Optimizer {
@@ -496,6 +495,21 @@ TEST(Averaged, BuffersAveragedOrCopied) {
   EXPECT_FALSE(with.averaged_parameters()[0].second.requires_grad());
 }
 
+TEST(Averaged, AveragesAModelOfAnotherDtype) {
+  // The average keeps its own dtype (float64 here) when the model it follows is float32.
+  ParamAndBuffer m0({0.0, 0.0});
+  swa::AveragedModel avg(m0);
+  ParamAndBuffer m1({2.0, 4.0});
+  m1.to(ScalarType::Float32);
+  ParamAndBuffer m2({6.0, 8.0});
+  m2.to(ScalarType::Float32);
+  avg.update_parameters(m1);  // the first model is the average
+  avg.update_parameters(m2);
+  const Tensor w = avg.averaged_parameters()[0].second;
+  EXPECT_EQ(w.dtype(), ScalarType::Float64);
+  EXPECT_EQ(values(w), (std::vector<double>{4.0, 6.0}));
+}
+
 TEST(Averaged, StateDictRoundTripContinuesTheAverage) {
   ParamAndBuffer model({1.0}, 1.0);
   swa::AveragedModel a(model, {}, {}, {}, true);
@@ -585,8 +599,7 @@ TEST(Averaged, UpdateBnRecomputesRunningStatistics) {
   EXPECT_EQ(drawn, 0);
 }
 
-// ---- autocast
-// ------------------------------------------------------------------------------------
+// ---- autocast -----------------------------------------------------------------------------------
 
 TEST(Autocast, MatmulRunsInTheLowDtypeReductionsInFloat32) {
   const Tensor a = ops::ones({2, 3});

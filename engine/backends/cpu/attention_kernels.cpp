@@ -38,7 +38,11 @@ struct Heads {
   const C* p;
   std::int64_t sb, sh, ld;
   explicit Heads(const Tensor& t)
-      : p(static_cast<const C*>(t.data_ptr())), sb(t.stride(0)), sh(t.stride(1)), ld(t.stride(2)) {}
+      : p(static_cast<const C*>(t.data_ptr())),
+        sb(t.stride(0)),
+        sh(t.stride(1)),
+        // One row per head: its stride is never stepped, but GEMM wants ld >= the width.
+        ld(t.size(2) <= 1 ? std::max<std::int64_t>(1, t.size(3)) : t.stride(2)) {}
   HeadRows<C> at(std::int64_t b, std::int64_t h) const { return {p + b * sb + h * sh, ld}; }
 };
 

@@ -1,9 +1,12 @@
-// CPU kernels of the fused neural-network ops: rope and cross_entropy (+ its backward).
+// CPU kernels of the fused neural-network ops: rope, cross_entropy (+ its backward) and the row
+// norms (rms_norm, layer_norm + backward; the weight/bias gradients summed over fixed chunks of
+// rows, then the chunks in order).
 // Row-parallel; every reduction is per row in double, and the batch sum of cross_entropy runs in
 // row order after the parallel part, so results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "engine/backends/cpu/kernels.h"
@@ -163,11 +166,148 @@ Tensor cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits_in
   return out;
 }
 
+// ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
+
+constexpr std::int64_t kNormRowChunk = 32;  // rows per partial sum of the weight/bias gradients
+
+ScalarType stat_dtype(ScalarType dt) {
+  return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;
+}
+
+template <bool Rms>
+std::tuple<Tensor, Tensor> row_norm_kernel(const Tensor& x, const Tensor& weight,
+                                           const Tensor& bias, double eps) {
+  const std::int64_t n = x.size(-1);
+  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
+  Tensor y = Tensor::empty(x.sizes(), x.dtype(), x.device());
+  Tensor stats = Tensor::empty({rows, 2}, stat_dtype(x.dtype()), x.device());
+  TB_DISPATCH_FLOATING_TYPES(x.dtype(), Rms ? "rms_norm" : "layer_norm", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const T* xp = x.data_ptr<T>();
+    const T* wp = weight.defined() ? weight.data_ptr<T>() : nullptr;
+    const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
+    T* yp = y.data_ptr<T>();
+    C* sp = static_cast<C*>(stats.data_ptr());
+    parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
+                 [&](std::int64_t r0, std::int64_t r1) {
+                   for (std::int64_t r = r0; r < r1; ++r) {
+                     const T* xr = xp + r * n;
+                     double mean = 0.0;
+                     if (!Rms) {
+                       for (std::int64_t j = 0; j < n; ++j)
+                         mean += static_cast<double>(static_cast<C>(xr[j]));
+                       mean /= static_cast<double>(n);
+                     }
+                     double ss = 0.0;
+                     for (std::int64_t j = 0; j < n; ++j) {
+                       const double d = static_cast<double>(static_cast<C>(xr[j])) - mean;
+                       ss += d * d;
+                     }
+                     const auto m = static_cast<C>(mean);
+                     const auto rstd =
+                         static_cast<C>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+                     T* yr = yp + r * n;
+                     for (std::int64_t j = 0; j < n; ++j) {
+                       C v = (static_cast<C>(xr[j]) - m) * rstd;
+                       if (wp != nullptr) v *= static_cast<C>(wp[j]);
+                       if (bp != nullptr) v += static_cast<C>(bp[j]);
+                       yr[j] = convert<T>(v);
+                     }
+                     sp[2 * r] = m;
+                     sp[2 * r + 1] = rstd;
+                   }
+                 });
+  });
+  return {y, stats};
+}
+
+template <bool Rms>
+std::tuple<Tensor, Tensor, Tensor> row_norm_backward_kernel(const Tensor& dy, const Tensor& x,
+                                                            const Tensor& weight,
+                                                            const Tensor& stats_in,
+                                                            bool with_bias) {
+  const std::int64_t n = x.size(-1);
+  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
+  const Tensor stats = stats_in.to(stat_dtype(x.dtype())).contiguous();
+  Tensor dx = Tensor::empty(x.sizes(), x.dtype(), x.device());
+  const bool want_w = weight.defined();
+  Tensor dw = want_w ? Tensor::empty({n}, x.dtype(), x.device()) : Tensor();
+  Tensor db = with_bias ? Tensor::empty({n}, x.dtype(), x.device()) : Tensor();
+  TB_DISPATCH_FLOATING_TYPES(x.dtype(), Rms ? "rms_norm_backward" : "layer_norm_backward", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const T* gp = dy.data_ptr<T>();
+    const T* xp = x.data_ptr<T>();
+    const T* wp = want_w ? weight.data_ptr<T>() : nullptr;
+    const C* sp = static_cast<const C*>(stats.data_ptr());
+    T* dxp = dx.data_ptr<T>();
+    const std::int64_t chunks = (rows + kNormRowChunk - 1) / kNormRowChunk;
+    // Per chunk of rows: dx, and the chunk's partial sums of dy·x̂ (weight) and dy (bias).
+    std::vector<C> pw(static_cast<std::size_t>(want_w ? chunks * n : 0));
+    std::vector<C> pb(static_cast<std::size_t>(with_bias ? chunks * n : 0));
+    parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t c = c0; c < c1; ++c) {
+        C* accw = want_w ? pw.data() + c * n : nullptr;
+        C* accb = with_bias ? pb.data() + c * n : nullptr;
+        if (accw != nullptr) std::fill(accw, accw + n, C(0));
+        if (accb != nullptr) std::fill(accb, accb + n, C(0));
+        for (std::int64_t r = c * kNormRowChunk; r < std::min(rows, (c + 1) * kNormRowChunk); ++r) {
+          const T* xr = xp + r * n;
+          const T* gr = gp + r * n;
+          const C mean = sp[2 * r];
+          const C rstd = sp[2 * r + 1];
+          double s1 = 0.0;  // Σ g (LayerNorm)
+          double s2 = 0.0;  // Σ g·x̂
+          for (std::int64_t j = 0; j < n; ++j) {
+            const C xhat = (static_cast<C>(xr[j]) - mean) * rstd;
+            const C gj = wp != nullptr ? static_cast<C>(gr[j]) * static_cast<C>(wp[j])
+                                       : static_cast<C>(gr[j]);
+            s1 += static_cast<double>(gj);
+            s2 += static_cast<double>(gj * xhat);
+            if (accw != nullptr) accw[j] += static_cast<C>(gr[j]) * xhat;
+            if (accb != nullptr) accb[j] += static_cast<C>(gr[j]);
+          }
+          const auto m1 = static_cast<C>(Rms ? 0.0 : s1 / static_cast<double>(n));
+          const auto m2 = static_cast<C>(s2 / static_cast<double>(n));
+          T* dxr = dxp + r * n;
+          for (std::int64_t j = 0; j < n; ++j) {
+            const C xhat = (static_cast<C>(xr[j]) - mean) * rstd;
+            const C gj = wp != nullptr ? static_cast<C>(gr[j]) * static_cast<C>(wp[j])
+                                       : static_cast<C>(gr[j]);
+            dxr[j] = convert<T>(rstd * (gj - m1 - xhat * m2));
+          }
+        }
+      }
+    });
+    // The chunks' partial sums, in chunk order.
+    auto finish = [&](const std::vector<C>& part, Tensor& out) {
+      T* op = out.data_ptr<T>();
+      parallel_for(0, n, 1024, [&](std::int64_t j0, std::int64_t j1) {
+        for (std::int64_t j = j0; j < j1; ++j) {
+          C acc = 0;
+          for (std::int64_t c = 0; c < chunks; ++c)
+            acc += part[static_cast<std::size_t>(c * n + j)];
+          op[j] = convert<T>(acc);
+        }
+      });
+    };
+    if (want_w) finish(pw, dw);
+    if (with_bias) finish(pb, db);
+  });
+  return {dx, dw, db};
+}
+
 }  // namespace
 
 void register_nn_kernels(dispatch::Dispatcher& d) {
   const auto cpu = DispatchKey::CPU;
   d.impl<sig::Ternary>("rope", cpu, rope_kernel).detach();
+  d.impl<sig::RowNorm>("rms_norm", cpu, row_norm_kernel<true>).detach();
+  d.impl<sig::RowNorm>("layer_norm", cpu, row_norm_kernel<false>).detach();
+  d.impl<sig::RowNormBackward>("rms_norm_backward", cpu, row_norm_backward_kernel<true>).detach();
+  d.impl<sig::RowNormBackward>("layer_norm_backward", cpu, row_norm_backward_kernel<false>)
+      .detach();
   d.impl<sig::CrossEntropy>("cross_entropy", cpu, cross_entropy_kernel).detach();
   d.impl<sig::CrossEntropyBackward>("cross_entropy_backward", cpu, cross_entropy_backward_kernel)
       .detach();

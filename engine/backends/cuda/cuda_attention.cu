@@ -74,11 +74,12 @@ __global__ void attention_forward_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> 
   __shared__ C qs[Warps][MaxD];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t bh = blockIdx.x;
+  const std::int64_t tiles = (n.t + Warps - 1) / Warps;
+  const std::int64_t bh = static_cast<std::int64_t>(blockIdx.x) / tiles;
   const std::int64_t b = bh / n.h;
   const std::int64_t h = bh % n.h;
   const std::int64_t hk = h / n.group;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * Warps;
+  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
   const std::int64_t i = first + warp;
   const bool active = i < n.t;
   if (active) {
@@ -119,13 +120,16 @@ __global__ void attention_forward_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> 
     }
   }
   if (active) {
+    // No keys: an empty sum (zeros) and lse -inf. Otherwise NaN/inf scores propagate, as on the
+    // CPU and in PyTorch.
     const C total = warp_sum(l);
+    const bool keys = jend > 0;
     const std::int64_t row = bh * n.t + i;
     for (int t = 0; t < kPer; ++t) {
       const std::int64_t c = lane + t * kWarp;
-      if (c < n.e) out[row * n.e + c] = T(total > C(0) ? acc[t] / total : C(0));
+      if (c < n.e) out[row * n.e + c] = T(keys ? acc[t] / total : C(0));
     }
-    if (lane == 0) lse[row] = total > C(0) ? m + ::log(total) : C(-INFINITY);
+    if (lane == 0) lse[row] = keys ? m + ::log(total) : C(-INFINITY);
   }
 }
 
@@ -142,11 +146,12 @@ __global__ void attention_dq_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> v, Ro
   __shared__ C gs[Warps][MaxD];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t bh = blockIdx.x;
+  const std::int64_t tiles = (n.t + Warps - 1) / Warps;
+  const std::int64_t bh = static_cast<std::int64_t>(blockIdx.x) / tiles;
   const std::int64_t b = bh / n.h;
   const std::int64_t h = bh % n.h;
   const std::int64_t hk = h / n.group;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * Warps;
+  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
   const std::int64_t i = first + warp;
   const bool active = i < n.t;
   const std::int64_t row = bh * n.t + i;
@@ -219,10 +224,11 @@ __global__ void attention_dkdv_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> v, 
   __shared__ C d_s[Chunk];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t bk = blockIdx.x;  // (batch, key/value head)
+  const std::int64_t tiles = (n.s + Warps - 1) / Warps;
+  const std::int64_t bk = static_cast<std::int64_t>(blockIdx.x) / tiles;  // (batch, kv head)
   const std::int64_t b = bk / n.hkv;
   const std::int64_t hk = bk % n.hkv;
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.y) * Warps;
+  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
   const std::int64_t j = first + warp;
   const bool active = j < n.s;
   if (active) {
@@ -318,8 +324,7 @@ int launch_attention_forward(const AttentionArgs& a, void* out, void* lse) {
     using C = compute_t<T>;
     return with_config<T>(n.d > n.e ? n.d : n.e, [&](auto cfg) {
       using Cf = decltype(cfg);
-      const dim3 grid(static_cast<unsigned>(n.b * n.h),
-                      static_cast<unsigned>(tiles(n.t, Cf::kWarps)));
+      const auto grid = static_cast<unsigned>(n.b * n.h * tiles(n.t, Cf::kWarps));
       TB_LAUNCH(grid, Cf::kWarps * kWarp,
                 attention_forward_kernel<T, Cf::kMaxD, Cf::kChunk, Cf::kWarps>)
       (n, rows_of<T>(a.q), rows_of<T>(a.k), rows_of<T>(a.v), static_cast<T*>(out),
@@ -338,8 +343,7 @@ int launch_attention_backward(const AttentionArgs& a, const AttnOperand& g, cons
     return with_config<T>(n.d > n.e ? n.d : n.e, [&](auto cfg) {
       using Cf = decltype(cfg);
       if (n.b * n.h * n.t > 0) {
-        const dim3 grid(static_cast<unsigned>(n.b * n.h),
-                        static_cast<unsigned>(tiles(n.t, Cf::kWarps)));
+        const auto grid = static_cast<unsigned>(n.b * n.h * tiles(n.t, Cf::kWarps));
         TB_LAUNCH(grid, Cf::kWarps * kWarp,
                   attention_dq_kernel<T, Cf::kMaxD, Cf::kChunk, Cf::kWarps>)
         (n, rows_of<T>(a.q), rows_of<T>(a.k), rows_of<T>(a.v), rows_of<T>(g), rows_of<T>(out),
@@ -347,8 +351,7 @@ int launch_attention_backward(const AttentionArgs& a, const AttnOperand& g, cons
         if (const int err = status(); err != 0) return err;
       }
       if (n.b * n.hkv * n.s > 0) {
-        const dim3 grid(static_cast<unsigned>(n.b * n.hkv),
-                        static_cast<unsigned>(tiles(n.s, Cf::kWarps)));
+        const auto grid = static_cast<unsigned>(n.b * n.hkv * tiles(n.s, Cf::kWarps));
         TB_LAUNCH(grid, Cf::kWarps * kWarp,
                   attention_dkdv_kernel<T, Cf::kMaxD, Cf::kChunk, Cf::kWarps>)
         (n, rows_of<T>(a.q), rows_of<T>(a.k), rows_of<T>(a.v), rows_of<T>(g),

@@ -124,8 +124,7 @@ int launch_scatter_add(int st, void* out, const std::int64_t* index, const void*
 int launch_rope(int st, void* out, const void* x, const void* cos, const void* sin,
                 std::int64_t rows, std::int64_t t_len, std::int64_t d);
 
-// ---- random (cuda_random.cu)
-// ---------------------------------------------------------------------
+// ---- random (cuda_random.cu) --------------------------------------------------------------------
 
 /// uniform_ / normal_ into a contiguous float tensor at (seed, offset): the numbers of
 /// engine/backends/common/random_math.h. 16-bit dtypes draw in float32 and round.
@@ -138,8 +137,22 @@ int launch_normal(int st, void* out, std::int64_t n, std::uint64_t seed, std::ui
 int launch_bernoulli(int st, void* out, std::int64_t n, std::uint64_t seed, std::uint64_t offset,
                      double p, const float* p_tensor);
 
-// ---- fused attention (cuda_attention.cu)
-// ---------------------------------------------------------
+// ---- RMSNorm / LayerNorm (cuda_norm.cu) ---------------------------------------------------------
+
+/// y = rms_norm or layer_norm of `rows` contiguous rows of n elements of dtype st (w, b: [n] or
+/// null); stats [rows, 2] (mean, rstd) in float (double for float64). A warp per row.
+int launch_row_norm(int st, bool rms, const void* x, const void* w, const void* b, void* y,
+                    void* stats, std::int64_t rows, std::int64_t n, double eps);
+/// Partial-sum chunks the backward needs for `rows` rows: partial_w/partial_b are
+/// [chunks, n] workspaces of the stats' dtype.
+std::int64_t norm_partial_chunks(std::int64_t rows);
+/// dx (like x) and, when not null, dw = Σ_rows dy·x̂ and db = Σ_rows dy ([n], dtype st), summed
+/// per chunk of rows then over chunks in order (deterministic).
+int launch_row_norm_backward(int st, bool rms, const void* dy, const void* x, const void* w,
+                             const void* stats, void* dx, void* dw, void* db, void* partial_w,
+                             void* partial_b, std::int64_t rows, std::int64_t n);
+
+// ---- fused attention (cuda_attention.cu) --------------------------------------------------------
 
 /// One operand of the attention kernels: a [B, heads, length, width] tensor with unit stride in
 /// width and element strides for the other three dimensions.
