@@ -250,7 +250,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--gemm-backend", gemm, "auto, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
-  app.add_flag("--tf32", tf32, "let float32 products on CUDA devices use TF32 tensor cores");
+  app.add_flag("--tf32", tf32,
+               "let float32 products on CUDA devices use TF32 tensor cores (runs: amp.tf32)");
   app.set_version_flag("--version", tb::api::version());
 
   auto* demo = app.add_subcommand("demo", "run the headless demo and print what it did");
@@ -380,6 +381,11 @@ int main(int argc, char** argv) {
     if (threads > 0) tb::api::set_num_threads(threads);
     const auto choice = tb::api::set_gemm_backend(gemm);
     tb::api::set_allow_tf32(tf32);
+    if (tf32) {
+      // Runs take it from their config (amp.tf32, stored with the run), so say it there.
+      run_overrides.emplace_back("amp.tf32=true");
+      launch_req.overrides.emplace_back("amp.tf32=true");
+    }
     if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) {

@@ -256,6 +256,8 @@ const std::map<std::string, std::string>& help_table() {
       {"amp.enabled", "autocast the forward pass and the loss (parameters stay float32)"},
       {"amp.dtype", "autocast dtype"},
       {"amp.grad_scaler", "dynamic loss scaling (fp16 needs it in practice)"},
+      {"amp.tf32",
+       "CUDA: float32 matrix products on TF32 tensor cores (inputs rounded to 10 mantissa bits)"},
       {"swa.kind",
        "keep an averaged copy of the weights (running mean or EMA), evaluated beside "
        "the model"},

@@ -709,6 +709,7 @@ void read_amp(Section& s, AmpSection& a) {
   // fp16 needs loss scaling in practice: grad_scaler defaults to true with fp16.
   a.grad_scaler = a.dtype == "fp16";
   s.read("grad_scaler", a.grad_scaler);
+  s.read("tf32", a.tf32);
   s.finish();
 }
 
@@ -958,6 +959,7 @@ std::string to_toml(const RunConfig& c) {
   w.flag("enabled", c.amp.enabled);
   w.str("dtype", c.amp.dtype);
   w.flag("grad_scaler", c.amp.grad_scaler);
+  w.flag("tf32", c.amp.tf32);
 
   w.header("swa");
   w.str("kind", c.swa.kind);

@@ -80,6 +80,7 @@ struct AmpSection {
   bool enabled = false;        ///< autocast the forward pass
   std::string dtype = "bf16";  ///< "bf16" or "fp16"
   bool grad_scaler = false;    ///< dynamic loss scaling (fp16)
+  bool tf32 = false;           ///< float32 products on CUDA may use TF32 tensor cores
 };
 
 /// [swa]

@@ -14,6 +14,7 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/thread_pool.h"
+#include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/data/dataloader.h"
@@ -536,6 +537,14 @@ class AppliedBinding {
 TrainResult Trainer::run() {
   TrainResult r;
   std::optional<AppliedBinding> binding;
+  // amp.tf32 for this run's float32 CUDA products, on this thread only (runs side by side keep
+  // their own); the process-wide setting again afterwards.
+  struct Tf32Scope {
+    explicit Tf32Scope(bool on) { backends::set_thread_cuda_allow_tf32(on); }
+    ~Tf32Scope() { backends::set_thread_cuda_allow_tf32(std::nullopt); }
+    Tf32Scope(const Tf32Scope&) = delete;
+    Tf32Scope& operator=(const Tf32Scope&) = delete;
+  } tf32(config_.amp.tf32);
   try {
     if (!s_->binding_warning.empty())
       emit_event("warning",

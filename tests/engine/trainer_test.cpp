@@ -15,6 +15,7 @@
 #ifdef TB_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+#include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/error.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
@@ -268,6 +269,24 @@ TEST(Trainer, SwaAveragesFromItsStartStepAndResumes) {
   ASSERT_EQ(evals2.size(), 1u);
   EXPECT_EQ(value(evals2[0], "eval_swa.loss"), value(evals[2], "eval_swa.loss"));
   fs::remove_all(dir);
+}
+
+TEST(Trainer, Tf32IsTheRunsOwnSettingOnItsThread) {
+  if (!tb::backends::cuda_status().compiled) GTEST_SKIP() << "built without CUDA: TF32 is inert";
+  // amp.tf32 holds for the run's steps (its thread) and not after; the process-wide setting
+  // stays off throughout.
+  auto c = blobs_config();
+  c.run.steps = 3;
+  c.amp.tf32 = true;
+  train::Trainer t(c);
+  auto rec = std::make_shared<Recorder>();
+  std::vector<bool> seen;
+  rec->on_step = [&](std::int64_t) { seen.push_back(tb::backends::cuda_allow_tf32()); };
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  EXPECT_EQ(seen, std::vector<bool>(3, true));
+  EXPECT_FALSE(tb::backends::cuda_allow_tf32());
+  EXPECT_TRUE(train::parse_run_config(train::to_toml(c)).amp.tf32);  // stored with the run
 }
 
 TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {

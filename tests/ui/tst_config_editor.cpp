@@ -64,6 +64,13 @@ class TestConfigEditor : public QObject {
     QVERIFY(mode);
     QVERIFY(mode->findText(QStringLiteral("exclusive")) >= 0);
     QVERIFY(editor.findChild<QLineEdit*>(QStringLiteral("field:run.seed")));
+    // amp.tf32 is a checkbox, and ticking it lands in the TOML the run stores.
+    auto* tf32 = editor.findChild<QCheckBox*>(QStringLiteral("field:amp.tf32"));
+    QVERIFY(tf32);
+    QVERIFY(!tf32->isChecked());
+    tf32->setChecked(true);
+    QVERIFY(editor.validateNow());
+    QVERIFY2(editor.toToml().contains(QStringLiteral("tf32 = true")), qPrintable(editor.toToml()));
   }
 
   void invalidValuesNameTheKeyAndRecover() {

@@ -2,6 +2,7 @@
 // driver and device count), with the reason when it cannot be used.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace tb::backends {
@@ -19,6 +20,10 @@ CudaStatus cuda_status();
 /// Lets float32 products on CUDA devices use TF32 tensor cores (10-bit mantissa inputs, float32
 /// accumulation; PyTorch's allow_tf32). Off by default. Process-wide; no effect without CUDA.
 void set_cuda_allow_tf32(bool allow);
+
+/// Overrides set_cuda_allow_tf32 on the calling thread (a run's `amp.tf32` on its worker thread:
+/// runs side by side keep their own setting); std::nullopt goes back to the process-wide one.
+void set_thread_cuda_allow_tf32(std::optional<bool> allow);
 
 /// Why CUDA GEMMs cannot use cuBLAS (lt = false) or cuBLASLt (lt = true) here, "" when they can:
 /// no usable device, or the library does not load (this loads it: ~0.5 s the first time).

@@ -14,6 +14,7 @@ CudaStatus cuda_status() {
 }
 
 void set_cuda_allow_tf32(bool) {}
+void set_thread_cuda_allow_tf32(std::optional<bool>) {}
 
 std::string cuda_blas_unavailable_reason(bool) {
   return cuda_status().reason;
