@@ -62,6 +62,21 @@ __device__ inline void stage(C (*tile)[Stride], int rows, std::int64_t width, Sr
   }
 }
 
+// Where a warp's row is: the block is tile `blockIdx.x % tiles` of the (batch, head) pair
+// `blockIdx.x / tiles` of a [batch, heads, rows] grid; the warp takes row first + warp.
+struct RowOf {
+  std::int64_t b, head, first, row;
+  bool active;
+};
+
+template <int Warps>
+__device__ inline RowOf row_of(std::int64_t heads, std::int64_t rows, int warp) {
+  const std::int64_t tiles = (rows + Warps - 1) / Warps;
+  const std::int64_t pair = static_cast<std::int64_t>(blockIdx.x) / tiles;
+  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
+  return {pair / heads, pair % heads, first, first + warp, first + warp < rows};
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 
 template <typename T, int MaxD, int Chunk, int Warps>
@@ -74,14 +89,11 @@ __global__ void attention_forward_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> 
   __shared__ C qs[Warps][MaxD];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t tiles = (n.t + Warps - 1) / Warps;
-  const std::int64_t bh = static_cast<std::int64_t>(blockIdx.x) / tiles;
-  const std::int64_t b = bh / n.h;
-  const std::int64_t h = bh % n.h;
+  const RowOf at = row_of<Warps>(n.h, n.t, warp);  // query rows of (batch, head)
+  const std::int64_t b = at.b, h = at.head, first = at.first, i = at.row;
+  const std::int64_t bh = b * n.h + h;
   const std::int64_t hk = h / n.group;
-  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
-  const std::int64_t i = first + warp;
-  const bool active = i < n.t;
+  const bool active = at.active;
   if (active) {
     const T* qr = q.row(b, h, i);
     for (std::int64_t c = lane; c < n.d; c += kWarp)
@@ -146,14 +158,11 @@ __global__ void attention_dq_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> v, Ro
   __shared__ C gs[Warps][MaxD];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t tiles = (n.t + Warps - 1) / Warps;
-  const std::int64_t bh = static_cast<std::int64_t>(blockIdx.x) / tiles;
-  const std::int64_t b = bh / n.h;
-  const std::int64_t h = bh % n.h;
+  const RowOf at = row_of<Warps>(n.h, n.t, warp);  // query rows of (batch, head)
+  const std::int64_t b = at.b, h = at.head, first = at.first, i = at.row;
+  const std::int64_t bh = b * n.h + h;
   const std::int64_t hk = h / n.group;
-  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
-  const std::int64_t i = first + warp;
-  const bool active = i < n.t;
+  const bool active = at.active;
   const std::int64_t row = bh * n.t + i;
   C di = 0;
   C lse_i = 0;
@@ -224,13 +233,10 @@ __global__ void attention_dkdv_kernel(Shape n, Rows<T> q, Rows<T> k, Rows<T> v, 
   __shared__ C d_s[Chunk];
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
-  const std::int64_t tiles = (n.s + Warps - 1) / Warps;
-  const std::int64_t bk = static_cast<std::int64_t>(blockIdx.x) / tiles;  // (batch, kv head)
-  const std::int64_t b = bk / n.hkv;
-  const std::int64_t hk = bk % n.hkv;
-  const std::int64_t first = (static_cast<std::int64_t>(blockIdx.x) % tiles) * Warps;
-  const std::int64_t j = first + warp;
-  const bool active = j < n.s;
+  const RowOf at = row_of<Warps>(n.hkv, n.s, warp);  // key rows of (batch, kv head)
+  const std::int64_t b = at.b, hk = at.head, first = at.first, j = at.row;
+  const std::int64_t bk = b * n.hkv + hk;
+  const bool active = at.active;
   if (active) {
     const T* kr = k.row(b, hk, j);
     const T* vr = v.row(b, hk, j);

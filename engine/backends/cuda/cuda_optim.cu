@@ -64,6 +64,19 @@ int multi_tensor_apply(int count, const std::int64_t* numels, BlockMap& map, Add
   return 0;
 }
 
+// multi_tensor_apply for a float dtype st: launch(T{}, blocks) enqueues one launch of the
+// kernel instantiated for T; returns the first failing status.
+template <typename Add, typename Launch>
+int apply_float_lists(int st, int count, const std::int64_t* numels, BlockMap& map, Add add,
+                      Launch launch) {
+  return dispatch_float(st, [&](auto tag) {
+    return multi_tensor_apply(count, numels, map, add, [&](int blocks) {
+      launch(tag, blocks);
+      return status();
+    });
+  });
+}
+
 struct AdamMeta {
   void* p[kMaxTensors];
   const void* g[kMaxTensors];
@@ -256,19 +269,15 @@ int launch_adam(const AdamArgs& a) {
 int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t* numels,
                        float* found_inf, const float* inv_scale) {
   UnscaleMeta meta{};
-  return dispatch_float(st, [&](auto tag) {
-    using T = decltype(tag);
-    return multi_tensor_apply(
-        count, numels, meta.map,
-        [&](int slot, int t) {
-          meta.data[slot] = data[t];
-          meta.n[slot] = numels[t];
-        },
-        [&](int blocks) {
-          TB_LAUNCH(blocks, kThreads, unscale_kernel<T>)(meta, found_inf, inv_scale);
-          return status();
-        });
-  });
+  return apply_float_lists(
+      st, count, numels, meta.map,
+      [&](int slot, int t) {
+        meta.data[slot] = data[t];
+        meta.n[slot] = numels[t];
+      },
+      [&](auto tag, int blocks) {
+        TB_LAUNCH(blocks, kThreads, unscale_kernel<decltype(tag)>)(meta, found_inf, inv_scale);
+      });
 }
 
 int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
@@ -280,44 +289,37 @@ int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const fl
 int launch_foreach_lerp(int st, int count, void* const* selfs, const void* const* ends,
                         const std::int64_t* numels, const void* weight, int weight_st, double w) {
   LerpMeta meta{};
-  return dispatch_float(st, [&](auto tag) {
-    using T = decltype(tag);
-    return multi_tensor_apply(
-        count, numels, meta.map,
-        [&](int slot, int t) {
-          meta.self[slot] = selfs[t];
-          meta.end[slot] = ends[t];
-          meta.n[slot] = numels[t];
-        },
-        [&](int blocks) {
-          TB_LAUNCH(blocks, kThreads, lerp_kernel<T>)(meta, weight, weight_st, w);
-          return status();
-        });
-  });
+  return apply_float_lists(
+      st, count, numels, meta.map,
+      [&](int slot, int t) {
+        meta.self[slot] = selfs[t];
+        meta.end[slot] = ends[t];
+        meta.n[slot] = numels[t];
+      },
+      [&](auto tag, int blocks) {
+        TB_LAUNCH(blocks, kThreads, lerp_kernel<decltype(tag)>)(meta, weight, weight_st, w);
+      });
 }
 
 int launch_muon_momentum(int st, int count, void* const* bufs, const void* const* grads,
                          void* const* outs, const std::int64_t* numels, double momentum) {
   LerpMeta meta{};
-  return dispatch_float(st, [&](auto tag) {
-    using T = decltype(tag);
-    return multi_tensor_apply(
-        count, numels, meta.map,
-        [&](int slot, int t) {
-          meta.self[slot] = bufs[t];
-          meta.end[slot] = grads[t];
-          meta.out[slot] = outs != nullptr ? outs[t] : nullptr;
-          meta.n[slot] = numels[t];
-        },
-        [&](int blocks) {
-          if (outs != nullptr) {
-            TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, true>)(meta, momentum);
-          } else {
-            TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, false>)(meta, momentum);
-          }
-          return status();
-        });
-  });
+  return apply_float_lists(
+      st, count, numels, meta.map,
+      [&](int slot, int t) {
+        meta.self[slot] = bufs[t];
+        meta.end[slot] = grads[t];
+        meta.out[slot] = outs != nullptr ? outs[t] : nullptr;
+        meta.n[slot] = numels[t];
+      },
+      [&](auto tag, int blocks) {
+        using T = decltype(tag);
+        if (outs != nullptr) {
+          TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, true>)(meta, momentum);
+        } else {
+          TB_LAUNCH(blocks, kThreads, muon_momentum_kernel<T, false>)(meta, momentum);
+        }
+      });
 }
 
 static_assert(sizeof(LerpMeta) <= 4000, "kernel parameters over 4 KiB");
