@@ -60,9 +60,9 @@ Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& o) {
   const bool transposed = g.size(0) > g.size(1);
   if (transposed) x = x.t();
   x = x.contiguous();
-  // X / clamp(||X||_F, eps)
-  const double norm = ops::norm(x).item();
-  x = ops::div(x, std::max(norm, o.eps));
+  // X / clamp(||X||_F, eps), on the device (no host read of the norm).
+  const Tensor norm = ops::norm(x);
+  x = ops::div(x, ops::maximum(norm, ops::scalar_tensor(o.eps, norm.dtype(), norm.device())));
   for (int i = 0; i < o.steps; ++i) {
     const auto [a, b, c] = ns_coefficients(o.schedule, i, o.coefficients);
     Tensor bm;
@@ -128,8 +128,28 @@ void Muon::validate_group(const ParamGroup& g) const {
   }
 }
 
+double Muon::pending_ns_ms() {
+  double total = 0.0;
+  if (ns_marks_pending_ && ns_timer_) {
+    // Marks come in (before, after) pairs around each call: sum the "after − before" intervals,
+    // skip the gaps between calls.
+    const std::vector<double> d = ns_timer_->elapsed_ms();
+    for (std::size_t k = 0; k < d.size(); k += 2)
+      total += d[k];
+  }
+  ns_marks_pending_ = false;
+  return total;
+}
+
+double Muon::last_newton_schulz_ms() {
+  last_ns_ms_ += pending_ns_ms();
+  return last_ns_ms_;
+}
+
 void Muon::step() {
   autograd::NoGradGuard no_grad;
+  (void)pending_ns_ms();  // the previous step's marks, if nobody read them
+  double device_ns_ms = 0.0;
   std::chrono::steady_clock::duration ns_time{};
   for (auto& group : param_groups()) {
     const double lr = group.number("lr");
@@ -162,15 +182,33 @@ void Muon::step() {
     const std::vector<Tensor> us = ops::muon_momentum_(bufs, grads, mu, nesterov);
     for (std::size_t i = 0; i < ps.size(); ++i) {
       Tensor& p = ps[i];
+      // Newton–Schulz time: device events around each call on a device (read later, by
+      // last_newton_schulz_ms()), the host clock on the CPU.
+      core::DeviceTimer* timer = nullptr;
+      if (!p.device().is_cpu()) {
+        if (!ns_timer_ || ns_timer_device_ != p.device()) {
+          // Parameters on another device: read this one's marks first (waits; only then).
+          device_ns_ms += pending_ns_ms();
+          ns_timer_ = core::make_device_timer(p.device());
+          ns_timer_device_ = p.device();
+        }
+        timer = ns_timer_.get();
+      }
       const auto ns_start = std::chrono::steady_clock::now();
+      if (timer != nullptr) timer->mark();
       const Tensor o = newton_schulz(us[i], ns);
-      ns_time += std::chrono::steady_clock::now() - ns_start;
+      if (timer != nullptr) {
+        timer->mark();
+        ns_marks_pending_ = true;
+      } else {
+        ns_time += std::chrono::steady_clock::now() - ns_start;
+      }
       const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.size(1));
       if (wd != 0.0) ops::mul_(p, 1.0 - lr * wd);
       ops::add_(p, o.to(p.dtype()), -adjusted);
     }
   }
-  last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count();
+  last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count() + device_ns_ms;
   count_step();
 }
 

@@ -9,10 +9,12 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/core/allocator.h"
 #include "engine/core/scalar_type.h"
 #include "engine/optim/optimizer.h"
 
@@ -64,9 +66,10 @@ class Muon : public Optimizer {
   /// Groups given explicitly.
   Muon(std::vector<ParamGroup> groups, const MuonOptions& options = {});
   void step() override;
-  /// Wall-clock milliseconds the last step() spent in Newton–Schulz (the trainer reports it as
-  /// the orthogonalisation share of the optimizer time).
-  double last_newton_schulz_ms() const { return last_ns_ms_; }
+  /// Milliseconds the last step() spent in Newton–Schulz (the trainer reports it as the
+  /// orthogonalisation share of the optimizer time): the host clock on the CPU; on a device with
+  /// a timer (CUDA events), the device's own time, read here — step() itself never waits.
+  double last_newton_schulz_ms();
 
  protected:
   void validate_group(const ParamGroup& group) const override;
@@ -74,6 +77,10 @@ class Muon : public Optimizer {
  private:
   NewtonSchulzOptions ns_;
   double last_ns_ms_ = 0.0;
+  std::unique_ptr<core::DeviceTimer> ns_timer_;  // device parameters: marks around each NS
+  core::Device ns_timer_device_;
+  bool ns_marks_pending_ = false;  // marks of the last step not read yet
+  double pending_ns_ms();          // reads (waits for) and sums the pending marks
 };
 
 }  // namespace tb::optim

@@ -685,8 +685,7 @@ TrainResult Trainer::loop() {
     }
     double ns_ms = 0.0;
     for (auto& o : s.opts)
-      if (const auto* muon = dynamic_cast<const optim::Muon*>(o.get()))
-        ns_ms += muon->last_newton_schulz_ms();
+      if (auto* muon = dynamic_cast<optim::Muon*>(o.get())) ns_ms += muon->last_newton_schulz_ms();
     for (auto& o : s.opts)
       o->zero_grad();
     for (auto& sc : s.scheds)

@@ -22,6 +22,7 @@
 #include "engine/dispatch/dispatcher.h"
 #include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/generator.h"
 #include "engine/rng/philox.h"
@@ -328,6 +329,35 @@ TEST(Openreg, DeviceTimerMeasuresOnTheStreamWithoutWaiting) {
     EXPECT_GT(sink->last[k], 0.0) << k;
     EXPECT_LE(sink->last[k], sink->last["time.step_ms"]) << k;
   }
+}
+
+TEST(Openreg, MuonTimesNewtonSchulzWithDeviceEventsAndMatchesTheCpu) {
+  // On a device Muon's step queues its work without reading anything back; the Newton-Schulz
+  // time comes from device events, read by last_newton_schulz_ms() (once).
+  tb::rng::CpuGenerator gen(21);
+  const Tensor w0 = ops::randn({16, 24}, &gen);
+  const Tensor g0 = ops::randn({16, 24}, &gen);
+  auto make = [&](const Device& d) {
+    Tensor w = tb::autograd::requires_grad_(w0.to(d, ScalarType::Float32, true));
+    tb::autograd::set_grad(w, g0.to(d));
+    return w;
+  };
+  const Tensor wc = make(Device());
+  const Tensor wd = make(dev(0));
+  tb::optim::Muon cpu({wc});
+  tb::optim::Muon onreg({wd});
+  cpu.step();
+  onreg.step();
+  const double ms = onreg.last_newton_schulz_ms();
+  EXPECT_GT(ms, 0.0);
+  EXPECT_EQ(onreg.last_newton_schulz_ms(), ms);  // read once, then kept
+  EXPECT_GT(cpu.last_newton_schulz_ms(), 0.0);
+  const auto a = wc.to_vector<float>();
+  const auto b = wd.to(Device()).to_vector<float>();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(a[i], b[i]) << i;  // openreg runs the CPU's arithmetic
+  onreg.step();                  // a second step with the first step's marks already read
+  EXPECT_GT(onreg.last_newton_schulz_ms(), 0.0);
 }
 
 TEST(Openreg, FallbackRunsTheCpuKernelAndCopiesMutatedArgumentsBack) {
