@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # The GPU check (issue "CUDA backend"), run on a GPU machine from the repository root after
-# bench/gpu/pack.sh packed .device/pack.tar.xz here. Within ~10 minutes it prints: the device,
+# bench/gpu/pack.sh packed .device/pack.tar.xz here — or, without a pack, it builds one first
+# (the `ci` preset's test, CLI and benchmark targets; needs the build dependencies that
+# `./quickstart.sh` installs, a few minutes on 16 cores). Within ~10 minutes it prints: the device,
 # the CUDA tests, the parity test of every CUDA kernel against the CPU, GEMM TFLOP/s of our mm
 # (cuBLAS, cuBLASLt, TF32, bf16, fp16, fp64) against raw cuBLAS, the MLP and qwen-tiny step time
 # and samples or tokens/s trained by trainbench-cli on cuda:0, Muon vs AdamW optimizer-step time,
 # and the same models and products in PyTorch on that machine.
 # Output goes to stdout and, when $OUT is set, to $OUT/gpu-check.log (plus the run store).
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 out=${OUT:-/tmp}
+if [ ! -f .device/pack.tar.xz ]; then
+  echo "== no .device/pack.tar.xz: building it (cmake --preset ci)"
+  if ! { cmake --preset ci >/dev/null &&
+    cmake --build build/ci -j"$(nproc)" --target tb_cuda_tests tb_engine_tests trainbench-cli \
+      cuda_bench >/dev/null &&
+    bench/gpu/pack.sh build/ci; }; then
+    echo "building the GPU check failed"
+    exit 1
+  fi
+fi
 dir=$(mktemp -d)
 tar -C "$dir" -xJf .device/pack.tar.xz
 cublas_dirs=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
