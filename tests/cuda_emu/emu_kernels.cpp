@@ -17,6 +17,10 @@
 #include <mutex>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include "tests/cuda_emu/cuda_emu.h"
 
 namespace tb_emu {
@@ -25,6 +29,20 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr std::size_t kStackBytes = 256 * 1024;
+
+// AddressSanitizer must be told about every stack switch (or it reports the fibers' frames as
+// overflows of the launching thread's stack): start before the jump, finish after landing.
+#if defined(__SANITIZE_ADDRESS__)
+void asan_start_switch(void** fake, const void* bottom, std::size_t size) {
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+}
+void asan_finish_switch(void* fake, const void** old_bottom, std::size_t* old_size) {
+  __sanitizer_finish_switch_fiber(fake, old_bottom, old_size);
+}
+#else
+void asan_start_switch(void**, const void*, std::size_t) {}
+void asan_finish_switch(void*, const void**, std::size_t*) {}
+#endif
 
 struct Barrier {
   int live = 0;     // threads that have not returned in this block
@@ -57,6 +75,7 @@ struct Fiber {
   ThreadContext coords;
   bool started = false;
   bool done = false;
+  void* asan_fake = nullptr;  // the sanitizer's fake stack while switched away
 };
 
 struct Launch {
@@ -71,6 +90,9 @@ struct Launch {
   std::vector<std::array<unsigned char, 8 * kWarp>> warp_buf;
   jmp_buf scheduler{};
   int current = -1;
+  void* asan_fake = nullptr;           // the launching thread's, while a fiber runs
+  const void* sched_bottom = nullptr;  // the launching thread's stack (for the sanitizer)
+  std::size_t sched_size = 0;
 };
 
 Launch* g_launch = nullptr;
@@ -80,8 +102,17 @@ Fiber& me() {
   return (*g_launch->fibers)[static_cast<std::size_t>(g_launch->current)];
 }
 
+// On a fiber's stack, just switched to from the scheduler: learn the scheduler's stack.
+void landed_on_fiber(void* fake) {
+  asan_finish_switch(fake, &g_launch->sched_bottom, &g_launch->sched_size);
+}
+
 void yield() {
-  if (_setjmp(me().env) == 0) _longjmp(g_launch->scheduler, 1);
+  if (_setjmp(me().env) == 0) {
+    asan_start_switch(&me().asan_fake, g_launch->sched_bottom, g_launch->sched_size);
+    _longjmp(g_launch->scheduler, 1);
+  }
+  landed_on_fiber(me().asan_fake);
 }
 
 // Waits until `bar` completes the generation this thread arrived in.
@@ -105,6 +136,7 @@ void reset_block_barriers(Launch& l) {
 // A fiber lives across launches: after its thread of the last block it parks, and the next
 // launch resumes it at the top with the new grid (no context is created twice).
 void fiber_main() {
+  landed_on_fiber(nullptr);
   for (;;) {
     Launch& l = *g_launch;
     const int i = l.current;
@@ -141,7 +173,11 @@ std::mutex& atomics() {
 
 // Runs fiber f until it yields or parks (its first run ever enters fiber_main on its own stack).
 [[gnu::noinline]] void resume(Launch& l, Fiber& f) {
-  if (_setjmp(l.scheduler) != 0) return;
+  if (_setjmp(l.scheduler) != 0) {
+    asan_finish_switch(l.asan_fake, nullptr, nullptr);
+    return;
+  }
+  asan_start_switch(&l.asan_fake, f.stack.get(), kStackBytes);
   if (f.started) _longjmp(f.env, 1);
   f.started = true;
   ucontext_t here;
