@@ -1,4 +1,5 @@
-// GradScaler (spec §5) and the checked entry points of its two dispatcher ops.
+// GradScaler (PyTorch's torch.amp.GradScaler, torch/amp/grad_scaler.py) and the checked entry
+// points of its two dispatcher ops.
 #include "engine/amp/grad_scaler.h"
 
 #include <exception>

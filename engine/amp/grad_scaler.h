@@ -1,12 +1,13 @@
-// Mixed-precision gradient scaling (spec §5, PyTorch's torch.amp.GradScaler): scale the loss so
-// that small fp16/bf16 gradients do not flush to zero, unscale the gradients before the optimizer
-// step, skip steps whose gradients hold inf/NaN, and adapt the scale (grow after
+// Mixed-precision gradient scaling (PyTorch's torch.amp.GradScaler,
+// https://pytorch.org/docs/stable/amp.html#gradient-scaling, torch/amp/grad_scaler.py): scale
+// the loss so that small fp16/bf16 gradients do not flush to zero, unscale the gradients before
+// the optimizer step, skip steps whose gradients hold inf/NaN, and adapt the scale (grow after
 // `growth_interval` clean steps, back off on overflow).
 //
 // The two kernels are dispatcher ops (`amp_foreach_non_finite_check_and_unscale_`,
 // `amp_update_scale_`) with CPU kernels in engine/backends/cpu/amp_kernels.cpp; a device backend
-// adds its own. Nothing here reads a device value except where the spec says so (step() decides
-// whether to run the optimizer; get_scale(); state_dict()).
+// adds its own. Nothing here reads a device value except where torch/amp/grad_scaler.py does
+// (step() decides whether to run the optimizer; get_scale(); state_dict()).
 //
 // PyTorch's exception types map to: AssertionError and ValueError -> tb::ValueError,
 // RuntimeError -> tb::Error.

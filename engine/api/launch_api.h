@@ -1,6 +1,7 @@
 // Facade for launching runs as separate processes bound to CPU slots (`trainbench-cli launch`):
-// N processes, process k bound to slot k of N by the parent-side scoped affinity of spec §6.4
-// (save the calling thread's mask, set the slot's, spawn, restore — also on failure), so the
+// N processes, process k bound to slot k of N by a parent-side scoped affinity, as in PyTorch
+// PR 161183's torchrun NUMA binding (save the calling thread's mask, set the slot's with
+// sched_setaffinity(2), spawn, restore — also on failure), so the
 // child starts on its slot's CPUs; the child's run applies the same binding to its own threads.
 #pragma once
 

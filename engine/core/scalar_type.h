@@ -67,7 +67,8 @@ ScalarType from_stable_code(std::int32_t code);
 /// bool < integers < floating; uint8 with int8 -> int16; float16 with bfloat16 -> float32).
 ScalarType promote_types(ScalarType a, ScalarType b) noexcept;
 
-/// Machine limits of a floating-point dtype, as torch.finfo (spec 9.3).
+/// Machine limits of a floating-point dtype, as torch.finfo
+/// (https://pytorch.org/docs/stable/type_info.html#torch.finfo).
 struct FInfo {
   int bits;                ///< storage bits
   double eps;              ///< gap between 1.0 and the next representable value above it

@@ -2,7 +2,7 @@
 // buffers named "running_mean", "running_var" and optionally "num_batches_tracked", updated in
 // training mode as running = (1 - momentum) * running + momentum * batch_stat, or as a cumulative
 // average (factor 1 / num_batches_tracked) when the momentum is unset. optim::update_bn uses it to
-// recompute the statistics of an averaged model (spec §4.3).
+// recompute the statistics of an averaged model (as torch.optim.swa_utils.update_bn does).
 #pragma once
 
 #include <optional>

@@ -1,6 +1,7 @@
-// CPU affinity of the calling thread: read, set, and ScopedAffinity (spec §6.4's "save the
-// calling thread's mask, set the slot's mask, spawn, restore"). Linux masks are per thread, and
-// a child process or thread inherits the mask of the thread that creates it.
+// CPU affinity of the calling thread (sched_getaffinity(2), sched_setaffinity(2)): read, set,
+// and ScopedAffinity (PyTorch PR 161183's "save the calling thread's mask, set the slot's mask,
+// spawn, restore"). Linux masks are per thread, and a child process or thread inherits the mask
+// of the thread that creates it.
 #pragma once
 
 #include "engine/numa/cpu_set.h"

@@ -1,4 +1,5 @@
-// Binding strategies of spec §6.3 on a Topology, the slot rule, fallback and numactl lines.
+// Binding strategies (torch/numa/binding.py) on a Topology, the slot rule, fallback and numactl
+// lines.
 #include "engine/numa/binding.h"
 
 #include <algorithm>
@@ -35,8 +36,9 @@ CpuSet allowed_node_cpus(const Topology& topo, int node) {
 }
 
 CpuSet socket_cpus(const Topology& topo, int node) {
-  // A node's socket is the socket of its smallest allowed CPU (spec §6.2). Nodes without
-  // allowed CPUs contribute nothing and are skipped (PyTorch fails on them; see README).
+  // A node's socket is the socket of its smallest allowed CPU (as in torch/numa/binding.py).
+  // Nodes without allowed CPUs contribute nothing and are skipped (PyTorch fails on them; see
+  // README).
   const int socket = topo.package_of(allowed_node_cpus(topo, node).min()).os_index;
   CpuSet out;
   for (const auto& n : topo.nodes()) {

@@ -1,11 +1,12 @@
-// Binding strategies (spec §6.3): which logical CPUs a slot gets for a mode — none, node,
-// socket, exclusive, core-complex — with spec §6.4's errors and the fallback to "unbound +
-// warning", plus the equivalent numactl command line.
+// Binding strategies (the modes of PyTorch's torchrun --numa-binding, pytorch/pytorch
+// torch/numa/binding.py): which logical CPUs a slot gets for a mode — none, node, socket,
+// exclusive, core-complex — with that file's errors and its fallback to "unbound + warning"
+// (should_fall_back_if_binding_fails), plus the equivalent numactl(8) command line.
 //
 // Slot rule. A slot is either
 //  - a GPU slot (SlotKind::kGpu): slot s is GPU local rank s, bound near GPU s's NUMA node; the
 //    GPUs sharing a node are the topology's GPUs with that node, in index order, and a GPU's
-//    relative index is its position among them (spec §6.2); or
+//    relative index is its position among them (as in torch/numa/binding.py); or
 //  - a CPU worker slot (SlotKind::kCpuWorker), for runs without GPUs: the NUMA nodes that have
 //    at least one allowed CPU, in os-index order, take slots round-robin — slot s goes to node
 //    nodes[s % k] with relative index s / k, and the slots sharing a node are those of
@@ -53,9 +54,9 @@ struct SlotPlacement {
 /// GPU the topology does not list, or (kCpuWorker) no node has an allowed CPU.
 SlotPlacement place_slot(const Topology& topo, SlotKind kind, int slot, int n_slots);
 
-/// The CPU set of a placed slot for `mode` (spec §6.3), never empty. Throws tb::ValueError
-/// "[binding] ..." when the node is unknown, has no allowed CPUs, has fewer physical cores than
-/// slots (exclusive), or the result is empty. kNone returns the empty set.
+/// The CPU set of a placed slot for `mode` (the rules of torch/numa/binding.py), never empty.
+/// Throws tb::ValueError "[binding] ..." when the node is unknown, has no allowed CPUs, has fewer
+/// physical cores than slots (exclusive), or the result is empty. kNone returns the empty set.
 CpuSet slot_cpus(const Topology& topo, BindingMode mode, const SlotPlacement& placement);
 
 /// Convenience: the CPU set of GPU `gpu_index` (a GPU slot) for `mode`.
@@ -84,8 +85,9 @@ std::vector<SlotBinding> plan_slots(const Topology& topo, const BindingOptions& 
 /// bound slot's memory policy should prefer.
 std::vector<int> nodes_of_cpus(const Topology& topo, const CpuSet& cpus);
 
-/// {"numactl", "--physcpubind=<cpus>", command...} (spec §6.4). Throws tb::ValueError
-/// "[binding] must bind to a non-empty set of CPU indices" when `cpus` is empty.
+/// {"numactl", "--physcpubind=<cpus>", command...} (as torch/numa/binding.py since PyTorch PR
+/// 166026; numactl(8)). Throws tb::ValueError "[binding] must bind to a non-empty set of CPU
+/// indices" when `cpus` is empty.
 std::vector<std::string> numactl_args(const CpuSet& cpus, const std::vector<std::string>& command);
 
 /// numactl_args joined by spaces for display (arguments with shell-special characters are

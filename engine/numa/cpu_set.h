@@ -1,5 +1,5 @@
 // CpuSet: a sorted set of logical CPU (or NUMA node) indices and its compact text form
-// ("0-2,16-18"), as used by Linux cpulists, numactl and the binding spec (§6.2).
+// ("0-2,16-18"), as used by Linux cpulists, numactl(8) and PyTorch's torch/numa/binding.py.
 #pragma once
 
 #include <initializer_list>

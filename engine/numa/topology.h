@@ -2,7 +2,7 @@
 // last-level-cache groups (core complexes), physical cores with their hyper-thread siblings,
 // the CPUs this process may use, and which NUMA node each GPU is attached to.
 //
-// A Topology is built from a TopologyDesc (explicit lists; tests use this for spec §11.6) or
+// A Topology is built from a TopologyDesc (explicit lists; tests use this for a 2-node machine) or
 // by the hwloc loaders in topology_hwloc.h (this machine, an hwloc XML file, or a synthetic
 // description). It is immutable and validated on construction.
 #pragma once
@@ -30,7 +30,7 @@ struct NumaNode {
 };
 
 /// The CPUs sharing one last-level cache (a "core complex"): for each CPU the highest-level
-/// data or unified cache, as in spec §6.2.
+/// data or unified cache (sysfs cache/index*), as torch/numa/binding.py picks it.
 struct CacheGroup {
   int level = 0;  ///< cache level (3 for an L3)
   CpuSet cpus;    ///< the CPUs sharing it (allowed or not)

@@ -14,7 +14,7 @@ std::string hwloc_version();
 
 /// This machine, read by hwloc (disallowed CPUs included). allowed_cpus() is hwloc's allowed
 /// set (cgroup cpuset) intersected with the calling thread's affinity mask (taskset), like
-/// spec §6.2's sched_getaffinity(0). Node CPU lists come from
+/// torch/numa/binding.py's os.sched_getaffinity(0) (sched_getaffinity(2)). Node CPU lists come from
 /// /sys/devices/system/node/node<N>/cpulist where readable. No GPUs are listed: add them with
 /// Topology::with_gpus (see gpu_affinity_from_pci). Throws tb::ValueError "[numa] ..." when
 /// hwloc fails.
@@ -35,8 +35,8 @@ Topology load_synthetic_topology(const std::string& description);
 std::string format_pci_address(int domain, int bus, int device);
 
 /// GPU i -> NUMA node read from <sysfs_root>/bus/pci/devices/<pci_addresses[i]>/numa_node,
-/// with -1 (single-node machines) mapped to 0 (spec §6.2). This is the hook CUDA detection
-/// will feed. Throws tb::ValueError naming the GPU and file when it cannot be read.
+/// with -1 (single-node machines) mapped to 0, as torch/numa/binding.py does. This is the hook
+/// CUDA detection will feed. Throws tb::ValueError naming the GPU and file when it cannot be read.
 std::vector<GpuAffinity> gpu_affinity_from_pci(const std::vector<std::string>& pci_addresses,
                                                const std::string& sysfs_root = "/sys");
 

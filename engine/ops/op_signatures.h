@@ -54,7 +54,8 @@ using AmpUpdateScale = void(Tensor&, Tensor&, const Tensor&, double, double, std
 
 /// adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs (empty: no amsgrad),
 /// step_sizes, bc2_sqrts (host float64, one per parameter), lr, beta1, beta2, eps, weight_decay,
-/// maximize, decoupled): the fused multi-tensor Adam/AdamW update of spec §2.2, in place.
+/// maximize, decoupled): the fused multi-tensor Adam/AdamW update of torch/optim/adam.py, in
+/// place.
 using AdamStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const Tensor&, const Tensor&, double, double,
@@ -84,9 +85,9 @@ using AttentionBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, cons
 /// dtype and device, contiguous tensors (the public ops::foreach_lerp_ groups and checks).
 using ForeachLerp = void(const std::vector<Tensor>&, const std::vector<Tensor>&, const Tensor&,
                          double);
-/// muon_momentum_(bufs, grads, outs (empty: no nesterov), momentum): Muon's momentum (spec §3)
-/// in place, bufs[i] = lerp(bufs[i], grads[i], 1 − momentum), then outs[i] = lerp(grads[i],
-/// bufs[i], momentum) when outs is given.
+/// muon_momentum_(bufs, grads, outs (empty: no nesterov), momentum): Muon's momentum
+/// (torch/optim/_muon.py) in place, bufs[i] = lerp(bufs[i], grads[i], 1 − momentum), then
+/// outs[i] = lerp(grads[i], bufs[i], momentum) when outs is given.
 using MuonMomentum = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                           const std::vector<Tensor>&, double);
 

@@ -202,10 +202,10 @@ void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& 
 /// the CPU), so a weight computed on a device (SWA's 1/(n+1)) is never copied to the host.
 void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
                    const Tensor& weight);
-/// Muon's momentum step (spec §3) over a list of parameters: bufs[i] = lerp(bufs[i], grads[i],
-/// 1 − momentum) in place; returns the Newton–Schulz inputs, lerp(grads[i], bufs[i], momentum)
-/// with `nesterov` (new tensors) or the buffers themselves without. One fused pass per
-/// (device, dtype) group, as foreach_lerp_.
+/// Muon's momentum step (as torch/optim/_muon.py) over a list of parameters:
+/// bufs[i] = lerp(bufs[i], grads[i], 1 − momentum) in place; returns the Newton–Schulz inputs,
+/// lerp(grads[i], bufs[i], momentum) with `nesterov` (new tensors) or the buffers themselves
+/// without. One fused pass per (device, dtype) group, as foreach_lerp_.
 std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
                                    const std::vector<Tensor>& grads, double momentum,
                                    bool nesterov);

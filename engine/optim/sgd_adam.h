@@ -1,7 +1,9 @@
 // SGD (momentum, dampening, nesterov, weight decay, maximize), Adam and AdamW (amsgrad,
-// maximize, decoupled decay) — spec §2, PyTorch's constructor checks and messages. Each step is
-// one fused multi-tensor pass per parameter group on the CPU (every element of every parameter
-// updated in one parallel loop, hyper-parameters read once per step, no per-tensor
+// maximize, decoupled decay) — torch.optim.SGD/Adam/AdamW
+// (https://pytorch.org/docs/stable/generated/torch.optim.Adam.html and its SGD/AdamW siblings;
+// pytorch/pytorch torch/optim/sgd.py, adam.py), PyTorch's constructor checks and messages. Each
+// step is one fused multi-tensor pass per parameter group on the CPU (every element of every
+// parameter updated in one parallel loop, hyper-parameters read once per step, no per-tensor
 // synchronisation); on other devices the same math runs as engine ops.
 #pragma once
 

@@ -1,5 +1,6 @@
-// CpuGenerator: MT19937 generator bit-compatible with PyTorch's at::CPUGeneratorImpl (spec §8.2),
-// including its 5056-byte get_state() layout and cached normal samples.
+// CpuGenerator: MT19937 generator bit-compatible with PyTorch's at::CPUGeneratorImpl
+// (aten/src/ATen/CPUGeneratorImpl.cpp), including its 5056-byte get_state() layout and cached
+// normal samples.
 #pragma once
 
 #include <array>

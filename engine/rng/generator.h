@@ -1,5 +1,6 @@
 // Generator: the abstract random-number generator of a device, seed parsing, and the per-device
-// default generators (torch.Generator / torch.manual_seed semantics, spec §8.1).
+// default generators (torch.Generator / torch.manual_seed semantics: torch/random.py,
+// https://pytorch.org/docs/stable/generated/torch.Generator.html).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// PhiloxGenerator: (seed, offset) state, 16-byte serialisation and offset reservation (§8.3).
+// PhiloxGenerator: (seed, offset) state, 16-byte serialisation and offset reservation, as
+// PyTorch's at::CUDAGeneratorImpl (aten/src/ATen/cuda/CUDAGeneratorImpl.cpp).
 #include "engine/rng/philox.h"
 
 #include "engine/core/error.h"

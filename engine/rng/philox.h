@@ -1,5 +1,6 @@
-// PhiloxGenerator, the (seed, offset) generator of CUDA-like devices (spec §8.3), over the
-// Philox4x32-10 functions of philox_core.h.
+// PhiloxGenerator, the (seed, offset) generator of CUDA-like devices (as PyTorch's
+// at::CUDAGeneratorImpl, aten/src/ATen/cuda/CUDAGeneratorImpl.cpp), over the Philox4x32-10
+// functions of philox_core.h.
 #pragma once
 
 #include <cstdint>

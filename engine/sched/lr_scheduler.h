@@ -1,5 +1,7 @@
-// Learning-rate schedulers (spec §3, SWALR §4.4): PyTorch's torch.optim.lr_scheduler, value for
-// value. A scheduler is constructed on an Optimizer and writes each group's "lr" (and, for
+// Learning-rate schedulers: PyTorch's torch.optim.lr_scheduler (torch/optim/lr_scheduler.py;
+// SWALR from torch/optim/swa_utils.py; see
+// https://pytorch.org/docs/stable/optim.html#how-to-adjust-learning-rate), value for value.
+// A scheduler is constructed on an Optimizer and writes each group's "lr" (and, for
 // CyclicLR/OneCycleLR, "momentum" or "beta1").
 //
 // Semantics kept from PyTorch:
@@ -97,7 +99,7 @@ class LRScheduler {
   const std::vector<double>& base_lrs() const { return base_lrs_; }
   /// How many times step() ran, the construction step included.
   std::int64_t step_count() const { return step_count_; }
-  /// True only while the construction-time step runs (spec §3.1 _is_initial).
+  /// True only while the construction-time step runs (LRScheduler._is_initial, PR 149312).
   bool is_initial() const { return is_initial_; }
 
   /// The scheduler's state (see the header comment for the layout).
@@ -114,8 +116,9 @@ class LRScheduler {
   /// Tag selecting the constructor that skips the base set-up (SequentialLR, ChainedScheduler,
   /// ReduceLROnPlateau).
   struct BareTag {};
-  /// Spec §3.1 steps 2-3: initial_lr per group (set when last_epoch == -1, required otherwise),
-  /// base_lrs, last_epoch. The subclass calls initial_step() at the end of its constructor.
+  /// As LRScheduler.__init__ in torch/optim/lr_scheduler.py: initial_lr per group (set when
+  /// last_epoch == -1, required otherwise), base_lrs, last_epoch. The subclass calls
+  /// initial_step() at the end of its constructor.
   LRScheduler(Optimizer& opt, std::string name, std::int64_t last_epoch);
   /// No set-up: last_epoch 0, no base_lrs.
   LRScheduler(Optimizer& opt, std::string name, BareTag);
@@ -439,7 +442,8 @@ class OneCycleLR : public LRScheduler {
   bool use_beta1_ = false;
 };
 
-/// SWALR (spec §4.4): anneals each group's LR to swa_lr over anneal_epochs, then holds it.
+/// SWALR (torch.optim.swa_utils.SWALR): anneals each group's LR to swa_lr over anneal_epochs,
+/// then holds it.
 class SWALR : public LRScheduler {
  public:
   /// Writes group "swa_lr" first; then checks anneal_strategy ("must by one of 'cos' or

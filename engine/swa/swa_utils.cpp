@@ -1,4 +1,4 @@
-// SWA/EMA: averaging functions, AveragedModel, update_bn (spec §4.1-4.3).
+// SWA/EMA: averaging functions, AveragedModel, update_bn (PyTorch's torch/optim/swa_utils.py).
 #include "engine/swa/swa_utils.h"
 
 #include <algorithm>

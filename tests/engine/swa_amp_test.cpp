@@ -1,5 +1,6 @@
-// SWA/EMA (spec §4.1-4.3, vectors §11.4 and tests/data/swa.json, which PyTorch produced — copied
-// from the shared spec's vectors/swa.json), GradScaler (spec §5, vectors §11.5) and autocast.
+// SWA/EMA (torch/optim/swa_utils.py: hand-computed values and tests/data/swa.json, which PyTorch
+// 1.13 produced), GradScaler (torch/amp/grad_scaler.py and the kernels of
+// aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp) and autocast.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -125,7 +126,7 @@ std::vector<double> values(const Tensor& t) {
   return t.to_vector<double>();
 }
 
-// ---- §11.5: the kernels -------------------------------------------------------------------------
+// ---- the kernels (AmpGradScalerKernels.cpp) -----------------------------------------------------
 
 TEST(Scaler, UpdateScaleTrajectorySpec11_5) {
   Tensor scale = ops::full({}, 65536.0);
@@ -186,7 +187,7 @@ TEST(Scaler, UnscaleKernelSpec11_5) {
       "group the tensors by device and dtype"));
 }
 
-// ---- §11.5 / §5: GradScaler ---------------------------------------------------------------------
+// ---- GradScaler (torch/amp/grad_scaler.py) ------------------------------------------------------
 
 amp::GradScalerOptions opts(double init_scale, std::int64_t interval = 2000) {
   amp::GradScalerOptions o;
@@ -396,7 +397,7 @@ TEST(Scaler, StateDictRoundTrip) {
                        "The source state dict is empty"));
 }
 
-// ---- §4 / §11.4: SWA and EMA ------------------------------------------------------------------
+// ---- SWA and EMA (torch/optim/swa_utils.py) ---------------------------------------------------
 
 TEST(Swa, AveragedModelSpec11_4) {
   ParamAndBuffer model({2.0});

@@ -1,7 +1,7 @@
 // The per-element arithmetic of the fused optimizer updates, written once for host and device
 // code: the CPU's `adam_step_`, `foreach_lerp_` and `muon_momentum_` loops and the CUDA
 // multi-tensor kernels call these, so a CUDA update is the formula the CPU tests check against
-// the spec (§2.2 Adam, §3 Muon's momentum, §4.1 EMA/SWA) in every run.
+// PyTorch's (torch/optim/adam.py, _muon.py's momentum, swa_utils.py's EMA/SWA) in every run.
 #pragma once
 
 #include <cmath>
@@ -14,7 +14,8 @@
 
 namespace tb::backends::optim {
 
-/// The per-parameter constants of one Adam/AdamW update (spec §2.2), in the parameter's dtype.
+/// The per-parameter constants of one Adam/AdamW update (torch/optim/adam.py), in the
+/// parameter's dtype.
 template <typename T>
 struct AdamScalars {
   T decay;         // 1 - lr * weight_decay (decoupled weight decay)
@@ -27,8 +28,8 @@ struct AdamScalars {
   T neg_step;  // -lr / (1 - beta1^step)
 };
 
-/// One element of Adam/AdamW, in spec §2.2's order of operations. `vmax` is read and written
-/// only when Ams (amsgrad).
+/// One element of Adam/AdamW, in the order of operations of torch/optim/adam.py's
+/// _single_tensor_adam. `vmax` is read and written only when Ams (amsgrad).
 template <typename T, bool Maximize, bool Decoupled, bool L2, bool Ams>
 TB_OPT_HD inline void adam_element(T& p, T g, T& m, T& v, T* vmax, const AdamScalars<T>& c) {
   T d = Maximize ? -g : g;
@@ -53,7 +54,8 @@ TB_OPT_HD inline void adam_element(T& p, T g, T& m, T& v, T* vmax, const AdamSca
 
 /// torch.lerp in its compute type C (float for the 16-bit dtypes): `start + w·(end − start)` for
 /// |w| < 0.5, `end − (end − start)·(1 − w)` otherwise, so both ends are exact (w = 0 gives
-/// start, w = 1 gives end). Muon's momentum (spec §3) and EMA/SWA (spec §4.1) use it.
+/// start, w = 1 gives end). Muon's momentum (torch/optim/_muon.py) and EMA/SWA
+/// (torch/optim/swa_utils.py) use it.
 template <typename C>
 TB_OPT_HD inline C lerp(C start, C end, C w) {
   const C diff = end - start;

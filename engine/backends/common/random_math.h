@@ -1,5 +1,6 @@
-// The per-block arithmetic of the device random ops (Philox, seed/offset semantics of spec §8.3),
-// written once for host and device code: openreg's loops and the CUDA kernels call these, so the
+// The per-block arithmetic of the device random ops (Philox, with the seed/offset semantics of
+// PyTorch's at::CUDAGeneratorImpl, aten/src/ATen/cuda/CUDAGeneratorImpl.cpp), written once for
+// host and device code: openreg's loops and the CUDA kernels call these, so the
 // numbers of a CUDA device are the ones openreg's tests check in every run.
 //
 // Block b of a call is the first curand4() of Philox subsequence b started at (seed, offset):

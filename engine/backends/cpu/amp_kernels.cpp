@@ -1,5 +1,5 @@
 // CPU kernels of the mixed-precision (GradScaler) ops, with the semantics of PyTorch's
-// aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp (spec §5.6):
+// aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp:
 //   amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
 //   amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff, interval)
 // Arguments are checked by the callers in engine/amp/grad_scaler.cpp; the kernels only compute.

@@ -25,8 +25,8 @@ using core::ScalarType;
 using core::Tensor;
 
 // One contiguous run of Adam's update. The flags are template parameters so the loop has no
-// branches and vectorises; the per-element arithmetic (spec §2.2, in its order) is shared with
-// the CUDA kernel (engine/backends/common/optim_math.h).
+// branches and vectorises; the per-element arithmetic (torch/optim/adam.py's, in its order) is
+// shared with the CUDA kernel (engine/backends/common/optim_math.h).
 template <typename T>
 struct AdamChunk {
   T* __restrict p;

@@ -223,7 +223,8 @@ int launch_muon_momentum(int st, int count, void* const* bufs, const void* const
 int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t* numels,
                        float* found_inf, const float* inv_scale);
 
-/// GradScaler's scale update on device scalars (spec §5.6).
+/// GradScaler's scale update on device scalars (PyTorch's _amp_update_scale_,
+/// aten/src/ATen/native/cuda/AmpKernels.cu).
 int launch_amp_update_scale(float* scale, std::int32_t* growth_tracker, const float* found_inf,
                             double growth, double backoff, std::int64_t interval);
 

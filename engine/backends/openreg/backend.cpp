@@ -383,7 +383,7 @@ Tensor mm_kernel(const Tensor& a0, const Tensor& b0) {
   return out;
 }
 
-// ---- random ops (Philox, seed/offset semantics of spec §8.3) ------------------------------------
+// ---- random ops (Philox, seed/offset semantics of at::CUDAGeneratorImpl) ------------------------
 //
 // Element i of a float32 tensor is word i % 4 of the first curand4() of Philox subsequence i / 4
 // started at (seed, offset); float64 uses two words per element (subsequence i / 2). Each call
