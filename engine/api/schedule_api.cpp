@@ -4,6 +4,7 @@
 
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
+#include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/train/run_config.h"
 
@@ -66,12 +67,12 @@ ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
           : rc.scheduler.config;
   std::vector<double> lrs;
   group_names.clear();
-  if (rc.optimizer.main.kind == "muon") {
-    lrs = {rc.optimizer.main.lr, rc.optimizer.adamw.value_or(train::OptimizerSettings{}).lr};
-    group_names = {"lr.muon", "lr.adamw"};
-  } else {
-    lrs = {rc.optimizer.main.lr};
-    group_names = {"lr." + rc.optimizer.main.kind};
+  const std::string rest = optim::optimizer_registry().at(rc.optimizer.main.kind)->rest_kind;
+  lrs = {rc.optimizer.main.number("lr")};
+  group_names = {"lr." + rc.optimizer.main.kind};
+  if (!rest.empty()) {
+    lrs.push_back(rc.optimizer.adamw.value_or(train::OptimizerSettings(rest)).number("lr"));
+    group_names.push_back("lr." + rest);
   }
   cfg["lr"] = lrs;
   if (steps <= 0) steps = static_cast<int>(rc.run.steps > 0 ? rc.run.steps : 100);

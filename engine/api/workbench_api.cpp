@@ -15,12 +15,14 @@
 #include "engine/api/api_detail.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
-#include "engine/nn/models.h"
+#include "engine/nn/model_registry.h"
 #include "engine/optim/param_split.h"
+#include "engine/optim/registry.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/store/database.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/train/config_schema.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
 
@@ -51,11 +53,10 @@ std::string strip_index(std::string path) {
 
 // The field names of a model kind ("input", "hidden", ... for mlp).
 std::set<std::string> model_fields(const std::string& kind) {
-  const nlohmann::json j = nn::to_json(kind == "qwen-tiny" ? nn::ModelConfig(nn::QwenTinyConfig{})
-                                                           : nn::ModelConfig(nn::MlpConfig{}));
   std::set<std::string> out;
-  for (const auto& [k, v] : j.items())
-    if (k != "kind") out.insert(k);
+  if (const auto k = nn::model_registry().find(kind))
+    for (const auto& f : k->fields)
+      out.insert(f.key);
   return out;
 }
 
@@ -95,7 +96,7 @@ std::string key_path_of(const std::string& message, const std::string& source) {
     }
   }
   if (path == "model") {
-    for (const std::string kind : {"mlp", "qwen-tiny"}) {
+    for (const std::string& kind : nn::model_registry().names()) {
       if (what.rfind(kind + ": ", 0) != 0) continue;
       const std::string field = ident_prefix(what.substr(kind.size() + 2));
       if (model_fields(kind).count(field)) return path + "." + field;
@@ -150,139 +151,6 @@ std::string unquote(const std::string& v) {
     out += ch;
   }
   return out;
-}
-
-// Choices of the enumerated string keys (the lists run_config.cpp checks against; the test
-// WorkbenchApi.EveryChoiceChecks keeps them in step).
-const std::map<std::string, std::vector<std::string>>& fixed_choices() {
-  static const std::map<std::string, std::vector<std::string>> m = {
-      {"model.kind", {"mlp", "qwen-tiny"}},
-      {"model.activation", {"relu", "gelu", "silu", "tanh"}},
-      {"data.kind", {"fashion-mnist", "text", "synthetic-blobs", "synthetic-text"}},
-      {"optimizer.kind", {"adamw", "adam", "sgd", "muon"}},
-      {"scheduler.kind",
-       {"none", "step", "multistep", "constant", "linear", "exponential", "polynomial", "cosine",
-        "cosine_warm_restarts", "cyclic", "one_cycle", "lambda", "multiplicative", "sequential",
-        "chained", "plateau", "swa"}},
-      {"amp.dtype", {"bf16", "fp16"}},
-      {"swa.kind", {"none", "swa", "ema"}},
-      {"binding.mode", {"none", "node", "socket", "exclusive", "core-complex"}},
-  };
-  return m;
-}
-
-std::vector<std::string> choices_for(const std::string& key, const std::string& scheduler_kind) {
-  const auto& fixed = fixed_choices();
-  if (auto it = fixed.find(key); it != fixed.end()) return it->second;
-  const auto dot = key.rfind('.');
-  if (dot == std::string::npos) return {};
-  const std::string section = key.substr(0, dot);
-  const std::string leaf = key.substr(dot + 1);
-  if (section == "optimizer" || section == "optimizer.muon" || section == "optimizer.adamw") {
-    if (leaf == "adjust_lr_fn") return {"original", "match_rms_adamw"};
-    if (leaf == "ns_schedule") return {"default", "polar_express"};
-    if (leaf == "ns_dtype") return {"auto", "bf16", "fp32", "fp64"};
-  }
-  if (section == "scheduler") {
-    if (scheduler_kind == "cyclic" && leaf == "mode")
-      return {"triangular", "triangular2", "exp_range"};
-    if (scheduler_kind == "cyclic" && leaf == "scale_mode") return {"cycle", "iterations"};
-    if (scheduler_kind == "plateau" && leaf == "mode") return {"min", "max"};
-    if (scheduler_kind == "plateau" && leaf == "threshold_mode") return {"rel", "abs"};
-    if ((scheduler_kind == "one_cycle" || scheduler_kind == "swa") && leaf == "anneal_strategy")
-      return {"cos", "linear"};
-  }
-  return {};
-}
-
-// One-line help per key path, from docs/config-reference.md. Optimizer settings are looked up by
-// their leaf under [optimizer], [optimizer.muon] and [optimizer.adamw] alike.
-const std::map<std::string, std::string>& help_table() {
-  static const std::map<std::string, std::string> m = {
-      {"threads", "kernel/BLAS threads (0 = the default: TB_NUM_THREADS or the CPUs available)"},
-      {"run.name", "shown in the runs list"},
-      {"run.tags", "free-form labels"},
-      {"run.seed", "seeds initialisation, data order, dropout"},
-      {"run.device", "where the run computes: cpu, cuda[:N], openreg[:N] (the reference backend)"},
-      {"run.steps", "optimizer steps; 0 = train for run.epochs"},
-      {"run.epochs", "passes over the training data when run.steps is 0"},
-      {"run.log_interval", "metrics every N steps"},
-      {"run.max_nonfinite", "consecutive non-finite losses before the run ends as diverged"},
-      {"run.grad_clip", "clip the global gradient norm to this (0 = off)"},
-      {"model.kind",
-       "the model: mlp (a classifier over flat inputs) or qwen-tiny (a language model)"},
-      {"model.input", "input features (inputs of another shape are flattened per sample)"},
-      {"model.hidden", "hidden layer widths, may be empty"},
-      {"model.classes", "output logits"},
-      {"model.activation", "activation after each hidden layer"},
-      {"model.dropout", "dropout after each activation (training only)"},
-      {"model.vocab", "vocabulary (256: bytes)"},
-      {"model.d_model", "width (divisible by n_heads, even head size)"},
-      {"model.n_layers", "decoder blocks"},
-      {"model.n_heads", "attention heads"},
-      {"model.n_kv_heads", "key/value heads (grouped-query attention); 0 = n_heads"},
-      {"model.ffn_hidden", "SwiGLU width; 0 = 8/3 d_model rounded up to 32"},
-      {"model.context_length", "longest sequence"},
-      {"model.rope_theta", "rotary embedding base"},
-      {"model.norm_eps", "RMSNorm epsilon"},
-      {"model.tie_embeddings", "output head shares the embedding matrix"},
-      {"model.qkv_bias", "biases on the q/k/v projections"},
-      {"model.init_std", "every weight matrix ~ N(0, init_std); 0 keeps PyTorch's layer defaults"},
-      {"data.kind", "the data set"},
-      {"data.path", "folder or file; \"\" = the kind's default location"},
-      {"data.batch_size", "samples per step"},
-      {"data.workers", "loader threads (0 = in the run thread)"},
-      {"data.shuffle", "new order every epoch"},
-      {"data.drop_last", "drop a last partial batch"},
-      {"data.context_length", "text: tokens (bytes) per sample"},
-      {"data.val_fraction", "text: share of the corpus, at its end, held out for evaluation"},
-      {"data.normalize", "fashion-mnist: (x/255 - mean)/std instead of x/255"},
-      {"optimizer.kind", "the optimizer; muon = Muon for 2-D hidden matrices, AdamW for the rest"},
-      {"optimizer.split",
-       "muon: [glob, \"muon\" | \"adamw\"] pairs overriding the default split (later pairs win)"},
-      {"optimizer.lr", "learning rate (the schedule's base)"},
-      {"optimizer.weight_decay", "decoupled for AdamW and Muon, L2 for Adam and SGD"},
-      {"optimizer.beta1", "first moment decay rate"},
-      {"optimizer.beta2", "second moment decay rate"},
-      {"optimizer.eps", "denominator term (Adam) / Newton-Schulz normalisation (Muon)"},
-      {"optimizer.amsgrad", "AMSGrad variant"},
-      {"optimizer.momentum", "momentum"},
-      {"optimizer.nesterov", "Nesterov momentum"},
-      {"optimizer.adjust_lr_fn", "Muon's per-matrix LR scaling"},
-      {"optimizer.ns_steps", "Newton-Schulz iterations"},
-      {"optimizer.ns_schedule", "Newton-Schulz coefficients"},
-      {"optimizer.ns_dtype", "Newton-Schulz arithmetic"},
-      {"scheduler.kind", "the LR scheduler (PyTorch's lr_scheduler kinds); none = constant LR"},
-      {"amp.enabled", "autocast the forward pass and the loss (parameters stay float32)"},
-      {"amp.dtype", "autocast dtype"},
-      {"amp.grad_scaler", "dynamic loss scaling (fp16 needs it in practice)"},
-      {"amp.tf32",
-       "CUDA: float32 matrix products on TF32 tensor cores (inputs rounded to 10 mantissa bits)"},
-      {"swa.kind",
-       "keep an averaged copy of the weights (running mean or EMA), evaluated beside "
-       "the model"},
-      {"swa.ema_decay", "EMA decay"},
-      {"swa.start_step", "first step that updates the average"},
-      {"swa.every", "update interval in steps"},
-      {"eval.interval", "steps between evaluations (0 = at the end of each epoch)"},
-      {"eval.batches", "batches per evaluation (0 = the whole eval split)"},
-      {"checkpoint.interval", "steps between checkpoints (0 = only at the end)"},
-      {"checkpoint.keep", "newest checkpoints kept"},
-      {"checkpoint.dir", "checkpoint folder; \"\" = next to the run database, per run"},
-      {"binding.mode", "CPU binding of the run (as trainbench-cli topo --binding)"},
-  };
-  return m;
-}
-
-std::string help_for(const std::string& key) {
-  const auto& table = help_table();
-  if (auto it = table.find(key); it != table.end()) return it->second;
-  for (const char* sub : {"optimizer.muon.", "optimizer.adamw."}) {
-    if (key.rfind(sub, 0) != 0) continue;
-    if (auto it = table.find("optimizer." + key.substr(std::strlen(sub))); it != table.end())
-      return it->second;
-  }
-  return "";
 }
 
 std::string shape_text(core::IntList sizes) {
@@ -362,11 +230,10 @@ std::string default_config_toml() {
 }
 
 std::vector<ConfigField> config_fields(const std::string& toml_text) {
-  const std::string effective = train::to_toml(train::parse_run_config(toml_text, "<editor>"));
-  const auto rows = detail::flatten_toml_ordered(effective);
-  std::string scheduler_kind = "none";
-  for (const auto& [k, v] : rows)
-    if (k == "scheduler.kind") scheduler_kind = unquote(v);
+  const train::RunConfig c = train::parse_run_config(toml_text, "<editor>");
+  const auto rows = detail::flatten_toml_ordered(train::to_toml(c));
+  const std::string scheduler_kind =
+      c.scheduler.config.is_object() ? c.scheduler.config.value("kind", "none") : "none";
   std::vector<ConfigField> out;
   out.reserve(rows.size());
   for (const auto& [key, value] : rows) {
@@ -376,8 +243,11 @@ std::vector<ConfigField> config_fields(const std::string& toml_text) {
     f.section = dot == std::string::npos ? "" : key.substr(0, dot);
     f.type = toml_type(value);
     f.value_toml = value;
-    if (f.type == "string") f.choices = choices_for(key, scheduler_kind);
-    f.help = help_for(key);
+    if (const auto spec = train::describe_key(key, c.model.kind, c.data.kind, c.optimizer.main.kind,
+                                              scheduler_kind)) {
+      if (f.type == "string") f.choices = spec->choices;
+      f.help = spec->help;
+    }
     out.push_back(std::move(f));
   }
   return out;
@@ -389,7 +259,7 @@ std::vector<SplitRow> parameter_split(const std::string& toml_text) {
   gen.manual_seed(c.run.seed);
   const auto model = nn::build_model(c.model, &gen);
   std::vector<SplitRow> out;
-  if (c.optimizer.main.kind == "muon") {
+  if (!optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind.empty()) {
     const auto split = optim::split_params(*model, c.optimizer.split);
     for (const auto& r : split.table) {
       const core::IntList shape(r.shape);

@@ -1,11 +1,13 @@
 #include "engine/nn/models.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <set>
 #include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/nn/init.h"
+#include "engine/nn/model_registry.h"
 #include "engine/ops/ops.h"
 
 namespace tb::nn {
@@ -73,21 +75,7 @@ void read_field(const nlohmann::json& j, const char* model, const char* key, T& 
   }
 }
 
-void check_known(const nlohmann::json& j, const char* model, std::set<std::string> known) {
-  known.insert("kind");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!known.count(it.key())) {
-      std::string list;
-      for (const auto& k : known)
-        list += (list.empty() ? "" : ", ") + k;
-      throw ValueError(
-          tb::detail::str_cat(model, ": unknown field '", it.key(), "' (known: ", list, ")"));
-    }
-  }
-}
-
-// The one list of each config's fields: to_json, model_config_from_json and the known-key check
-// all come from it, so adding a field is one line here.
+// The one list of each typed config's fields: the JSON conversions come from it.
 template <typename F>
 void for_each_field(MlpConfig& c, F&& f) {
   f("input", c.input);
@@ -113,57 +101,121 @@ void for_each_field(QwenTinyConfig& c, F&& f) {
   f("init_std", c.init_std);
 }
 
-// Reads a config of type C named `model` from `j`: unknown fields are errors, absent ones keep
-// their defaults.
 template <typename C>
-C config_from_json(const nlohmann::json& j, const char* model) {
+nlohmann::json fields_of(C c) {  // a copy: for_each_field hands out mutable references
+  nlohmann::json j = nlohmann::json::object();
+  for_each_field(c, [&](const char* key, const auto& field) { j[key] = field; });
+  return j;
+}
+
+template <typename C>
+C typed_config(const nlohmann::json& j, const char* model) {
   C c;
-  std::set<std::string> known;
-  for_each_field(c, [&](const char* key, auto&) { known.insert(key); });
-  check_known(j, model, known);
   for_each_field(c, [&](const char* key, auto& field) { read_field(j, model, key, field); });
   return c;
 }
 
+// Whether a JSON value has the type a field wants (an integer is a float too).
+bool has_type(const nlohmann::json& v, core::FieldType t) {
+  using core::FieldType;
+  switch (t) {
+    case FieldType::kBool:
+      return v.is_boolean();
+    case FieldType::kInt:
+      return v.is_number_integer();
+    case FieldType::kFloat:
+      return v.is_number();
+    case FieldType::kString:
+      return v.is_string();
+    case FieldType::kIntList:
+      return v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_number_integer(); });
+    case FieldType::kStringList:
+      return v.is_array() &&
+             std::all_of(v.begin(), v.end(), [](const auto& e) { return e.is_string(); });
+    case FieldType::kAny:
+      return true;
+  }
+  return true;
+}
+
+std::string kind_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
 }  // namespace
 
+ModelConfig::ModelConfig() : ModelConfig(MlpConfig{}) {}
+ModelConfig::ModelConfig(std::string k, nlohmann::json f)
+    : kind(std::move(k)), fields(std::move(f)) {}
+ModelConfig::ModelConfig(const MlpConfig& c) : kind("mlp"), fields(fields_of(c)) {}
+ModelConfig::ModelConfig(const QwenTinyConfig& c) : kind("qwen-tiny"), fields(fields_of(c)) {}
+
+MlpConfig mlp_config(const ModelConfig& cfg) {
+  TB_CHECK(cfg.kind == "mlp", "[nn] a model config of kind '", cfg.kind, "' is not an mlp");
+  return typed_config<MlpConfig>(cfg.fields, "mlp");
+}
+
+QwenTinyConfig qwen_tiny_config(const ModelConfig& cfg) {
+  TB_CHECK(cfg.kind == "qwen-tiny", "[nn] a model config of kind '", cfg.kind,
+           "' is not a qwen-tiny");
+  return typed_config<QwenTinyConfig>(cfg.fields, "qwen-tiny");
+}
+
 void validate(const ModelConfig& cfg) {
-  if (const auto* m = std::get_if<MlpConfig>(&cfg)) validate_mlp(*m);
-  if (const auto* q = std::get_if<QwenTinyConfig>(&cfg)) validate_qwen(*q);
+  const auto kind = model_registry().find(cfg.kind);
+  TB_CHECK(kind != nullptr, "model config: unknown kind '", cfg.kind, "' (choose ",
+           kind_list(model_registry().names()), ")");
+  if (kind->validate) kind->validate(cfg.fields);
 }
 
 std::string model_kind(const ModelConfig& cfg) {
-  return std::holds_alternative<MlpConfig>(cfg) ? "mlp" : "qwen-tiny";
+  return cfg.kind;
 }
 
 nlohmann::json to_json(const ModelConfig& cfg) {
   nlohmann::json j;
-  j["kind"] = model_kind(cfg);
-  std::visit(
-      [&](auto c) {  // a copy: for_each_field hands out mutable references
-        for_each_field(c, [&](const char* key, const auto& field) { j[key] = field; });
-      },
-      cfg);
+  j["kind"] = cfg.kind;
+  for (const auto& [k, v] : cfg.fields.items())
+    j[k] = v;
   return j;
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j) {
   TB_CHECK(j.is_object(), "model config must be a JSON object, got ", j.type_name());
   auto it = j.find("kind");
-  TB_CHECK(it != j.end() && it->is_string(),
-           "model config needs a string field 'kind' (\"mlp\" or \"qwen-tiny\")");
-  const std::string kind = it->get<std::string>();
-  if (kind == "mlp") {
-    const auto c = config_from_json<MlpConfig>(j, "mlp");
-    validate_mlp(c);
-    return c;
+  const auto names = model_registry().names();
+  TB_CHECK(it != j.end() && it->is_string(), "model config needs a string field 'kind' (",
+           kind_list(names), ")");
+  const std::string name = it->get<std::string>();
+  const auto kind = model_registry().find(name);
+  TB_CHECK(kind != nullptr, "model config: unknown kind '", name, "' (choose ", kind_list(names),
+           ")");
+  for (auto f = j.begin(); f != j.end(); ++f) {
+    if (f.key() == "kind" || core::find_field(kind->fields, f.key())) continue;
+    std::string list;
+    for (const auto& k : core::field_keys(kind->fields))
+      list += (list.empty() ? "" : ", ") + k;
+    throw ValueError(
+        tb::detail::str_cat(name, ": unknown field '", f.key(), "' (known: kind, ", list, ")"));
   }
-  if (kind == "qwen-tiny") {
-    const auto c = config_from_json<QwenTinyConfig>(j, "qwen-tiny");
-    validate_qwen(c);
-    return c;
+  ModelConfig cfg(name, core::default_values(kind->fields));
+  for (const auto& field : kind->fields) {
+    auto v = j.find(field.key);
+    if (v == j.end()) continue;
+    if (!has_type(*v, field.type))
+      throw ValueError(tb::detail::str_cat(name, ": field '", field.key, "' has the wrong type (",
+                                           v->type_name(), "): ", v->dump()));
+    // Integers stay integers where the field is a float only as JSON numbers: store as given,
+    // converted to the field's type.
+    cfg.fields[field.key] =
+        field.type == core::FieldType::kFloat ? nlohmann::json(v->get<double>()) : *v;
   }
-  throw ValueError("model config: unknown kind '" + kind + "' (choose mlp or qwen-tiny)");
+  if (kind->validate) kind->validate(cfg.fields);
+  return cfg;
 }
 
 Tensor Model::loss(const Tensor& logits, const Tensor& target) const {
@@ -247,8 +299,7 @@ Tensor QwenTiny::forward(const Tensor& tokens) {
 
 std::shared_ptr<Model> build_model(const ModelConfig& cfg, rng::Generator* gen) {
   validate(cfg);
-  if (const auto* m = std::get_if<MlpConfig>(&cfg)) return std::make_shared<Mlp>(*m, gen);
-  return std::make_shared<QwenTiny>(std::get<QwenTinyConfig>(cfg), gen);
+  return model_registry().at(cfg.kind)->make(cfg.fields, gen);
 }
 
 std::string parameter_table(const Module& m) {
@@ -267,6 +318,115 @@ std::string parameter_table(const Module& m) {
   }
   os << "total " << m.num_parameters() << " parameters\n";
   return os.str();
+}
+
+// ---- registry -----------------------------------------------------------------------------------
+
+namespace {
+
+using core::FieldSpec;
+using core::FieldType;
+
+FieldSpec positive(FieldSpec f) {
+  return f.documented_as("", "> 0");
+}
+
+}  // namespace
+
+ModelKind mlp_kind() {
+  ModelKind k;
+  k.name = "mlp";
+  k.help = "a classifier over flat inputs: Linear layers with an activation between them";
+  k.task = core::kTaskClassification;
+  k.fields = {
+      positive(FieldSpec("input", FieldType::kInt, 784,
+                         "input features (inputs of another shape are flattened per sample)")),
+      FieldSpec("hidden", FieldType::kIntList, nlohmann::json::array({256, 256}),
+                "hidden layer widths, may be empty")
+          .documented_as("", "each > 0"),
+      positive(FieldSpec("classes", FieldType::kInt, 10, "output logits")),
+      FieldSpec("activation", FieldType::kString, "relu", "activation after each hidden layer")
+          .one_of({"relu", "gelu", "silu", "tanh"}),
+      FieldSpec("dropout", FieldType::kFloat, 0.0, "dropout after each activation (training only)")
+          .documented_as("", "in [0, 1)")};
+  k.validate = [](const nlohmann::json& f) { validate_mlp(typed_config<MlpConfig>(f, "mlp")); };
+  k.fit = [](const nlohmann::json& f,
+             const core::DataShape& d) -> std::optional<core::FieldProblem> {
+    const auto c = typed_config<MlpConfig>(f, "mlp");
+    if (d.features > 0 && c.input != d.features)
+      return core::FieldProblem{"model.input",
+                                "expected " + std::to_string(d.features) +
+                                    " for data.kind = " + core::quote_string(d.kind) +
+                                    (d.features_note.empty() ? "" : " (" + d.features_note + ")") +
+                                    ", found " + std::to_string(c.input)};
+    if (d.classes > 0 && c.classes < d.classes)
+      return core::FieldProblem{
+          "model.classes", "expected at least " + std::to_string(d.classes) + " for data.kind = " +
+                               core::quote_string(d.kind) + ", found " + std::to_string(c.classes)};
+    return std::nullopt;
+  };
+  k.make = [](const nlohmann::json& f, rng::Generator* gen) -> std::shared_ptr<Model> {
+    return std::make_shared<Mlp>(typed_config<MlpConfig>(f, "mlp"), gen);
+  };
+  return k;
+}
+
+ModelKind qwen_tiny_kind() {
+  ModelKind k;
+  k.name = "qwen-tiny";
+  k.help = "a decoder-only language model in the Qwen style (RMSNorm, RoPE attention, SwiGLU)";
+  k.task = core::kTaskLanguageModel;
+  k.fields = {
+      positive(FieldSpec("vocab", FieldType::kInt, 256, "vocabulary (256: bytes)")),
+      positive(FieldSpec("d_model", FieldType::kInt, 128,
+                         "width (divisible by n_heads, even head size)")),
+      positive(FieldSpec("n_layers", FieldType::kInt, 4, "decoder blocks")),
+      positive(FieldSpec("n_heads", FieldType::kInt, 4, "attention heads")),
+      FieldSpec("n_kv_heads", FieldType::kInt, 0,
+                "key/value heads (grouped-query attention); 0 = n_heads")
+          .documented_as("", ">= 0, divides n_heads"),
+      FieldSpec("ffn_hidden", FieldType::kInt, 0, "SwiGLU width; 0 = 8/3 d_model rounded up to 32")
+          .documented_as("", ">= 0"),
+      positive(FieldSpec("context_length", FieldType::kInt, 64, "longest sequence")),
+      positive(FieldSpec("rope_theta", FieldType::kFloat, 10000.0, "rotary embedding base")),
+      positive(FieldSpec("norm_eps", FieldType::kFloat, 1e-6, "RMSNorm epsilon")),
+      FieldSpec("tie_embeddings", FieldType::kBool, true,
+                "output head shares the embedding matrix"),
+      FieldSpec("qkv_bias", FieldType::kBool, true, "biases on the q/k/v projections"),
+      FieldSpec("init_std", FieldType::kFloat, 0.02,
+                "every weight matrix ~ N(0, init_std); 0 keeps PyTorch's layer defaults")
+          .documented_as("", ">= 0")};
+  k.validate = [](const nlohmann::json& f) {
+    validate_qwen(typed_config<QwenTinyConfig>(f, "qwen-tiny"));
+  };
+  k.fit = [](const nlohmann::json& f,
+             const core::DataShape& d) -> std::optional<core::FieldProblem> {
+    const auto c = typed_config<QwenTinyConfig>(f, "qwen-tiny");
+    if (d.context_length > c.context_length)
+      return core::FieldProblem{
+          "data.context_length",
+          "expected at most model.context_length = " + std::to_string(c.context_length) +
+              ", found " + std::to_string(d.context_length)};
+    if (d.vocab > c.vocab)
+      return core::FieldProblem{
+          "model.vocab", "expected at least " + std::to_string(d.vocab) + " for data.kind = " +
+                             core::quote_string(d.kind) + ", found " + std::to_string(c.vocab)};
+    return std::nullopt;
+  };
+  k.make = [](const nlohmann::json& f, rng::Generator* gen) -> std::shared_ptr<Model> {
+    return std::make_shared<QwenTiny>(typed_config<QwenTinyConfig>(f, "qwen-tiny"), gen);
+  };
+  return k;
+}
+
+core::Registry<ModelKind>& model_registry() {
+  static core::Registry<ModelKind>* registry = [] {
+    auto* r = new core::Registry<ModelKind>("model");
+    r->add(mlp_kind());
+    r->add(qwen_tiny_kind());
+    return r;
+  }();
+  return *registry;
 }
 
 }  // namespace tb::nn

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,18 +43,33 @@ struct QwenTinyConfig {
                                      ///< the layers' PyTorch defaults
 };
 
-/// Either model's config.
-using ModelConfig = std::variant<MlpConfig, QwenTinyConfig>;
+/// A model's config: its kind (a name in model_registry()) and every field of that kind, as
+/// JSON. Built-in kinds convert from their typed configs.
+struct ModelConfig {
+  std::string kind = "mlp";  ///< model.kind
+  nlohmann::json fields;     ///< field -> value (every field of the kind once read)
+  /// The mlp defaults.
+  ModelConfig();
+  /// A config of `kind` with `fields`.
+  ModelConfig(std::string kind, nlohmann::json fields);
+  /// From a typed config (implicit, so `config.model = MlpConfig{...}` reads naturally).
+  ModelConfig(const MlpConfig& c);       // NOLINT(google-explicit-constructor)
+  ModelConfig(const QwenTinyConfig& c);  // NOLINT(google-explicit-constructor)
+};
+
+/// The typed config of an mlp / qwen-tiny ModelConfig (a config of another kind is an error).
+MlpConfig mlp_config(const ModelConfig& cfg);
+QwenTinyConfig qwen_tiny_config(const ModelConfig& cfg);
 
 /// Validates a config; throws tb::ValueError naming the model and field ("qwen-tiny: d_model
 /// 130 is not divisible by n_heads 4").
 void validate(const ModelConfig& cfg);
-/// "mlp" or "qwen-tiny".
+/// The kind ("mlp", "qwen-tiny", ...).
 std::string model_kind(const ModelConfig& cfg);
 /// The config as JSON, with "kind" and every field.
 nlohmann::json to_json(const ModelConfig& cfg);
-/// Reads {"kind": "mlp" | "qwen-tiny", field: value, ...}; absent fields keep their defaults.
-/// Unknown kinds or fields and wrongly typed values raise tb::ValueError naming them.
+/// Reads {"kind": KIND, field: value, ...} for any registered kind; absent fields keep their
+/// defaults. Unknown kinds or fields and wrongly typed values raise tb::ValueError naming them.
 ModelConfig model_config_from_json(const nlohmann::json& j);
 
 /// A model: one input tensor to logits, plus its loss.

@@ -5,7 +5,9 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/registry.h"
 
 namespace tb::optim {
 
@@ -210,6 +212,51 @@ void Muon::step() {
   }
   last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count() + device_ns_ms;
   count_step();
+}
+
+void Muon::append_step_metrics(std::vector<std::pair<std::string, double>>& out) {
+  out.emplace_back(core::metric::kNewtonSchulzMs, last_newton_schulz_ms());
+}
+
+OptimizerKind muon_kind() {
+  using core::FieldSpec;
+  using core::FieldType;
+  OptimizerKind k;
+  k.name = "muon";
+  k.help = "Muon for the 2-D hidden weight matrices, AdamW for the rest (torch.optim.Muon)";
+  k.rest_kind = "adamw";
+  k.fields = {
+      FieldSpec("lr", FieldType::kFloat, 1e-3, "learning rate (the schedule's base)").at_least(0),
+      FieldSpec("weight_decay", FieldType::kFloat, 0.01, "decoupled weight decay").at_least(0),
+      FieldSpec("momentum", FieldType::kFloat, 0.95, "momentum (EMA factor)").at_least(0).below(1),
+      FieldSpec("nesterov", FieldType::kBool, true, "Nesterov-style update input"),
+      FieldSpec("eps", FieldType::kFloat, 1e-7, "Newton-Schulz normalisation: norm clamped to eps")
+          .at_least(0),
+      FieldSpec("adjust_lr_fn", FieldType::kString, "original", "Muon's per-matrix LR scaling")
+          .one_of({"original", "match_rms_adamw"}),
+      FieldSpec("ns_steps", FieldType::kInt, 5, "Newton-Schulz iterations").at_least(1),
+      FieldSpec("ns_schedule", FieldType::kString, "default", "Newton-Schulz coefficients")
+          .one_of({"default", "polar_express"}),
+      FieldSpec("ns_dtype", FieldType::kString, "auto",
+                "Newton-Schulz arithmetic (auto: bf16 on CUDA, fp32 elsewhere)")
+          .one_of({"auto", "bf16", "fp32", "fp64"})};
+  k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
+    MuonOptions o;
+    o.lr = s.at("lr").get<double>();
+    o.weight_decay = s.at("weight_decay").get<double>();
+    o.momentum = s.at("momentum").get<double>();
+    o.nesterov = s.at("nesterov").get<bool>();
+    o.adjust_lr_fn = s.at("adjust_lr_fn").get<std::string>();
+    o.ns.eps = s.at("eps").get<double>();
+    o.ns.steps = static_cast<int>(s.at("ns_steps").get<std::int64_t>());
+    o.ns.schedule = s.at("ns_schedule").get<std::string>();
+    const auto dtype = s.at("ns_dtype").get<std::string>();
+    if (dtype == "bf16") o.ns.dtype = ScalarType::BFloat16;
+    if (dtype == "fp32") o.ns.dtype = ScalarType::Float32;
+    if (dtype == "fp64") o.ns.dtype = ScalarType::Float64;
+    return std::make_unique<Muon>(std::move(params), o);
+  };
+  return k;
 }
 
 }  // namespace tb::optim

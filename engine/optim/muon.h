@@ -1,6 +1,7 @@
-// Muon (spec §1): momentum as an exponential average with Nesterov, Newton–Schulz
-// orthogonalisation of the update, decoupled weight decay with the unadjusted LR, and the
-// `original` / `match_rms_adamw` LR adjustments. 2-D parameters only.
+// Muon (torch.optim.Muon, https://pytorch.org/docs/stable/generated/torch.optim.Muon.html;
+// pytorch/pytorch torch/optim/_muon.py, PR 160213): momentum as an exponential average with
+// Nesterov, Newton–Schulz orthogonalisation of the update, decoupled weight decay with the
+// unadjusted LR, and the `original` / `match_rms_adamw` LR adjustments. 2-D parameters only.
 //
 // Newton–Schulz runs in a selectable precision (bf16 — the reference's choice, and the default
 // where the device has fast bf16 GEMMs —, fp32, or fp64 for verification) and in two forms:
@@ -34,7 +35,9 @@ struct NewtonSchulzOptions {
   bool symmetric = true;  ///< SYRK for X·Xᵀ and A·A (false: plain GEMMs)
 };
 
-/// Orthogonalises the 2-D `g` (spec §1.3) and returns the result in the working dtype.
+/// Orthogonalises the 2-D `g` (the Newton–Schulz iteration of torch/optim/_muon.py, after
+/// Keller Jordan, Muon (2024), https://kellerjordan.github.io/posts/muon/) and returns the
+/// result in the working dtype.
 Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& options = {});
 
 /// The (a, b, c) of iteration `i` (0-based) of a named schedule; throws tb::ValueError for an
@@ -42,8 +45,9 @@ Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& options = {});
 std::array<double, 3> ns_coefficients(const std::string& schedule, int i,
                                       const std::array<double, 3>& constant);
 
-/// Spec §1.4: lr·√max(1, rows/cols) ("original", also for ""), lr·0.2·√max(rows, cols)
-/// ("match_rms_adamw").
+/// torch.optim.Muon's adjust_lr_fn: lr·√max(1, rows/cols) ("original", also for ""; Keller
+/// Jordan, Muon (2024), https://kellerjordan.github.io/posts/muon/), lr·0.2·√max(rows, cols)
+/// ("match_rms_adamw"; Liu et al., Muon is Scalable for LLM Training (2025), arXiv:2502.16982).
 double muon_adjusted_lr(double lr, const std::string& adjust_lr_fn, std::int64_t rows,
                         std::int64_t cols);
 
@@ -70,6 +74,8 @@ class Muon : public Optimizer {
   /// orthogonalisation share of the optimizer time): the host clock on the CPU; on a device with
   /// a timer (CUDA events), the device's own time, read here — step() itself never waits.
   double last_newton_schulz_ms();
+  /// Appends "time.newton_schulz_ms": last_newton_schulz_ms().
+  void append_step_metrics(std::vector<std::pair<std::string, double>>& out) override;
 
  protected:
   void validate_group(const ParamGroup& group) const override;

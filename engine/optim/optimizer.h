@@ -1,15 +1,18 @@
-// Optimizer base (spec §0): param groups with per-group hyper-parameters, lazily created
-// per-parameter state, step(), zero_grad(), state_dict()/load_state_dict() in PyTorch's layout.
+// Optimizer base (torch.optim.Optimizer, https://pytorch.org/docs/stable/optim.html): param
+// groups with per-group hyper-parameters, lazily created per-parameter state, step(),
+// zero_grad(), state_dict()/load_state_dict() in PyTorch's layout.
 //
 // Hyper-parameters are HyperValues: a number, a flag, a text, or a device-resident scalar tensor
 // (a "tensor LR"). Schedulers read values with copy_value() (a tensor is cloned, never aliased)
-// and write with update_value() (a tensor is filled in place, a number is replaced) — spec §3.1's
-// _param_groups_val_list / _update_param_group_val.
+// and write with update_value() (a tensor is filled in place, a number is replaced) — the
+// _param_groups_val_list / _update_param_group_val helpers of pytorch/pytorch
+// torch/optim/lr_scheduler.py (PRs 163098 and 163120: a tensor LR is never aliased).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -45,8 +48,8 @@ struct ParamGroup {
   bool flag(const std::string& key) const;
   /// A text; throws tb::TypeError when `key` holds something else.
   const std::string& text(const std::string& key) const;
-  /// Spec §3.1 `_update_param_group_val`: fills a tensor value in place, replaces anything else
-  /// (an absent key is created as a number).
+  /// `_update_param_group_val` of torch/optim/lr_scheduler.py: fills a tensor value in place,
+  /// replaces anything else (an absent key is created as a number).
   void update_value(const std::string& key, double v);
 };
 
@@ -94,6 +97,9 @@ class Optimizer {
   /// One update of every parameter that has a gradient (parameters without one are skipped
   /// entirely: no state, no decay). Runs under a no-grad guard.
   virtual void step() = 0;
+  /// Appends named values the last step() measured to `out`, for the run's metrics (Muon: its
+  /// Newton–Schulz time, core::metric::kNewtonSchulzMs). May read a device timer. Default: none.
+  virtual void append_step_metrics(std::vector<std::pair<std::string, double>>& out) { (void)out; }
   /// Drops (set_to_none) or zeroes every parameter's gradient.
   void zero_grad(bool set_to_none = true);
   /// How many times step() ran (schedulers warn when they step before the optimizer).
@@ -104,7 +110,7 @@ class Optimizer {
   /// True when `param` has state.
   bool has_state(const Tensor& param) const;
 
-  /// Spec §0's layout (state tensors are references).
+  /// torch.optim.Optimizer.state_dict()'s layout (state tensors are references).
   OptimizerStateDict state_dict() const;
   /// Checks the group count and sizes ("loaded state dict has a different number of parameter
   /// groups" / "loaded state dict contains a parameter group that doesn't match the size of

@@ -11,6 +11,7 @@
 #include "engine/dispatch/dispatcher.h"
 #include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/registry.h"
 
 namespace tb::optim {
 
@@ -299,5 +300,90 @@ AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options)
     : Adam("AdamW", std::move(groups), options, true) {}
+
+// ---- registry entries ---------------------------------------------------------------------------
+
+namespace {
+
+using core::FieldSpec;
+using core::FieldType;
+
+FieldSpec lr_field() {
+  return FieldSpec("lr", FieldType::kFloat, 1e-3, "learning rate (the schedule's base)")
+      .at_least(0);
+}
+
+std::vector<FieldSpec> adam_fields(const char* decay_help) {
+  return {
+      lr_field(),
+      FieldSpec("weight_decay", FieldType::kFloat, 0.01, decay_help).at_least(0),
+      FieldSpec("beta1", FieldType::kFloat, 0.9, "first moment decay rate").at_least(0).below(1),
+      FieldSpec("beta2", FieldType::kFloat, 0.999, "second moment decay rate").at_least(0).below(1),
+      FieldSpec("eps", FieldType::kFloat, 1e-8, "added to the denominator").at_least(0),
+      FieldSpec("amsgrad", FieldType::kBool, false, "AMSGrad variant")};
+}
+
+AdamOptions adam_options(const nlohmann::json& s) {
+  AdamOptions o;
+  o.lr = s.at("lr").get<double>();
+  o.beta1 = s.at("beta1").get<double>();
+  o.beta2 = s.at("beta2").get<double>();
+  o.eps = s.at("eps").get<double>();
+  o.weight_decay = s.at("weight_decay").get<double>();
+  o.amsgrad = s.at("amsgrad").get<bool>();
+  return o;
+}
+
+}  // namespace
+
+OptimizerKind adamw_kind() {
+  OptimizerKind k;
+  k.name = "adamw";
+  k.help = "AdamW (decoupled weight decay; torch.optim.AdamW)";
+  k.fields = adam_fields("decoupled weight decay");
+  k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<AdamW>(std::move(params), adam_options(s));
+  };
+  return k;
+}
+
+OptimizerKind adam_kind() {
+  OptimizerKind k;
+  k.name = "adam";
+  k.help = "Adam (L2 weight decay; torch.optim.Adam)";
+  k.fields = adam_fields("L2 penalty added to the gradient");
+  k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
+    return std::make_unique<Adam>(std::move(params), adam_options(s));
+  };
+  return k;
+}
+
+OptimizerKind sgd_kind() {
+  OptimizerKind k;
+  k.name = "sgd";
+  k.help = "SGD with optional (Nesterov) momentum (torch.optim.SGD)";
+  k.fields = {
+      lr_field(),
+      FieldSpec("weight_decay", FieldType::kFloat, 0.01, "L2 penalty added to the gradient")
+          .at_least(0),
+      FieldSpec("momentum", FieldType::kFloat, 0.0, "momentum factor").at_least(0),
+      FieldSpec("nesterov", FieldType::kBool, false, "Nesterov momentum (needs momentum > 0)")};
+  k.validate = [](const nlohmann::json& s) -> std::optional<core::FieldProblem> {
+    if (s.at("nesterov").get<bool>() && s.at("momentum").get<double>() <= 0)
+      return core::FieldProblem{"nesterov",
+                                "expected false when momentum is 0 (Nesterov momentum needs "
+                                "momentum > 0), found true"};
+    return std::nullopt;
+  };
+  k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
+    SgdOptions o;
+    o.lr = s.at("lr").get<double>();
+    o.momentum = s.at("momentum").get<double>();
+    o.weight_decay = s.at("weight_decay").get<double>();
+    o.nesterov = s.at("nesterov").get<bool>();
+    return std::make_unique<SGD>(std::move(params), o);
+  };
+  return k;
+}
 
 }  // namespace tb::optim

@@ -1,9 +1,11 @@
 // make_scheduler (a scheduler from a JSON config) and preview (a schedule on a throwaway
 // optimizer). The config format is documented in docs/config-reference.md, "LR schedulers".
 #include <set>
+#include <utility>
 
 #include "engine/core/error.h"
 #include "engine/sched/lr_scheduler.h"
+#include "engine/sched/scheduler_registry.h"
 
 namespace tb::sched {
 
@@ -19,275 +21,152 @@ std::string expr_error(const ValueError& e) {
   return "is not a valid expression: " + m;
 }
 
-// Reads the fields of one config object, rejecting unknown ones; messages name kind and field.
-class Fields {
- public:
-  Fields(const json& j, std::string kind, std::set<std::string> known)
-      : j_(j), kind_(std::move(kind)) {
-    known.insert("kind");
-    for (const auto& [key, value] : j.items()) {
-      if (known.count(key) == 0) {
-        std::string list;
-        for (const auto& k : known)
-          if (k != "kind") list += (list.empty() ? "" : ", ") + k;
-        fail(key, "is not a field of this kind (fields: " + list + ")");
-      }
+const char* const kRequiredList = "is required (a list of scheduler configs)";
+
+}  // namespace
+
+// ---- SchedulerFields ----------------------------------------------------------------------------
+
+SchedulerFields::SchedulerFields(const json& j, std::string kind,
+                                 const std::vector<core::FieldSpec>& specs)
+    : j_(j), kind_(std::move(kind)), specs_(specs) {
+  std::set<std::string> known;
+  for (const auto& f : specs_)
+    known.insert(f.key);
+  for (const auto& [key, value] : j.items()) {
+    if (key == "kind" || known.count(key) != 0) continue;
+    std::string list;
+    for (const auto& k : known)
+      list += (list.empty() ? "" : ", ") + k;
+    fail(key, "is not a field of this kind (fields: " + list + ")");
+  }
+}
+
+bool SchedulerFields::has(const char* k) const {
+  return j_.contains(k) && !j_.at(k).is_null();
+}
+
+const json* SchedulerFields::default_of(const char* k) const {
+  const core::FieldSpec* f = core::find_field(specs_, k);
+  return f != nullptr && !f->default_value.is_null() ? &f->default_value : nullptr;
+}
+
+const json& SchedulerFields::value(const char* k) const {
+  if (has(k)) return j_.at(k);
+  if (const json* d = default_of(k)) return *d;
+  fail(k, "is required");
+}
+
+double SchedulerFields::num(const char* k) const {
+  const auto& v = value(k);
+  if (!v.is_number()) fail(k, "must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+std::int64_t SchedulerFields::integer(const char* k) const {
+  const auto& v = value(k);
+  if (!v.is_number_integer()) fail(k, "must be an integer, got " + v.dump());
+  return v.get<std::int64_t>();
+}
+
+bool SchedulerFields::flag(const char* k) const {
+  const auto& v = value(k);
+  if (!v.is_boolean()) fail(k, "must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::string SchedulerFields::str(const char* k) const {
+  const auto& v = value(k);
+  if (!v.is_string()) fail(k, "must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+PerGroup SchedulerFields::per_group(const char* k) const {
+  const auto& v = value(k);
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_array() || v.empty()) fail(k, "must be a number or a list of numbers, got " + v.dump());
+  std::vector<double> out;
+  for (const auto& x : v) {
+    if (!x.is_number()) fail(k, "must be a number or a list of numbers, got " + v.dump());
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+std::vector<std::int64_t> SchedulerFields::ints(const char* k) const {
+  if (!has(k)) fail(k, "is required");
+  const auto& v = j_.at(k);
+  if (!v.is_array()) fail(k, "must be a list of integers, got " + v.dump());
+  std::vector<std::int64_t> out;
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) fail(k, "must be a list of integers, got " + v.dump());
+    out.push_back(x.get<std::int64_t>());
+  }
+  return out;
+}
+
+std::vector<LrLambda> SchedulerFields::lambdas(const char* k, bool& one) const {
+  if (!has(k)) fail(k, "is required (an expression such as \"0.95^epoch\", or a list of them)");
+  const auto& v = j_.at(k);
+  std::vector<LrLambda> out;
+  one = v.is_string() || v.is_number();
+  auto parse = [&](const json& x) {
+    if (x.is_number()) {  // a constant factor, e.g. lr_lambda=0.5 on the command line
+      out.emplace_back(x.dump());
+      return;
     }
-  }
-
-  bool has(const char* k) const { return j_.contains(k) && !j_.at(k).is_null(); }
-
-  double num(const char* k, std::optional<double> def = std::nullopt) const {
-    if (!has(k)) return required(k, def);
-    const auto& v = j_.at(k);
-    if (!v.is_number()) fail(k, "must be a number, got " + v.dump());
-    return v.get<double>();
-  }
-  std::int64_t integer(const char* k, std::optional<std::int64_t> def = std::nullopt) const {
-    if (!has(k)) return required(k, def);
-    const auto& v = j_.at(k);
-    if (!v.is_number_integer()) fail(k, "must be an integer, got " + v.dump());
-    return v.get<std::int64_t>();
-  }
-  bool flag(const char* k, bool def) const {
-    if (!has(k)) return def;
-    const auto& v = j_.at(k);
-    if (!v.is_boolean()) fail(k, "must be true or false, got " + v.dump());
-    return v.get<bool>();
-  }
-  std::string str(const char* k, std::optional<std::string> def = std::nullopt) const {
-    if (!has(k)) return required(k, def);
-    const auto& v = j_.at(k);
-    if (!v.is_string()) fail(k, "must be a string, got " + v.dump());
-    return v.get<std::string>();
-  }
-  PerGroup per_group(const char* k, std::optional<double> def = std::nullopt) const {
-    if (!has(k)) return required(k, def);
-    const auto& v = j_.at(k);
-    if (v.is_number()) return v.get<double>();
-    if (!v.is_array() || v.empty())
-      fail(k, "must be a number or a list of numbers, got " + v.dump());
-    std::vector<double> out;
-    for (const auto& x : v) {
-      if (!x.is_number()) fail(k, "must be a number or a list of numbers, got " + v.dump());
-      out.push_back(x.get<double>());
+    if (!x.is_string()) fail(k, "must be an expression or a list of expressions, got " + v.dump());
+    try {
+      out.emplace_back(x.get<std::string>());
+    } catch (const ValueError& e) {
+      fail(k, expr_error(e));
     }
-    return out;
+  };
+  if (one) {
+    parse(v);
+  } else if (v.is_array()) {
+    for (const auto& x : v)
+      parse(x);
+  } else {
+    fail(k, "must be an expression or a list of expressions, got " + v.dump());
   }
-  std::vector<std::int64_t> ints(const char* k) const {
-    if (!has(k)) fail(k, "is required");
-    const auto& v = j_.at(k);
-    if (!v.is_array()) fail(k, "must be a list of integers, got " + v.dump());
-    std::vector<std::int64_t> out;
-    for (const auto& x : v) {
-      if (!x.is_number_integer()) fail(k, "must be a list of integers, got " + v.dump());
-      out.push_back(x.get<std::int64_t>());
-    }
-    return out;
-  }
-  std::vector<LrLambda> lambdas(const char* k, bool& one) const {
-    if (!has(k)) fail(k, "is required (an expression such as \"0.95^epoch\", or a list of them)");
-    const auto& v = j_.at(k);
-    std::vector<LrLambda> out;
-    one = v.is_string() || v.is_number();
-    auto parse = [&](const json& x) {
-      if (x.is_number()) {  // a constant factor, e.g. lr_lambda=0.5 on the command line
-        out.emplace_back(x.dump());
-        return;
-      }
-      if (!x.is_string())
-        fail(k, "must be an expression or a list of expressions, got " + v.dump());
-      try {
-        out.emplace_back(x.get<std::string>());
-      } catch (const ValueError& e) {
-        fail(k, expr_error(e));
-      }
-    };
-    if (one) {
-      parse(v);
-    } else if (v.is_array()) {
-      for (const auto& x : v)
-        parse(x);
-    } else {
-      fail(k, "must be an expression or a list of expressions, got " + v.dump());
-    }
-    return out;
-  }
-  const json& at(const char* k) const { return j_.at(k); }
-  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
-    throw ValueError("[lr_scheduler] " + kind_ + ": field '" + key + "' " + why);
-  }
+  return out;
+}
 
- private:
-  template <typename T>
-  T required(const char* k, const std::optional<T>& def) const {
-    if (!def) fail(k, "is required");
-    return *def;
-  }
-  const json& j_;
-  std::string kind_;
-};
-
-const char* const kKinds =
-    "step, multistep, constant, linear, exponential, polynomial, cosine, cosine_warm_restarts, "
-    "cyclic, one_cycle, lambda, multiplicative, sequential, chained, plateau, swa";
-
-std::vector<std::shared_ptr<LRScheduler>> children(Optimizer& opt, const Fields& f) {
-  if (!f.has("schedulers")) f.fail("schedulers", "is required (a list of scheduler configs)");
-  const auto& a = f.at("schedulers");
-  if (!a.is_array()) f.fail("schedulers", "must be a list of scheduler configs");
+std::vector<std::shared_ptr<LRScheduler>> SchedulerFields::children(Optimizer& opt) const {
+  if (!has("schedulers")) fail("schedulers", kRequiredList);
+  const auto& a = j_.at("schedulers");
+  if (!a.is_array()) fail("schedulers", "must be a list of scheduler configs");
   std::vector<std::shared_ptr<LRScheduler>> out;
   for (const auto& c : a)
     out.push_back(make_scheduler(opt, c));
   return out;
 }
 
-}  // namespace
+const json& SchedulerFields::at(const char* k) const {
+  return j_.at(k);
+}
+
+void SchedulerFields::fail(const std::string& key, const std::string& why) const {
+  throw ValueError("[lr_scheduler] " + kind_ + ": field '" + key + "' " + why);
+}
+
+// ---- make_scheduler -----------------------------------------------------------------------------
 
 std::shared_ptr<LRScheduler> make_scheduler(Optimizer& opt, const json& config) {
+  const auto names = scheduler_registry().names();
+  std::string kinds;
+  for (const auto& n : names)
+    kinds += (kinds.empty() ? "" : ", ") + n;
   TB_CHECK(config.is_object(), "[lr_scheduler] a scheduler config must be a JSON object, got ",
            config.dump());
   TB_CHECK(config.contains("kind") && config.at("kind").is_string(),
-           "[lr_scheduler] field 'kind' is required: one of ", kKinds);
+           "[lr_scheduler] field 'kind' is required: one of ", kinds);
   const std::string kind = config.at("kind").get<std::string>();
-  if (kind == "step") {
-    Fields f(config, kind, {"step_size", "gamma", "last_epoch"});
-    return std::make_shared<StepLR>(opt, f.integer("step_size"), f.num("gamma", 0.1),
-                                    f.integer("last_epoch", -1));
-  }
-  if (kind == "multistep") {
-    Fields f(config, kind, {"milestones", "gamma", "last_epoch"});
-    return std::make_shared<MultiStepLR>(opt, f.ints("milestones"), f.num("gamma", 0.1),
-                                         f.integer("last_epoch", -1));
-  }
-  if (kind == "constant") {
-    Fields f(config, kind, {"factor", "total_iters", "last_epoch"});
-    return std::make_shared<ConstantLR>(opt, f.num("factor", 1.0 / 3.0),
-                                        f.integer("total_iters", 5), f.integer("last_epoch", -1));
-  }
-  if (kind == "linear") {
-    Fields f(config, kind, {"start_factor", "end_factor", "total_iters", "last_epoch"});
-    return std::make_shared<LinearLR>(opt, f.num("start_factor", 1.0 / 3.0),
-                                      f.num("end_factor", 1.0), f.integer("total_iters", 5),
-                                      f.integer("last_epoch", -1));
-  }
-  if (kind == "exponential") {
-    Fields f(config, kind, {"gamma", "last_epoch"});
-    return std::make_shared<ExponentialLR>(opt, f.num("gamma"), f.integer("last_epoch", -1));
-  }
-  if (kind == "polynomial") {
-    Fields f(config, kind, {"total_iters", "power", "last_epoch"});
-    return std::make_shared<PolynomialLR>(opt, f.integer("total_iters", 5), f.num("power", 1.0),
-                                          f.integer("last_epoch", -1));
-  }
-  if (kind == "cosine") {
-    Fields f(config, kind, {"T_max", "eta_min", "last_epoch"});
-    return std::make_shared<CosineAnnealingLR>(opt, f.integer("T_max"), f.num("eta_min", 0.0),
-                                               f.integer("last_epoch", -1));
-  }
-  if (kind == "cosine_warm_restarts") {
-    Fields f(config, kind, {"T_0", "T_mult", "eta_min", "last_epoch"});
-    if (f.has("eta_min") && !config.at("eta_min").is_number()) {
-      f.fail("eta_min", "Expected float or int eta_min, but got " + config.at("eta_min").dump() +
-                            " of type " + config.at("eta_min").type_name());
-    }
-    return std::make_shared<CosineAnnealingWarmRestarts>(
-        opt, f.integer("T_0"), f.integer("T_mult", 1), f.num("eta_min", 0.0),
-        f.integer("last_epoch", -1));
-  }
-  if (kind == "cyclic") {
-    Fields f(config, kind,
-             {"base_lr", "max_lr", "step_size_up", "step_size_down", "mode", "gamma", "scale_fn",
-              "scale_mode", "cycle_momentum", "base_momentum", "max_momentum", "last_epoch"});
-    CyclicLROptions o;
-    o.step_size_up = f.num("step_size_up", 2000);
-    if (f.has("step_size_down")) o.step_size_down = f.num("step_size_down");
-    o.mode = f.str("mode", "triangular");
-    o.gamma = f.num("gamma", 1.0);
-    if (f.has("scale_fn")) {
-      try {
-        o.scale_fn = LrLambda(f.str("scale_fn"));
-      } catch (const ValueError& e) {
-        f.fail("scale_fn", expr_error(e));
-      }
-    }
-    o.scale_mode = f.str("scale_mode", "cycle");
-    o.cycle_momentum = f.flag("cycle_momentum", true);
-    o.base_momentum = f.per_group("base_momentum", 0.8);
-    o.max_momentum = f.per_group("max_momentum", 0.9);
-    o.last_epoch = f.integer("last_epoch", -1);
-    return std::make_shared<CyclicLR>(opt, f.per_group("base_lr"), f.per_group("max_lr"), o);
-  }
-  if (kind == "one_cycle") {
-    Fields f(config, kind,
-             {"max_lr", "total_steps", "epochs", "steps_per_epoch", "pct_start", "anneal_strategy",
-              "cycle_momentum", "base_momentum", "max_momentum", "div_factor", "final_div_factor",
-              "three_phase", "last_epoch"});
-    OneCycleLROptions o;
-    if (f.has("total_steps")) o.total_steps = f.integer("total_steps");
-    if (f.has("epochs")) o.epochs = f.integer("epochs");
-    if (f.has("steps_per_epoch")) o.steps_per_epoch = f.integer("steps_per_epoch");
-    if (f.has("pct_start")) {
-      // PyTorch requires a float: the integers 0 and 1 are rejected too.
-      const auto& v = config.at("pct_start");
-      if (!v.is_number_float()) {
-        f.fail("pct_start", "Expected float between 0 and 1 pct_start, but got " + v.dump());
-      }
-      o.pct_start = v.get<double>();
-    }
-    o.anneal_strategy = f.str("anneal_strategy", "cos");
-    o.cycle_momentum = f.flag("cycle_momentum", true);
-    o.base_momentum = f.per_group("base_momentum", 0.85);
-    o.max_momentum = f.per_group("max_momentum", 0.95);
-    o.div_factor = f.num("div_factor", 25.0);
-    o.final_div_factor = f.num("final_div_factor", 1e4);
-    o.three_phase = f.flag("three_phase", false);
-    o.last_epoch = f.integer("last_epoch", -1);
-    return std::make_shared<OneCycleLR>(opt, f.per_group("max_lr"), o);
-  }
-  if (kind == "lambda" || kind == "multiplicative") {
-    Fields f(config, kind, {"lr_lambda", "last_epoch"});
-    bool one = false;
-    auto l = f.lambdas("lr_lambda", one);
-    const auto le = f.integer("last_epoch", -1);
-    if (kind == "lambda") {
-      return one ? std::make_shared<LambdaLR>(opt, l[0], le)
-                 : std::make_shared<LambdaLR>(opt, std::move(l), le);
-    }
-    return one ? std::make_shared<MultiplicativeLR>(opt, l[0], le)
-               : std::make_shared<MultiplicativeLR>(opt, std::move(l), le);
-  }
-  if (kind == "sequential") {
-    Fields f(config, kind, {"schedulers", "milestones", "last_epoch"});
-    auto ms = f.ints("milestones");
-    const auto le = f.integer("last_epoch", -1);
-    return std::make_shared<SequentialLR>(opt, children(opt, f), std::move(ms), le);
-  }
-  if (kind == "chained") {
-    Fields f(config, kind, {"schedulers"});
-    return std::make_shared<ChainedScheduler>(children(opt, f), &opt);
-  }
-  if (kind == "plateau") {
-    Fields f(
-        config, kind,
-        {"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"});
-    ReduceLROnPlateauOptions o;
-    o.mode = f.str("mode", "min");
-    o.factor = f.num("factor", 0.1);
-    o.patience = f.integer("patience", 10);
-    o.threshold = f.num("threshold", 1e-4);
-    o.threshold_mode = f.str("threshold_mode", "rel");
-    o.cooldown = f.integer("cooldown", 0);
-    o.min_lr = f.per_group("min_lr", 0.0);
-    o.eps = f.num("eps", 1e-8);
-    return std::make_shared<ReduceLROnPlateau>(opt, o);
-  }
-  if (kind == "swa") {
-    Fields f(config, kind, {"swa_lr", "anneal_epochs", "anneal_strategy", "last_epoch"});
-    return std::make_shared<SWALR>(opt, f.per_group("swa_lr"), f.integer("anneal_epochs", 10),
-                                   f.str("anneal_strategy", "cos"), f.integer("last_epoch", -1));
-  }
-  throw ValueError("[lr_scheduler] unknown kind '" + kind + "' (one of " + kKinds + ")");
+  const auto entry = scheduler_registry().find(kind);
+  if (!entry) throw ValueError("[lr_scheduler] unknown kind '" + kind + "' (one of " + kinds + ")");
+  const SchedulerFields f(config, kind, entry->fields);
+  return entry->make(opt, f);
 }
 
 namespace {

@@ -17,6 +17,10 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/fields.h"
+#include "engine/data/registry.h"
+#include "engine/nn/model_registry.h"
+#include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 
 namespace tb::train {
@@ -28,54 +32,16 @@ using nlohmann::json;
 // ---------------------------------------------------------------------------------------------
 // Formatting helpers.
 
-// Shortest text that reads back to the same double, always a TOML float ("1.0", "1e-08", "inf").
 std::string fmt_double(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v);
-  std::string s(buf, res.ptr);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
+  return core::format_double(v);
 }
 
-// A TOML basic string: "..." with escapes.
 std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+  return core::quote_string(s);
+}
+
+std::string json_to_toml_value(const json& j) {
+  return core::json_to_toml(j);
 }
 
 // A key as written in TOML: bare when it can be, else quoted.
@@ -84,46 +50,6 @@ std::string toml_key(const std::string& k) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
   });
   return bare ? k : quote(k);
-}
-
-// A JSON value as an inline TOML value (objects become inline tables).
-std::string json_to_toml_value(const json& j) {
-  switch (j.type()) {
-    case json::value_t::boolean:
-      return j.get<bool>() ? "true" : "false";
-    case json::value_t::number_integer:
-      return std::to_string(j.get<std::int64_t>());
-    case json::value_t::number_unsigned:
-      return std::to_string(j.get<std::uint64_t>());
-    case json::value_t::number_float:
-      return fmt_double(j.get<double>());
-    case json::value_t::string:
-      return quote(j.get<std::string>());
-    case json::value_t::array: {
-      std::string s = "[";
-      for (std::size_t i = 0; i < j.size(); ++i)
-        s += (i ? ", " : "") + json_to_toml_value(j[i]);
-      return s + "]";
-    }
-    case json::value_t::object: {
-      if (j.empty()) return "{}";
-      std::string s = "{ ";
-      bool first = true;
-      // "kind" first, for readability.
-      if (j.contains("kind")) {
-        s += "kind = " + json_to_toml_value(j.at("kind"));
-        first = false;
-      }
-      for (const auto& [k, v] : j.items()) {
-        if (k == "kind") continue;
-        s += (first ? "" : ", ") + toml_key(k) + " = " + json_to_toml_value(v);
-        first = false;
-      }
-      return s + " }";
-    }
-    default:
-      throw InternalError("[config] a null value cannot be written as TOML");
-  }
 }
 
 // "string \"fast\"", "integer 3", "array [ 1, 2 ]", ... for messages.
@@ -144,33 +70,8 @@ std::string describe(const toml::node& n) {
   return os.str();
 }
 
-std::size_t levenshtein(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j)
-    prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// The candidate nearest to `word` (first one on ties); "" when there are none.
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string best;
-  std::size_t best_d = std::numeric_limits<std::size_t>::max();
-  for (const auto& c : candidates) {
-    const std::size_t d = levenshtein(word, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  return best;
+  return core::nearest_word(word, candidates);
 }
 
 std::string join(const std::vector<std::string>& v, const std::string& sep, bool quoted = false) {
@@ -209,6 +110,8 @@ struct Ctx {
   }
 };
 
+json toml_to_json(const Ctx& ctx, const std::string& path, const toml::node& n);
+
 // Reads one table, recording the keys asked for; finish() rejects any other key with the nearest
 // known one. A missing table (null) reads as empty.
 class Section {
@@ -217,6 +120,9 @@ class Section {
       : ctx_(ctx), t_(t), path_(std::move(path)) {}
 
   std::string path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  json toml_to_json_value(const toml::node& n, const std::string& p) const {
+    return toml_to_json(ctx_, p, n);
+  }
   const Ctx& ctx() const { return ctx_; }
   const std::string& path() const { return path_; }
 
@@ -328,6 +234,62 @@ class Section {
                              "; did you mean " + quote(nearest(v, allowed)) + "?");
   }
 
+  // Reads field `f` into out[f.key] when present (type-checked), then checks the value there
+  // (read or default) against the field's range and choices; a required field must be present.
+  void read_field(const core::FieldSpec& f, json& out) {
+    using core::FieldType;
+    const toml::node* n = peek(f.key);
+    switch (f.type) {
+      case FieldType::kBool: {
+        bool b = false;
+        if (read(f.key, b)) out[f.key] = b;
+        break;
+      }
+      case FieldType::kInt: {
+        std::int64_t i = 0;
+        if (read(f.key, i)) out[f.key] = i;
+        break;
+      }
+      case FieldType::kFloat: {
+        double d = 0;
+        if (read(f.key, d)) out[f.key] = d;
+        break;
+      }
+      case FieldType::kString: {
+        std::string str;
+        if (read(f.key, str)) out[f.key] = str;
+        break;
+      }
+      case FieldType::kStringList: {
+        std::vector<std::string> v;
+        if (read(f.key, v)) out[f.key] = v;
+        break;
+      }
+      case FieldType::kIntList: {
+        (void)get(f.key);
+        if (!n) break;
+        const auto* a = n->as_array();
+        if (!a) type_error(f.key, "an array of integers", *n);
+        json arr = json::array();
+        for (const auto& e : *a) {
+          if (!e.is_integer()) type_error(f.key, "an array of integers", *n);
+          arr.push_back(e.as_integer()->get());
+        }
+        out[f.key] = arr;
+        break;
+      }
+      case FieldType::kAny:
+        (void)get(f.key);
+        if (n) out[f.key] = toml_to_json_value(*n, path(f.key));
+        break;
+    }
+    if (!out.contains(f.key) || out.at(f.key).is_null()) {
+      if (f.required()) ctx_.fail(path(f.key), "is required (" + f.help + ")");
+      return;
+    }
+    if (auto problem = f.check(out.at(f.key))) ctx_.fail(path(f.key), *problem);
+  }
+
   // Every key of the table must have been asked for.
   void finish() const {
     if (!t_) return;
@@ -434,9 +396,6 @@ void apply_override(Ctx& ctx, toml::table& root, const std::string& text) {
 const std::vector<std::string> kSections = {"run",        "model",   "data",   "optimizer",
                                             "scheduler",  "amp",     "swa",    "eval",
                                             "checkpoint", "binding", "threads"};
-const std::vector<std::string> kDataKinds = {"fashion-mnist", "text", "synthetic-blobs",
-                                             "synthetic-text"};
-const std::vector<std::string> kOptimizerKinds = {"adamw", "adam", "sgd", "muon"};
 const std::vector<std::string> kBindingModes = {"none", "node", "socket", "exclusive",
                                                 "core-complex"};
 
@@ -469,47 +428,17 @@ void read_run(Section& s, RunSection& r) {
   s.finish();
 }
 
-// [model]: kind and its fields, type-checked against the kind's defaults, then read by
-// nn::model_config_from_json (which also validates the values).
+// [model]: kind and its fields (type, range and choice checks from the kind's field specs), then
+// nn::model_config_from_json (the kind's own checks, "model: mlp: ...").
 nn::ModelConfig read_model(Section& s) {
   std::string kind = "mlp";
   s.read("kind", kind);
-  s.check_enum("kind", kind, {"mlp", "qwen-tiny"});
-  const json defaults =
-      nn::to_json(kind == "mlp" ? nn::ModelConfig(nn::MlpConfig{}) : nn::QwenTinyConfig{});
+  s.check_enum("kind", kind, nn::model_registry().names());
+  const auto entry = nn::model_registry().at(kind);
   json j = json::object();
   j["kind"] = kind;
-  for (const auto& [key, def] : defaults.items()) {
-    if (key == "kind") continue;
-    const toml::node* n = s.get(key);
-    if (!n) continue;
-    if (def.is_boolean()) {
-      bool b = false;
-      s.read(key, b);
-      j[key] = b;
-    } else if (def.is_number_float()) {
-      double d = 0;
-      s.read(key, d);
-      j[key] = d;
-    } else if (def.is_number_integer()) {
-      std::int64_t i = 0;
-      s.read(key, i);
-      j[key] = i;
-    } else if (def.is_string()) {
-      std::string str;
-      s.read(key, str);
-      j[key] = str;
-    } else if (def.is_array()) {  // a list of integers (mlp hidden)
-      const auto* a = n->as_array();
-      if (!a) s.type_error(key, "an array of integers", *n);
-      json arr = json::array();
-      for (const auto& e : *a) {
-        if (!e.is_integer()) s.type_error(key, "an array of integers", *n);
-        arr.push_back(e.as_integer()->get());
-      }
-      j[key] = arr;
-    }
-  }
+  for (const auto& f : entry->fields)
+    s.read_field(f, j);
   s.finish();
   try {
     return nn::model_config_from_json(j);
@@ -520,7 +449,7 @@ nn::ModelConfig read_model(Section& s) {
 
 void read_data(Section& s, DataSection& d) {
   s.read("kind", d.kind);
-  s.check_enum("kind", d.kind, kDataKinds);
+  s.check_enum("kind", d.kind, data::dataset_registry().names());
   s.read("path", d.path);
   s.read("batch_size", d.batch_size);
   s.check_min("batch_size", d.batch_size, 1);
@@ -533,122 +462,105 @@ void read_data(Section& s, DataSection& d) {
   s.read("val_fraction", d.val_fraction);
   s.check_range("val_fraction", d.val_fraction, 0.0, 1.0, true, true);
   s.read("normalize", d.normalize);
+  const auto entry = data::dataset_registry().at(d.kind);
+  d.extra = core::default_values(entry->fields);
+  for (const auto& f : entry->fields)
+    s.read_field(f, d.extra);
   s.finish();
 }
 
-// The keys that apply to an optimizer kind, besides lr and weight_decay.
-std::vector<std::string> settings_keys(const std::string& kind) {
-  if (kind == "sgd") return {"lr", "weight_decay", "momentum", "nesterov"};
-  if (kind == "muon")
-    return {"lr",           "weight_decay", "momentum",    "nesterov", "eps",
-            "adjust_lr_fn", "ns_steps",     "ns_schedule", "ns_dtype"};
-  return {"lr", "weight_decay", "beta1", "beta2", "eps", "amsgrad"};  // adam, adamw
-}
-
-// Defaults of one optimizer kind (Muon: momentum 0.95, Nesterov, eps 1e-7).
-OptimizerSettings default_settings(const std::string& kind) {
-  OptimizerSettings o;
-  o.kind = kind;
-  if (kind == "muon") {
-    o.momentum = 0.95;
-    o.nesterov = true;
-    o.eps = 1e-7;
-  }
-  return o;
-}
-
+// Reads the settings of o.kind (its fields, then its own checks); a key that only another kind
+// has gets a message naming the kind and its keys.
 void read_settings(Section& s, OptimizerSettings& o) {
-  s.read("lr", o.lr);
-  s.check_min("lr", o.lr, 0.0);
-  s.read("weight_decay", o.weight_decay);
-  s.check_min("weight_decay", o.weight_decay, 0.0);
-  if (o.kind == "adamw" || o.kind == "adam") {
-    s.read("beta1", o.beta1);
-    s.check_range("beta1", o.beta1, 0.0, 1.0, false, true);
-    s.read("beta2", o.beta2);
-    s.check_range("beta2", o.beta2, 0.0, 1.0, false, true);
-    s.read("eps", o.eps);
-    s.check_min("eps", o.eps, 0.0);
-    s.read("amsgrad", o.amsgrad);
-  } else if (o.kind == "sgd") {
-    s.read("momentum", o.momentum);
-    s.check_min("momentum", o.momentum, 0.0);
-    s.read("nesterov", o.nesterov);
-    if (o.nesterov && o.momentum <= 0)
-      s.ctx().fail(s.path("nesterov"),
-                   "expected false when momentum is 0 (Nesterov momentum needs momentum > 0), "
-                   "found true");
-  } else {  // muon
-    s.read("momentum", o.momentum);
-    s.check_range("momentum", o.momentum, 0.0, 1.0, false, true);
-    s.read("nesterov", o.nesterov);
-    s.read("eps", o.eps);
-    s.check_min("eps", o.eps, 0.0);
-    s.read("adjust_lr_fn", o.adjust_lr_fn);
-    s.check_enum("adjust_lr_fn", o.adjust_lr_fn, {"original", "match_rms_adamw"});
-    s.read("ns_steps", o.ns_steps);
-    s.check_min("ns_steps", o.ns_steps, 1);
-    s.read("ns_schedule", o.ns_schedule);
-    s.check_enum("ns_schedule", o.ns_schedule, {"default", "polar_express"});
-    s.read("ns_dtype", o.ns_dtype);
-    s.check_enum("ns_dtype", o.ns_dtype, {"auto", "bf16", "fp32", "fp64"});
+  const auto kind = optim::optimizer_registry().at(o.kind);
+  for (const auto& f : kind->fields)
+    s.read_field(f, o.values);
+  if (kind->validate) {
+    if (const auto problem = kind->validate(o.values))
+      s.ctx().fail(s.path(problem->key), problem->message);
   }
-  // A key that belongs to another kind gets a message naming the kind.
-  static const std::vector<std::string> kAll = {
-      "lr",       "weight_decay", "beta1",        "beta2",    "eps",         "momentum",
-      "nesterov", "amsgrad",      "adjust_lr_fn", "ns_steps", "ns_schedule", "ns_dtype"};
-  const auto mine = settings_keys(o.kind);
-  for (const auto& k : kAll) {
-    if (std::find(mine.begin(), mine.end(), k) != mine.end() || !s.peek(k)) continue;
-    s.ctx().fail_plain("unknown key '" + s.path(k) + "' for optimizer kind " + quote(o.kind) +
-                       " (its keys: " + join(mine, ", ") + ")" + s.ctx().origin(s.path(k)));
+  const auto mine = core::field_keys(kind->fields);
+  for (const auto& other : optim::optimizer_registry().entries()) {
+    for (const auto& f : other->fields) {
+      if (std::find(mine.begin(), mine.end(), f.key) != mine.end() || !s.peek(f.key)) continue;
+      s.ctx().fail_plain("unknown key '" + s.path(f.key) + "' for optimizer kind " + quote(o.kind) +
+                         " (its keys: " + join(mine, ", ") + ")" + s.ctx().origin(s.path(f.key)));
+    }
   }
+}
+
+// The kinds that take only the 2-D hidden matrices (Muon), for messages.
+std::vector<std::string> matrix_kinds() {
+  std::vector<std::string> out;
+  for (const auto& e : optim::optimizer_registry().entries())
+    if (!e->rest_kind.empty()) out.push_back(e->name);
+  return out;
+}
+
+std::string or_list(const std::vector<std::string>& quoted_items) {
+  std::string s;
+  for (std::size_t i = 0; i < quoted_items.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == quoted_items.size() ? " or " : ", ") + quoted_items[i];
+  return s;
+}
+
+std::string kind_eq_list(const std::vector<std::string>& kinds) {
+  std::vector<std::string> q;
+  for (const auto& k : kinds)
+    q.push_back("optimizer.kind = " + quote(k));
+  return or_list(q);
 }
 
 void read_optimizer(Section& s, OptimizerSection& o) {
   std::string kind = "adamw";
   s.read("kind", kind);
-  s.check_enum("kind", kind, kOptimizerKinds);
+  s.check_enum("kind", kind, optim::optimizer_registry().names());
+  const auto entry = optim::optimizer_registry().at(kind);
   o = OptimizerSection{};
-  o.main = default_settings(kind);
-  if (kind != "muon") {
-    for (const char* sub : {"muon", "adamw"}) {
-      if (s.peek(sub))
-        s.ctx().fail(s.path(sub),
-                     "the [optimizer.muon] and [optimizer.adamw] sub-tables are "
-                     "only read with optimizer.kind = \"muon\", found kind = " +
-                         quote(kind));
+  o.main = OptimizerSettings(kind);
+  if (entry->rest_kind.empty()) {
+    for (const auto& mk : matrix_kinds()) {
+      const std::string rest = optim::optimizer_registry().at(mk)->rest_kind;
+      for (const std::string& sub : {mk, rest}) {
+        if (s.peek(sub) && s.peek(sub)->is_table())
+          s.ctx().fail(s.path(sub), "the [optimizer." + mk + "] and [optimizer." + rest +
+                                        "] sub-tables are only read with optimizer.kind = " +
+                                        quote(mk) + ", found kind = " + quote(kind));
+      }
     }
     if (s.peek("split"))
-      s.ctx().fail(s.path("split"),
-                   "only read with optimizer.kind = \"muon\", found kind = " + quote(kind));
+      s.ctx().fail(s.path("split"), "only read with " + kind_eq_list(matrix_kinds()) +
+                                        ", found kind = " + quote(kind));
     read_settings(s, o.main);
     s.finish();
     return;
   }
-  // Muon: its settings in [optimizer.muon], AdamW's (defaults when absent) in [optimizer.adamw].
-  for (const auto& k : settings_keys("muon")) {
+  // A matrix kind: its settings in [optimizer.<kind>], the rest's (defaults when absent) in
+  // [optimizer.<rest_kind>].
+  const std::string rest = entry->rest_kind;
+  const auto rest_entry = optim::optimizer_registry().at(rest);
+  for (const auto& k : core::field_keys(entry->fields)) {
     if (s.peek(k))
-      s.ctx().fail_plain("unknown key '" + s.path(k) +
-                         "' with optimizer.kind = \"muon\"; did you mean 'optimizer.muon." + k +
-                         "' (or 'optimizer.adamw." + k + "')?" + s.ctx().origin(s.path(k)));
+      s.ctx().fail_plain("unknown key '" + s.path(k) + "' with optimizer.kind = " + quote(kind) +
+                         "; did you mean 'optimizer." + kind + "." + k + "' (or 'optimizer." +
+                         rest + "." + k + "')?" + s.ctx().origin(s.path(k)));
   }
-  for (const auto& k : settings_keys("adamw")) {
+  for (const auto& k : core::field_keys(rest_entry->fields)) {
     if (s.peek(k))
-      s.ctx().fail_plain("unknown key '" + s.path(k) +
-                         "' with optimizer.kind = \"muon\"; did you mean 'optimizer.adamw." + k +
-                         "'?" + s.ctx().origin(s.path(k)));
+      s.ctx().fail_plain("unknown key '" + s.path(k) + "' with optimizer.kind = " + quote(kind) +
+                         "; did you mean 'optimizer." + rest + "." + k + "'?" +
+                         s.ctx().origin(s.path(k)));
   }
-  Section muon(s.ctx(), s.table("muon"), s.path("muon"));
-  read_settings(muon, o.main);
-  muon.finish();
-  o.adamw = default_settings("adamw");
-  Section adamw(s.ctx(), s.table("adamw"), s.path("adamw"));
-  read_settings(adamw, *o.adamw);
-  adamw.finish();
+  Section main(s.ctx(), s.table(kind), s.path(kind));
+  read_settings(main, o.main);
+  main.finish();
+  o.adamw = OptimizerSettings(rest);
+  Section rest_section(s.ctx(), s.table(rest), s.path(rest));
+  read_settings(rest_section, *o.adamw);
+  rest_section.finish();
   if (const auto* n = s.get("split")) {
-    const std::string expected =
-        "an array of [glob, \"muon\" | \"adamw\"] pairs, e.g. [[\"*.mlp.*\", \"adamw\"]]";
+    const std::string expected = "an array of [glob, " + quote(kind) + " | " + quote(rest) +
+                                 "] pairs, e.g. [[\"*.mlp.*\", " + quote(rest) + "]]";
     const auto* a = n->as_array();
     if (!a) s.type_error("split", expected, *n);
     std::size_t i = 0;
@@ -660,9 +572,9 @@ void read_optimizer(Section& s, OptimizerSection& o) {
       const std::string glob = (*pair)[0].as_string()->get();
       const std::string which = (*pair)[1].as_string()->get();
       if (glob.empty()) s.ctx().fail(p, "expected a non-empty glob, found \"\"");
-      if (which != "muon" && which != "adamw")
-        s.ctx().fail(p,
-                     "expected \"muon\" or \"adamw\" as the second element, found " + quote(which));
+      if (which != kind && which != rest)
+        s.ctx().fail(p, "expected " + quote(kind) + " or " + quote(rest) +
+                            " as the second element, found " + quote(which));
       o.split.emplace_back(glob, which);
     }
   }
@@ -725,39 +637,59 @@ void read_swa(Section& s, SwaSection& w) {
   s.finish();
 }
 
-// Rules between sections.
+// Rules between sections: the model solves the data set's task and fits its samples.
 void cross_check(const Ctx& ctx, const RunConfig& c) {
-  const std::string kind = nn::model_kind(c.model);
-  const bool text = c.data.kind == "text" || c.data.kind == "synthetic-text";
-  if (kind == "qwen-tiny" && !text)
-    ctx.fail("data.kind",
-             "expected \"text\" or \"synthetic-text\" for model.kind = \"qwen-tiny\", "
-             "found " +
-                 quote(c.data.kind));
-  if (kind == "mlp" && text)
-    ctx.fail("data.kind",
-             "expected \"fashion-mnist\" or \"synthetic-blobs\" for model.kind = "
-             "\"mlp\", found " +
-                 quote(c.data.kind));
-  if (const auto* q = std::get_if<nn::QwenTinyConfig>(&c.model)) {
-    if (c.data.context_length > q->context_length)
-      ctx.fail("data.context_length",
-               "expected at most model.context_length = " + std::to_string(q->context_length) +
-                   ", found " + std::to_string(c.data.context_length));
+  const auto model = nn::model_registry().at(c.model.kind);
+  const auto data = data::dataset_registry().at(c.data.kind);
+  if (model->task != data->task) {
+    std::vector<std::string> fitting;
+    for (const auto& d : data::dataset_registry().entries())
+      if (d->task == model->task) fitting.push_back(quote(d->name));
+    ctx.fail("data.kind", "expected " + or_list(fitting) + " for model.kind = " +
+                              quote(c.model.kind) + ", found " + quote(c.data.kind));
   }
-  if (const auto* m = std::get_if<nn::MlpConfig>(&c.model)) {
-    if (c.data.kind == "fashion-mnist" && m->input != 784)
-      ctx.fail("model.input",
-               "expected 784 for data.kind = \"fashion-mnist\" (28x28 pixels), "
-               "found " +
-                   std::to_string(m->input));
-    if (c.data.kind == "fashion-mnist" && m->classes < 10)
-      ctx.fail("model.classes", "expected at least 10 for data.kind = \"fashion-mnist\", found " +
-                                    std::to_string(m->classes));
+  if (model->fit) {
+    if (const auto problem = model->fit(c.model.fields, data->shape(data_settings(c.data))))
+      ctx.fail(problem->key, problem->message);
   }
 }
 
 }  // namespace
+
+OptimizerSettings::OptimizerSettings() : OptimizerSettings("adamw") {}
+
+OptimizerSettings::OptimizerSettings(const std::string& k)
+    : kind(k), values(core::default_values(optim::optimizer_registry().at(k)->fields)) {}
+
+double OptimizerSettings::number(const std::string& key) const {
+  const auto it = values.find(key);
+  TB_CHECK(it != values.end() && it->is_number(), "[config] optimizer kind '", kind,
+           "' has no number setting '", key, "'");
+  return it->get<double>();
+}
+
+OptimizerSettings& OptimizerSettings::set(const std::string& key, json value) {
+  const auto entry = optim::optimizer_registry().at(kind);
+  TB_CHECK(core::find_field(entry->fields, key) != nullptr, "[config] optimizer kind '", kind,
+           "' has no setting '", key,
+           "' (its settings: ", join(core::field_keys(entry->fields), ", "), ")");
+  values[key] = std::move(value);
+  return *this;
+}
+
+json data_settings(const DataSection& d) {
+  json j = d.extra.is_object() ? d.extra : json::object();
+  j["kind"] = d.kind;
+  j["path"] = d.path;
+  j["batch_size"] = d.batch_size;
+  j["workers"] = d.workers;
+  j["shuffle"] = d.shuffle;
+  j["drop_last"] = d.drop_last;
+  j["context_length"] = d.context_length;
+  j["val_fraction"] = d.val_fraction;
+  j["normalize"] = d.normalize;
+  return j;
+}
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
                            const std::vector<std::string>& overrides) {
@@ -875,21 +807,16 @@ class Writer {
   std::ostringstream out_;
 };
 
+// A field's value as TOML: floats always with a point or exponent.
+std::string field_toml(const core::FieldSpec& f, const json& v) {
+  if (f.type == core::FieldType::kFloat && v.is_number()) return fmt_double(v.get<double>());
+  return json_to_toml_value(v);
+}
+
 void write_settings(Writer& w, const OptimizerSettings& o) {
-  for (const auto& k : settings_keys(o.kind)) {
-    if (k == "lr") w.num(k, o.lr);
-    if (k == "weight_decay") w.num(k, o.weight_decay);
-    if (k == "beta1") w.num(k, o.beta1);
-    if (k == "beta2") w.num(k, o.beta2);
-    if (k == "eps") w.num(k, o.eps);
-    if (k == "momentum") w.num(k, o.momentum);
-    if (k == "nesterov") w.flag(k, o.nesterov);
-    if (k == "amsgrad") w.flag(k, o.amsgrad);
-    if (k == "adjust_lr_fn") w.str(k, o.adjust_lr_fn);
-    if (k == "ns_steps") w.integer(k, o.ns_steps);
-    if (k == "ns_schedule") w.str(k, o.ns_schedule);
-    if (k == "ns_dtype") w.str(k, o.ns_dtype);
-  }
+  const auto kind = optim::optimizer_registry().at(o.kind);
+  for (const auto& f : kind->fields)
+    if (o.values.contains(f.key)) w.kv(f.key, field_toml(f, o.values.at(f.key)));
 }
 
 }  // namespace
@@ -927,19 +854,22 @@ std::string to_toml(const RunConfig& c) {
   w.integer("context_length", c.data.context_length);
   w.num("val_fraction", c.data.val_fraction);
   w.flag("normalize", c.data.normalize);
+  for (const auto& f : data::dataset_registry().at(c.data.kind)->fields)
+    if (c.data.extra.contains(f.key)) w.kv(f.key, field_toml(f, c.data.extra.at(f.key)));
 
   w.header("optimizer");
   w.str("kind", c.optimizer.main.kind);
-  if (c.optimizer.main.kind == "muon") {
+  const std::string rest = optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind;
+  if (!rest.empty()) {
     json split = json::array();
     for (const auto& [glob, which] : c.optimizer.split)
       split.push_back({glob, which});
     w.kv("split", json_to_toml_value(split));
-    w.header("optimizer.muon");
+    w.header("optimizer." + c.optimizer.main.kind);
     write_settings(w, c.optimizer.main);
-    w.header("optimizer.adamw");
-    OptimizerSettings a = c.optimizer.adamw.value_or(default_settings("adamw"));
-    a.kind = "adamw";
+    w.header("optimizer." + rest);
+    OptimizerSettings a = c.optimizer.adamw.value_or(OptimizerSettings(rest));
+    if (a.kind != rest) a = OptimizerSettings(rest);
     write_settings(w, a);
   } else {
     write_settings(w, c.optimizer.main);

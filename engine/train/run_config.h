@@ -29,10 +29,9 @@ struct RunSection {
   double grad_clip = 0.0;           ///< clip the global gradient norm to this (0 = off)
 };
 
-/// [data]
+/// [data]: the loader keys every kind shares, and the kind's own fields (`extra`).
 struct DataSection {
-  std::string kind = "fashion-mnist";  ///< "fashion-mnist", "text", "synthetic-blobs",
-                                       ///< "synthetic-text"
+  std::string kind = "fashion-mnist";  ///< a name in data::dataset_registry()
   std::string path;                    ///< folder or file; "" = the kind's default location
   std::int64_t batch_size = 128;       ///< samples per batch
   std::int64_t workers = 2;            ///< loader threads (0 = in the run thread)
@@ -41,31 +40,33 @@ struct DataSection {
   std::int64_t context_length = 64;    ///< text: tokens per sample
   double val_fraction = 0.1;           ///< text: held-out share
   bool normalize = true;               ///< fashion-mnist: (x/255 − mean)/std
+  nlohmann::json extra = nlohmann::json::object();  ///< the kind's own fields
 };
 
-/// One optimizer's settings ([optimizer] or [optimizer.adamw] / [optimizer.muon]).
+/// The [data] table as JSON (shared keys and the kind's own): what a data kind's factory reads.
+nlohmann::json data_settings(const DataSection& data);
+
+/// One optimizer's settings ([optimizer], or [optimizer.muon] / [optimizer.adamw]): its kind (a
+/// name in optim::optimizer_registry()) and a value for every field of that kind.
 struct OptimizerSettings {
-  std::string kind = "adamw";             ///< "adamw", "adam", "sgd", "muon"
-  double lr = 1e-3;                       ///< learning rate
-  double weight_decay = 0.01;             ///< decay (decoupled for AdamW/Muon)
-  double beta1 = 0.9;                     ///< Adam(W)
-  double beta2 = 0.999;                   ///< Adam(W)
-  double eps = 1e-8;                      ///< Adam(W); Muon uses 1e-7 unless set
-  double momentum = 0.0;                  ///< SGD; Muon 0.95 unless set
-  bool nesterov = false;                  ///< SGD; Muon true unless set
-  bool amsgrad = false;                   ///< Adam(W)
-  std::string adjust_lr_fn = "original";  ///< Muon
-  std::int64_t ns_steps = 5;              ///< Muon
-  std::string ns_schedule = "default";    ///< Muon: "default" or "polar_express"
-  std::string ns_dtype = "auto";          ///< Muon: "auto", "bf16", "fp32", "fp64"
+  std::string kind = "adamw";  ///< optimizer.kind
+  nlohmann::json values;       ///< field -> value (every field of the kind)
+  /// AdamW with its defaults.
+  OptimizerSettings();
+  /// `kind` with its defaults (an unknown kind is a tb::ValueError listing the known ones).
+  explicit OptimizerSettings(const std::string& kind);
+  /// A number field ("lr").
+  double number(const std::string& key) const;
+  /// Sets a field (a key the kind does not have is a tb::ValueError).
+  OptimizerSettings& set(const std::string& key, nlohmann::json value);
 };
 
-/// [optimizer]: one optimizer for everything, or Muon for 2-D hidden matrices with AdamW for the
-/// rest (kind = "muon": [optimizer.muon] and [optimizer.adamw] hold the two settings; `split`
-/// overrides map name globs to "muon"/"adamw").
+/// [optimizer]: one optimizer for everything, or — with a kind that takes only the 2-D hidden
+/// matrices (Muon) — that kind's settings in [optimizer.<kind>] and its companion's (AdamW) for
+/// the rest in [optimizer.<companion>]; `split` overrides map name globs to either.
 struct OptimizerSection {
   OptimizerSettings main;                  ///< the only optimizer, or Muon's settings
-  std::optional<OptimizerSettings> adamw;  ///< AdamW for the rest when main.kind == "muon"
+  std::optional<OptimizerSettings> adamw;  ///< the companion for the rest (Muon runs)
   std::vector<std::pair<std::string, std::string>> split;  ///< glob -> "muon" | "adamw"
 };
 
@@ -104,7 +105,8 @@ struct CheckpointSection {
   std::string dir;            ///< "" = next to the run database, per run
 };
 
-/// [binding]: which CPUs the run uses (spec §6.3, as `trainbench-cli topo --binding`). The run is
+/// [binding]: which CPUs the run uses (the modes of PyTorch's torch/numa/binding.py, as
+/// `trainbench-cli topo --binding`). The run is
 /// CPU worker slot `slot` of `slots` (slots go to NUMA nodes round-robin); its thread, loader
 /// threads and kernel pool are pinned to the slot's CPUs, the pool is sized to them, and memory
 /// is preferred on the slot's node(s).

@@ -18,17 +18,15 @@
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/data/dataloader.h"
-#include "engine/data/fashion_mnist.h"
-#include "engine/data/synthetic.h"
-#include "engine/data/text_dataset.h"
+#include "engine/data/registry.h"
+#include "engine/nn/model_registry.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/memory.h"
 #include "engine/numa/topology_hwloc.h"
 #include "engine/ops/ops.h"
-#include "engine/optim/muon.h"
 #include "engine/optim/param_split.h"
-#include "engine/optim/sgd_adam.h"
+#include "engine/optim/registry.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/swa/swa_utils.h"
@@ -95,7 +93,7 @@ optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperVal
   if (j.is_boolean()) return j.get<bool>();
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object()) {
-    // A tensor LR: filled into the live tensor, never replaced (spec §3.1).
+    // A tensor LR: filled into the live tensor, never replaced (as in PyTorch PR 163098).
     if (const auto* t = std::get_if<Tensor>(&current)) {
       Tensor live = *t;
       live.fill_(j.at("tensor").get<double>());
@@ -108,40 +106,13 @@ optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperVal
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSettings& s,
                                                  std::vector<Tensor> params) {
-  if (s.kind == "adamw" || s.kind == "adam") {
-    optim::AdamOptions o;
-    o.lr = s.lr;
-    o.beta1 = s.beta1;
-    o.beta2 = s.beta2;
-    o.eps = s.eps;
-    o.weight_decay = s.weight_decay;
-    o.amsgrad = s.amsgrad;
-    if (s.kind == "adamw") return std::make_unique<optim::AdamW>(std::move(params), o);
-    return std::make_unique<optim::Adam>(std::move(params), o);
-  }
-  if (s.kind == "sgd") {
-    optim::SgdOptions o;
-    o.lr = s.lr;
-    o.momentum = s.momentum;
-    o.weight_decay = s.weight_decay;
-    o.nesterov = s.nesterov;
-    return std::make_unique<optim::SGD>(std::move(params), o);
-  }
-  if (s.kind == "muon") {
-    optim::MuonOptions o;
-    o.lr = s.lr;
-    o.weight_decay = s.weight_decay;
-    o.momentum = s.momentum;
-    o.nesterov = s.nesterov;
-    o.adjust_lr_fn = s.adjust_lr_fn;
-    o.ns.steps = static_cast<int>(s.ns_steps);
-    o.ns.schedule = s.ns_schedule;
-    if (s.ns_dtype == "bf16") o.ns.dtype = ScalarType::BFloat16;
-    if (s.ns_dtype == "fp32") o.ns.dtype = ScalarType::Float32;
-    if (s.ns_dtype == "fp64") o.ns.dtype = ScalarType::Float64;
-    return std::make_unique<optim::Muon>(std::move(params), o);
-  }
-  throw ValueError("[trainer] unknown optimizer kind '" + s.kind + "'");
+  // The kind's defaults under the given values: a settings object built in code may set only
+  // some keys.
+  const auto kind = optim::optimizer_registry().at(s.kind);
+  nlohmann::json values = core::default_values(kind->fields);
+  for (const auto& f : kind->fields)
+    if (s.values.contains(f.key)) values[f.key] = s.values.at(f.key);
+  return kind->make(std::move(params), values);
 }
 
 std::vector<Tensor> tensors_of(const nn::NamedTensors& named) {
@@ -238,42 +209,13 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   }
   // Data.
   const DataSection& d = config_.data;
-  if (d.kind == "fashion-mnist") {
-    data::FashionMnistOptions o;
-    if (!d.path.empty()) o.dir = d.path;
-    o.normalize = d.normalize;
-    s_->train_set = std::make_shared<data::FashionMnist>(o);
-    o.split = data::FashionMnistSplit::kTest;
-    s_->eval_set = std::make_shared<data::FashionMnist>(o);
-  } else if (d.kind == "text" || d.kind == "synthetic-text") {
-    data::TextCorpus corpus = d.kind == "text" ? (d.path.empty() ? data::load_text_corpus()
-                                                                 : data::load_text_corpus(d.path))
-                                               : data::make_synthetic_text(200000, run.seed);
-    data::TextDatasetOptions o;
-    o.context_length = d.context_length;
-    o.val_fraction = d.val_fraction;
-    s_->train_set = std::make_shared<data::TextDataset>(corpus, data::TextSplit::kTrain, o);
-    o.sampling = data::TextSampling::kSequential;
-    s_->eval_set = std::make_shared<data::TextDataset>(corpus, data::TextSplit::kValidation, o);
-    s_->language_model = true;
-  } else if (d.kind == "synthetic-blobs") {
-    // 2560 samples of 4 blobs in 16-D: the first 2048 train, the last 512 are held out (same
-    // blob centres).
-    data::GaussianBlobsOptions o;
-    o.num_samples = 2560;
-    o.num_classes = 4;
-    o.num_features = 16;
-    o.seed = run.seed;
-    const data::TensorDataset all = data::make_gaussian_blobs(o);
-    s_->train_set = std::make_shared<data::TensorDataset>(all.input().narrow(0, 0, 2048),
-                                                          all.target().narrow(0, 0, 2048));
-    s_->eval_set = std::make_shared<data::TensorDataset>(all.input().narrow(0, 2048, 512),
-                                                         all.target().narrow(0, 2048, 512));
-  } else {
-    throw ValueError("[trainer] data.kind '" + d.kind +
-                     "' is not one of fashion-mnist, text, "
-                     "synthetic-blobs, synthetic-text");
+  const auto data_kind = data::dataset_registry().at(d.kind);
+  {
+    data::DataSplits splits = data_kind->make(data_settings(d), run.seed);
+    s_->train_set = std::move(splits.train);
+    s_->eval_set = std::move(splits.eval);
   }
+  s_->language_model = data_kind->task == core::kTaskLanguageModel;
   data::DataLoaderOptions lo;
   lo.batch_size = d.batch_size;
   lo.shuffle = d.shuffle;
@@ -287,23 +229,24 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
   // Initialised on the CPU from the run's CPU generator (so every device starts from the same
   // weights), then moved; parameters keep their identity.
   if (!s_->device.is_cpu()) s_->model->to(s_->device);
-  TB_CHECK(std::holds_alternative<nn::QwenTinyConfig>(config_.model) == s_->language_model,
-           "[trainer] model.kind '", nn::model_kind(config_.model), "' does not fit data.kind '",
-           d.kind, "' (mlp classifies samples, qwen-tiny models text)");
+  const auto model_kind = nn::model_registry().at(config_.model.kind);
+  TB_CHECK(model_kind->task == data_kind->task, "[trainer] model.kind '", config_.model.kind, "' (",
+           model_kind->task, ") does not fit data.kind '", d.kind, "' (", data_kind->task, ")");
   // Optimizers: one, or Muon for the 2-D hidden matrices + AdamW for the rest.
   const OptimizerSection& os = config_.optimizer;
-  if (os.main.kind == "muon") {
+  const std::string rest_kind = optim::optimizer_registry().at(os.main.kind)->rest_kind;
+  if (!rest_kind.empty()) {
     const auto split = optim::split_params(*s_->model, os.split);
     s_->split_table = split.str();
     if (!split.muon.empty()) {
       s_->opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));
-      s_->opt_names.push_back("muon");
+      s_->opt_names.push_back(os.main.kind);
     }
     if (!split.adamw.empty()) {
-      OptimizerSettings rest = os.adamw.value_or(OptimizerSettings{});
-      rest.kind = "adamw";
+      OptimizerSettings rest = os.adamw.value_or(OptimizerSettings(rest_kind));
+      if (rest.kind != rest_kind) rest = OptimizerSettings(rest_kind);
       s_->opts.push_back(make_optimizer(rest, tensors_of(split.adamw)));
-      s_->opt_names.push_back("adamw");
+      s_->opt_names.push_back(rest_kind);
     }
   } else {
     s_->opts.push_back(make_optimizer(os.main, s_->model->parameters()));
@@ -683,9 +626,20 @@ TrainResult Trainer::loop() {
       for (auto& o : s.opts)
         o->step();
     }
-    double ns_ms = 0.0;
-    for (auto& o : s.opts)
-      if (auto* muon = dynamic_cast<optim::Muon*>(o.get())) ns_ms += muon->last_newton_schulz_ms();
+    Metrics opt_metrics;  // the optimizers' own (Muon's Newton-Schulz time), summed by name
+    for (auto& o : s.opts) {
+      Metrics part;
+      o->append_step_metrics(part);
+      for (const auto& [k, v] : part) {
+        auto it = std::find_if(opt_metrics.begin(), opt_metrics.end(),
+                               [&](const auto& e) { return e.first == k; });
+        if (it == opt_metrics.end()) {
+          opt_metrics.emplace_back(k, v);
+        } else {
+          it->second += v;
+        }
+      }
+    }
     for (auto& o : s.opts)
       o->zero_grad();
     for (auto& sc : s.scheds)
@@ -715,7 +669,8 @@ TrainResult Trainer::loop() {
     m.emplace_back("time.forward_ms", fwd_ms);
     m.emplace_back("time.backward_ms", bwd_ms);
     m.emplace_back("time.optimizer_ms", opt_ms);
-    if (ns_ms > 0.0) m.emplace_back("time.newton_schulz_ms", ns_ms);
+    for (const auto& [k, v] : opt_metrics)
+      if (v > 0.0) m.emplace_back(k, v);
     m.emplace_back("time.step_ms", step_ms);
     m.emplace_back("samples_per_s", samples / (step_ms / 1000.0));
     if (lm) {

@@ -314,8 +314,8 @@ std::vector<double> train(const std::string& device, bool qwen,
     m.classes = 4;
     c.model = m;
   }
-  c.optimizer.main.kind = "adamw";
-  c.optimizer.main.lr = 3e-3;
+  c.optimizer.main = tb::train::OptimizerSettings("adamw");
+  c.optimizer.main.set("lr", 3e-3);
   if (edit) edit(c);
   tb::train::Trainer t(c);
   auto sink = std::make_shared<LossSink>();
@@ -331,12 +331,12 @@ TEST(Cuda, TrainsLikeTheCpu) {
       {"adamw", {}},
       {"muon fp32",
        [](tb::train::RunConfig& c) {
-         c.optimizer.main.kind = "muon";
-         c.optimizer.main.lr = 0.02;
-         c.optimizer.main.ns_dtype = "fp32";
+         c.optimizer.main = tb::train::OptimizerSettings("muon");
+         c.optimizer.main.set("lr", 0.02);
+         c.optimizer.main.set("ns_dtype", "fp32");
          c.optimizer.adamw = tb::train::OptimizerSettings{};
          c.optimizer.adamw->kind = "adamw";
-         c.optimizer.adamw->lr = 3e-3;
+         c.optimizer.adamw->set("lr", 3e-3);
        }},
       {"bf16 autocast",
        [](tb::train::RunConfig& c) {

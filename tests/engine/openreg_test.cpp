@@ -476,8 +476,8 @@ tb::train::RunConfig mlp_config(const std::string& device) {
   m.classes = 4;
   m.dropout = 0.1;
   c.model = m;
-  c.optimizer.main.kind = "adamw";
-  c.optimizer.main.lr = 1e-2;
+  c.optimizer.main = tb::train::OptimizerSettings("adamw");
+  c.optimizer.main.set("lr", 1e-2);
   c.eval.interval = 4;
   return c;
 }

@@ -68,8 +68,8 @@ train::RunConfig blobs_config() {
   m.classes = 4;
   m.dropout = 0.1;  // the dropout generator's state must resume too
   c.model = m;
-  c.optimizer.main.kind = "adamw";
-  c.optimizer.main.lr = 1e-2;
+  c.optimizer.main = tb::train::OptimizerSettings("adamw");
+  c.optimizer.main.set("lr", 1e-2);
   c.scheduler.config = {{"kind", "cosine"}, {"T_max", 30}};
   c.eval.interval = 10;
   return c;
@@ -114,7 +114,7 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   EXPECT_EQ(resumed, Losses(full.begin() + 12, full.end()));
   // Another config refuses the checkpoint.
   auto other = cfg;
-  other.optimizer.main.lr = 0.5;
+  other.optimizer.main.set("lr", 0.5);
   train::Trainer t(other);
   EXPECT_NE(error_of([&] {
               t.resume_from(dir / "step-00000012");
@@ -151,13 +151,13 @@ TEST(Trainer, CheckpointFoldersAppearWholeOrNotAtAll) {
 
 TEST(Trainer, MuonSplitRunLearnsAndReportsMetrics) {
   auto cfg = blobs_config();
-  cfg.optimizer.main.kind = "muon";
-  cfg.optimizer.main.lr = 0.02;
-  cfg.optimizer.main.momentum = 0.95;
-  cfg.optimizer.main.nesterov = true;
-  cfg.optimizer.main.weight_decay = 0.0;
+  cfg.optimizer.main = tb::train::OptimizerSettings("muon");
+  cfg.optimizer.main.set("lr", 0.02);
+  cfg.optimizer.main.set("momentum", 0.95);
+  cfg.optimizer.main.set("nesterov", true);
+  cfg.optimizer.main.set("weight_decay", 0.0);
   cfg.optimizer.adamw = train::OptimizerSettings{};
-  cfg.optimizer.adamw->lr = 1e-2;
+  cfg.optimizer.adamw->set("lr", 1e-2);
   train::Trainer t(cfg);
   EXPECT_NE(t.describe().find("layers.0.weight"), std::string::npos);
   EXPECT_NE(t.describe().find("muon"), std::string::npos);
@@ -291,9 +291,9 @@ TEST(Trainer, Tf32IsTheRunsOwnSettingOnItsThread) {
 
 TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
   auto cfg = blobs_config();
-  cfg.optimizer.main.kind = "sgd";
-  cfg.optimizer.main.lr = 1e30;
-  cfg.optimizer.main.weight_decay = 0.0;
+  cfg.optimizer.main = tb::train::OptimizerSettings("sgd");
+  cfg.optimizer.main.set("lr", 1e30);
+  cfg.optimizer.main.set("weight_decay", 0.0);
   cfg.run.max_nonfinite = 3;
   cfg.scheduler.config = nullptr;
   train::Trainer t(cfg);
@@ -330,7 +330,7 @@ TEST(Trainer, LanguageModelReportsPerplexity) {
   q.n_heads = 2;
   q.context_length = 16;
   c.model = q;
-  c.optimizer.main.lr = 3e-3;
+  c.optimizer.main.set("lr", 3e-3);
   c.eval.batches = 2;
   train::Trainer t(c);
   auto rec = std::make_shared<Recorder>();

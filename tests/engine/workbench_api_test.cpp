@@ -200,7 +200,8 @@ TEST(WorkbenchConfig, FieldsHaveTypesChoicesAndHelp) {
   EXPECT_EQ(field(fields, "data.shuffle")->type, "bool");
   EXPECT_EQ(field(fields, "scheduler.T_max")->type, "int");
   EXPECT_EQ(field(fields, "scheduler.T_max")->section, "scheduler");
-  EXPECT_EQ(field(fields, "scheduler.T_max")->help, "");          // no help: ""
+  // A scheduler's fields get their help from the scheduler registry, like every kind's.
+  EXPECT_EQ(field(fields, "scheduler.T_max")->help, "steps of a half cosine (>= 1)");
   EXPECT_EQ(field(fields, "optimizer.adamw.momentum"), nullptr);  // not an AdamW key
 
   // In the effective config's order, each key once.

@@ -1,0 +1,45 @@
+// The data-set registry: one entry per data kind (the run config's data.kind) with its task, the
+// sample shape it promises, its own fields and its factory (train and eval splits). The config
+// reader and writer, the trainer, the GUI form and the config reference walk it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/data_shape.h"
+#include "engine/core/fields.h"
+#include "engine/core/registry.h"
+#include "engine/data/dataset.h"
+
+namespace tb::data {
+
+/// A data set's two splits.
+struct DataSplits {
+  std::shared_ptr<Dataset> train;  ///< what the loader draws batches from
+  std::shared_ptr<Dataset> eval;   ///< what evaluation reads in order
+};
+
+/// One data kind. Its factory and shape get the whole [data] table as JSON: the loader keys
+/// every kind shares (path, batch_size, workers, shuffle, drop_last, context_length,
+/// val_fraction, normalize) and the kind's own `fields`.
+struct DatasetKind {
+  std::string name;                     ///< data.kind ("fashion-mnist")
+  std::string help;                     ///< one line for the GUI and the reference
+  std::string task;                     ///< core::kTaskClassification or kTaskLanguageModel
+  std::vector<core::FieldSpec> fields;  ///< keys of its own, after the shared ones
+  /// What its samples look like, from the [data] table (no file is read).
+  std::function<core::DataShape(const nlohmann::json&)> shape;
+  /// Loads or makes the splits; `seed` is run.seed (synthetic data is drawn from it).
+  std::function<DataSplits(const nlohmann::json&, std::uint64_t seed)> make;
+};
+
+/// The registry of data kinds, with the built-in ones (fashion-mnist, text, synthetic-blobs,
+/// synthetic-text) added on first use.
+core::Registry<DatasetKind>& dataset_registry();
+
+}  // namespace tb::data

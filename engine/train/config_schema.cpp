@@ -1,0 +1,181 @@
+// The fixed sections' field specs and the key lookup over them and the kind registries.
+#include "engine/train/config_schema.h"
+
+#include "engine/data/registry.h"
+#include "engine/nn/model_registry.h"
+#include "engine/optim/registry.h"
+#include "engine/sched/scheduler_registry.h"
+
+namespace tb::train {
+
+namespace {
+
+using core::FieldSpec;
+using core::FieldType;
+using nlohmann::json;
+
+std::vector<SectionSchema> make_fixed_sections() {
+  std::vector<SectionSchema> out;
+  out.push_back({"",
+                 {FieldSpec("threads", FieldType::kInt, 0,
+                            "kernel/BLAS threads (0 = the default: TB_NUM_THREADS or the CPUs "
+                            "available)")
+                      .at_least(0)}});
+  out.push_back(
+      {"run",
+       {FieldSpec("name", FieldType::kString, "run", "shown in the runs list")
+            .documented_as("", "non-empty"),
+        FieldSpec("tags", FieldType::kStringList, json::array(), "free-form labels"),
+        FieldSpec("seed", FieldType::kInt, 0, "seeds initialisation, data order, dropout")
+            .at_least(0),
+        FieldSpec("device", FieldType::kString, "cpu",
+                  "where the run computes: cpu, cuda[:N], openreg[:N] (the reference backend); it "
+                  "must be usable here (trainbench-cli devices)")
+            .documented_as("", "`cpu`, `cuda[:N]`, `openreg[:N]`"),
+        FieldSpec("steps", FieldType::kInt, 0, "optimizer steps; 0 = train for run.epochs")
+            .at_least(0),
+        FieldSpec("epochs", FieldType::kInt, 1, "passes over the training data when run.steps is 0")
+            .at_least(0),
+        FieldSpec("log_interval", FieldType::kInt, 1, "metrics every N steps").at_least(1),
+        FieldSpec("max_nonfinite", FieldType::kInt, 20,
+                  "consecutive non-finite losses before the run ends as diverged")
+            .at_least(1),
+        FieldSpec("grad_clip", FieldType::kFloat, 0.0,
+                  "clip the global gradient norm to this (0 = off)")
+            .at_least(0)}});
+  out.push_back(
+      {"data",
+       {FieldSpec("path", FieldType::kString, "",
+                  "folder or file; \"\" = the kind's default location (Debian's "
+                  "dataset-fashion-mnist, fortunes)"),
+        FieldSpec("batch_size", FieldType::kInt, 128, "samples per step").at_least(1),
+        FieldSpec("workers", FieldType::kInt, 2, "loader threads (0 = in the run thread)")
+            .at_least(0),
+        FieldSpec("shuffle", FieldType::kBool, true, "new order every epoch"),
+        FieldSpec("drop_last", FieldType::kBool, false, "drop a last partial batch"),
+        FieldSpec("context_length", FieldType::kInt, 64, "text: tokens (bytes) per sample")
+            .at_least(1),
+        FieldSpec("val_fraction", FieldType::kFloat, 0.1,
+                  "text: share of the corpus, at its end, held out for evaluation")
+            .above(0)
+            .below(1),
+        FieldSpec("normalize", FieldType::kBool, true,
+                  "fashion-mnist: (x/255 - mean)/std instead of x/255")}});
+  out.push_back(
+      {"amp",
+       {FieldSpec("enabled", FieldType::kBool, false,
+                  "autocast the forward pass and the loss (parameters stay float32)"),
+        FieldSpec("dtype", FieldType::kString, "bf16", "autocast dtype").one_of({"bf16", "fp16"}),
+        FieldSpec("grad_scaler", FieldType::kBool, false,
+                  "dynamic loss scaling (fp16 needs it in practice; the default is true with fp16)")
+            .documented_as("", "default true with `fp16`"),
+        FieldSpec("tf32", FieldType::kBool, false,
+                  "CUDA: float32 matrix products on TF32 tensor cores (inputs rounded to 10 "
+                  "mantissa bits); this run only")}});
+  out.push_back(
+      {"swa",
+       {FieldSpec("kind", FieldType::kString, "none",
+                  "keep an averaged copy of the weights (running mean or EMA), evaluated beside "
+                  "the model")
+            .one_of({"none", "swa", "ema"}),
+        FieldSpec("ema_decay", FieldType::kFloat, 0.999, "EMA decay").at_least(0).at_most(1),
+        FieldSpec("start_step", FieldType::kInt, 0, "first step that updates the average")
+            .at_least(0),
+        FieldSpec("every", FieldType::kInt, 1, "update interval in steps").at_least(1)}});
+  out.push_back({"eval",
+                 {FieldSpec("interval", FieldType::kInt, 0,
+                            "steps between evaluations (0 = at the end of each epoch)")
+                      .at_least(0),
+                  FieldSpec("batches", FieldType::kInt, 0,
+                            "batches per evaluation (0 = the whole eval split)")
+                      .at_least(0)}});
+  out.push_back(
+      {"checkpoint",
+       {FieldSpec("interval", FieldType::kInt, 0, "steps between checkpoints (0 = only at the end)")
+            .at_least(0),
+        FieldSpec("keep", FieldType::kInt, 3, "newest checkpoints of this run kept").at_least(1),
+        FieldSpec("dir", FieldType::kString, "",
+                  "checkpoint folder; \"\" = next to the run database, per store and run")}});
+  out.push_back(
+      {"binding",
+       {FieldSpec("mode", FieldType::kString, "none",
+                  "CPU binding of the run (as trainbench-cli topo --binding)")
+            .one_of({"none", "node", "socket", "exclusive", "core-complex"}),
+        FieldSpec("slot", FieldType::kInt, 0, "this run's CPU worker slot")
+            .documented_as("", "0 <= slot < slots"),
+        FieldSpec("slots", FieldType::kInt, 1, "how many runs share the machine").at_least(1),
+        FieldSpec("fallback", FieldType::kBool, false,
+                  "when the binding cannot be satisfied: run unbound with a warning"),
+        FieldSpec("cpus", FieldType::kString, "",
+                  "bind to exactly these CPUs (\"0-3,8\") instead of planning the slot")}});
+  return out;
+}
+
+template <typename Entry>
+FieldSpec kind_field(const core::Registry<Entry>& r, const std::string& def, std::string help,
+                     std::vector<std::string> extra_first = {}) {
+  std::vector<std::string> names = std::move(extra_first);
+  for (const auto& n : r.names())
+    names.push_back(n);
+  return FieldSpec("kind", FieldType::kString, def, std::move(help)).one_of(std::move(names));
+}
+
+std::optional<FieldSpec> in(const std::vector<FieldSpec>& fields, const std::string& key) {
+  if (const FieldSpec* f = core::find_field(fields, key)) return *f;
+  return std::nullopt;
+}
+
+}  // namespace
+
+const std::vector<SectionSchema>& fixed_sections() {
+  static const std::vector<SectionSchema> sections = make_fixed_sections();
+  return sections;
+}
+
+std::optional<FieldSpec> describe_key(const std::string& key, const std::string& model_kind,
+                                      const std::string& data_kind,
+                                      const std::string& optimizer_kind,
+                                      const std::string& scheduler_kind) {
+  const auto dot = key.rfind('.');
+  const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+  const std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
+  if (section == "model") {
+    if (leaf == "kind")
+      return kind_field(nn::model_registry(), "mlp", "the model (see the Models section)");
+    if (auto e = nn::model_registry().find(model_kind)) return in(e->fields, leaf);
+    return std::nullopt;
+  }
+  if (section == "data" && leaf == "kind")
+    return kind_field(data::dataset_registry(), "fashion-mnist", "the data set");
+  if (section == "data") {
+    if (auto e = data::dataset_registry().find(data_kind))
+      if (auto f = in(e->fields, leaf)) return f;
+  }
+  if (section == "optimizer" && leaf == "kind")
+    return kind_field(optim::optimizer_registry(), "adamw",
+                      "the optimizer; muon = Muon for 2-D hidden matrices, AdamW for the rest");
+  if (section == "optimizer" && leaf == "split")
+    return FieldSpec("split", FieldType::kAny, json::array(),
+                     "muon: [glob, \"muon\" | \"adamw\"] pairs overriding the default split "
+                     "(later pairs win)")
+        .documented_as("array of [glob, kind] pairs");
+  if (section.rfind("optimizer", 0) == 0) {
+    std::string kind = optimizer_kind;
+    if (section != "optimizer") kind = section.substr(std::string("optimizer.").size());
+    if (auto e = optim::optimizer_registry().find(kind)) return in(e->fields, leaf);
+    return std::nullopt;
+  }
+  if (section == "scheduler") {
+    if (leaf == "kind")
+      return kind_field(sched::scheduler_registry(), "none",
+                        "the LR scheduler (PyTorch's lr_scheduler kinds); none = constant LR",
+                        {"none"});
+    if (auto e = sched::scheduler_registry().find(scheduler_kind)) return in(e->fields, leaf);
+    return std::nullopt;
+  }
+  for (const auto& s : fixed_sections())
+    if (s.name == section) return in(s.fields, leaf);
+  return std::nullopt;
+}
+
+}  // namespace tb::train
