@@ -1,5 +1,5 @@
 // trainbench-cli: headless front end of the engine (no Qt): run, runs, show, export (the run
-// store), compare, demo, dispatch, devices, topo, launch, model, schedule.
+// store), compare, demo, dispatch, devices, topo, launch, model, schedule, reference.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "app/cli/reference.h"
+#include "engine/api/config_api.h"
 #include "engine/api/engine_api.h"
 #include "engine/api/launch_api.h"
 #include "engine/api/model_api.h"
@@ -19,6 +21,15 @@
 #include "engine/api/topology_api.h"
 
 namespace {
+
+// "a, b or c" of the kinds of a config family, from the engine's registries.
+std::string kinds_of(const std::string& family) {
+  const auto kinds = tb::api::list_kinds(family);
+  std::string s;
+  for (std::size_t i = 0; i < kinds.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
+  return s;
+}
 
 // One device's view of the table: which ops run a kernel of the backend's own ("native"), which
 // go through the key's fallback (openreg: the CPU fallback), which have none.
@@ -316,7 +327,7 @@ int main(int argc, char** argv) {
       "model", "build a model from its defaults and settings; print its config and parameters");
   std::string model_kind;
   std::vector<std::string> model_settings;
-  model->add_option("kind", model_kind, "mlp or qwen-tiny")->required();
+  model->add_option("kind", model_kind, kinds_of("model"))->required();
   model->add_option("--set", model_settings,
                     "field=value over the defaults, e.g. --set d_model=256 --set hidden=[512,512]");
 
@@ -329,10 +340,9 @@ int main(int argc, char** argv) {
   bool sched_momentum = false;
   schedule
       ->add_option("kind", sched_kind,
-                   "step, multistep, constant, linear, exponential, polynomial, cosine, "
-                   "cosine_warm_restarts, cyclic, one_cycle, lambda, multiplicative, sequential, "
-                   "chained, plateau or swa; or a run config (.toml): its [scheduler] on its "
-                   "optimizers' learning rates, printed as CSV")
+                   kinds_of("scheduler") +
+                       "; or a run config (.toml): its [scheduler] on its optimizers' learning "
+                       "rates, printed as CSV")
       ->required();
   schedule->add_option("--set", sched_settings,
                        "field=value (PyTorch's argument names), e.g. --set T_max=100 --set "
@@ -370,6 +380,15 @@ int main(int argc, char** argv) {
   std::string export_format = "csv";
   exp->add_option("run", export_id, "run id")->required();
   exp->add_option("--format", export_format, "csv or json")->capture_default_str();
+
+  auto* reference = app.add_subcommand(
+      "reference",
+      "the config reference's tables, generated from the engine's registries (Markdown)");
+  std::string reference_check;
+  bool reference_update = false;
+  reference->add_option("--check", reference_check,
+                        "compare the generated blocks of this file (docs/config-reference.md)");
+  reference->add_flag("--update", reference_update, "with --check: rewrite the stale blocks");
 
   try {
     app.parse(argc, argv);
@@ -446,6 +465,14 @@ int main(int argc, char** argv) {
     if (exp->parsed()) {
       std::cout << tb::api::export_run(db_path, export_id, export_format);
       return 0;
+    }
+    if (reference->parsed()) {
+      if (reference_check.empty()) {
+        tb::cli::print_reference(std::cout);
+        return 0;
+      }
+      const int problems = tb::cli::check_reference(reference_check, reference_update, std::cerr);
+      return problems == 0 ? 0 : 1;
     }
     if (schedule->parsed()) {
       if (sched_kind.size() > 5 && sched_kind.compare(sched_kind.size() - 5, 5, ".toml") == 0) {

@@ -132,7 +132,11 @@ std::string FieldSpec::allowed() const {
       s += (i ? ", " : "") + ("`" + choices[i] + "`");
     return s;
   }
-  auto num = [&](double v) { return type == FieldType::kInt ? fmt_int(v) : format_double(v); };
+  auto num = [](double v) {  // 0, 1, 0.5, 1e-08: the shortest text, no trailing ".0"
+    std::string t = format_double(v);
+    if (t.size() > 2 && t.compare(t.size() - 2, 2, ".0") == 0) t.resize(t.size() - 2);
+    return t;
+  };
   if (min && max)
     return std::string("in ") + (min_open ? "(" : "[") + num(*min) + ", " + num(*max) +
            (max_open ? ")" : "]");
