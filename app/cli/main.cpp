@@ -161,17 +161,18 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
 
 // `run`: a progress bar on a terminal, one plain line per report when piped.
 int cmd_run(const std::string& config, const std::vector<std::string>& overrides,
-            const std::string& db, std::int64_t resume) {
+            const std::string& db, std::int64_t resume, const std::string& resume_checkpoint) {
   tb::api::RunRequest req;
   req.config_path = config;
   req.overrides = overrides;
   req.db_path = db;
   if (resume > 0) req.resume = resume;
+  req.resume_checkpoint = resume_checkpoint;
   const bool tty = isatty(STDOUT_FILENO) != 0;
   std::int64_t last_line_step = 0;
   auto on_start = [&](std::int64_t id, const std::string& table) {
-    std::cout << "run " << id << " (store " << (db.empty() ? tb::api::default_store_path() : db)
-              << ")\n"
+    std::cout << (resume > 0 ? "resuming run " : "run ") << id << " (store "
+              << (db.empty() ? tb::api::default_store_path() : db) << ")\n"
               << table << std::flush;
   };
   auto on_progress = [&](const tb::api::RunProgressInfo& p) {
@@ -363,11 +364,23 @@ int main(int argc, char** argv) {
   std::string run_config;
   std::vector<std::string> run_overrides;
   std::int64_t resume_run = 0;
-  run->add_option("config", run_config, "run config (TOML), e.g. resources/configs/*.toml")
-      ->required();
+  auto* run_config_opt = run->add_option(
+      "config", run_config,
+      "run config (TOML), e.g. resources/configs/*.toml; with --resume, default: the stored "
+      "run's config");
   run->add_option("--set", run_overrides, "key.path=value over the config, e.g. optimizer.lr=3e-3");
-  run->add_option("--resume", resume_run, "continue stored run N from its newest checkpoint")
-      ->check(CLI::PositiveNumber);
+  std::string resume_checkpoint;
+  auto* resume_opt =
+      run->add_option("--resume", resume_run, "continue stored run N from its newest checkpoint")
+          ->check(CLI::PositiveNumber);
+  run->add_option("--from-checkpoint", resume_checkpoint,
+                  "with --resume: this checkpoint folder instead of the run's newest")
+      ->needs(resume_opt)
+      ->check(CLI::ExistingDirectory);
+  run->callback([&] {
+    if (run_config_opt->count() == 0 && resume_opt->count() == 0)
+      throw CLI::RequiredError("config (or --resume RUN)");
+  });
   auto* runs = app.add_subcommand("runs", "list the runs of the store");
   auto* show = app.add_subcommand("show", "a run's status, metrics and config");
   std::int64_t show_id = 0;
@@ -442,7 +455,8 @@ int main(int argc, char** argv) {
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
       return 0;
     }
-    if (run->parsed()) return cmd_run(run_config, run_overrides, db_path, resume_run);
+    if (run->parsed())
+      return cmd_run(run_config, run_overrides, db_path, resume_run, resume_checkpoint);
     if (runs->parsed()) {
       std::cout << std::left << std::setw(5) << "id" << std::setw(24) << "name" << std::setw(11)
                 << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"

@@ -11,10 +11,13 @@ std::filesystem::path store_path(const std::string& db) {
 }
 
 std::filesystem::path checkpoint_dir(const train::RunConfig& config,
-                                     const std::filesystem::path& db, std::int64_t run_id) {
-  const std::string leaf = "run-" + std::to_string(run_id);
-  return config.checkpoint.dir.empty() ? db.parent_path() / "checkpoints" / leaf
-                                       : std::filesystem::path(config.checkpoint.dir) / leaf;
+                                     const std::filesystem::path& db, const std::string& store_name,
+                                     const std::string& store_id, std::int64_t run_id) {
+  const std::filesystem::path base = config.checkpoint.dir.empty()
+                                         ? db.parent_path() / "checkpoints"
+                                         : std::filesystem::path(config.checkpoint.dir);
+  const std::string store = std::filesystem::path(store_name).stem().string() + "-" + store_id;
+  return base / store / ("run-" + std::to_string(run_id));
 }
 
 void mark_failed(const std::filesystem::path& db, std::int64_t run_id,

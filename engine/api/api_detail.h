@@ -21,9 +21,12 @@ namespace tb::api::detail {
 /// `db`, or the default store path when `db` is empty.
 std::filesystem::path store_path(const std::string& db);
 
-/// Where a run's checkpoints go: checkpoint.dir/run-N, or next to the database.
+/// Where a run's checkpoints go: <checkpoint.dir, or the database's folder + "checkpoints">/
+/// <store file stem>-<store id>/run-N — a folder of this store and run only, so stores side by
+/// side (a.sqlite, b.sqlite) never write into each other's.
 std::filesystem::path checkpoint_dir(const train::RunConfig& config,
-                                     const std::filesystem::path& db, std::int64_t run_id);
+                                     const std::filesystem::path& db, const std::string& store_name,
+                                     const std::string& store_id, std::int64_t run_id);
 
 /// Marks a created (queued) run failed with `message`, best effort: a run that cannot be
 /// changed (store gone, run deleted, already ended) is left alone. Never throws.

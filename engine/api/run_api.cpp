@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <memory>
@@ -13,49 +14,13 @@
 
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
-#include "engine/train/run_config.h"
-#include "engine/train/trainer.h"
 
 namespace tb::api {
 
 namespace {
-
-// Progress for the CLI: loss, first LR, rate over the last few seconds.
-class ProgressSink final : public train::MetricSink {
- public:
-  ProgressSink(std::int64_t run, std::int64_t total, std::function<void(const RunProgressInfo&)> cb)
-      : run_(run), total_(total), cb_(std::move(cb)), t0_(std::chrono::steady_clock::now()) {}
-  void on_metrics(std::int64_t step, const train::Metrics& m) override {
-    if (!cb_) return;
-    RunProgressInfo p;
-    p.run_id = run_;
-    p.step = step;
-    p.total = total_;
-    bool lr_set = false;
-    for (const auto& [k, v] : m) {
-      if (k == "loss") p.loss = v;
-      if (!lr_set && k.rfind("lr.", 0) == 0) {
-        p.lr = v;
-        lr_set = true;
-      }
-      if (k.rfind("eval.", 0) == 0) p.eval.emplace_back(k, v);
-    }
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    if (first_step_ < 0) first_step_ = step - 1;
-    p.steps_per_s = secs > 0 ? static_cast<double>(step - first_step_) / secs : 0.0;
-    cb_(p);
-  }
-
- private:
-  std::int64_t run_;
-  std::int64_t total_;
-  std::function<void(const RunProgressInfo&)> cb_;
-  std::chrono::steady_clock::time_point t0_;
-  std::int64_t first_step_ = -1;
-};
 
 std::string iso_time(double unix_seconds) {
   const auto t = static_cast<std::time_t>(unix_seconds);
@@ -75,59 +40,47 @@ std::string default_store_path() {
 RunOutcomeInfo run_training(const RunRequest& req,
                             const std::function<void(std::int64_t, const std::string&)>& on_start,
                             const std::function<void(const RunProgressInfo&)>& on_progress) {
-  const train::RunConfig config = train::load_run_config(req.config_path, req.overrides);
-  const auto db = detail::store_path(req.db_path);
-  std::int64_t run_id = 0;
-  std::filesystem::path resume_dir;
-  {
-    auto st = store::RunStore::open(db);
-    if (req.resume) {
-      run_id = *req.resume;
-      const auto cks = st.checkpoints(run_id);
-      TB_CHECK(!cks.empty(), "[run] run ", run_id, " has no checkpoint to resume from");
-      resume_dir = cks.back().path;
-    } else {
-      store::NewRun nr;
-      nr.name = config.run.name;
-      nr.tags = config.run.tags;
-      nr.config = train::to_toml(config);
-      nr.seed = config.run.seed;
-      run_id = st.create_run(nr);
-    }
+  RunSpec spec;
+  if (!req.config_path.empty()) {
+    std::ifstream in(req.config_path, std::ios::binary);
+    if (!in) throw ValueError("[config] " + req.config_path + ": cannot open the file for reading");
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad())
+      throw ValueError("[config] " + req.config_path + ": error while reading the file");
+    spec.config_text = text.str();
+    spec.source = req.config_path;
+  } else {
+    TB_CHECK(req.resume.has_value(), "[run] give a run config (or --resume RUN)");
   }
-  // From here on a failure must not leave a created run queued: it ends failed with the message
-  // (a resumed run keeps the status it ended with), and the error propagates.
-  std::unique_ptr<train::Trainer> trainer_ptr;
-  std::unique_ptr<store::RunWriter> writer_ptr;
-  try {
-    trainer_ptr =
-        std::make_unique<train::Trainer>(config, detail::checkpoint_dir(config, db, run_id));
-    writer_ptr = std::make_unique<store::RunWriter>(db, run_id);
-  } catch (const std::exception& e) {
-    if (!req.resume) detail::mark_failed(db, run_id, e.what());
-    throw;
+  spec.overrides = req.overrides;
+  spec.db_path = req.db_path;
+  spec.resume = req.resume;
+  spec.resume_checkpoint = req.resume_checkpoint;
+  // Progress for the CLI: loss, first LR, eval metrics, rate since the first logged step.
+  RunObserver obs;
+  obs.on_start = on_start;
+  if (on_progress) {
+    obs.on_metrics = [&on_progress, first = std::int64_t{-1}](const StepMetrics& m) mutable {
+      RunProgressInfo p;
+      p.run_id = m.run_id;
+      p.step = m.step;
+      p.total = m.total;
+      bool lr_set = false;
+      for (const auto& [k, v] : m.values) {
+        if (k == core::metric::kLoss) p.loss = v;
+        if (!lr_set && k.rfind(core::metric::kLrPrefix, 0) == 0) {
+          p.lr = v;
+          lr_set = true;
+        }
+        if (k.rfind(core::metric::kEvalPrefix, 0) == 0) p.eval.emplace_back(k, v);
+      }
+      if (first < 0) first = m.step - 1;
+      p.steps_per_s = m.wall_s > 0 ? static_cast<double>(m.step - first - 1) / m.wall_s : 0.0;
+      on_progress(p);
+    };
   }
-  train::Trainer& trainer = *trainer_ptr;
-  store::RunWriter& writer = *writer_ptr;
-  trainer.add_sink(std::make_shared<detail::StoreSink>(writer));
-  trainer.add_sink(std::make_shared<ProgressSink>(run_id, trainer.total_steps(), on_progress));
-  RunOutcomeInfo out;
-  out.run_id = run_id;
-  out.description = trainer.describe();
-  if (on_start) on_start(run_id, out.description);
-  train::TrainResult r;
-  try {
-    if (!resume_dir.empty()) trainer.resume_from(resume_dir);
-    r = trainer.run();
-  } catch (const std::exception& e) {
-    r.outcome = train::RunOutcome::kFailed;
-    r.message = e.what();
-  }
-  out.status = train::outcome_name(r.outcome);
-  out.message = r.message;
-  writer.set_status(store::run_status_from_string(out.status), r.message);
-  writer.close();
-  return out;
+  return execute_run(spec, obs);
 }
 
 std::vector<RunRow> list_runs(const std::string& db_path) {

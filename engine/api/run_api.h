@@ -1,6 +1,6 @@
-// Facade for training runs and the run store, used by trainbench-cli (and later the GUI):
-// start a run from a config file into the store (optionally resuming a stored run from its
-// newest checkpoint), list runs, show one, export its metrics. Plain structs only.
+// Facade for training runs and the run store, used by trainbench-cli: start a run from a config
+// file into the store through the one run lifecycle (run_session.h), optionally resuming a stored
+// run; list runs, show one, export its metrics, compare runs. Plain structs only.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/api/run_session.h"
+
 namespace tb::api {
 
 /// What `trainbench-cli run` asks for.
@@ -18,6 +20,7 @@ struct RunRequest {
   std::vector<std::string> overrides;  ///< "key.path=value"
   std::string db_path;                 ///< "" = the default store
   std::optional<std::int64_t> resume;  ///< run id to resume from its newest checkpoint
+  std::string resume_checkpoint;       ///< with resume: this checkpoint folder instead
 };
 
 /// One progress report (every logged step).
@@ -31,20 +34,11 @@ struct RunProgressInfo {
   std::vector<std::pair<std::string, double>> eval;  ///< eval.* metrics when evaluated
 };
 
-/// The end of a run.
-struct RunOutcomeInfo {
-  std::int64_t run_id = 0;  ///< the stored run
-  std::string status;       ///< finished, failed, diverged, cancelled
-  std::string message;      ///< summary or reason
-  std::string description;  ///< the parameter / split table, for display before the run
-};
-
-/// Validates the config, creates the run in the store (status queued -> running), trains with
-/// metrics, events and checkpoints going to the store, and ends the run with its status.
+/// execute_run() of the config file (read here; a missing or unreadable file is a tb::ValueError
+/// naming it). `config_path` may be empty with `resume`: the stored run's config is used.
 /// `on_start` gets the run id and the parameter table before the first step; `on_progress` is
-/// called on the run thread after each logged step. Throws tb::ValueError for a bad config
-/// (nothing is stored then); an error building the trainer (e.g. a missing data set) marks the
-/// created run failed with its message, then propagates.
+/// called on the run thread after each logged step. A bad config throws (nothing is stored);
+/// a failure after the run exists (e.g. a missing data set) returns status "failed".
 RunOutcomeInfo run_training(const RunRequest& request,
                             const std::function<void(std::int64_t, const std::string&)>& on_start,
                             const std::function<void(const RunProgressInfo&)>& on_progress);

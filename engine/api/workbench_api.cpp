@@ -169,35 +169,6 @@ std::int64_t numel_of(core::IntList sizes) {
 
 // ---- runs ---------------------------------------------------------------------------------------
 
-// Every logged step's metrics for the GUI; wall_s counts from the first logged step.
-class CallbackSink final : public train::MetricSink {
- public:
-  CallbackSink(std::int64_t run, std::int64_t total, std::function<void(const StepMetrics&)> cb)
-      : run_(run), total_(total), cb_(std::move(cb)) {}
-  void on_metrics(std::int64_t step, const train::Metrics& m) override {
-    if (!cb_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!started_) {
-      t0_ = now;
-      started_ = true;
-    }
-    StepMetrics s;
-    s.run_id = run_;
-    s.step = step;
-    s.total = total_;
-    s.wall_s = std::chrono::duration<double>(now - t0_).count();
-    s.values = m;
-    cb_(s);
-  }
-
- private:
-  std::int64_t run_;
-  std::int64_t total_;
-  std::function<void(const StepMetrics&)> cb_;
-  bool started_ = false;
-  std::chrono::steady_clock::time_point t0_;
-};
-
 }  // namespace
 
 // ---- run configs as text ------------------------------------------------------------------------
@@ -280,132 +251,17 @@ ScheduleTable preview_config_text(const std::string& toml_text, int steps,
 
 // ---- runs started in-process --------------------------------------------------------------------
 
-/// The control state and, while a run runs, its trainer.
-struct RunControl::Impl {
-  std::mutex mutex;                   ///< guards the fields below
-  bool cancelled = false;             ///< cancel() was called
-  bool paused = false;                ///< held by pause()
-  train::Trainer* trainer = nullptr;  ///< the running trainer, null before and after
-};
-
-RunControl::RunControl() : impl_(std::make_unique<Impl>()) {}
-RunControl::~RunControl() = default;
-
-void RunControl::cancel() {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->cancelled = true;
-  impl_->paused = false;
-  if (impl_->trainer) {
-    impl_->trainer->cancel();
-    // A paused trainer waits for resume(); wake it so that it sees the cancel.
-    impl_->trainer->resume();
-  }
-}
-
-void RunControl::pause() {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (impl_->cancelled) return;
-  impl_->paused = true;
-  if (impl_->trainer) impl_->trainer->pause();
-}
-
-void RunControl::resume() {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  impl_->paused = false;
-  if (impl_->trainer) impl_->trainer->resume();
-}
-
-bool RunControl::cancelled() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->cancelled;
-}
-
-bool RunControl::paused() const {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->paused;
-}
-
-namespace {
-
-// Binds a RunControl to a trainer for the binding's lifetime, applying earlier requests.
-class ControlBinding {
- public:
-  ControlBinding(RunControl* control, train::Trainer& trainer) : control_(control) {
-    if (!control_) return;
-    std::lock_guard<std::mutex> lock(control_->impl_->mutex);
-    control_->impl_->trainer = &trainer;
-    if (control_->impl_->cancelled) trainer.cancel();
-    if (control_->impl_->paused) trainer.pause();
-  }
-  ~ControlBinding() {
-    if (!control_) return;
-    std::lock_guard<std::mutex> lock(control_->impl_->mutex);
-    control_->impl_->trainer = nullptr;
-  }
-  ControlBinding(const ControlBinding&) = delete;
-  ControlBinding& operator=(const ControlBinding&) = delete;
-
- private:
-  RunControl* control_;
-};
-
-}  // namespace
-
 RunOutcomeInfo start_training(const TrainRequest& request,
                               const std::function<void(std::int64_t, const std::string&)>& on_start,
                               const std::function<void(const StepMetrics&)>& on_metrics) {
-  const train::RunConfig config =
-      train::parse_run_config(request.config_text, request.source, request.overrides);
-  const auto db = detail::store_path(request.db_path);
-  RunOutcomeInfo out;
-  {
-    auto st = store::RunStore::open(db);
-    store::NewRun nr;
-    nr.name = config.run.name;
-    nr.tags = config.run.tags;
-    nr.config = train::to_toml(config);
-    nr.seed = config.run.seed;
-    out.run_id = st.create_run(nr);
-  }
-  // The run exists: from here on every failure ends it failed (never left queued).
-  std::unique_ptr<train::Trainer> trainer;
-  std::unique_ptr<store::RunWriter> writer;
-  try {
-    trainer =
-        std::make_unique<train::Trainer>(config, detail::checkpoint_dir(config, db, out.run_id));
-    writer = std::make_unique<store::RunWriter>(db, out.run_id);
-  } catch (const std::exception& e) {
-    out.status = "failed";
-    out.message = e.what();
-    detail::mark_failed(db, out.run_id, out.message);
-    return out;
-  }
-  trainer->add_sink(std::make_shared<detail::StoreSink>(*writer));
-  trainer->add_sink(std::make_shared<CallbackSink>(out.run_id, trainer->total_steps(), on_metrics));
-  out.description = trainer->describe();
-  train::TrainResult r;
-  {
-    ControlBinding binding(request.control.get(), *trainer);
-    try {
-      if (on_start) on_start(out.run_id, out.description);
-      r = trainer->run();
-    } catch (const std::exception& e) {
-      r.outcome = train::RunOutcome::kFailed;
-      r.message = e.what();
-    }
-  }
-  out.status = train::outcome_name(r.outcome);
-  out.message = r.message;
-  try {
-    writer->set_status(store::run_status_from_string(out.status), r.message);
-    writer->close();
-  } catch (const std::exception& e) {
-    // The store could not take the end of the run: report it (the writer's close marks the run
-    // failed if it can).
-    out.status = "failed";
-    out.message = std::string("the run store failed: ") + e.what();
-  }
-  return out;
+  RunSpec spec;
+  spec.config_text = request.config_text;
+  spec.source = request.source;
+  spec.overrides = request.overrides;
+  spec.db_path = request.db_path;
+  spec.control = request.control;
+  spec.resume = request.resume;
+  return execute_run(spec, {on_start, on_metrics});
 }
 
 // ---- the store ----------------------------------------------------------------------------------

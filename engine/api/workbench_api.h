@@ -73,31 +73,6 @@ ScheduleTable preview_config_text(const std::string& toml_text, int steps,
 
 // ---- runs started in-process --------------------------------------------------------------------
 
-/// Cancel / pause / resume a run started with start_training(), from any thread. Requests made
-/// before the trainer exists take effect when it starts.
-class RunControl {
- public:
-  /// No request made yet.
-  RunControl();
-  /// Destroys the control (the request's shared_ptr keeps it alive while its run runs).
-  ~RunControl();
-  RunControl(const RunControl&) = delete;
-  RunControl& operator=(const RunControl&) = delete;
-  /// Asks the run to stop after the current step (status cancelled); also ends a pause.
-  void cancel();
-  /// Holds the run before its next step.
-  void pause();
-  /// Releases pause().
-  void resume();
-  /// Whether cancel() was called.
-  bool cancelled() const;
-  /// Whether the run is held by pause().
-  bool paused() const;
-
-  struct Impl;                  ///< (internal) the trainer binding
-  std::unique_ptr<Impl> impl_;  ///< (internal)
-};
-
 /// What the GUI starts: a config text (the editor's), where to store it, how to control it.
 struct TrainRequest {
   std::string config_text;              ///< TOML
@@ -105,24 +80,18 @@ struct TrainRequest {
   std::vector<std::string> overrides;   ///< "key.path=value"
   std::string db_path;                  ///< "" = the default store
   std::shared_ptr<RunControl> control;  ///< optional
+  /// Continue this stored run (crashed, cancelled, ...) from its newest checkpoint; with an
+  /// empty config_text its stored config is used.
+  std::optional<std::int64_t> resume;
 };
 
-/// Every metric of one logged step.
-struct StepMetrics {
-  std::int64_t run_id = 0;                             ///< the stored run
-  std::int64_t step = 0;                               ///< optimizer steps done (1-based)
-  std::int64_t total = 0;                              ///< steps in the run
-  double wall_s = 0;                                   ///< seconds since the first logged step
-  std::vector<std::pair<std::string, double>> values;  ///< name -> value ("loss", "lr.adamw.0")
-};
-
-/// Like run_training(), from a config text, on the calling thread (the GUI calls it on a worker
-/// thread): validates, creates the run in the store, trains, ends the run with its status. A
-/// failure after the run was created (e.g. a missing dataset) marks it failed with the message
-/// and returns status "failed"; a bad config throws tb::ValueError before anything is stored.
-/// `on_start` gets the run id and the parameter table (not called when the run fails before its
-/// trainer is built); `on_metrics` every logged step's metrics (called on the run thread: queue,
-/// do not block). `request.control` is bound to the run while it trains.
+/// execute_run() of a config text, on the calling thread (the GUI calls it on a worker thread):
+/// validates, creates (or, with `resume`, continues) the run in the store, trains, ends the run
+/// with its status. A failure after the run exists (e.g. a missing dataset) returns status
+/// "failed" (a created run is marked failed); a bad config throws tb::ValueError before anything
+/// is stored. `on_start` gets the run id and the parameter table (not called when the run fails
+/// before its trainer is built); `on_metrics` every logged step's metrics (called on the run
+/// thread: queue, do not block). `request.control` is bound to the run while it trains.
 RunOutcomeInfo start_training(const TrainRequest& request,
                               const std::function<void(std::int64_t, const std::string&)>& on_start,
                               const std::function<void(const StepMetrics&)>& on_metrics);

@@ -279,6 +279,12 @@ bool RunStore::has_run(std::int64_t run) const {
   return st.step();
 }
 
+std::string RunStore::store_id() const {
+  detail::Statement st = db_->prepare("SELECT value FROM store_info WHERE key = 'store_id'");
+  if (!st.step()) throw StoreError(str_cat("[store] ", path().string(), ": no store_id"));
+  return st.text(0);
+}
+
 RunDetails RunStore::get_run(std::int64_t run) const {
   detail::Statement st = db_->prepare(
       str_cat("SELECT ", kSummaryColumns,

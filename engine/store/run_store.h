@@ -89,6 +89,9 @@ class RunStore {
   std::vector<RunSummary> list_runs() const;
   /// Whether a run with this id exists.
   bool has_run(std::int64_t run) const;
+  /// The store's identity: 16 hex digits made once when the store was created (or migrated to
+  /// schema version 2); a copy of the file keeps it. Checkpoint folders are keyed by it.
+  std::string store_id() const;
   /// One run with config, hardware and per-metric final/min/max. Throws ValueError naming the
   /// run when it does not exist.
   RunDetails get_run(std::int64_t run) const;

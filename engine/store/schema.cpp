@@ -74,8 +74,19 @@ CREATE TABLE checkpoints (
 CREATE INDEX checkpoints_run ON checkpoints (run_id, step);
 )sql";
 
-constexpr std::array<Migration, 1> kLadder = {{
+// Version 2: the store's identity, a random 64-bit id made once (when the store is created or
+// migrated). Checkpoint folders are keyed by it, so stores in one folder never share them.
+constexpr std::string_view kSchemaV2 = R"sql(
+CREATE TABLE store_info (
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+INSERT INTO store_info (key, value) VALUES ('store_id', lower(hex(randomblob(8))));
+)sql";
+
+constexpr std::array<Migration, 2> kLadder = {{
     {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
+    {2, "add store_info with the store's id", kSchemaV2},
 }};
 
 constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL

@@ -82,6 +82,19 @@ std::vector<std::uint8_t> unhex(const std::string& s) {
   return out;
 }
 
+// The owner key a checkpoint folder records ("" for one written without an owner, or before
+// owners were recorded); nullopt when its state cannot be read.
+std::optional<std::string> checkpoint_owner_key(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "state.json");
+  if (!in) return std::nullopt;
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  if (state.is_discarded() || !state.is_object()) return std::nullopt;
+  if (!state.contains("owner") || !state.at("owner").is_object()) return std::string();
+  const auto key = state.at("owner").find("key");
+  if (key == state.at("owner").end() || !key->is_string()) return std::nullopt;
+  return key->get<std::string>();
+}
+
 nlohmann::json hyper_to_json(const optim::HyperValue& v) {
   if (const auto* d = std::get_if<double>(&v)) return *d;
   if (const auto* b = std::get_if<bool>(&v)) return *b;
@@ -286,6 +299,15 @@ Trainer::~Trainer() {
   cancel();
   resume();
   if (thread_.joinable()) thread_.join();
+}
+
+void Trainer::set_checkpoint_owner(std::string key, std::string description) {
+  owner_key_ = std::move(key);
+  owner_description_ = std::move(description);
+}
+
+std::int64_t Trainer::steps_done() const {
+  return s_->step;
 }
 
 void Trainer::add_sink(std::shared_ptr<MetricSink> sink) {
@@ -704,11 +726,13 @@ TrainResult Trainer::loop() {
       r.last_checkpoint = dir.string();
       for (auto& sink : sinks_)
         sink->on_checkpoint(s.step, dir.string());
-      // Keep the newest `keep` checkpoints.
+      // Keep the newest `keep` checkpoints of this owner; a folder another run wrote (or one
+      // whose state cannot be read) is never deleted.
       if (config_.checkpoint.keep > 0) {
         std::vector<std::filesystem::path> dirs;
         for (const auto& e : std::filesystem::directory_iterator(checkpoint_dir_))
-          if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0)
+          if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 &&
+              checkpoint_owner_key(e.path()) == std::optional<std::string>(owner_key_))
             dirs.push_back(e.path());
         std::sort(dirs.begin(), dirs.end());
         while (static_cast<std::int64_t>(dirs.size()) > config_.checkpoint.keep) {
@@ -758,6 +782,7 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& fina
   state["skipped"] = s.skipped;
   state["nonfinite_in_row"] = s.nonfinite_in_row;
   state["config"] = to_toml(config_);
+  state["owner"] = {{"key", owner_key_}, {"description", owner_description_}};
   nlohmann::json opts = nlohmann::json::array();
   for (std::size_t i = 0; i < s.opts.size(); ++i) {
     const auto sd = s.opts[i]->state_dict();
@@ -834,6 +859,13 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
                state.at("version") == 1 && state.contains("config") &&
                state.at("config").is_string(),
            "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
+  if (state.contains("owner") && state.at("owner").is_object()) {
+    const std::string key = state.at("owner").value("key", std::string());
+    TB_CHECK(key.empty() || owner_key_.empty() || key == owner_key_, "[checkpoint] ", dir.string(),
+             " belongs to ", state.at("owner").value("description", key), ", not to ",
+             owner_description_.empty() ? owner_key_ : owner_description_,
+             "; resume that run from its own store");
+  }
   TB_CHECK(state.at("config") == to_toml(config_), "[checkpoint] ", dir.string(),
            " was written by a run with another config; resume with that config");
   const auto model_file = load_safetensors(dir / "model.safetensors");

@@ -68,6 +68,11 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
+  /// Names whose checkpoints this run writes: `key` identifies the owner (the run lifecycle
+  /// passes "<store id>/<run id>"), `description` names it in messages ("run 1 of store
+  /// a.sqlite (id ...)"). Checkpoints record it; pruning (checkpoint.keep) deletes only folders
+  /// of the same owner, and resume_from() refuses a checkpoint of another owner. Default: "".
+  void set_checkpoint_owner(std::string key, std::string description);
   /// Adds a sink (before start()/run()).
   void add_sink(std::shared_ptr<MetricSink> sink);
   /// Restores model, optimizer, scheduler, loader and generator state from a checkpoint folder
@@ -88,6 +93,8 @@ class Trainer {
   /// Releases pause(). Thread-safe.
   void resume();
 
+  /// Optimizer steps done so far (after resume_from(): the checkpoint's step).
+  std::int64_t steps_done() const;
   /// Steps the run will do in total.
   std::int64_t total_steps() const { return total_steps_; }
   /// The parameter split table (Muon runs) or the parameter table.
@@ -110,6 +117,8 @@ class Trainer {
 
   RunConfig config_;
   std::filesystem::path checkpoint_dir_;
+  std::string owner_key_;
+  std::string owner_description_;
   std::unique_ptr<State> s_;
   std::vector<std::shared_ptr<MetricSink>> sinks_;
   std::int64_t total_steps_ = 0;

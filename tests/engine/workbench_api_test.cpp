@@ -580,12 +580,13 @@ TEST(WorkbenchRun, AFailureAfterTheRunWasCreatedMarksItFailed) {
   EXPECT_EQ(runs[0].message, out.message);
   EXPECT_EQ(runs[0].dataset, "fashion-mnist");
 
-  // run_training (the CLI's) still throws, but first marks its run failed too.
+  // run_training (the CLI's) goes through the same lifecycle: the same status and message.
   const std::string path = (dir.path() / "no-data.toml").string();
   std::ofstream(path) << req.config_text;
-  EXPECT_THROW(
-      api::run_training(api::RunRequest{path, {}, req.db_path, std::nullopt}, nullptr, nullptr),
-      tb::Error);
+  const auto cli =
+      api::run_training(api::RunRequest{path, {}, req.db_path, std::nullopt, ""}, nullptr, nullptr);
+  EXPECT_EQ(cli.status, "failed");
+  EXPECT_TRUE(contains(cli.message, "/nonexistent")) << cli.message;
   const auto after = reader.runs();
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after[0].status, "failed");

@@ -183,33 +183,65 @@ TEST_F(StoreTest, EmptyFileIsInitialisedFromVersionZero) {
   write_bytes(db(), "");
   auto store = RunStore::open(db());
   RawDb raw(db());
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 1);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("PRAGMA application_id"), kApplicationId);
 }
 
-TEST_F(StoreTest, MigrationLadderAddsVersionTwoInOneTransaction) {
+TEST_F(StoreTest, MigrationLadderAddsAVersionInOneTransaction) {
   { auto store = RunStore::open(db()); }
-  const auto v1 = detail::migrations();
-  // A v2 rung that adds a table and a column, as a future schema change would.
-  std::vector<detail::Migration> good(v1.begin(), v1.end());
-  good.push_back({2, "add notes", "ALTER TABLE runs ADD COLUMN notes TEXT; CREATE TABLE x (a);"});
-  // A v2 rung that fails half-way: the first statement must be rolled back.
-  std::vector<detail::Migration> bad(v1.begin(), v1.end());
-  bad.push_back({2, "broken", "CREATE TABLE y (a); THIS IS NOT SQL;"});
+  const auto current = detail::migrations();
+  const int next = kSchemaVersion + 1;
+  const std::string to_next = "migration to schema version " + std::to_string(next);
+  // A rung that adds a table and a column, as a future schema change would.
+  std::vector<detail::Migration> good(current.begin(), current.end());
+  good.push_back(
+      {next, "add notes", "ALTER TABLE runs ADD COLUMN notes TEXT; CREATE TABLE x (a);"});
+  // A rung that fails half-way: the first statement must be rolled back.
+  std::vector<detail::Migration> bad(current.begin(), current.end());
+  bad.push_back({next, "broken", "CREATE TABLE y (a); THIS IS NOT SQL;"});
   detail::OpenOptions o;
   o.ladder = bad;
   const std::string msg = error_of([&] { detail::open_database(db(), o); });
-  EXPECT_NE(msg.find("migration to schema version 2 (broken) failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(to_next + " (broken) failed"), std::string::npos) << msg;
   {
     RawDb raw(db());
-    EXPECT_EQ(raw.integer("PRAGMA user_version"), 1);
+    EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
     EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_schema WHERE name = 'y'"), 0);
   }
   o.ladder = good;
   { detail::open_database(db(), o); }
   RawDb raw(db());
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 2);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), next);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'notes'"), 1);
+}
+
+// The store's identity keys its checkpoint folders: made once, kept across opens, different for
+// two stores, and given to a version-1 store when it is migrated.
+TEST_F(StoreTest, StoreIdIsMadeOnceKeptAndGivenToMigratedStores) {
+  std::string id;
+  {
+    auto store = RunStore::open(db());
+    id = store.store_id();
+  }
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+  EXPECT_EQ(RunStore::open(db()).store_id(), id);
+  const fs::path other = db().parent_path() / "other.sqlite";
+  EXPECT_NE(RunStore::open(other).store_id(), id);
+
+  const fs::path old = db().parent_path() / "v1.sqlite";
+  {
+    const auto all = detail::migrations();
+    const std::vector<detail::Migration> v1(all.begin(), all.begin() + 1);
+    detail::OpenOptions o;
+    o.ladder = v1;
+    detail::open_database(old, o);
+  }
+  EXPECT_EQ(RawDb(old).integer("PRAGMA user_version"), 1);
+  const std::string migrated = RunStore::open(old).store_id();
+  EXPECT_EQ(migrated.size(), 16u);
+  EXPECT_EQ(RawDb(old).integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(RunStore::open(old).store_id(), migrated);
 }
 
 TEST_F(StoreTest, RefusesDatabaseFromNewerVersionUnchanged) {
@@ -218,7 +250,8 @@ TEST_F(StoreTest, RefusesDatabaseFromNewerVersionUnchanged) {
   const std::string before = read_bytes(db());
   const std::string msg = error_of([&] { RunStore::open(db()); });
   EXPECT_NE(msg.find("[store] " + db().string()), std::string::npos) << msg;
-  EXPECT_NE(msg.find("newer TrainBench (schema version 7; this build reads versions up to 1"),
+  EXPECT_NE(msg.find("newer TrainBench (schema version 7; this build reads versions up to " +
+                     std::to_string(kSchemaVersion)),
             std::string::npos)
       << msg;
   EXPECT_THROW(RunStore::open(db()), DatabaseRejectedError);

@@ -4,6 +4,7 @@
 
 #include <QFile>
 #include <QProcess>
+#include <QPushButton>
 #include <QSet>
 #include <QStandardPaths>
 #include <QTableWidget>
@@ -68,6 +69,50 @@ class TestRunsReport : public QObject {
         bound |= e.find("bound to CPUs") != std::string::npos;
       QVERIFY2(bound, "a launched run did not record its binding");
     }
+  }
+
+  void resumeACancelledRunFromTheRunsTable() {
+    // A run cancelled after step 12 (a checkpoint every 4 steps) is resumed from the runs
+    // table's Resume button and ends with the losses of the same run never interrupted.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString config = test::blobsConfig(30, QStringLiteral("resumable")) +
+                           QStringLiteral("\n[checkpoint]\ninterval = 4\n");
+    const qint64 whole = train(dir.filePath(QStringLiteral("whole.sqlite")), config);
+    QVERIFY(whole > 0);
+    qint64 cancelled = 0;
+    {
+      api::TrainRequest req;
+      req.config_text = config.toStdString();
+      req.db_path = db.toStdString();
+      req.control = std::make_shared<api::RunControl>();
+      const auto out = api::start_training(req, {}, [&](const api::StepMetrics& m) {
+        if (m.step == 12) req.control->cancel();
+      });
+      QCOMPARE(QString::fromStdString(out.status), QStringLiteral("cancelled"));
+      cancelled = out.run_id;
+    }
+    ui::MainWindow window(db);
+    window.runsModel()->refresh();
+    auto* resume = window.runsView()->findChild<QPushButton*>(QStringLiteral("resumeButton"));
+    QVERIFY(resume);
+    QVERIFY(!resume->isEnabled());  // nothing selected
+    window.runsView()->selectRun(cancelled);
+    QTRY_VERIFY(resume->isEnabled());
+    QTest::mouseClick(resume, Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(
+        QString::fromStdString(
+            window.runsModel()->run(window.runsModel()->rowOf(cancelled)).status),
+        QStringLiteral("finished"), 60000);
+    QTRY_VERIFY(!resume->isEnabled());  // a finished run is not resumable
+    const api::StoreReader resumedStore(db.toStdString());
+    const api::StoreReader wholeStore(dir.filePath(QStringLiteral("whole.sqlite")).toStdString());
+    const auto got = resumedStore.series(cancelled, "loss");
+    const auto want = wholeStore.series(whole, "loss");
+    QCOMPARE(got.step.size(), std::size_t{30});
+    QCOMPARE(got.step, want.step);
+    QCOMPARE(got.value, want.value);  // bit for bit, the steps before and after the resume
+    QCOMPARE(window.runsModel()->rowCount(), 1);  // the same run continued, no new one
   }
 
   void runsWrittenByAnotherProcessAppearLive() {

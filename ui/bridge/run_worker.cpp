@@ -6,11 +6,13 @@
 
 namespace tb::ui {
 
-RunWorker::RunWorker(QString configText, QString source, QString dbPath, QObject* parent)
+RunWorker::RunWorker(QString configText, QString source, QString dbPath, QObject* parent,
+                     qint64 resumeRun)
     : QObject(parent),
       m_configText(std::move(configText)),
       m_source(std::move(source)),
       m_dbPath(std::move(dbPath)),
+      m_resumeRun(resumeRun),
       m_control(std::make_shared<api::RunControl>()) {}
 
 RunWorker::~RunWorker() {
@@ -58,6 +60,7 @@ void RunWorker::runThread() {
   req.source = m_source.toStdString();
   req.db_path = m_dbPath.toStdString();
   req.control = m_control;
+  if (m_resumeRun > 0) req.resume = m_resumeRun;
   // Signals emitted from this thread are delivered queued to the GUI thread's receivers.
   try {
     const api::RunOutcomeInfo out = api::start_training(

@@ -25,7 +25,10 @@ class RunWorker : public QObject {
 
  public:
   /// A worker for `configText` (TOML; `source` names it in messages) into the store `dbPath`.
-  RunWorker(QString configText, QString source, QString dbPath, QObject* parent = nullptr);
+  /// With `resumeRun` > 0 it continues that stored run from its newest checkpoint instead (an
+  /// empty `configText` takes the run's stored config).
+  RunWorker(QString configText, QString source, QString dbPath, QObject* parent = nullptr,
+            qint64 resumeRun = 0);
   /// Cancels a running run and joins its thread.
   ~RunWorker() override;
 
@@ -62,6 +65,7 @@ class RunWorker : public QObject {
   QString m_configText;
   QString m_source;
   QString m_dbPath;
+  qint64 m_resumeRun = 0;
   std::atomic<qint64> m_runId{0};
   std::shared_ptr<api::RunControl> m_control;
   std::thread m_thread;

@@ -136,6 +136,7 @@ void MainWindow::buildDocks() {
     }
   });
   connect(m_runsView, &RunsView::compareRequested, this, &MainWindow::compareRuns);
+  connect(m_runsView, &RunsView::resumeRequested, this, &MainWindow::resumeRun);
   connect(m_runsView, &RunsView::duplicateRequested, this, [this](qint64 id) {
     try {
       const QString text = QString::fromStdString(m_runsModel->store()->config_text(id));
@@ -320,16 +321,40 @@ bool MainWindow::startRun() {
   return true;
 }
 
+void MainWindow::resumeRun(qint64 id) {
+  for (const auto& w : m_workers) {
+    if (w && w->runId() == id) {
+      log(QStringLiteral("warning"), tr("run %1 is already running here").arg(id));
+      return;
+    }
+  }
+  QueueEntry e;
+  e.label = tr("run %1").arg(id);
+  const int row = m_runsModel->rowOf(id);
+  if (row >= 0) e.label = QString::fromStdString(m_runsModel->run(row).name);
+  e.resumeRun = id;
+  log(QStringLiteral("info"), tr("resuming run %1 from its newest checkpoint").arg(id));
+  startEntry(e);
+}
+
 void MainWindow::startEntry(const QueueEntry& entry) {
-  auto* worker = new RunWorker(entry.configText, entry.label, m_dbPath, this);
+  auto* worker = new RunWorker(entry.configText, entry.label, m_dbPath, this, entry.resumeRun);
   m_workers.append(worker);
   const QString label = entry.label;
-  connect(worker, &RunWorker::started, this, [this, label](qint64 id, const QString&) {
-    log(QStringLiteral("info"), tr("run %1 started").arg(id));
+  const bool resumed = entry.resumeRun > 0;
+  connect(worker, &RunWorker::started, this, [this, label, resumed](qint64 id, const QString&) {
+    log(QStringLiteral("info"), (resumed ? tr("run %1 resumed") : tr("run %1 started")).arg(id));
     m_runsModel->refresh();
     m_tabs->setCurrentWidget(m_live);
     m_live->clearRuns();
     m_live->addRun(id, QStringLiteral("%1 %2").arg(id).arg(label), runColor(0));
+    if (resumed) {  // the steps before the checkpoint, from the store
+      try {
+        if (api::StoreReader* store = m_runsModel->store()) m_live->loadFromStore(*store, id);
+      } catch (const std::exception& e) {
+        log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+      }
+    }
     m_runsView->selectRun(id);
     updateActions();
   });

@@ -38,8 +38,9 @@ class TopologyView;
 
 /// A queued run.
 struct QueueEntry {
-  QString configText;  ///< TOML
-  QString label;       ///< shown in the queue
+  QString configText;    ///< TOML ("" when resuming: the run's stored config)
+  QString label;         ///< shown in the queue
+  qint64 resumeRun = 0;  ///< > 0: continue this stored run from its newest checkpoint
 };
 
 /// The main window.
@@ -55,6 +56,8 @@ class MainWindow : public QMainWindow {
   bool openConfig(const QString& path, bool quiet = false);
   /// Starts the editor's config now (in-process). Returns false when it does not validate.
   bool startRun();
+  /// Continues stored run `id` (crashed or cancelled) from its newest checkpoint, in-process.
+  void resumeRun(qint64 id);
   /// Queues the editor's config.
   void enqueueCurrent();
   /// Queues the editor's config twice: with optimizer Muon and with AdamW (same everything else).

@@ -312,6 +312,12 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   auto* compare = new QPushButton(tr("Compare"), this);
   compare->setToolTip(tr("Compare the selected runs (2 or more)"));
   tools->addWidget(compare);
+  m_resume = new QPushButton(tr("Resume"), this);
+  m_resume->setObjectName(QStringLiteral("resumeButton"));
+  m_resume->setToolTip(
+      tr("Continue the selected crashed or cancelled run from its newest checkpoint"));
+  m_resume->setEnabled(false);
+  tools->addWidget(m_resume);
   auto* del = new QPushButton(tr("Delete…"), this);
   tools->addWidget(del);
   layout->addLayout(tools);
@@ -338,8 +344,15 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   connect(compare, &QPushButton::clicked, this,
           [this] { Q_EMIT compareRequested(selectedRuns()); });
   connect(del, &QPushButton::clicked, this, &RunsView::deleteSelected);
-  connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
-          [this] { Q_EMIT selectionChanged(selectedRuns()); });
+  connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+    updateButtons();
+    Q_EMIT selectionChanged(selectedRuns());
+  });
+  connect(model, &QAbstractItemModel::dataChanged, this, &RunsView::updateButtons);
+  connect(m_resume, &QPushButton::clicked, this, [this] {
+    const auto ids = selectedRuns();
+    if (ids.size() == 1 && canResume(ids.first())) Q_EMIT resumeRequested(ids.first());
+  });
   // Keep the selection across refreshes (the model resets).
   connect(model, &QAbstractItemModel::modelAboutToBeReset, this,
           [this] { setProperty("keepSelection", QVariant::fromValue(selectedRuns())); });
@@ -353,6 +366,7 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
       if (i.isValid()) sel.select(i, i.siblingAtColumn(RunsModel::ColumnCount - 1));
     }
     m_table->selectionModel()->select(sel, QItemSelectionModel::ClearAndSelect);
+    updateButtons();  // a status may have changed with the same selection
   });
   connect(m_table, &QTableView::customContextMenuRequested, this, [this](const QPoint& pos) {
     const auto ids = selectedRuns();
@@ -365,12 +379,26 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
     menu.addAction(tr("Edit tags…"), this, &RunsView::editTags);
     menu.addAction(tr("Duplicate config"), this,
                    [this, ids] { Q_EMIT duplicateRequested(ids.first()); });
+    if (ids.size() == 1 && canResume(ids.first()))
+      menu.addAction(tr("Resume"), this, [this, ids] { Q_EMIT resumeRequested(ids.first()); });
     if (ids.size() >= 2)
       menu.addAction(tr("Compare"), this, [this, ids] { Q_EMIT compareRequested(ids); });
     menu.addSeparator();
     menu.addAction(tr("Delete…"), this, &RunsView::deleteSelected);
     menu.exec(m_table->viewport()->mapToGlobal(pos));
   });
+}
+
+bool RunsView::canResume(qint64 id) const {
+  const int row = m_model->rowOf(id);
+  if (row < 0) return false;
+  const std::string& status = m_model->run(row).status;
+  return status == "crashed" || status == "cancelled";
+}
+
+void RunsView::updateButtons() {
+  const auto ids = selectedRuns();
+  m_resume->setEnabled(ids.size() == 1 && canResume(ids.first()));
 }
 
 QList<qint64> RunsView::selectedRuns() const {

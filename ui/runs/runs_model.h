@@ -17,6 +17,7 @@
 #include "engine/api/workbench_api.h"
 
 class QComboBox;
+class QPushButton;
 class QLineEdit;
 class QTableView;
 
@@ -125,6 +126,8 @@ class RunsView : public QWidget {
   QTableView* table() const { return m_table; }
   /// The filter (tests).
   RunsFilter* filter() const { return m_filter; }
+  /// Whether run `id` can be resumed from the table: crashed or cancelled.
+  bool canResume(qint64 id) const;
 
  Q_SIGNALS:
   /// The selection changed.
@@ -133,6 +136,8 @@ class RunsView : public QWidget {
   void compareRequested(const QList<qint64>& ids);
   /// "Duplicate config" was asked for a run.
   void duplicateRequested(qint64 id);
+  /// "Resume" was asked for a crashed or cancelled run (it continues from its newest checkpoint).
+  void resumeRequested(qint64 id);
 
  public Q_SLOTS:
   /// Asks for confirmation and deletes the selected runs.
@@ -146,6 +151,8 @@ class RunsView : public QWidget {
   QTableView* m_table;
   QLineEdit* m_search;
   QComboBox* m_status;
+  QPushButton* m_resume;
+  void updateButtons();
 };
 
 }  // namespace tb::ui

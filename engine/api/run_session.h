@@ -1,0 +1,96 @@
+// The one run lifecycle: config -> store run -> trainer -> sinks -> final status, with resume and
+// every failure path. trainbench-cli run (api::run_training), the GUI's in-process runs
+// (api::start_training), the processes trainbench-cli launch starts (they are CLI runs) and the
+// distributed ranks to come all run through execute_run(). Plain structs only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tb::api {
+
+/// Cancel / pause / resume a run started through execute_run(), from any thread. Requests made
+/// before the trainer exists take effect when it starts.
+class RunControl {
+ public:
+  /// No request made yet.
+  RunControl();
+  /// Destroys the control (the request's shared_ptr keeps it alive while its run runs).
+  ~RunControl();
+  RunControl(const RunControl&) = delete;
+  RunControl& operator=(const RunControl&) = delete;
+  /// Asks the run to stop after the current step (status cancelled); also ends a pause.
+  void cancel();
+  /// Holds the run before its next step.
+  void pause();
+  /// Releases pause().
+  void resume();
+  /// Whether cancel() was called.
+  bool cancelled() const;
+  /// Whether the run is held by pause().
+  bool paused() const;
+
+  struct Impl;                  ///< (internal) the trainer binding
+  std::unique_ptr<Impl> impl_;  ///< (internal)
+};
+
+/// Every metric of one logged step.
+struct StepMetrics {
+  std::int64_t run_id = 0;                             ///< the stored run
+  std::int64_t step = 0;                               ///< optimizer steps done (1-based)
+  std::int64_t total = 0;                              ///< steps in the run
+  double wall_s = 0;                                   ///< seconds since the first logged step
+  std::vector<std::pair<std::string, double>> values;  ///< name -> value ("loss", "lr.adamw.0")
+};
+
+/// The end of a run.
+struct RunOutcomeInfo {
+  std::int64_t run_id = 0;     ///< the stored run
+  std::string status;          ///< finished, failed, diverged, cancelled
+  std::string message;         ///< summary or reason
+  std::string description;     ///< the parameter / split table, for display before the run
+  bool resumed = false;        ///< it continued a stored run
+  std::int64_t from_step = 0;  ///< resumed: the checkpoint's step
+};
+
+/// What to run.
+struct RunSpec {
+  /// The TOML config. With `resume` it may be empty: the stored run's own config is used.
+  std::string config_text;
+  std::string source = "<config>";      ///< names the text in messages (a file name)
+  std::vector<std::string> overrides;   ///< "key.path=value", applied to the text
+  std::string db_path;                  ///< "" = the default store
+  std::optional<std::int64_t> resume;   ///< continue this stored run from a checkpoint
+  std::string resume_checkpoint;        ///< with resume: this folder, not the run's newest
+  std::shared_ptr<RunControl> control;  ///< optional: bound to the run while it trains
+};
+
+/// What the caller hears while the run runs (both optional; called on the calling thread, which
+/// runs the trainer: queue, do not block).
+struct RunObserver {
+  /// The run id and the parameter table, before the first step (not called when the run fails
+  /// before its trainer is built).
+  std::function<void(std::int64_t, const std::string&)> on_start;
+  /// Every logged step's metrics.
+  std::function<void(const StepMetrics&)> on_metrics;
+};
+
+/// Runs `spec` on the calling thread:
+/// 1. parses the config (a bad one throws tb::ValueError; nothing is stored);
+/// 2. creates the run in the store (status queued), or — resuming — finds the stored run and its
+///    newest checkpoint (none: tb::ValueError, nothing changed);
+/// 3. builds the trainer, its checkpoints in a folder of this store and run
+///    (<checkpoint.dir or the store's folder>/checkpoints/<store name>-<store id>/run-<id>), and
+///    restores the checkpoint; a checkpoint of another store or run is refused;
+/// 4. opens the run's writer (status running) and trains with the store and observer sinks;
+/// 5. ends the run with its status (finished, failed, diverged, cancelled).
+/// From step 2 on no failure throws: it returns status "failed" with the message, a created run
+/// is marked failed, and a resumed run that could not restart keeps the status it had.
+RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer = {});
+
+}  // namespace tb::api

@@ -1,0 +1,205 @@
+// The one run lifecycle (engine/api/run_session.h): checkpoints belong to their store and run
+// (two stores side by side, each with run 1, keep their own and resume from them), a cancelled
+// run resumed from the store continues to the uninterrupted run's losses, resuming across stores
+// is refused and leaves the run as it was, pruning never deletes another run's folder, and the
+// CLI's and the GUI's entry points return the same outcome.
+#include "engine/api/run_session.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/api/run_api.h"
+#include "engine/api/workbench_api.h"
+#include "engine/store/run_store.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace api = tb::api;
+namespace store = tb::store;
+
+// 8 quick steps on 4 Gaussian blobs, a checkpoint every 2 steps, only the newest kept.
+const std::string kConfig = R"(
+[run]
+name = "side-by-side"
+seed = 9
+steps = 8
+[model]
+kind = "mlp"
+input = 16
+hidden = [16]
+classes = 4
+[data]
+kind = "synthetic-blobs"
+batch_size = 32
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[checkpoint]
+interval = 2
+keep = 1
+)";
+
+using Losses = std::map<std::int64_t, double>;
+
+// Runs `spec`, recording the losses; cancels the run once it has logged step `cancel_at`.
+api::RunOutcomeInfo run(api::RunSpec spec, Losses& losses, std::int64_t cancel_at = 0) {
+  if (cancel_at > 0) spec.control = std::make_shared<api::RunControl>();
+  api::RunObserver obs;
+  obs.on_metrics = [&](const api::StepMetrics& m) {
+    for (const auto& [k, v] : m.values)
+      if (k == "loss") losses[m.step] = v;
+    if (cancel_at > 0 && m.step == cancel_at) spec.control->cancel();
+  };
+  return api::execute_run(spec, obs);
+}
+
+api::RunSpec spec_for(const fs::path& db) {
+  api::RunSpec s;
+  s.config_text = kConfig;
+  s.source = "side-by-side.toml";
+  s.db_path = db.string();
+  return s;
+}
+
+std::vector<fs::path> step_dirs(const fs::path& run_dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(run_dir))
+    if (e.path().filename().string().rfind("step-", 0) == 0) out.push_back(e.path());
+  return out;
+}
+
+TEST(RunLifecycle, StoresSideBySideKeepTheirOwnCheckpointsAndResumeFromThem) {
+  tb::test::TempDir dir("tb_run_session_test");
+  Losses uninterrupted;
+  ASSERT_EQ(run(spec_for(dir.path() / "whole.sqlite"), uninterrupted).status, "finished");
+  ASSERT_EQ(uninterrupted.size(), 8u);
+
+  const std::vector<fs::path> dbs = {dir.path() / "a.sqlite", dir.path() / "b.sqlite"};
+  std::vector<fs::path> newest;
+  for (const auto& db : dbs) {
+    Losses first;
+    const auto out = run(spec_for(db), first, /*cancel_at=*/4);
+    ASSERT_EQ(out.run_id, 1);  // both stores have a run 1
+    EXPECT_EQ(out.status, "cancelled") << out.message;
+    const auto cks = store::RunStore::open(db).checkpoints(1);
+    ASSERT_FALSE(cks.empty());
+    newest.push_back(cks.back().path);
+    // The run's folder is this store's: <dir>/checkpoints/<stem>-<store id>/run-1.
+    const std::string id = store::RunStore::open(db).store_id();
+    EXPECT_EQ(fs::path(cks.back().path).parent_path(),
+              dir.path() / "checkpoints" / (db.stem().string() + "-" + id) / "run-1");
+  }
+  ASSERT_NE(newest[0], newest[1]);
+  for (std::size_t i = 0; i < dbs.size(); ++i) {
+    // keep = 1: one checkpoint left per store, and the other store's run did not delete it.
+    EXPECT_TRUE(fs::exists(newest[i] / "state.json")) << newest[i];
+    EXPECT_EQ(step_dirs(newest[i].parent_path()).size(), 1u);
+  }
+
+  // A folder another run wrote, inside a's run folder: pruning must leave it alone.
+  const fs::path foreign = newest[0].parent_path() / "step-00000001";
+  fs::create_directories(foreign);
+  std::ofstream(foreign / "state.json") << R"({"version": 1, "owner": {"key": "elsewhere/7"}})";
+
+  for (std::size_t i = 0; i < dbs.size(); ++i) {
+    // Resume from the store alone (its stored config): the uninterrupted run's losses.
+    api::RunSpec resume;
+    resume.db_path = dbs[i].string();
+    resume.resume = 1;
+    Losses rest;
+    const auto out = run(resume, rest);
+    ASSERT_EQ(out.status, "finished") << out.message;
+    EXPECT_TRUE(out.resumed);
+    EXPECT_EQ(out.from_step, 4);
+    ASSERT_EQ(rest.size(), 4u);
+    for (const auto& [step, loss] : rest)
+      EXPECT_EQ(loss, uninterrupted.at(step)) << dbs[i] << " step " << step;  // bit for bit
+    EXPECT_EQ(store::RunStore::open(dbs[i]).get_run(1).summary.status, store::RunStatus::kFinished);
+  }
+  EXPECT_TRUE(fs::exists(foreign / "state.json"));
+  EXPECT_EQ(step_dirs(newest[0].parent_path()).size(), 2u);  // its own newest + the foreign one
+}
+
+TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path a = dir.path() / "a.sqlite";
+  const fs::path b = dir.path() / "b.sqlite";
+  Losses ignore;
+  ASSERT_EQ(run(spec_for(a), ignore, 4).status, "cancelled");
+  ASSERT_EQ(run(spec_for(b), ignore, 4).status, "cancelled");
+  const std::string a_checkpoint = store::RunStore::open(a).checkpoints(1).back().path;
+  const std::string a_id = store::RunStore::open(a).store_id();
+
+  api::RunSpec cross;
+  cross.db_path = b.string();
+  cross.resume = 1;
+  cross.resume_checkpoint = a_checkpoint;
+  const auto out = api::execute_run(cross);
+  EXPECT_EQ(out.status, "failed");
+  EXPECT_NE(out.message.find("belongs to run 1 of store a.sqlite (id " + a_id + ")"),
+            std::string::npos)
+      << out.message;
+  EXPECT_NE(out.message.find("not to run 1 of store b.sqlite"), std::string::npos) << out.message;
+  // b's run is left as it was: cancelled at step 4, resumable from its own checkpoint.
+  const auto run_b = store::RunStore::open(b).get_run(1).summary;
+  EXPECT_EQ(run_b.status, store::RunStatus::kCancelled);
+  EXPECT_EQ(run_b.last_step, 4);
+  api::RunSpec own;
+  own.db_path = b.string();
+  own.resume = 1;
+  EXPECT_EQ(api::execute_run(own).status, "finished");
+}
+
+TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec none;
+  none.db_path = db.string();
+  none.resume = 3;
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
+            "[run] " + db.string() + " has no run 3");
+  // A run that failed before its first checkpoint.
+  api::RunSpec bad = spec_for(db);
+  bad.overrides = {"data.kind=fashion-mnist", "data.path=/nonexistent", "model.input=784",
+                   "model.classes=10"};
+  const auto failed = api::execute_run(bad);
+  ASSERT_EQ(failed.status, "failed");
+  none.resume = failed.run_id;
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
+            "[run] run " + std::to_string(failed.run_id) + " has no checkpoint to resume from");
+}
+
+TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  const fs::path file = dir.path() / "run.toml";
+  std::ofstream(file) << kConfig;
+  const auto cli = api::run_training(
+      api::RunRequest{file.string(), {}, db.string(), std::nullopt, ""}, nullptr, nullptr);
+  api::TrainRequest gui;
+  gui.config_text = kConfig;
+  gui.db_path = db.string();
+  const auto in_process = api::start_training(gui, nullptr, nullptr);
+  EXPECT_EQ(cli.status, "finished");
+  EXPECT_EQ(in_process.status, cli.status);
+  EXPECT_EQ(in_process.description, cli.description);
+  // The same config and seed: the same last loss in both runs.
+  const auto st = store::RunStore::open(db);
+  EXPECT_EQ(st.series(cli.run_id, "loss").back().value,
+            st.series(in_process.run_id, "loss").back().value);
+  // The CLI resumes too, from the stored config when no file is given.
+  const auto again =
+      api::run_training(api::RunRequest{"", {}, db.string(), cli.run_id, ""}, nullptr, nullptr);
+  EXPECT_TRUE(again.resumed);
+  EXPECT_EQ(again.from_step, 8);
+}
+
+}  // namespace
