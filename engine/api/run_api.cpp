@@ -203,8 +203,8 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     v << std::fixed << std::setprecision(1) << (*r.summary.ended_at - *r.summary.started_at);
     return v.str();
   });
-  for (const char* key :
-       {"loss", "eval.loss", "eval.accuracy", "eval.perplexity", "time.step_ms"}) {
+  for (const char* key : {core::metric::kLoss, core::metric::kEvalLoss, core::metric::kEvalAccuracy,
+                          core::metric::kEvalPerplexity, core::metric::kStepMs}) {
     bool any = false;
     for (const auto& r : runs)
       for (const auto& m : r.metrics)

@@ -4,6 +4,7 @@
 
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/train/run_config.h"
@@ -69,10 +70,10 @@ ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
   group_names.clear();
   const std::string rest = optim::optimizer_registry().at(rc.optimizer.main.kind)->rest_kind;
   lrs = {rc.optimizer.main.number("lr")};
-  group_names = {"lr." + rc.optimizer.main.kind};
+  group_names = {core::metric::kLrPrefix + rc.optimizer.main.kind};
   if (!rest.empty()) {
     lrs.push_back(rc.optimizer.adamw.value_or(train::OptimizerSettings(rest)).number("lr"));
-    group_names.push_back("lr." + rest);
+    group_names.push_back(core::metric::kLrPrefix + rest);
   }
   cfg["lr"] = lrs;
   if (steps <= 0) steps = static_cast<int>(rc.run.steps > 0 ? rc.run.steps : 100);

@@ -15,6 +15,7 @@
 #include "engine/api/api_detail.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/nn/model_registry.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
@@ -320,10 +321,10 @@ RunFacts read_facts(const store::RunDetails& d) {
   f.scheduler = get("scheduler.kind", "none");
   f.dataset = get("data.kind", "");
   for (const auto& m : d.metrics) {
-    if (m.key == "loss") f.final_loss = finite(m.last_value);
-    if (m.key == "eval.loss") f.best_eval_loss = finite(m.min_value);
-    if (m.key == "eval.accuracy") f.best_accuracy = finite(m.max_value);
-    if (m.key == "eval.perplexity") f.best_perplexity = finite(m.min_value);
+    if (m.key == core::metric::kLoss) f.final_loss = finite(m.last_value);
+    if (m.key == core::metric::kEvalLoss) f.best_eval_loss = finite(m.min_value);
+    if (m.key == core::metric::kEvalAccuracy) f.best_accuracy = finite(m.max_value);
+    if (m.key == core::metric::kEvalPerplexity) f.best_perplexity = finite(m.min_value);
   }
   return f;
 }

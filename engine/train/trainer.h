@@ -108,12 +108,19 @@ class Trainer {
   /// killed midway never leaves a partial checkpoint under `dir` nor touches older ones.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir);
 
+  struct State;  ///< (internal) everything a run owns: engine/train/trainer_state.h
+
  private:
-  struct State;
   void emit_event(const std::string& level, const std::string& text);
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
   void report_placement();
   TrainResult loop();
+  // Step phases of loop() that need the trainer (the others are in train_step.cpp).
+  bool wait_while_paused();                                     // false when cancelled
+  bool skip_nonfinite_step(double loss_value, TrainResult& r);  // true: diverged, stop
+  void after_optimizer_step();                                  // step count, placement, average
+  void checkpoint_if_due(TrainResult& r);
+  void finish(TrainResult& r);
 
   RunConfig config_;
   std::filesystem::path checkpoint_dir_;

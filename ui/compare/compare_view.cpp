@@ -1,4 +1,5 @@
 #include "ui/compare/compare_view.h"
+#include "engine/api/metrics.h"
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -27,8 +28,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* targetRow = new QHBoxLayout;
   targetRow->addWidget(new QLabel(tr("Target:"), side));
   m_targetMetric = new QComboBox(side);
-  m_targetMetric->addItems({QStringLiteral("eval.accuracy"), QStringLiteral("eval.loss"),
-                            QStringLiteral("loss"), QStringLiteral("eval.perplexity")});
+  m_targetMetric->addItems(
+      {QLatin1String(api::metric::kEvalAccuracy), QLatin1String(api::metric::kEvalLoss),
+       QLatin1String(api::metric::kLoss), QLatin1String(api::metric::kEvalPerplexity)});
   targetRow->addWidget(m_targetMetric);
   m_targetValue = new QDoubleSpinBox(side);
   m_targetValue->setDecimals(4);

@@ -1,4 +1,5 @@
 #include "ui/live_plots/plots_panel.h"
+#include "engine/api/metrics.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -17,8 +18,8 @@ namespace tb::ui {
 
 namespace {
 
-const char* const kNsKey = "time.newton_schulz_ms";
-const char* const kOptKey = "time.optimizer_ms";
+const char* const kNsKey = api::metric::kNewtonSchulzMs;
+const char* const kOptKey = api::metric::kOptimizerMs;
 
 QString curveId(qint64 runId, const MetricRoute& r, const QString& key) {
   return QStringLiteral("%1/%2/%3")
@@ -41,7 +42,7 @@ QColor runColor(int index) {
 MetricRoute routeMetric(const QString& key) {
   MetricRoute r;
   auto evalVariant = [&](const QString& metric, int plot) {
-    if (key == QLatin1String("eval.") + metric) {
+    if (key == QLatin1String(api::metric::kEvalPrefix) + metric) {
       r = {plot, 1, QStringLiteral("eval ") + metric, Qt::DashLine, true};
       return true;
     }
@@ -55,34 +56,35 @@ MetricRoute routeMetric(const QString& key) {
     }
     return false;
   };
-  if (key == QLatin1String("loss")) return {PlotsPanel::Loss, 0, QStringLiteral("train loss")};
-  if (evalVariant(QStringLiteral("loss"), PlotsPanel::Loss)) return r;
+  if (key == QLatin1String(api::metric::kLoss))
+    return {PlotsPanel::Loss, 0, QStringLiteral("train loss")};
+  if (evalVariant(QLatin1String(api::metric::kLoss), PlotsPanel::Loss)) return r;
   if (evalVariant(QStringLiteral("accuracy"), PlotsPanel::EvalMetric)) return r;
   if (evalVariant(QStringLiteral("perplexity"), PlotsPanel::EvalMetric)) return r;
-  if (key.startsWith(QLatin1String("lr."))) {
+  if (key.startsWith(QLatin1String(api::metric::kLrPrefix))) {
     const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
     const int g = key.section(QLatin1Char('.'), 2).toInt();
     const bool muon = key.startsWith(QLatin1String("lr.muon"));
     return {PlotsPanel::LearningRate, muon ? 0 : 1, QStringLiteral("LR ") + key.mid(3),
             styles[(muon ? 0 : 1 + g) % 4]};
   }
-  if (key == QLatin1String("time.data_ms"))
+  if (key == QLatin1String(api::metric::kDataMs))
     return {PlotsPanel::StepTime, 0, QStringLiteral("data"), Qt::DotLine};
-  if (key == QLatin1String("time.forward_ms"))
+  if (key == QLatin1String(api::metric::kForwardMs))
     return {PlotsPanel::StepTime, 1, QStringLiteral("forward"), Qt::DashLine};
-  if (key == QLatin1String("time.backward_ms"))
+  if (key == QLatin1String(api::metric::kBackwardMs))
     return {PlotsPanel::StepTime, 2, QStringLiteral("backward"), Qt::DashDotLine};
   if (key == QLatin1String(kOptKey))
     return {PlotsPanel::StepTime, 3, QStringLiteral("optimizer"), Qt::SolidLine};
   if (key == QLatin1String(kNsKey))
     return {PlotsPanel::StepTime, 4, QStringLiteral("Newton–Schulz"), Qt::DashDotDotLine};
-  if (key == QLatin1String("samples_per_s"))
+  if (key == QLatin1String(api::metric::kSamplesPerS))
     return {PlotsPanel::Throughput, 0, QStringLiteral("samples/s")};
-  if (key == QLatin1String("tokens_per_s"))
+  if (key == QLatin1String(api::metric::kTokensPerS))
     return {PlotsPanel::Throughput, 1, QStringLiteral("tokens/s"), Qt::DashLine};
-  if (key == QLatin1String("grad_norm"))
+  if (key == QLatin1String(api::metric::kGradNorm))
     return {PlotsPanel::GradNorm, 0, QStringLiteral("grad norm")};
-  if (key == QLatin1String("loss_scale"))
+  if (key == QLatin1String(api::metric::kLossScale))
     return {PlotsPanel::LossScale, 0, QStringLiteral("loss scale")};
   return r;
 }

@@ -1,4 +1,5 @@
 #include "ui/report/report.h"
+#include "engine/api/metrics.h"
 
 #include <QBuffer>
 #include <QDateTime>
@@ -53,12 +54,12 @@ QString htmlEscape(const QString& text) {
 namespace {
 
 const QList<QPair<QString, QString>> kPhases = {
-    {QStringLiteral("data"), QStringLiteral("time.data_ms")},
-    {QStringLiteral("forward"), QStringLiteral("time.forward_ms")},
-    {QStringLiteral("backward"), QStringLiteral("time.backward_ms")},
-    {QStringLiteral("optimizer"), QStringLiteral("time.optimizer_ms")},
-    {QStringLiteral("Newton–Schulz"), QStringLiteral("time.newton_schulz_ms")},
-    {QStringLiteral("step"), QStringLiteral("time.step_ms")}};
+    {QStringLiteral("data"), QLatin1String(api::metric::kDataMs)},
+    {QStringLiteral("forward"), QLatin1String(api::metric::kForwardMs)},
+    {QStringLiteral("backward"), QLatin1String(api::metric::kBackwardMs)},
+    {QStringLiteral("optimizer"), QLatin1String(api::metric::kOptimizerMs)},
+    {QStringLiteral("Newton–Schulz"), QLatin1String(api::metric::kNewtonSchulzMs)},
+    {QStringLiteral("step"), QLatin1String(api::metric::kStepMs)}};
 
 QString num(const std::optional<double>& v, int precision = 5) {
   return v ? QString::number(*v, 'g', precision) : QStringLiteral("–");

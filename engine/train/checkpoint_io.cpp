@@ -1,0 +1,281 @@
+// Checkpoint files of a run: writing one atomically (a hidden folder, synced, renamed into
+// place), pruning to checkpoint.keep among the folders this run's owner wrote, and restoring a
+// run from one (the config and the owner checked first).
+//
+// <dir>/model.safetensors      the model's state_dict
+// <dir>/optimizer.safetensors  optimizer state tensors, named "<optimizer index>.<id>.<key>"
+// <dir>/average.safetensors    the SWA/EMA average (swa.kind != none)
+// <dir>/state.json             step, counters, optimizer hyper-parameters, scheduler
+//                              state_dicts, loader position, the model generator's state, the
+//                              config (TOML) and the owner (store id/run)
+#include <algorithm>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/train/safetensors.h"
+#include "engine/train/trainer_state.h"
+
+namespace tb::train {
+
+using core::Tensor;
+
+namespace {
+
+std::string hex(const std::vector<std::uint8_t>& bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  s.reserve(bytes.size() * 2);
+  for (auto b : bytes) {
+    s.push_back(d[b >> 4]);
+    s.push_back(d[b & 15]);
+  }
+  return s;
+}
+
+std::vector<std::uint8_t> unhex(const std::string& s) {
+  TB_CHECK(s.size() % 2 == 0, "[checkpoint] malformed generator state");
+  std::vector<std::uint8_t> out(s.size() / 2);
+  auto val = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw ValueError("[checkpoint] malformed generator state");
+  };
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<std::uint8_t>(val(s[2 * i]) * 16 + val(s[2 * i + 1]));
+  return out;
+}
+
+// The owner key a checkpoint folder records ("" for one written without an owner, or before
+// owners were recorded); nullopt when its state cannot be read.
+std::optional<std::string> checkpoint_owner_key(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "state.json");
+  if (!in) return std::nullopt;
+  const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  if (state.is_discarded() || !state.is_object()) return std::nullopt;
+  if (!state.contains("owner") || !state.at("owner").is_object()) return std::string();
+  const auto key = state.at("owner").find("key");
+  if (key == state.at("owner").end() || !key->is_string()) return std::nullopt;
+  return key->get<std::string>();
+}
+
+nlohmann::json hyper_to_json(const optim::HyperValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  return {{"tensor", std::get<Tensor>(v).item()}};
+}
+
+optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperValue& current) {
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object()) {
+    // A tensor LR: filled into the live tensor, never replaced (as in PyTorch PR 163098).
+    if (const auto* t = std::get_if<Tensor>(&current)) {
+      Tensor live = *t;
+      live.fill_(j.at("tensor").get<double>());
+      return live;
+    }
+    return j.at("tensor").get<double>();
+  }
+  return j.get<double>();
+}
+
+}  // namespace
+
+namespace detail {
+
+std::string checkpoint_name(std::int64_t step) {
+  std::ostringstream name;
+  name << "step-" << std::setw(8) << std::setfill('0') << step;
+  return name.str();
+}
+
+void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
+                       const std::string& owner_key) {
+  if (keep <= 0) return;
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 &&
+        checkpoint_owner_key(e.path()) == std::optional<std::string>(owner_key))
+      dirs.push_back(e.path());
+  std::sort(dirs.begin(), dirs.end());
+  while (static_cast<std::int64_t>(dirs.size()) > keep) {
+    std::filesystem::remove_all(dirs.front());
+    dirs.erase(dirs.begin());
+  }
+}
+
+}  // namespace detail
+
+std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& final_dir) {
+  State& s = *s_;
+  // Written into a hidden sibling folder, synced, then renamed into place: a save killed midway
+  // leaves only the hidden folder (cleared by the next save), never a half checkpoint under the
+  // real name, and never touches the previous checkpoint.
+  const std::filesystem::path parent =
+      final_dir.has_parent_path() ? final_dir.parent_path() : std::filesystem::path(".");
+  const std::string leaf = final_dir.filename().string();
+  const std::filesystem::path dir = parent / ("." + leaf + ".partial");
+  std::filesystem::create_directories(parent);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  save_safetensors(dir / "model.safetensors", s.model->state_dict(),
+                   {{"format", "pt"}, {"step", std::to_string(s.step)}});
+  TensorList opt_tensors;
+  nlohmann::json state;
+  state["version"] = 1;
+  state["step"] = s.step;
+  state["skipped"] = s.skipped;
+  state["nonfinite_in_row"] = s.nonfinite_in_row;
+  state["config"] = to_toml(config_);
+  state["owner"] = {{"key", owner_key_}, {"description", owner_description_}};
+  nlohmann::json opts = nlohmann::json::array();
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    const auto sd = s.opts[i]->state_dict();
+    nlohmann::json o;
+    o["name"] = s.opt_names[i];
+    o["param_groups"] = nlohmann::json::array();
+    for (const auto& g : sd.param_groups) {
+      nlohmann::json gj;
+      for (const auto& [k, v] : g.options)
+        gj["options"][k] = hyper_to_json(v);
+      gj["params"] = g.params;
+      o["param_groups"].push_back(gj);
+    }
+    o["state_ids"] = nlohmann::json::array();
+    for (const auto& [id, st] : sd.state) {
+      nlohmann::json keys = nlohmann::json::array();
+      for (const auto& [k, t] : st) {
+        opt_tensors.emplace_back(std::to_string(i) + "." + std::to_string(id) + "." + k, t);
+        keys.push_back(k);
+      }
+      o["state_ids"].push_back({{"id", id}, {"keys", keys}});
+    }
+    o["scheduler"] = i < s.scheds.size() ? s.scheds[i]->state_dict() : nlohmann::json();
+    opts.push_back(o);
+  }
+  state["optimizers"] = opts;
+  save_safetensors(dir / "optimizer.safetensors", opt_tensors);
+  state["scaler_skipped"] = s.scaler_skipped;
+  if (s.scaler) {
+    if (const auto ss = s.scaler->state_dict()) {
+      state["scaler"] = {{"scale", ss->scale},
+                         {"growth_factor", ss->growth_factor},
+                         {"backoff_factor", ss->backoff_factor},
+                         {"growth_interval", ss->growth_interval},
+                         {"growth_tracker", ss->growth_tracker}};
+    }
+  }
+  if (s.average) {
+    nn::NamedTensors avg = s.average->state_dict();
+    save_safetensors(dir / "average.safetensors", TensorList(avg.begin(), avg.end()),
+                     {{"kind", config_.swa.kind}});
+  }
+  state["loader"] = s.loader->state();
+  state["generator"] = hex(s.gen.get_state());
+  {
+    std::ofstream out(dir / "state.json");
+    out << state.dump(1);
+    out.flush();
+    TB_CHECK(out.good(), "[checkpoint] writing ", (dir / "state.json").string(),
+             " failed (disk full?)");
+  }
+  sync_to_disk(dir / "state.json");
+  sync_to_disk(dir);
+  if (std::filesystem::exists(final_dir)) {
+    // Re-saving a step (after a resume): the old folder steps aside until the new one is in.
+    const std::filesystem::path old = parent / ("." + leaf + ".old");
+    std::filesystem::remove_all(old);
+    std::filesystem::rename(final_dir, old);
+    std::filesystem::rename(dir, final_dir);
+    std::filesystem::remove_all(old);
+  } else {
+    std::filesystem::rename(dir, final_dir);
+  }
+  sync_to_disk(parent);
+  return final_dir;
+}
+
+void Trainer::resume_from(const std::filesystem::path& dir) {
+  State& s = *s_;
+  std::ifstream in(dir / "state.json");
+  TB_CHECK(in.good(), "[checkpoint] ", (dir / "state.json").string(), ": cannot open");
+  nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+  TB_CHECK(!state.is_discarded() && state.is_object() && state.contains("version") &&
+               state.at("version") == 1 && state.contains("config") &&
+               state.at("config").is_string(),
+           "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
+  if (state.contains("owner") && state.at("owner").is_object()) {
+    const std::string key = state.at("owner").value("key", std::string());
+    TB_CHECK(key.empty() || owner_key_.empty() || key == owner_key_, "[checkpoint] ", dir.string(),
+             " belongs to ", state.at("owner").value("description", key), ", not to ",
+             owner_description_.empty() ? owner_key_ : owner_description_,
+             "; resume that run from its own store");
+  }
+  TB_CHECK(state.at("config") == to_toml(config_), "[checkpoint] ", dir.string(),
+           " was written by a run with another config; resume with that config");
+  const auto model_file = load_safetensors(dir / "model.safetensors");
+  s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
+  const auto opt_file = load_safetensors(dir / "optimizer.safetensors");
+  std::map<std::string, Tensor> opt_tensors(opt_file.tensors.begin(), opt_file.tensors.end());
+  const auto& opts = state.at("optimizers");
+  TB_CHECK(opts.size() == s.opts.size(), "[checkpoint] ", dir.string(), ": ", opts.size(),
+           " optimizers saved, this run has ", s.opts.size());
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    optim::OptimizerStateDict sd;
+    const auto current = s.opts[i]->state_dict();
+    std::size_t gi = 0;
+    for (const auto& gj : opts[i].at("param_groups")) {
+      optim::OptimizerStateDict::Group g;
+      for (auto it = gj.at("options").begin(); it != gj.at("options").end(); ++it) {
+        const auto& cur = current.param_groups.at(gi).options;
+        auto c = cur.find(it.key());
+        g.options[it.key()] =
+            hyper_from_json(it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second);
+      }
+      g.params = gj.at("params").get<std::vector<std::int64_t>>();
+      sd.param_groups.push_back(std::move(g));
+      ++gi;
+    }
+    for (const auto& e : opts[i].at("state_ids")) {
+      const auto id = e.at("id").get<std::int64_t>();
+      for (const auto& k : e.at("keys")) {
+        const std::string name =
+            std::to_string(i) + "." + std::to_string(id) + "." + k.get<std::string>();
+        auto it = opt_tensors.find(name);
+        TB_CHECK(it != opt_tensors.end(), "[checkpoint] ", dir.string(),
+                 ": optimizer.safetensors lacks ", name);
+        sd.state[id][k.get<std::string>()] = it->second;
+      }
+    }
+    s.opts[i]->load_state_dict(sd);
+    if (i < s.scheds.size()) s.scheds[i]->load_state_dict(opts[i].at("scheduler"));
+  }
+  if (s.scaler && state.contains("scaler")) {
+    const auto& sj = state.at("scaler");
+    amp::GradScalerState ss;
+    ss.scale = sj.at("scale").get<double>();
+    ss.growth_factor = sj.at("growth_factor").get<double>();
+    ss.backoff_factor = sj.at("backoff_factor").get<double>();
+    ss.growth_interval = sj.at("growth_interval").get<std::int64_t>();
+    ss.growth_tracker = sj.at("growth_tracker").get<std::int64_t>();
+    s.scaler->load_state_dict(ss);
+  }
+  if (s.average) {
+    const auto avg_file = load_safetensors(dir / "average.safetensors");
+    s.average->load_state_dict(nn::NamedTensors(avg_file.tensors.begin(), avg_file.tensors.end()));
+  }
+  s.scaler_skipped =
+      state.contains("scaler_skipped") ? state.at("scaler_skipped").get<std::int64_t>() : 0;
+  s.loader->load_state(state.at("loader").get<data::DataLoaderState>());
+  s.gen.set_state(unhex(state.at("generator").get<std::string>()));
+  s.step = state.at("step").get<std::int64_t>();
+  s.skipped = state.at("skipped").get<std::int64_t>();
+  s.nonfinite_in_row = state.at("nonfinite_in_row").get<std::int64_t>();
+  emit_event("info", "resumed from " + dir.string() + " at step " + std::to_string(s.step));
+}
+
+}  // namespace tb::train

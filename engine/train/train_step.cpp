@@ -1,0 +1,126 @@
+// The phases of one training step (Trainer::loop calls them in order): the batch, forward and
+// loss under autocast, unscale + gradient norm + clip, the optimizer phase (scaler, step,
+// zero_grad, schedulers) and the step's metrics.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/amp/autocast.h"
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/core/metric_names.h"
+#include "engine/ops/ops.h"
+#include "engine/train/trainer_state.h"
+
+namespace tb::train::detail {
+
+using core::ScalarType;
+using core::Tensor;
+
+data::Batch next_batch(Trainer::State& s) {
+  auto batch = s.loader->next();
+  if (!batch) batch = s.loader->next();  // epoch boundary
+  TB_CHECK(batch.has_value(), "[trainer] the data loader produced no batch");
+  return std::move(*batch);
+}
+
+Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch) {
+  std::optional<amp::AutocastGuard> autocast;
+  if (c.amp.enabled)
+    autocast.emplace(s.device.type(),
+                     c.amp.dtype == "fp16" ? ScalarType::Float16 : ScalarType::BFloat16);
+  const Tensor input = batch.input.to(s.device);
+  const Tensor target = batch.target.to(s.device);
+  const Tensor logits = s.model->forward(input);
+  return s.model->loss(logits, target);
+}
+
+double unscale_and_clip(const RunConfig& c, Trainer::State& s, const std::vector<Tensor>& params) {
+  autograd::NoGradGuard no_grad;
+  if (s.scaler) {  // true gradients for the norm and the clip
+    for (auto& o : s.opts)
+      s.scaler->unscale_(*o);
+  }
+  // The squared norm accumulates on the device (in float64, parameter order) and is read once:
+  // one synchronisation per step, not one per parameter.
+  Tensor sq_sum;
+  for (const auto& p : params) {
+    const Tensor g = autograd::grad(p);
+    if (!g.defined()) continue;
+    const Tensor part = ops::sum(ops::square(g.to(ScalarType::Float64)));
+    sq_sum = sq_sum.defined() ? ops::add(sq_sum, part) : part;
+  }
+  const double norm = sq_sum.defined() ? std::sqrt(sq_sum.item()) : 0.0;
+  if (c.run.grad_clip > 0 && norm > c.run.grad_clip) {
+    const double scale = c.run.grad_clip / (norm + 1e-6);
+    for (const auto& p : params) {
+      Tensor g = autograd::grad(p);
+      if (g.defined()) ops::mul_(g, scale);
+    }
+  }
+  return norm;
+}
+
+void append_lr_metrics(const Trainer::State& s, Metrics& m) {
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    const auto& groups = s.opts[i]->param_groups();
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      m.emplace_back(core::metric::kLrPrefix + s.opt_names[i] + "." + std::to_string(g),
+                     groups[g].number("lr"));
+  }
+}
+
+OptimizerStepResult optimizer_step(Trainer::State& s) {
+  OptimizerStepResult r;
+  if (s.scaler) {
+    r.loss_scale = s.scaler->get_scale();
+    for (auto& o : s.opts)
+      r.stepped = s.scaler->step(*o) && r.stepped;
+    s.scaler->update();
+  } else {
+    for (auto& o : s.opts)
+      o->step();
+  }
+  for (auto& o : s.opts) {
+    Metrics part;
+    o->append_step_metrics(part);
+    for (const auto& [k, v] : part) {
+      auto it = std::find_if(r.optimizer_metrics.begin(), r.optimizer_metrics.end(),
+                             [&](const auto& e) { return e.first == k; });
+      if (it == r.optimizer_metrics.end()) {
+        r.optimizer_metrics.emplace_back(k, v);
+      } else {
+        it->second += v;
+      }
+    }
+  }
+  for (auto& o : s.opts)
+    o->zero_grad();
+  for (auto& sc : s.scheds)
+    sc->step();
+  return r;
+}
+
+void append_step_metrics(const Trainer::State& s, const StepTimes& t, double grad_norm,
+                         const OptimizerStepResult& o, const data::Batch& batch, double step_ms,
+                         Metrics& m) {
+  namespace metric = core::metric;
+  m.emplace_back(metric::kGradNorm, grad_norm);
+  m.emplace_back(metric::kDataMs, t.data_ms);
+  m.emplace_back(metric::kForwardMs, t.forward_ms);
+  m.emplace_back(metric::kBackwardMs, t.backward_ms);
+  m.emplace_back(metric::kOptimizerMs, t.optimizer_ms);
+  for (const auto& [k, v] : o.optimizer_metrics)
+    if (v > 0.0) m.emplace_back(k, v);
+  m.emplace_back(metric::kStepMs, step_ms);
+  m.emplace_back(metric::kSamplesPerS,
+                 static_cast<double>(batch.input.size(0)) / (step_ms / 1000.0));
+  if (s.language_model)
+    m.emplace_back(metric::kTokensPerS,
+                   static_cast<double>(batch.input.numel()) / (step_ms / 1000.0));
+  if (s.scaler) m.emplace_back(metric::kLossScale, o.loss_scale);
+  if (s.skipped > 0) m.emplace_back(metric::kSkippedSteps, static_cast<double>(s.skipped));
+  if (s.scaler_skipped > 0)
+    m.emplace_back(metric::kScalerSkippedSteps, static_cast<double>(s.scaler_skipped));
+}
+
+}  // namespace tb::train::detail

@@ -1,0 +1,166 @@
+// Building a run from its config: device, CPU binding plan, data, model, optimizers and
+// schedulers, GradScaler and SWA/EMA — each a named step the Trainer's constructor calls in
+// order. Every kind comes from its registry; every error is raised here, before any step.
+#include "engine/core/error.h"
+#include "engine/data/registry.h"
+#include "engine/nn/model_registry.h"
+#include "engine/numa/topology_hwloc.h"
+#include "engine/optim/param_split.h"
+#include "engine/optim/registry.h"
+#include "engine/train/trainer_state.h"
+
+namespace tb::train::detail {
+
+namespace {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSettings& s,
+                                                 std::vector<core::Tensor> params) {
+  // The kind's defaults under the given values: a settings object built in code may set only
+  // some keys.
+  const auto kind = optim::optimizer_registry().at(s.kind);
+  nlohmann::json values = core::default_values(kind->fields);
+  for (const auto& f : kind->fields)
+    if (s.values.contains(f.key)) values[f.key] = s.values.at(f.key);
+  return kind->make(std::move(params), values);
+}
+
+std::vector<core::Tensor> tensors_of(const nn::NamedTensors& named) {
+  std::vector<core::Tensor> out;
+  for (const auto& [n, t] : named)
+    out.push_back(t);
+  return out;
+}
+
+// An explicit CPU list (from a launcher that already planned the slots): bind to exactly it.
+void bind_to_cpu_list(const RunConfig& c, Trainer::State& s) {
+  const numa::Topology topo = numa::load_machine_topology();
+  numa::CpuSet cpus;
+  try {
+    cpus = numa::CpuSet::parse(c.binding.cpus);
+  } catch (const ValueError& e) {
+    throw ValueError(std::string("[trainer] binding.cpus '") + c.binding.cpus + "': " + e.what());
+  }
+  const numa::CpuSet outside = cpus - topo.allowed_cpus();
+  TB_CHECK(!cpus.empty() && outside.empty(), "[trainer] binding.cpus '", c.binding.cpus, "': ",
+           cpus.empty()
+               ? std::string("empty")
+               : "CPUs " + outside.to_string() + " are not allowed for this process (allowed: " +
+                     topo.allowed_cpus().to_string() + ")");
+  s.binding.bound = true;
+  s.binding.cpus = cpus;
+  s.binding.slot = static_cast<int>(c.binding.slot);
+  s.binding.mode = numa::parse_binding_mode(c.binding.mode);
+  s.binding_nodes = numa::nodes_of_cpus(topo, cpus);
+  s.binding.node = s.binding_nodes.empty() ? -1 : s.binding_nodes.front();
+}
+
+}  // namespace
+
+core::Device setup_device(const RunConfig& c) {
+  const core::Device device = core::Device::parse(c.run.device);
+  const std::string why = core::device_unavailable_reason(device);
+  TB_CHECK(why.empty(), "[trainer] run.device '", c.run.device, "': ", why);
+  return device;
+}
+
+void plan_binding(const RunConfig& c, Trainer::State& s) {
+  if (!c.binding.cpus.empty()) {
+    bind_to_cpu_list(c, s);
+    return;
+  }
+  if (c.binding.mode == "none") return;
+  numa::BindingOptions bo;
+  bo.mode = numa::parse_binding_mode(c.binding.mode);
+  bo.fallback = c.binding.fallback;
+  const numa::Topology topo = numa::load_machine_topology();
+  try {
+    s.binding =
+        numa::bind_slot(topo, bo, numa::SlotKind::kCpuWorker, static_cast<int>(c.binding.slot),
+                        static_cast<int>(c.binding.slots));
+  } catch (const ValueError& e) {
+    throw ValueError(std::string("[trainer] binding.mode '") + c.binding.mode + "' (slot " +
+                     std::to_string(c.binding.slot) + " of " + std::to_string(c.binding.slots) +
+                     "): " + e.what() + " (set binding.fallback = true to run unbound instead)");
+  }
+  if (s.binding.bound)
+    s.binding_nodes = numa::nodes_of_cpus(topo, s.binding.cpus);
+  else
+    s.binding_warning = s.binding.warning;
+}
+
+void setup_data(const RunConfig& c, Trainer::State& s) {
+  const DataSection& d = c.data;
+  const auto kind = data::dataset_registry().at(d.kind);
+  data::DataSplits splits = kind->make(data_settings(d), c.run.seed);
+  s.train_set = std::move(splits.train);
+  s.eval_set = std::move(splits.eval);
+  s.language_model = kind->task == core::kTaskLanguageModel;
+  data::DataLoaderOptions lo;
+  lo.batch_size = d.batch_size;
+  lo.shuffle = d.shuffle;
+  lo.drop_last = d.drop_last;
+  lo.num_workers = static_cast<int>(d.workers);
+  lo.seed = c.run.seed + 1;  // the data order has its own stream, derived from the run's seed
+  s.loader = std::make_unique<data::DataLoader>(s.train_set, lo);
+}
+
+void setup_model(const RunConfig& c, Trainer::State& s) {
+  const auto model_kind = nn::model_registry().at(c.model.kind);
+  const auto data_kind = data::dataset_registry().at(c.data.kind);
+  TB_CHECK(model_kind->task == data_kind->task, "[trainer] model.kind '", c.model.kind, "' (",
+           model_kind->task, ") does not fit data.kind '", c.data.kind, "' (", data_kind->task,
+           ")");
+  s.gen.manual_seed(c.run.seed);
+  s.model = nn::build_model(c.model, &s.gen);
+  // Initialised on the CPU from the run's CPU generator (so every device starts from the same
+  // weights), then moved; parameters keep their identity.
+  if (!s.device.is_cpu()) s.model->to(s.device);
+}
+
+void setup_optimizers(const RunConfig& c, Trainer::State& s) {
+  const OptimizerSection& os = c.optimizer;
+  const std::string rest_kind = optim::optimizer_registry().at(os.main.kind)->rest_kind;
+  if (!rest_kind.empty()) {
+    const auto split = optim::split_params(*s.model, os.split);
+    s.split_table = split.str();
+    if (!split.muon.empty()) {
+      s.opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));
+      s.opt_names.push_back(os.main.kind);
+    }
+    if (!split.adamw.empty()) {
+      OptimizerSettings rest = os.adamw.value_or(OptimizerSettings(rest_kind));
+      if (rest.kind != rest_kind) rest = OptimizerSettings(rest_kind);
+      s.opts.push_back(make_optimizer(rest, tensors_of(split.adamw)));
+      s.opt_names.push_back(rest_kind);
+    }
+  } else {
+    s.opts.push_back(make_optimizer(os.main, s.model->parameters()));
+    s.opt_names.push_back(os.main.kind);
+    s.split_table = nn::parameter_table(*s.model);
+  }
+  if (c.scheduler.config.is_null()) return;
+  for (auto& o : s.opts)
+    s.scheds.push_back(sched::make_scheduler(*o, c.scheduler.config));
+}
+
+void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
+  // Mixed precision: autocast in the forward pass, loss scaling when asked.
+  if (c.amp.grad_scaler) {
+    amp::GradScalerOptions so;
+    so.enabled = c.amp.enabled;
+    s.scaler = std::make_unique<amp::GradScaler>(s.device.type(), so);
+  }
+  // SWA / EMA: an averaged copy of the weights, evaluated beside the model.
+  if (c.swa.kind == "none") return;
+  TB_CHECK(c.swa.kind == "swa" || c.swa.kind == "ema", "[trainer] swa.kind '", c.swa.kind,
+           "' is not one of none, swa, ema");
+  swa::MultiAvgFn fn = c.swa.kind == "ema" ? swa::get_ema_multi_avg_fn(c.swa.ema_decay)
+                                           : swa::get_swa_multi_avg_fn();
+  s.average = std::make_unique<swa::AveragedModel>(*s.model, std::nullopt, swa::AvgFn{},
+                                                   std::move(fn), /*use_buffers=*/false);
+  rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
+  s.average_model = nn::build_model(c.model, &scratch);
+  if (!s.device.is_cpu()) s.average_model->to(s.device);
+}
+
+}  // namespace tb::train::detail

@@ -1,0 +1,118 @@
+// Internals of the Trainer shared by its files (trainer.cpp: the run and its loop;
+// trainer_setup.cpp: building a run from its config; train_step.cpp: the step phases;
+// checkpoint_io.cpp: checkpoint files; applied_binding.cpp: the CPU binding while a run runs).
+// Not part of the engine's API.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/amp/grad_scaler.h"
+#include "engine/core/device.h"
+#include "engine/data/dataloader.h"
+#include "engine/nn/models.h"
+#include "engine/numa/binding.h"
+#include "engine/optim/optimizer.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/sched/lr_scheduler.h"
+#include "engine/swa/swa_utils.h"
+#include "engine/train/trainer.h"
+
+namespace tb::train {
+
+/// Everything a run owns. Declaration order = construction order (the generator outlives the
+/// model whose Dropout layers draw from it; optimizers and schedulers outlive nothing).
+struct Trainer::State {
+  rng::CpuGenerator gen;  ///< model init and dropout
+  std::shared_ptr<data::Dataset> train_set;
+  std::shared_ptr<data::Dataset> eval_set;
+  std::unique_ptr<data::DataLoader> loader;
+  std::shared_ptr<nn::Model> model;
+  bool language_model = false;
+  std::vector<std::string> opt_names;  ///< "adamw", "muon", ...
+  std::vector<std::unique_ptr<optim::Optimizer>> opts;
+  std::vector<std::shared_ptr<sched::LRScheduler>> scheds;
+  std::string split_table;
+  std::unique_ptr<amp::GradScaler> scaler;      ///< amp.grad_scaler
+  std::unique_ptr<swa::AveragedModel> average;  ///< swa.kind != none
+  std::shared_ptr<nn::Model> average_model;     ///< evaluates the average (same architecture)
+  numa::SlotBinding binding;                    ///< binding.mode != none: the slot's CPUs, node
+  std::vector<int> binding_nodes;               ///< NUMA nodes of the bound CPUs
+  std::string binding_warning;                  ///< a failed binding that fell back to unbound
+  bool placement_reported = false;              ///< the memory placement event was emitted
+  core::Device device;                          ///< run.device
+  std::int64_t step = 0;                        ///< optimizer steps done
+  std::int64_t scaler_skipped = 0;              ///< steps the scaler skipped for inf/NaN gradients
+  std::int64_t nonfinite_in_row = 0;
+  std::int64_t skipped = 0;
+  Metrics last_eval;
+};
+
+namespace detail {
+
+// ---- setup (trainer_setup.cpp), in the order the constructor calls them -------------------------
+
+/// run.device parsed and usable here.
+core::Device setup_device(const RunConfig& c);
+/// The CPU binding planned (errors now, before any step); applied by run() on the run thread.
+void plan_binding(const RunConfig& c, Trainer::State& s);
+/// The data set's splits and the training loader.
+void setup_data(const RunConfig& c, Trainer::State& s);
+/// The model, initialised on the CPU from the run's generator, then moved to the device.
+void setup_model(const RunConfig& c, Trainer::State& s);
+/// One optimizer, or a matrix kind (Muon) for the 2-D hidden matrices and its companion for the
+/// rest; a scheduler per optimizer.
+void setup_optimizers(const RunConfig& c, Trainer::State& s);
+/// The GradScaler (amp.grad_scaler) and the SWA/EMA average (swa.kind).
+void setup_scaler_and_average(const RunConfig& c, Trainer::State& s);
+
+// ---- step phases (train_step.cpp) --------------------------------------------------------------
+
+/// Host-clock (or device-event) times of one step's phases, in milliseconds.
+struct StepTimes {
+  double data_ms = 0;
+  double forward_ms = 0;
+  double backward_ms = 0;
+  double optimizer_ms = 0;
+};
+
+/// The next training batch (across an epoch boundary).
+data::Batch next_batch(Trainer::State& s);
+/// The forward pass and the loss, under autocast when amp.enabled.
+core::Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch);
+/// With a scaler, unscales the gradients; returns the global gradient L2 norm (accumulated on
+/// the device in float64, parameter order, read once) and clips to run.grad_clip when set.
+double unscale_and_clip(const RunConfig& c, Trainer::State& s,
+                        const std::vector<core::Tensor>& params);
+/// "lr.<optimizer>.<group>" of every group: the learning rates this step uses.
+void append_lr_metrics(const Trainer::State& s, Metrics& m);
+
+/// What the optimizer phase did.
+struct OptimizerStepResult {
+  bool stepped = true;        ///< false: the scaler skipped it for inf/NaN gradients
+  double loss_scale = 1.0;    ///< the scale this step used (with a scaler)
+  Metrics optimizer_metrics;  ///< the optimizers' own (Muon's Newton-Schulz time), summed by name
+};
+/// The optimizers' steps (through the scaler when there is one), their zero_grad, the
+/// schedulers' steps.
+OptimizerStepResult optimizer_step(Trainer::State& s);
+/// The step's metrics after the optimizer phase, in their logging order.
+void append_step_metrics(const Trainer::State& s, const StepTimes& t, double grad_norm,
+                         const OptimizerStepResult& o, const data::Batch& batch, double step_ms,
+                         Metrics& m);
+
+// ---- checkpoints (checkpoint_io.cpp) -----------------------------------------------------------
+
+/// "step-00000042".
+std::string checkpoint_name(std::int64_t step);
+/// Deletes the oldest step-* folders of `dir` recorded as written by `owner_key` until `keep`
+/// remain; folders of another owner, or whose state cannot be read, are never deleted.
+void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
+                       const std::string& owner_key);
+
+}  // namespace detail
+}  // namespace tb::train
