@@ -33,79 +33,6 @@ namespace {
 
 // ---- config text helpers ------------------------------------------------------------------------
 
-bool is_ident_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
-}
-
-// The leading identifier of `s` ("hidden" of "hidden[0] must be ...").
-std::string ident_prefix(const std::string& s) {
-  std::size_t n = 0;
-  while (n < s.size() && is_ident_char(s[n]))
-    ++n;
-  return s.substr(0, n);
-}
-
-// "optimizer.split[0]" -> "optimizer.split".
-std::string strip_index(std::string path) {
-  const auto b = path.find('[');
-  if (b != std::string::npos) path.resize(b);
-  return path;
-}
-
-// The field names of a model kind ("input", "hidden", ... for mlp).
-std::set<std::string> model_fields(const std::string& kind) {
-  std::set<std::string> out;
-  if (const auto k = nn::model_registry().find(kind))
-    for (const auto& f : k->fields)
-      out.insert(f.key);
-  return out;
-}
-
-// The key path a parse_run_config() message names, "" when none. The messages look like
-// "[config] SRC: unknown key 'a.b'; did you mean 'a.c'?", "[config] SRC: a.b: expected ...",
-// "[config] SRC: model: qwen-tiny: d_model 130 is not divisible ...", "[config] SRC: scheduler:
-// [lr_scheduler] cosine: field 'T_max' is required" and "[config] SRC: line 3, column 8: invalid
-// TOML: ..." (no key).
-std::string key_path_of(const std::string& message, const std::string& source) {
-  const std::string prefix = "[config] " + source + ": ";
-  if (message.rfind(prefix, 0) != 0) return "";
-  const std::string rest = message.substr(prefix.size());
-  for (const char* lead : {"unknown key '", "unknown section '"}) {
-    if (rest.rfind(lead, 0) != 0) continue;
-    const std::size_t b = std::strlen(lead);
-    const auto e = rest.find('\'', b);
-    return e == std::string::npos ? "" : strip_index(rest.substr(b, e - b));
-  }
-  const auto colon = rest.find(": ");
-  if (colon == std::string::npos || colon == 0) return "";
-  std::string path = rest.substr(0, colon);
-  const bool looks_like_path = std::all_of(path.begin(), path.end(), [](char c) {
-    return is_ident_char(c) || c == '-' || c == '.' || c == '[' || c == ']';
-  });
-  if (!looks_like_path) return "";  // "line 3, column 8", "--set x"
-  path = strip_index(path);
-  const std::string what = rest.substr(colon + 2);
-  if (path != "model" && path != "scheduler") return path;
-  // The model's and the scheduler's own messages: "field 'x'" or "<kind>: <field> ...".
-  const auto f = what.find("field '");
-  if (f != std::string::npos) {
-    const auto b = f + 7;
-    const auto e = what.find('\'', b);
-    if (e != std::string::npos && e > b) {
-      const std::string field = what.substr(b, e - b);
-      if (ident_prefix(field) == field) return path + "." + field;
-    }
-  }
-  if (path == "model") {
-    for (const std::string& kind : nn::model_registry().names()) {
-      if (what.rfind(kind + ": ", 0) != 0) continue;
-      const std::string field = ident_prefix(what.substr(kind.size() + 2));
-      if (model_fields(kind).count(field)) return path + "." + field;
-    }
-  }
-  return path;
-}
-
 // "bool", "int", "float", "string", "array" or "table" of a value as to_toml() writes it.
 std::string toml_type(const std::string& v) {
   if (v == "true" || v == "false") return "bool";
@@ -174,36 +101,69 @@ std::int64_t numel_of(core::IntList sizes) {
 
 // ---- run configs as text ------------------------------------------------------------------------
 
-ConfigCheck check_config_text(const std::string& toml_text, const std::string& source,
-                              const std::vector<std::string>& overrides) {
-  ConfigCheck out;
+/// The parsed config of a ParsedConfig.
+struct ParsedConfig::Impl {
+  train::RunConfig config;  ///< as parsed
+};
+
+ParsedConfig::ParsedConfig() = default;
+ParsedConfig::~ParsedConfig() = default;
+ParsedConfig::ParsedConfig(const ParsedConfig&) = default;
+ParsedConfig& ParsedConfig::operator=(const ParsedConfig&) = default;
+
+ParsedConfig parse_config(const std::string& toml_text, const std::string& source,
+                          const std::vector<std::string>& overrides) {
+  ParsedConfig out;
+  ConfigCheck& check = out.check_;
   try {
-    const train::RunConfig cfg = train::parse_run_config(toml_text, source, overrides);
+    auto impl = std::make_shared<ParsedConfig::Impl>();
+    impl->config = train::parse_run_config(toml_text, source, overrides);
     // Valid text naming a device this machine cannot use (no GPU, openreg:7) fails here too,
     // with the backend's reason, so the editor marks run.device before a run is started.
-    const std::string why = core::device_unavailable_reason(core::Device::parse(cfg.run.device));
+    const std::string& device = impl->config.run.device;
+    const std::string why = core::device_unavailable_reason(core::Device::parse(device));
     if (!why.empty()) {
-      throw ValueError("[config] " + source + ": run.device: '" + cfg.run.device +
-                       "' cannot be used here: " + why);
+      const std::string message = "'" + device + "' cannot be used here: " + why;
+      throw ConfigError(ConfigProblem{source, "run.device", 0, 0, message},
+                        "[config] " + source + ": run.device: " + message);
     }
-    out.effective_toml = train::to_toml(cfg);
-    out.ok = true;
+    check.effective_toml = train::to_toml(impl->config);
+    check.ok = true;
+    out.impl_ = std::move(impl);
+  } catch (const ConfigError& e) {
+    check.error = e.what();
+    check.key_path = e.problem().key_path;
+    check.line = e.problem().line;
+    check.column = e.problem().column;
+    check.message = e.problem().message;
   } catch (const std::exception& e) {
-    out.ok = false;
-    out.error = e.what();
-    out.key_path = key_path_of(out.error, source);
-    out.effective_toml.clear();
+    check.error = e.what();
+    check.message = e.what();
   }
   return out;
+}
+
+ConfigCheck check_config_text(const std::string& toml_text, const std::string& source,
+                              const std::vector<std::string>& overrides) {
+  return parse_config(toml_text, source, overrides).check();
 }
 
 std::string default_config_toml() {
   return train::to_toml(train::parse_run_config("", "<defaults>"));
 }
 
-std::vector<ConfigField> config_fields(const std::string& toml_text) {
-  const train::RunConfig c = train::parse_run_config(toml_text, "<editor>");
-  const auto rows = detail::flatten_toml_ordered(train::to_toml(c));
+namespace {
+
+const train::RunConfig& parsed(const ParsedConfig& p) {
+  if (!p.ok()) throw ValueError(p.check().error.empty() ? "[config] not parsed" : p.check().error);
+  return p.impl_->config;
+}
+
+}  // namespace
+
+std::vector<ConfigField> config_fields(const ParsedConfig& config) {
+  const train::RunConfig& c = parsed(config);
+  const auto rows = detail::flatten_toml_ordered(config.check().effective_toml);
   const std::string scheduler_kind =
       c.scheduler.config.is_object() ? c.scheduler.config.value("kind", "none") : "none";
   std::vector<ConfigField> out;
@@ -225,8 +185,12 @@ std::vector<ConfigField> config_fields(const std::string& toml_text) {
   return out;
 }
 
-std::vector<SplitRow> parameter_split(const std::string& toml_text) {
-  const train::RunConfig c = train::parse_run_config(toml_text, "<editor>");
+std::vector<ConfigField> config_fields(const std::string& toml_text) {
+  return config_fields(parse_config(toml_text));
+}
+
+std::vector<SplitRow> parameter_split(const ParsedConfig& config) {
+  const train::RunConfig& c = parsed(config);
   rng::CpuGenerator gen;  // a private generator: the default one's state is left alone
   gen.manual_seed(c.run.seed);
   const auto model = nn::build_model(c.model, &gen);
@@ -245,9 +209,18 @@ std::vector<SplitRow> parameter_split(const std::string& toml_text) {
   return out;
 }
 
+std::vector<SplitRow> parameter_split(const std::string& toml_text) {
+  return parameter_split(parse_config(toml_text));
+}
+
+ScheduleTable preview_config(const ParsedConfig& config, int steps,
+                             std::vector<std::string>& group_names) {
+  return detail::preview_config(parsed(config), steps, group_names);
+}
+
 ScheduleTable preview_config_text(const std::string& toml_text, int steps,
                                   std::vector<std::string>& group_names) {
-  return detail::preview_config(train::parse_run_config(toml_text, "<editor>"), steps, group_names);
+  return preview_config(parse_config(toml_text), steps, group_names);
 }
 
 // ---- runs started in-process --------------------------------------------------------------------

@@ -20,13 +20,49 @@ namespace tb::api {
 
 // ---- run configs as text ------------------------------------------------------------------------
 
-/// The result of checking a TOML run config.
+/// The result of checking a TOML run config. A problem comes as data (key path, line, column
+/// and message, from the reader's tb::ConfigError), besides the full message the CLI prints.
 struct ConfigCheck {
   bool ok = false;             ///< the config is valid
   std::string error;           ///< the validation message (as the CLI prints it) when not ok
-  std::string key_path;        ///< the key the error names ("optimizer.lr"), "" when none/unknown
+  std::string key_path;        ///< the key the error names ("optimizer.lr"), "" when none
+  int line = 0;                ///< 1-based line of that key (or of a syntax error), 0 = unknown
+  int column = 0;              ///< 1-based column, 0 = unknown
+  std::string message;         ///< the problem alone ("expected a number, found ...")
   std::string effective_toml;  ///< the effective config (defaults filled in) when ok
 };
+
+/// A config text parsed once: the check's result and, when it is ok, the parsed config that
+/// config_fields(), parameter_split() and preview_config() read — one parse per edit (the GUI
+/// keeps one per edit of its form). Cheap to copy.
+class ParsedConfig {
+ public:
+  /// An empty, failed check.
+  ParsedConfig();
+  /// Destroys the handle.
+  ~ParsedConfig();
+  /// Copies the handle (the parsed config is shared, immutable).
+  ParsedConfig(const ParsedConfig&);
+  /// Copies the handle.
+  ParsedConfig& operator=(const ParsedConfig&);
+  /// The check (ok, or the problem as data).
+  const ConfigCheck& check() const { return check_; }
+  /// Whether it parsed and checked.
+  bool ok() const { return check_.ok; }
+
+  struct Impl;                  ///< (internal) the parsed config
+  std::shared_ptr<Impl> impl_;  ///< (internal) null when not ok
+
+ private:
+  friend ParsedConfig parse_config(const std::string&, const std::string&,
+                                   const std::vector<std::string>&);
+  ConfigCheck check_;
+};
+
+/// Parses and checks a config text once (as check_config_text does); never throws for a bad
+/// config.
+ParsedConfig parse_config(const std::string& toml_text, const std::string& source = "<editor>",
+                          const std::vector<std::string>& overrides = {});
 
 /// Parses and validates `toml_text` with `overrides` ("key.path=value"), including that
 /// run.device can be used on this machine; never throws for a bad config (the message is in the
@@ -51,6 +87,8 @@ struct ConfigField {
 /// the effective config's order (top-level keys, then the sections as to_toml() writes them).
 /// Throws tb::ValueError when `toml_text` does not check.
 std::vector<ConfigField> config_fields(const std::string& toml_text);
+/// The same of a parsed config (tb::ValueError when it did not check).
+std::vector<ConfigField> config_fields(const ParsedConfig& config);
 
 /// One parameter of the model and the optimizer it goes to.
 struct SplitRow {
@@ -64,12 +102,17 @@ struct SplitRow {
 /// The model's parameters and their optimizer for a config text (builds the model on the CPU).
 /// Throws tb::ValueError when `toml_text` does not check.
 std::vector<SplitRow> parameter_split(const std::string& toml_text);
+/// The same of a parsed config (tb::ValueError when it did not check).
+std::vector<SplitRow> parameter_split(const ParsedConfig& config);
 
 /// The LR schedule of a config text: `steps` (0 = run.steps, or 100 when the run counts epochs)
 /// rows, one column per optimizer ("lr.muon", "lr.adamw" / "lr.<kind>") named in `group_names`.
 /// Equals preview_run_config() of the same text saved to a file. Throws tb::ValueError.
 ScheduleTable preview_config_text(const std::string& toml_text, int steps,
                                   std::vector<std::string>& group_names);
+/// The same of a parsed config (tb::ValueError when it did not check).
+ScheduleTable preview_config(const ParsedConfig& config, int steps,
+                             std::vector<std::string>& group_names);
 
 // ---- runs started in-process --------------------------------------------------------------------
 

@@ -26,6 +26,45 @@ class ValueError : public Error {
   using Error::Error;
 };
 
+/// A bad value of one named field of a kind's settings (a model's `d_model`, a scheduler's
+/// `T_max`): the message as the kind words it, and the field, so a config reader can point at
+/// `model.d_model` without reading the message.
+class FieldError : public ValueError {
+ public:
+  /// `field` relative to the kind's table ("d_model"); `message` is the whole what().
+  FieldError(std::string field, const std::string& message)
+      : ValueError(message), field_(std::move(field)) {}
+  /// The field the error is about.
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
+/// One problem with a run configuration, as data: where it is and what is wrong.
+struct ConfigProblem {
+  std::string source;    ///< the file, "<editor>", ...
+  std::string key_path;  ///< "optimizer.lr", "optimiser" (an unknown section); "" = no key
+  int line = 0;          ///< 1-based line in the source, 0 = unknown (a --set, a missing key)
+  int column = 0;        ///< 1-based column, 0 = unknown
+  std::string message;   ///< what is wrong ("expected a number, found string \"fast\"")
+};
+
+/// A bad run configuration. what() is the full message ("[config] SOURCE: KEY: MESSAGE", or
+/// "[config] SOURCE: MESSAGE" when the message names the key itself, e.g. "unknown key 'a.b';
+/// did you mean 'a.c'?"), and problem() the same as data. Every config reader raises it.
+class ConfigError : public ValueError {
+ public:
+  /// `what` is the complete message.
+  ConfigError(ConfigProblem problem, const std::string& what)
+      : ValueError(what), problem_(std::move(problem)) {}
+  /// Where and what.
+  const ConfigProblem& problem() const noexcept { return problem_; }
+
+ private:
+  ConfigProblem problem_;
+};
+
 /// An argument has the wrong dtype or device for the operation.
 class TypeError : public Error {
  public:

@@ -21,22 +21,31 @@ std::int64_t default_ffn_hidden(std::int64_t d_model) {
   return (raw + 31) / 32 * 32;
 }
 
+// Throws tb::FieldError naming `field` when `cond` is false (message as the kind words it).
+template <typename... Args>
+void check_field(bool cond, const char* field, Args&&... args) {
+  if (!cond) throw FieldError(field, tb::detail::str_cat(std::forward<Args>(args)...));
+}
+
 void check_pos(const char* model, const char* field, std::int64_t v) {
-  TB_CHECK(v > 0, model, ": ", field, " must be positive, got ", v);
+  check_field(v > 0, field, model, ": ", field, " must be positive, got ", v);
 }
 
 void validate_mlp(const MlpConfig& c) {
   check_pos("mlp", "input", c.input);
   check_pos("mlp", "classes", c.classes);
   for (std::size_t i = 0; i < c.hidden.size(); ++i) {
-    TB_CHECK(c.hidden[i] > 0, "mlp: hidden[", i, "] must be positive, got ", c.hidden[i]);
+    check_field(c.hidden[i] > 0, "hidden", "mlp: hidden[", i, "] must be positive, got ",
+                c.hidden[i]);
   }
   try {
     parse_activation(c.activation);
   } catch (const ValueError&) {
-    throw ValueError("mlp: activation '" + c.activation + "' is not one of relu, gelu, silu, tanh");
+    throw FieldError("activation",
+                     "mlp: activation '" + c.activation + "' is not one of relu, gelu, silu, tanh");
   }
-  TB_CHECK(c.dropout >= 0.0 && c.dropout < 1.0, "mlp: dropout must be in [0, 1), got ", c.dropout);
+  check_field(c.dropout >= 0.0 && c.dropout < 1.0, "dropout",
+              "mlp: dropout must be in [0, 1), got ", c.dropout);
 }
 
 void validate_qwen(const QwenTinyConfig& c) {
@@ -45,21 +54,22 @@ void validate_qwen(const QwenTinyConfig& c) {
   check_pos("qwen-tiny", "n_layers", c.n_layers);
   check_pos("qwen-tiny", "n_heads", c.n_heads);
   check_pos("qwen-tiny", "context_length", c.context_length);
-  TB_CHECK(c.n_kv_heads >= 0, "qwen-tiny: n_kv_heads must be >= 0 (0 = n_heads), got ",
-           c.n_kv_heads);
-  TB_CHECK(c.ffn_hidden >= 0, "qwen-tiny: ffn_hidden must be >= 0 (0 = automatic), got ",
-           c.ffn_hidden);
-  TB_CHECK(c.d_model % c.n_heads == 0, "qwen-tiny: d_model ", c.d_model,
-           " is not divisible by n_heads ", c.n_heads);
-  TB_CHECK((c.d_model / c.n_heads) % 2 == 0,
-           "qwen-tiny: the head size d_model/n_heads = ", c.d_model / c.n_heads,
-           " must be even (rotary embeddings rotate pairs)");
+  check_field(c.n_kv_heads >= 0, "n_kv_heads",
+              "qwen-tiny: n_kv_heads must be >= 0 (0 = n_heads), got ", c.n_kv_heads);
+  check_field(c.ffn_hidden >= 0, "ffn_hidden",
+              "qwen-tiny: ffn_hidden must be >= 0 (0 = automatic), got ", c.ffn_hidden);
+  check_field(c.d_model % c.n_heads == 0, "d_model", "qwen-tiny: d_model ", c.d_model,
+              " is not divisible by n_heads ", c.n_heads);
+  check_field((c.d_model / c.n_heads) % 2 == 0, "d_model",
+              "qwen-tiny: the head size d_model/n_heads = ", c.d_model / c.n_heads,
+              " must be even (rotary embeddings rotate pairs)");
   const std::int64_t kv = c.n_kv_heads == 0 ? c.n_heads : c.n_kv_heads;
-  TB_CHECK(c.n_heads % kv == 0, "qwen-tiny: n_heads ", c.n_heads,
-           " is not divisible by n_kv_heads ", kv);
-  TB_CHECK(c.rope_theta > 0, "qwen-tiny: rope_theta must be positive, got ", c.rope_theta);
-  TB_CHECK(c.norm_eps > 0, "qwen-tiny: norm_eps must be positive, got ", c.norm_eps);
-  TB_CHECK(c.init_std >= 0, "qwen-tiny: init_std must be >= 0, got ", c.init_std);
+  check_field(c.n_heads % kv == 0, "n_kv_heads", "qwen-tiny: n_heads ", c.n_heads,
+              " is not divisible by n_kv_heads ", kv);
+  check_field(c.rope_theta > 0, "rope_theta", "qwen-tiny: rope_theta must be positive, got ",
+              c.rope_theta);
+  check_field(c.norm_eps > 0, "norm_eps", "qwen-tiny: norm_eps must be positive, got ", c.norm_eps);
+  check_field(c.init_std >= 0, "init_std", "qwen-tiny: init_std must be >= 0, got ", c.init_std);
 }
 
 // Reads field `key` of `j` into `out` when present, naming the field on a type error.
@@ -199,8 +209,8 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
     std::string list;
     for (const auto& k : core::field_keys(kind->fields))
       list += (list.empty() ? "" : ", ") + k;
-    throw ValueError(
-        tb::detail::str_cat(name, ": unknown field '", f.key(), "' (known: kind, ", list, ")"));
+    throw FieldError(f.key(), tb::detail::str_cat(name, ": unknown field '", f.key(),
+                                                  "' (known: kind, ", list, ")"));
   }
   ModelConfig cfg(name, core::default_values(kind->fields));
   for (const auto& field : kind->fields) {

@@ -148,7 +148,7 @@ const json& SchedulerFields::at(const char* k) const {
 }
 
 void SchedulerFields::fail(const std::string& key, const std::string& why) const {
-  throw ValueError("[lr_scheduler] " + kind_ + ": field '" + key + "' " + why);
+  throw FieldError(key, "[lr_scheduler] " + kind_ + ": field '" + key + "' " + why);
 }
 
 // ---- make_scheduler -----------------------------------------------------------------------------

@@ -385,3 +385,58 @@ TEST(RunConfigTest, ToTomlWritesEveryKeyExactly) {
 
 }  // namespace
 }  // namespace tb::train
+
+namespace {
+
+tb::ConfigProblem problem_of(const std::string& toml,
+                             const std::vector<std::string>& overrides = {}) {
+  try {
+    (void)tb::train::parse_run_config(toml, "run.toml", overrides);
+  } catch (const tb::ConfigError& e) {
+    return e.problem();
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << toml;
+  return {};
+}
+
+}  // namespace
+
+// Config errors are data: every reader raises tb::ConfigError with the key path, the line and
+// column in the source (0 when the value came from --set) and the problem alone.
+TEST(RunConfigErrors, CarryKeyPathLineAndColumn) {
+  auto p = problem_of("[run]\nseed = 1\n\n[optimizer]\nlr = \"fast\"\n");
+  EXPECT_EQ(p.source, "run.toml");
+  EXPECT_EQ(p.key_path, "optimizer.lr");
+  EXPECT_EQ(p.line, 5);
+  EXPECT_EQ(p.column, 6);
+  EXPECT_EQ(p.message, "expected a number, found string \"fast\"");
+  // An unknown key: its own line.
+  p = problem_of("[data]\nbatch_size = 4\nbatch_sise = 8\n");
+  EXPECT_EQ(p.key_path, "data.batch_sise");
+  EXPECT_EQ(p.line, 3);
+  EXPECT_EQ(p.message, "unknown key 'data.batch_sise'; did you mean 'data.batch_size'?");
+  // An override: no line, and the message says where it came from.
+  p = problem_of("", {"data.batch_size=0"});
+  EXPECT_EQ(p.key_path, "data.batch_size");
+  EXPECT_EQ(p.line, 0);
+  EXPECT_EQ(p.message, "expected an integer >= 1, found 0 (from --set data.batch_size=0)");
+  // The model's own check names its field.
+  p = problem_of(
+      "[model]\nkind = \"qwen-tiny\"\nd_model = 130\n[data]\nkind = \"synthetic-text\"\n");
+  EXPECT_EQ(p.key_path, "model.d_model");
+  EXPECT_EQ(p.line, 3);
+  // The scheduler's: a missing field points at its table.
+  p = problem_of("[run]\nsteps = 5\n[scheduler]\nkind = \"cosine\"\n");
+  EXPECT_EQ(p.key_path, "scheduler.T_max");
+  EXPECT_EQ(p.line, 3);
+  // Malformed TOML: no key, the parser's line and column.
+  p = problem_of("[run]\nseed = = 1\n");
+  EXPECT_EQ(p.key_path, "");
+  EXPECT_EQ(p.line, 2);
+  EXPECT_GT(p.column, 0);
+  EXPECT_EQ(p.message.rfind("invalid TOML: ", 0), 0u) << p.message;
+  // A rule across sections names the key it blames.
+  p = problem_of("[model]\nkind = \"qwen-tiny\"\n[data]\nkind = \"fashion-mnist\"\n");
+  EXPECT_EQ(p.key_path, "data.kind");
+  EXPECT_EQ(p.line, 4);
+}

@@ -10,7 +10,6 @@
 #include <QLineEdit>
 #include <QPlainTextEdit>
 #include <QPushButton>
-#include <QRegularExpression>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
@@ -313,7 +312,8 @@ QString ConfigEditor::toToml() const {
 }
 
 bool ConfigEditor::setToml(const QString& text, const QString& source) {
-  const api::ConfigCheck check = api::check_config_text(text.toStdString(), source.toStdString());
+  const api::ParsedConfig parsed = api::parse_config(text.toStdString(), source.toStdString());
+  const api::ConfigCheck& check = parsed.check();
   if (!check.ok) {
     markError(QString::fromStdString(check.key_path), QString::fromStdString(check.error));
     m_valid = false;
@@ -323,7 +323,7 @@ bool ConfigEditor::setToml(const QString& text, const QString& source) {
   m_loading = true;
   m_source = source;
   try {
-    buildForm(api::config_fields(check.effective_toml));
+    buildForm(api::config_fields(parsed));
   } catch (const std::exception& e) {
     m_loading = false;
     markError({}, QString::fromUtf8(e.what()));
@@ -444,19 +444,19 @@ void ConfigEditor::markError(const QString& key, const QString& message) {
 bool ConfigEditor::validateNow() {
   m_validateTimer.stop();
   const QString text = toToml();
-  const api::ConfigCheck check = api::check_config_text(text.toStdString(), m_source.toStdString());
+  // One parse per edit: the check, the LR preview and the parameter split all read it.
+  const api::ParsedConfig parsed = api::parse_config(text.toStdString(), m_source.toStdString());
+  const api::ConfigCheck& check = parsed.check();
   if (!m_toml->hasFocus()) m_toml->setPlainText(text);
   const bool was = m_valid;
   m_valid = check.ok;
   if (!check.ok) {
     QString key = QString::fromStdString(check.key_path);
     const QString error = QString::fromStdString(check.error);
-    // A TOML syntax error names a line of the text we generated: map it back to its key.
-    static const QRegularExpression lineRe(QStringLiteral("line (\\d+)"));
-    const auto match = lineRe.match(error);
-    if (key.isEmpty() && match.hasMatch()) {
+    // A TOML syntax error has a line of the text we generated but no key: map the line back.
+    if (key.isEmpty() && check.line > 0) {
       const QStringList lines = text.split(QLatin1Char('\n'));
-      const int line = match.captured(1).toInt() - 1;
+      const int line = check.line - 1;
       QString section;
       for (int i = 0; i <= line && i < lines.size(); ++i) {
         const QString l = lines[i].trimmed();
@@ -470,18 +470,18 @@ bool ConfigEditor::validateNow() {
     markError(key, error);
   } else {
     markError({}, {});
-    updatePreview(check.effective_toml);
-    updateSplit(check.effective_toml);
+    updatePreview(parsed);
+    updateSplit(parsed);
   }
   if (was != m_valid) Q_EMIT validityChanged(m_valid);
   return m_valid;
 }
 
-void ConfigEditor::updatePreview(const std::string& toml) {
+void ConfigEditor::updatePreview(const api::ParsedConfig& config) {
   std::vector<std::string> names;
   api::ScheduleTable table;
   try {
-    table = api::preview_config_text(toml, m_previewSteps->value(), names);
+    table = api::preview_config(config, m_previewSteps->value(), names);
   } catch (const std::exception& e) {
     markError({}, tr("LR preview: ") + QString::fromUtf8(e.what()));
     return;
@@ -503,7 +503,7 @@ void ConfigEditor::updatePreview(const std::string& toml) {
   m_preview->replotNow();
 }
 
-void ConfigEditor::updateSplit(const std::string& toml) {
+void ConfigEditor::updateSplit(const api::ParsedConfig& config) {
   // Only when the model or optimizer changed (building the model costs a little).
   QString key;
   for (const auto& f : m_fields) {
@@ -515,7 +515,7 @@ void ConfigEditor::updateSplit(const std::string& toml) {
   m_splitKey = key;
   std::vector<api::SplitRow> rows;
   try {
-    rows = api::parameter_split(toml);
+    rows = api::parameter_split(config);
   } catch (const std::exception& e) {
     markError({}, tr("parameters: ") + QString::fromUtf8(e.what()));
     return;

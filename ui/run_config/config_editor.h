@@ -83,8 +83,8 @@ class ConfigEditor : public QWidget {
   void buildForm(const std::vector<api::ConfigField>& fields);
   void onFieldEdited(const QString& key);
   void kindChanged(const QString& key);
-  void updatePreview(const std::string& toml);
-  void updateSplit(const std::string& toml);
+  void updatePreview(const api::ParsedConfig& config);
+  void updateSplit(const api::ParsedConfig& config);
   QString literal(const Field& f) const;
   void markError(const QString& key, const QString& message);
 
