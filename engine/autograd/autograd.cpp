@@ -489,13 +489,6 @@ Tensor detach(const Tensor& t) {
   return alias_without_history(t);
 }
 
-bool is_grad_enabled() {
-  return !dispatch::tls_excluded_keys().has(DispatchKey::Autograd);
-}
-
-NoGradGuard::NoGradGuard() : guard_(DispatchKeySet(DispatchKey::Autograd)) {}
-NoGradGuard::~NoGradGuard() = default;
-
 void register_autograd(dispatch::Dispatcher& d) {
   core::set_view_hook(&view_hook);
   d.fallback(DispatchKey::Autograd, &autograd_fallback).detach();

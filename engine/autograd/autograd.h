@@ -15,6 +15,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/dispatch/dispatch_key.h"
+#include "engine/dispatch/grad_mode.h"
 
 namespace tb::dispatch {
 class Dispatcher;
@@ -87,20 +88,9 @@ void backward(const Tensor& output, const Tensor& gradient = Tensor(), bool reta
 /// A tensor sharing t's data that is not connected to the graph and does not require grad.
 Tensor detach(const Tensor& t);
 
-/// Whether operations are recorded on this thread (false inside a NoGradGuard).
-bool is_grad_enabled();
-
-/// RAII: operations are not recorded on this thread while it lives (nests).
-class NoGradGuard {
- public:
-  NoGradGuard();
-  ~NoGradGuard();
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  dispatch::ExcludeKeysGuard guard_;
-};
+/// Grad mode lives below ops (engine/dispatch/grad_mode.h); these are its autograd names.
+using dispatch::is_grad_enabled;
+using dispatch::NoGradGuard;
 
 /// Registers the autograd fallback at the Autograd key and installs the view hook (called once
 /// by register_all).

@@ -527,7 +527,7 @@ decltype(auto) SafeKernelHandle::call(Args&&... args) const {
 }
 
 /// Registers every built-in op and every compiled-in backend's kernels
-/// (engine/backends/register_all.cpp).
+/// (engine/api/register_all.cpp, the composition root).
 void register_all();
 
 }  // namespace tb::dispatch

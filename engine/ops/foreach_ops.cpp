@@ -5,9 +5,9 @@
 // the same formula.
 #include <sstream>
 
-#include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/dispatch/dispatcher.h"
+#include "engine/dispatch/grad_mode.h"
 #include "engine/ops/op_common.h"
 #include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
@@ -129,7 +129,7 @@ void foreach_lerp_impl(const std::vector<Tensor>& selfs, const std::vector<Tenso
                  ? tb::detail::str_cat("a ", wt->dtype(), " tensor of shape ", shape_str(*wt))
                  : std::string("an undefined tensor"));
   }
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   std::vector<Group> groups;
   std::vector<std::size_t> composed;
   group_pairs(op, selfs, ends, groups, composed);
@@ -167,7 +167,7 @@ std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
   check_lengths(op, "bufs", bufs.size(), "grads", grads.size());
   for (std::size_t i = 0; i < bufs.size(); ++i)
     check_pair(op, "bufs", bufs[i], "grads", grads[i], i);
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   std::vector<Tensor> outs = bufs;
   if (nesterov) {
     for (std::size_t i = 0; i < bufs.size(); ++i)

@@ -15,10 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include <qcustomplot.h>
 
-#include "engine/core/error.h"
 #include "ui/live_plots/metric_plot.h"
 #include "ui/live_plots/plots_panel.h"
 
@@ -74,7 +75,9 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
   for (qint64 id : ids) {
     auto it =
         std::find_if(all.begin(), all.end(), [&](const api::RunInfo& r) { return r.id == id; });
-    TB_CHECK(it != all.end(), "[report] run ", id, " is not in ", store.path());
+    if (it == all.end())
+      throw std::invalid_argument("[report] run " + std::to_string(id) + " is not in " +
+                                  store.path());
     RunSummaryRow row;
     row.id = id;
     row.name = QString::fromStdString(it->name);
@@ -113,7 +116,7 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
 
 Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
                    const ReportOptions& options) {
-  TB_CHECK(!ids.isEmpty(), "[report] no runs given");
+  if (ids.isEmpty()) throw std::invalid_argument("[report] no runs given");
   const auto summaries = summarizeRuns(store, ids, options.target);
   QStringList idText;
   for (qint64 id : ids)

@@ -1,6 +1,6 @@
 // The openreg backend on top of its runtime: the device allocator, one Philox generator per
 // device, kernels at the PrivateUse1 dispatch key, and the CPU fallback (global or per op, with a
-// deny-list). Registered by engine/backends/register_all.cpp; see docs/backend-integration.md.
+// deny-list). Registered by engine/api/register_all.cpp; see docs/backend-integration.md.
 #pragma once
 
 #include <cstdint>

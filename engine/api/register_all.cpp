@@ -1,5 +1,7 @@
-// The ONE place that names every compiled-in backend: defines the built-in ops, then lets each
-// backend register its kernels. Adding a backend = its folder + one line here.
+// The composition root of the dispatcher: the ONE place that names every compiled-in backend. It
+// defines the built-in ops, lets each backend register its kernels, then puts autograd and
+// autocast above them. It sits at the top of the engine (api/) because it is the one file that
+// sees every layer; adding a backend = its folder + one line here.
 #include "engine/amp/autocast.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/kernels.h"

@@ -1,0 +1,2 @@
+// Allowed: ops may include core.
+#include "engine/core/tensor.h"

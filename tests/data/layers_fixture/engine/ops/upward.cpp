@@ -1,0 +1,2 @@
+// Forbidden: ops may not include train (an upward edge).
+#include "engine/train/trainer.h"

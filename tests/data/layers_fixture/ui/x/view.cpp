@@ -1,0 +1,2 @@
+// Forbidden: the UI sees the engine through engine/api only.
+#include "engine/core/tensor.h"
