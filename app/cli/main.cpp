@@ -24,8 +24,8 @@ namespace {
 
 // "a, b or c" of the kinds of a config family, from the engine's registries.
 std::string kinds_of(const std::string& family) {
-  const auto kinds = tb::api::list_kinds(family);
   std::string s;
+  const auto kinds = tb::api::list_kinds(family);
   for (std::size_t i = 0; i < kinds.size(); ++i)
     s += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
   return s;

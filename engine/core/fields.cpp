@@ -312,6 +312,13 @@ std::size_t levenshtein(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+std::string join_or(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return s;
+}
+
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();

@@ -96,6 +96,8 @@ std::string format_double(double v);
 std::string quote_string(const std::string& s);
 /// A JSON value as one-line TOML (objects as inline tables, "kind" first).
 std::string json_to_toml(const nlohmann::json& j);
+/// "a", "a or b", "a, b or c".
+std::string join_or(const std::vector<std::string>& items);
 /// The candidate nearest to `word` by edit distance (first on ties); "" when there is none.
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates);
 

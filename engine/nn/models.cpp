@@ -149,13 +149,6 @@ bool has_type(const nlohmann::json& v, core::FieldType t) {
   return true;
 }
 
-std::string kind_list(const std::vector<std::string>& names) {
-  std::string s;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  return s;
-}
-
 }  // namespace
 
 ModelConfig::ModelConfig() : ModelConfig(MlpConfig{}) {}
@@ -178,7 +171,7 @@ QwenTinyConfig qwen_tiny_config(const ModelConfig& cfg) {
 void validate(const ModelConfig& cfg) {
   const auto kind = model_registry().find(cfg.kind);
   TB_CHECK(kind != nullptr, "model config: unknown kind '", cfg.kind, "' (choose ",
-           kind_list(model_registry().names()), ")");
+           core::join_or(model_registry().names()), ")");
   if (kind->validate) kind->validate(cfg.fields);
 }
 
@@ -199,11 +192,11 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
   auto it = j.find("kind");
   const auto names = model_registry().names();
   TB_CHECK(it != j.end() && it->is_string(), "model config needs a string field 'kind' (",
-           kind_list(names), ")");
+           core::join_or(names), ")");
   const std::string name = it->get<std::string>();
   const auto kind = model_registry().find(name);
-  TB_CHECK(kind != nullptr, "model config: unknown kind '", name, "' (choose ", kind_list(names),
-           ")");
+  TB_CHECK(kind != nullptr, "model config: unknown kind '", name, "' (choose ",
+           core::join_or(names), ")");
   for (auto f = j.begin(); f != j.end(); ++f) {
     if (f.key() == "kind" || core::find_field(kind->fields, f.key())) continue;
     std::string list;

@@ -140,18 +140,11 @@ std::vector<std::string> matrix_kinds() {
   return out;
 }
 
-std::string or_list(const std::vector<std::string>& quoted_items) {
-  std::string s;
-  for (std::size_t i = 0; i < quoted_items.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == quoted_items.size() ? " or " : ", ") + quoted_items[i];
-  return s;
-}
-
 std::string kind_eq_list(const std::vector<std::string>& kinds) {
   std::vector<std::string> q;
   for (const auto& k : kinds)
     q.push_back("optimizer.kind = " + quote(k));
-  return or_list(q);
+  return core::join_or(q);
 }
 
 void read_optimizer(Section& s, OptimizerSection& o) {
@@ -292,7 +285,7 @@ void cross_check(const Ctx& ctx, const RunConfig& c) {
     std::vector<std::string> fitting;
     for (const auto& d : data::dataset_registry().entries())
       if (d->task == model->task) fitting.push_back(quote(d->name));
-    ctx.fail("data.kind", "expected " + or_list(fitting) + " for model.kind = " +
+    ctx.fail("data.kind", "expected " + core::join_or(fitting) + " for model.kind = " +
                               quote(c.model.kind) + ", found " + quote(c.data.kind));
   }
   if (model->fit) {
