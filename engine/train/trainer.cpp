@@ -298,6 +298,7 @@ void Trainer::checkpoint_if_due(TrainResult& r) {
 TrainResult Trainer::loop() {
   TrainResult r;
   State& s = *s_;
+  const std::int64_t first_step = s.step;  // > 0 after resume_from()
   s.model->train();
   const std::int64_t eval_every =
       config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();
@@ -366,14 +367,17 @@ TrainResult Trainer::loop() {
         sink->on_metrics(s.step, m);
     checkpoint_if_due(r);
   }
-  finish(r);
+  finish(r, s.step - first_step);
   return r;
 }
 
-void Trainer::finish(TrainResult& r) {
+void Trainer::finish(TrainResult& r, std::int64_t steps_run) {
   r.steps = s_->step;
   r.last_eval = s_->last_eval;
-  if (r.outcome == RunOutcome::kFinished) {
+  if (r.outcome == RunOutcome::kFinished && steps_run == 0) {
+    r.message = "finished " + std::to_string(s_->step) +
+                " steps (nothing was left to run after the checkpoint)";
+  } else if (r.outcome == RunOutcome::kFinished) {
     std::ostringstream os;
     os << "finished " << s_->step << " steps, last loss " << r.last_loss;
     for (const auto& [k, v] : s_->last_eval)
