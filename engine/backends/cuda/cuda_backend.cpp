@@ -336,6 +336,8 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
   d.impl<sig::InplaceBinary>("copy_", key, copy_kernel).detach();
   d.impl<sig::Fill>("fill_", key, fill_kernel).detach();
   cuda_detail::register_cuda_ops(d);
+  cuda_detail::register_cuda_optim_ops(d);
+  cuda_detail::register_cuda_nn_ops(d);
   cuda_detail::register_cuda_blas(d);
 }
 
