@@ -210,6 +210,23 @@ std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
                                    const std::vector<Tensor>& grads, double momentum,
                                    bool nesterov);
 
+// ---- mixed precision (GradScaler's kernels; in place, not differentiable) ----------------------
+/// Fused unscale and inf/NaN check over a list of tensors of one dtype on one device (PyTorch's
+/// `_amp_foreach_non_finite_check_and_unscale_`): for every element x, found_inf := 1 when x is
+/// inf or NaN (never cleared), and x := x * inv_scale unless inv_scale is exactly 1 (computed in
+/// float32 for 16-bit floats). found_inf and inv_scale are 1-element float32 tensors on the grads'
+/// device. An empty list is a no-op. Throws tb::TypeError / tb::ValueError naming the argument
+/// when these rules are broken.
+void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf,
+                                               const Tensor& inv_scale);
+/// In-place scale update (PyTorch's `_amp_update_scale_`): with found_inf != 0 the scale is
+/// multiplied by `backoff_factor` and the tracker reset; otherwise the tracker counts the clean
+/// step and, on reaching `growth_interval`, the scale is multiplied by `growth_factor` (only when
+/// the result is finite) and the tracker reset. `scale` and `found_inf` are 1-element float32
+/// tensors, `growth_tracker` a 1-element int32 tensor, all on one device type.
+void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, std::int64_t growth_interval);
+
 // ---- copies and casts ---------------------------------------------------------------------------
 /// dst := src (broadcast, converted to dst's dtype, across devices). Returns dst.
 Tensor& copy_(Tensor& dst, const Tensor& src);

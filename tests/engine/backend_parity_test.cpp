@@ -666,8 +666,8 @@ std::map<std::string, Case> cases() {
         }
         Tensor fh = ops::zeros({1});
         Tensor fd = ops::zeros({1}).to(d);
-        tb::amp::amp_foreach_non_finite_check_and_unscale_(host, fh, ops::full({1}, 0.25));
-        tb::amp::amp_foreach_non_finite_check_and_unscale_(dev, fd, ops::full({1}, 0.25).to(d));
+        ops::amp_foreach_non_finite_check_and_unscale_(host, fh, ops::full({1}, 0.25));
+        ops::amp_foreach_non_finite_check_and_unscale_(dev, fd, ops::full({1}, 0.25).to(d));
         expect_close(fd, fh, {0, 0}, label("unscale found_inf", dt, {}));
         for (std::size_t i = 0; i < host.size(); ++i)
           expect_close(dev[i], host[i], tol_of(dt), label("unscale", dt, {}));
@@ -681,8 +681,8 @@ std::map<std::string, Case> cases() {
     Tensor td = th.to(d);
     for (float inf : {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f}) {
       const Tensor f = ops::full({1}, inf);
-      tb::amp::amp_update_scale_(sh, th, f, 2.0, 0.5, 2);
-      tb::amp::amp_update_scale_(sd, td, f.to(d), 2.0, 0.5, 2);
+      ops::amp_update_scale_(sh, th, f, 2.0, 0.5, 2);
+      ops::amp_update_scale_(sd, td, f.to(d), 2.0, 0.5, 2);
       expect_close(sd, sh, {0, 0}, "scale");
       expect_close(td, th, {0, 0}, "growth tracker");
     }
