@@ -21,7 +21,7 @@ using core::ScalarType;
 using core::Tensor;
 namespace kern = tb::cuda;
 
-// ---- GradScaler, fused Adam ---------------------------------------------------------------------
+// ---- GradScaler, fused Adam and SGD -------------------------------------------------------------
 
 void amp_unscale_kernel(const std::vector<Tensor>& grads, Tensor& found_inf,
                         const Tensor& inv_scale) {
@@ -136,6 +136,35 @@ std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
   return out;
 }
 
+void sgd_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
+                     const std::vector<Tensor>& bufs, core::IntList first_steps, double lr,
+                     double momentum, double dampening, double wd, bool nesterov, bool maximize) {
+  const Device device = ps.empty() ? Device() : ps[0].device();
+  const ScalarType dt = check_sgd_step_args(ps, gs, bufs, first_steps, momentum, device);
+  if (ps.empty()) return;
+  const std::vector<void*> p = pointers(ps);
+  const std::vector<void*> g = pointers(gs);
+  const std::vector<void*> b = pointers(bufs);
+  const std::vector<std::int64_t> n = numels(ps);
+  const std::vector<std::int64_t> first(first_steps.begin(), first_steps.end());
+  kern::SgdArgs a;
+  a.st = static_cast<int>(dt);
+  a.count = static_cast<int>(ps.size());
+  a.params = p.data();
+  a.grads = g.data();
+  a.momentum_buffers = bufs.empty() ? nullptr : b.data();
+  a.first_steps = bufs.empty() ? nullptr : first.data();
+  a.numels = n.data();
+  a.lr = lr;
+  a.momentum = momentum;
+  a.dampening = dampening;
+  a.weight_decay = wd;
+  a.nesterov = nesterov;
+  a.maximize = maximize;
+  DeviceGuard guard(device.index());
+  check_launch(kern::launch_sgd(a), "sgd_step_");
+}
+
 void foreach_lerp_kernel(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
                          const Tensor& weight, double w) {
   const Device device = selfs.empty() ? Device() : selfs[0].device();
@@ -192,6 +221,7 @@ void register_cuda_optim_ops(dispatch::Dispatcher& d) {
       .detach();
   d.impl<sig::AmpUpdateScale>("amp_update_scale_", key, amp_update_scale_kernel).detach();
   d.impl<ops::sig::AdamStep>("adam_step_", key, adam_step_kernel).detach();
+  d.impl<ops::sig::SgdStep>("sgd_step_", key, sgd_step_kernel).detach();
   d.impl<ops::sig::ForeachLerp>("foreach_lerp_", key, foreach_lerp_kernel).detach();
   d.impl<ops::sig::MuonMomentum>("muon_momentum_", key, muon_momentum_kernel).detach();
 }
