@@ -7,6 +7,8 @@
 //    MLP at batch 128 with each, whose ratio is the "Muon epoch <= 1.5x AdamW epoch" target.
 //  - AdamW update bandwidth vs memcpy of the same bytes (16M float32 parameters: AdamW reads p,
 //    g, m, v and writes p, m, v = 28 bytes per element).
+//  - One SGD step (momentum, weight decay) on 16M float32 parameters (reads p, g, buf and writes
+//    p, buf = 20 bytes per element) and over qwen-tiny's parameters (many small tensors).
 // Run: optim_bench --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 
@@ -149,6 +151,36 @@ void BM_adamw_bandwidth(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBandwidthElems * 28);
 }
 
+// args: parameters (0 one tensor of 16M float32 elements, 1 qwen-tiny's), threads
+void BM_sgd_step(benchmark::State& state) {
+  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  std::vector<Tensor> params;
+  std::shared_ptr<nn::Model> model;
+  if (state.range(0) == 0) {
+    params.push_back(ag::requires_grad_(ops::zeros({kBandwidthElems})));
+    ag::set_grad(params[0], ops::full({kBandwidthElems}, 1e-3));
+  } else {
+    auto g = seeded(3);
+    model = nn::build_model(nn::QwenTinyConfig{}, g.get());
+    params = model->parameters();
+    for (const auto& p : params)
+      ag::set_grad(p, ops::mul(ops::randn(p.sizes(), g.get()), 1e-2));
+  }
+  optim::SgdOptions o;
+  o.lr = 1e-3;
+  o.momentum = 0.9;
+  o.weight_decay = 1e-4;
+  optim::SGD opt(params, o);
+  opt.step();  // momentum buffers allocated
+  std::int64_t elems = 0;
+  for (const auto& p : params)
+    elems += p.numel();
+  for (auto _ : state)
+    opt.step();
+  state.SetBytesProcessed(state.iterations() * elems * 20);
+  state.SetLabel(state.range(0) == 0 ? "16M float32" : "qwen-tiny");
+}
+
 // EMA's update (foreach_lerp_, 12 bytes per element: read both, write one) and Muon's momentum
 // with Nesterov (muon_momentum_, 16 bytes: read buffer and gradient, write buffer and update) on
 // 16M float32 elements: range(0) 0 = the fused kernels, 1 = the elementwise ops they replaced;
@@ -207,6 +239,7 @@ BENCHMARK(BM_mlp_train_step)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_adamw_bandwidth)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_sgd_step)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_ema_update)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)

@@ -1,33 +1,23 @@
-// GradScaler (PyTorch's torch.amp.GradScaler, torch/amp/grad_scaler.py) and the checked entry
-// points of its two dispatcher ops.
+// GradScaler (PyTorch's torch.amp.GradScaler, torch/amp/grad_scaler.py); its two kernels are
+// reached through their checked ops (ops::amp_foreach_non_finite_check_and_unscale_,
+// ops::amp_update_scale_ in engine/ops/amp_ops.cpp).
 #include "engine/amp/grad_scaler.h"
 
 #include <exception>
 
 #include "engine/autograd/autograd.h"
-#include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::amp {
 
 using core::Device;
 using core::ScalarType;
-using dispatch::Dispatcher;
 
 namespace {
 
 constexpr const char* kScaleFix =
     "This may indicate your script did not use scaler.scale(loss or outputs) earlier in the "
     "iteration.";
-
-void check_flag_tensor(const char* op, const Tensor& t, const char* arg, ScalarType dtype) {
-  TB_CHECK(t.defined(), "[", op, "] argument '", arg, "' is an undefined tensor");
-  TB_CHECK(t.numel() == 1, "[", op, "] '", arg, "' must be a 1-element tensor, got ", t.numel(),
-           " elements");
-  TB_CHECK_T(TypeError, t.dtype() == dtype, "[", op, "] '", arg, "' must be ", dtype, ", got ",
-             t.dtype());
-}
 
 // True when a tensor can be allocated on devices of `type` in this process.
 bool device_usable(core::DeviceType type, std::string& why) {
@@ -42,59 +32,6 @@ bool device_usable(core::DeviceType type, std::string& why) {
 }
 
 }  // namespace
-
-void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf,
-                                               const Tensor& inv_scale) {
-  static const auto op = Dispatcher::singleton().typed<ops::sig::AmpUnscale>(
-      "amp_foreach_non_finite_check_and_unscale_");
-  constexpr const char* name = "amp_foreach_non_finite_check_and_unscale_";
-  if (grads.empty()) return;
-  check_flag_tensor(name, found_inf, "found_inf", ScalarType::Float32);
-  check_flag_tensor(name, inv_scale, "inv_scale", ScalarType::Float32);
-  const Tensor& first = grads[0];
-  TB_CHECK(first.defined(), "[", name, "] grads[0] is an undefined tensor");
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = grads[i];
-    TB_CHECK(g.defined(), "[", name, "] grads[", i, "] is an undefined tensor");
-    TB_CHECK_T(TypeError, g.device() == first.device(), "[", name, "] grads[", i, "] is on ",
-               g.device(), " but grads[0] is on ", first.device(),
-               " (group the tensors by device and dtype)");
-    TB_CHECK_T(TypeError, g.dtype() == first.dtype(), "[", name, "] grads[", i, "] is ", g.dtype(),
-               " but grads[0] is ", first.dtype(), " (group the tensors by device and dtype)");
-    TB_CHECK_T(TypeError, core::is_floating_point(g.dtype()), "[", name, "] grads[", i,
-               "] must be floating point, got ", g.dtype());
-  }
-  TB_CHECK_T(TypeError, found_inf.device() == first.device(), "[", name,
-             "] found_inf must be on the grads' device ", first.device(), ", got ",
-             found_inf.device());
-  TB_CHECK_T(TypeError, inv_scale.device() == first.device(), "[", name,
-             "] inv_scale must be on the grads' device ", first.device(), ", got ",
-             inv_scale.device());
-  autograd::NoGradGuard no_grad;
-  op.call(grads, found_inf, inv_scale);
-  found_inf.impl()->version++;
-  for (const Tensor& g : grads)
-    g.impl()->version++;
-}
-
-void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, std::int64_t growth_interval) {
-  static const auto op =
-      Dispatcher::singleton().typed<ops::sig::AmpUpdateScale>("amp_update_scale_");
-  constexpr const char* name = "amp_update_scale_";
-  check_flag_tensor(name, scale, "scale", ScalarType::Float32);
-  check_flag_tensor(name, growth_tracker, "growth_tracker", ScalarType::Int32);
-  check_flag_tensor(name, found_inf, "found_inf", ScalarType::Float32);
-  TB_CHECK_T(TypeError,
-             growth_tracker.device().type() == scale.device().type() &&
-                 found_inf.device().type() == scale.device().type(),
-             "[", name, "] scale, growth_tracker and found_inf must be on one device type, got ",
-             scale.device(), ", ", growth_tracker.device(), " and ", found_inf.device());
-  autograd::NoGradGuard no_grad;
-  op.call(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
-  scale.impl()->version++;
-  growth_tracker.impl()->version++;
-}
 
 // ---- GradScaler ---------------------------------------------------------------------------------
 
@@ -216,7 +153,7 @@ std::vector<std::pair<Device, Tensor>> GradScaler::unscale_grads(Optimizer& opti
     const Tensor inv = inv_scale.to(b.device);
     Tensor found = found_inf.device() == b.device ? found_inf : found_inf.to(b.device, true);
     for (const auto& [dt, grads] : b.by_dtype)
-      amp_foreach_non_finite_check_and_unscale_(grads, found, inv);
+      ops::amp_foreach_non_finite_check_and_unscale_(grads, found, inv);
     per_device.emplace_back(b.device, found);
   }
   return per_device;
@@ -278,8 +215,8 @@ void GradScaler::update() {
   Tensor combined = found_infs[0];
   for (std::size_t i = 1; i < found_infs.size(); ++i)
     combined = ops::add(combined, found_infs[i]);
-  amp_update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_,
-                    growth_interval_);
+  ops::amp_update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_,
+                         growth_interval_);
   per_optimizer_.clear();
 }
 

@@ -5,9 +5,10 @@
 // `growth_interval` clean steps, back off on overflow).
 //
 // The two kernels are dispatcher ops (`amp_foreach_non_finite_check_and_unscale_`,
-// `amp_update_scale_`) with CPU kernels in engine/backends/cpu/amp_kernels.cpp; a device backend
-// adds its own. Nothing here reads a device value except where torch/amp/grad_scaler.py does
-// (step() decides whether to run the optimizer; get_scale(); state_dict()).
+// `amp_update_scale_`) with CPU kernels in engine/backends/cpu/amp_kernels.cpp (a device backend
+// adds its own), called through their checked public functions in engine/ops/ops.h. Nothing here
+// reads a device value except where torch/amp/grad_scaler.py does (step() decides whether to run
+// the optimizer; get_scale(); state_dict()).
 //
 // PyTorch's exception types map to: AssertionError and ValueError -> tb::ValueError,
 // RuntimeError -> tb::Error.
@@ -27,23 +28,6 @@ namespace tb::amp {
 
 using optim::Optimizer;
 using optim::ParamGroup;
-
-/// Fused unscale and inf/NaN check over a list of tensors of one dtype on one device (PyTorch's
-/// `_amp_foreach_non_finite_check_and_unscale_`): for every element x, found_inf := 1 when x is
-/// inf or NaN (never cleared), and x := x * inv_scale unless inv_scale is exactly 1 (computed in
-/// float32 for 16-bit floats). found_inf and inv_scale are 1-element float32 tensors on the grads'
-/// device. An empty list is a no-op. Throws tb::TypeError / tb::ValueError naming the argument
-/// when these rules are broken.
-void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf,
-                                               const Tensor& inv_scale);
-
-/// In-place scale update (PyTorch's `_amp_update_scale_`): with found_inf != 0 the scale is
-/// multiplied by `backoff_factor` and the tracker reset; otherwise the tracker counts the clean
-/// step and, on reaching `growth_interval`, the scale is multiplied by `growth_factor` (only when
-/// the result is finite) and the tracker reset. `scale` and `found_inf` are 1-element float32
-/// tensors, `growth_tracker` a 1-element int32 tensor, all on one device type.
-void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
-                       double growth_factor, double backoff_factor, std::int64_t growth_interval);
 
 /// Construction parameters of a GradScaler (PyTorch's defaults).
 struct GradScalerOptions {

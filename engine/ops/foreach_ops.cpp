@@ -1,8 +1,10 @@
-// Multi-tensor in-place updates of optimizer state: foreach_lerp_ (EMA/SWA averages) and
-// muon_momentum_ (Muon's momentum). The public functions check every pair, group the pairs by
-// (device, dtype) and call the fused operator once per group; a pair the fused kernels cannot
-// take (strided, or a device without the kernel) is updated with elementwise ops instead, by
-// the same formula.
+// Multi-tensor in-place updates of optimizer state: foreach_lerp_ (EMA/SWA averages),
+// muon_momentum_ (Muon's momentum), adam_step_ (Adam/AdamW) and sgd_step_ (SGD). The public
+// functions check every list and pair. The lerps group the pairs by (device, dtype) and call the
+// fused operator once per group, a pair the fused kernels cannot take (strided, or a device
+// without the kernel) being updated with elementwise ops by the same formula; the Adam and SGD
+// steps make one fused call when every tensor can take it, and run the same math as elementwise
+// ops otherwise (as the optimizers did before they were ops).
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -192,6 +194,135 @@ std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
     }
   }
   return outs;
+}
+
+namespace {
+
+// Whether one fused call of `op` can update these lists: one device with the kernel (its own or
+// a fallback), one float32/float64 dtype, every tensor contiguous.
+bool fused_ok(const char* op, std::initializer_list<const std::vector<Tensor>*> lists) {
+  const Tensor* first = nullptr;
+  for (const auto* l : lists) {
+    for (const Tensor& t : *l) {
+      if (first == nullptr) first = &t;
+      if (!t.is_contiguous() || t.device() != first->device() || t.dtype() != first->dtype()) {
+        return false;
+      }
+    }
+  }
+  if (first == nullptr) return false;
+  return (first->dtype() == ScalarType::Float32 || first->dtype() == ScalarType::Float64) &&
+         detail::device_has_kernel(op, first->device());
+}
+
+}  // namespace
+
+void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& step_sizes,
+                const std::vector<double>& bc2_sqrts, double lr, double beta1, double beta2,
+                double eps, double weight_decay, bool maximize, bool decoupled) {
+  constexpr const char* op = "adam_step_";
+  const std::size_t n = params.size();
+  const bool amsgrad = !max_exp_avg_sqs.empty();
+  check_lengths(op, "params", n, "grads", grads.size());
+  check_lengths(op, "params", n, "exp_avgs", exp_avgs.size());
+  check_lengths(op, "params", n, "exp_avg_sqs", exp_avg_sqs.size());
+  if (amsgrad) check_lengths(op, "params", n, "max_exp_avg_sqs", max_exp_avg_sqs.size());
+  TB_CHECK(step_sizes.size() == n && bc2_sqrts.size() == n, "[", op,
+           "] the step scalars must have one entry per parameter (", n, "), got step_sizes ",
+           step_sizes.size(), " and bc2_sqrts ", bc2_sqrts.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    check_pair(op, "params", params[i], "grads", grads[i], i);
+    check_pair(op, "params", params[i], "exp_avgs", exp_avgs[i], i);
+    check_pair(op, "params", params[i], "exp_avg_sqs", exp_avg_sqs[i], i);
+    if (amsgrad) check_pair(op, "params", params[i], "max_exp_avg_sqs", max_exp_avg_sqs[i], i);
+  }
+  if (n == 0) return;
+  autograd::NoGradGuard no_grad;
+  if (fused_ok(op, {&params, &grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs})) {
+    // The step scalars travel as host tensors (the CPU key is skipped for device tensors).
+    static const auto kernel = Dispatcher::singleton().typed<sig::AdamStep>(op);
+    kernel.call_skipping(skip_for(params[0].device()), params, grads, exp_avgs, exp_avg_sqs,
+                         max_exp_avg_sqs, core::from_vector(step_sizes),
+                         core::from_vector(bc2_sqrts), lr, beta1, beta2, eps, weight_decay,
+                         maximize, decoupled);
+    for (const auto* l : {&params, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs})
+      bump_versions(*l);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    Tensor p = params[i];
+    Tensor m = exp_avgs[i];
+    Tensor v = exp_avg_sqs[i];
+    Tensor d = maximize ? neg(grads[i]) : grads[i];
+    if (weight_decay != 0.0) {
+      if (decoupled) {
+        p.copy_(mul(p, 1.0 - lr * weight_decay));
+      } else {
+        d = add(d, mul(p, weight_decay));
+      }
+    }
+    m.copy_(add(m, mul(sub(d, m), 1.0 - beta1)));
+    // (1 − beta2)·d·d in that order: torch.addcmul's, and the fused kernel's (optim_math.h).
+    v.copy_(add(mul(v, beta2), mul(mul(d, 1.0 - beta2), d)));
+    Tensor second = v;
+    if (amsgrad) {
+      Tensor vmax = max_exp_avg_sqs[i];
+      vmax.copy_(maximum(vmax, v));
+      second = vmax;
+    }
+    const Tensor denom = add(div(sqrt(second), bc2_sqrts[i]), eps);
+    add_(p, div(m, denom), -step_sizes[i]);
+  }
+}
+
+void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_steps,
+               double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+               bool maximize) {
+  constexpr const char* op = "sgd_step_";
+  const std::size_t n = params.size();
+  const bool with_momentum = momentum != 0.0;
+  check_lengths(op, "params", n, "grads", grads.size());
+  if (with_momentum) {
+    check_lengths(op, "params", n, "momentum_buffers", momentum_buffers.size());
+  } else {
+    TB_CHECK(momentum_buffers.empty(), "[", op, "] momentum 0 takes no momentum buffers, got ",
+             momentum_buffers.size());
+  }
+  check_lengths(op, "momentum_buffers", momentum_buffers.size(), "first_steps", first_steps.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    check_pair(op, "params", params[i], "grads", grads[i], i);
+    if (with_momentum)
+      check_pair(op, "params", params[i], "momentum_buffers", momentum_buffers[i], i);
+  }
+  if (n == 0) return;
+  autograd::NoGradGuard no_grad;
+  if (fused_ok(op, {&params, &grads, &momentum_buffers})) {
+    static const auto kernel = Dispatcher::singleton().typed<sig::SgdStep>(op);
+    const std::vector<std::int64_t> first(first_steps.begin(), first_steps.end());
+    kernel.call_skipping(skip_for(params[0].device()), params, grads, momentum_buffers, first, lr,
+                         momentum, dampening, weight_decay, nesterov, maximize);
+    bump_versions(params);
+    bump_versions(momentum_buffers);
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    Tensor d = maximize ? neg(grads[i]) : grads[i];
+    if (weight_decay != 0.0) d = add(d, mul(params[i], weight_decay));
+    if (with_momentum) {
+      Tensor buf = momentum_buffers[i];
+      if (first_steps[i]) {
+        buf.copy_(d);
+      } else {
+        buf.copy_(add(mul(buf, momentum), mul(d, 1.0 - dampening)));
+      }
+      d = nesterov ? add(d, mul(buf, momentum)) : buf;
+    }
+    Tensor p = params[i];
+    add_(p, d, -lr);
+  }
 }
 
 }  // namespace tb::ops

@@ -73,8 +73,10 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::AmpUnscale>("amp_foreach_non_finite_check_and_unscale_", mutates01);
   d.define<sig::AmpUpdateScale>("amp_update_scale_", mutates01);
 
-  // Fused optimizer updates (engine/optim): write params and state (args 0, 2, 3, 4).
+  // Fused optimizer updates (engine/optim): write params and state (Adam: args 0, 2, 3, 4; SGD:
+  // 0, 2).
   d.define<sig::AdamStep>("adam_step_", OpSchema{{0, 2, 3, 4}, false, ""});
+  d.define<sig::SgdStep>("sgd_step_", OpSchema{{0, 2}, false, ""});
   // Multi-tensor lerps (EMA/SWA averages, Muon's momentum): in place, not differentiable.
   d.define<sig::ForeachLerp>("foreach_lerp_", OpSchema{{0}, false, ""});
   d.define<sig::MuonMomentum>("muon_momentum_", OpSchema{{0, 2}, false, ""});

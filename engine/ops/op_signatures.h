@@ -60,6 +60,13 @@ using AdamStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const std::vector<Tensor>&,
                       const std::vector<Tensor>&, const Tensor&, const Tensor&, double, double,
                       double, double, double, bool, bool);
+/// sgd_step_(params, grads, momentum_buffers (empty: no momentum), first_steps (one entry per
+/// buffer, 1 for a buffer that is new this step: it takes the gradient instead of the momentum
+/// update), lr, momentum, dampening, weight_decay, nesterov, maximize): the fused multi-tensor
+/// SGD update of torch/optim/sgd.py, in place.
+using SgdStep = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
+                     const std::vector<Tensor>&, IntList, double, double, double, double, bool,
+                     bool);
 
 /// rms_norm / layer_norm(x [..., N] contiguous, weight [N] or undefined, bias [N] or undefined,
 /// eps) -> (y like x, stats [rows, 2]: per row (mean, 1/sqrt(var + eps)), mean 0 for rms_norm;

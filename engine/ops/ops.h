@@ -209,6 +209,49 @@ void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& 
 std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
                                    const std::vector<Tensor>& grads, double momentum,
                                    bool nesterov);
+/// One Adam/AdamW step (torch/optim/adam.py's _single_tensor_adam, in its order of operations)
+/// over a list of parameters, in place: with d = grad (negated with `maximize`), p *= 1 − lr·wd
+/// (`decoupled`) or d += wd·p; m = lerp(m, d, 1 − beta1); v = beta2·v + (1 − beta2)·d²; with
+/// max_exp_avg_sqs given (AMSGrad; empty otherwise) vmax = max(vmax, v) replaces v below;
+/// p −= step_sizes[i]·m / (sqrt(v) / bc2_sqrts[i] + eps). step_sizes[i] (lr / (1 − beta1^t)) and
+/// bc2_sqrts[i] (sqrt(1 − beta2^t)) are host values, one per parameter. Every list has one
+/// tensor per parameter, of the parameter's shape, dtype and device (tb::ValueError /
+/// tb::TypeError naming the list and index otherwise). One fused pass when every tensor is
+/// contiguous, of one float32/float64 dtype, on one device with the kernel (the CPU, CUDA;
+/// others through the CPU); the same math as elementwise ops otherwise.
+void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& step_sizes,
+                const std::vector<double>& bc2_sqrts, double lr, double beta1, double beta2,
+                double eps, double weight_decay, bool maximize, bool decoupled);
+/// One SGD step (torch/optim/sgd.py's _single_tensor_sgd, in its order of operations) over a
+/// list of parameters, in place: d = grad (negated with `maximize`) + weight_decay·p; with
+/// momentum != 0, buf = d on the buffer's first step (first_steps[i]) and
+/// momentum·buf + (1 − dampening)·d after, then d = d + momentum·buf (`nesterov`) or buf;
+/// p += −lr·d. With momentum 0, momentum_buffers and first_steps are empty; otherwise they have
+/// one entry per parameter, the buffers of the parameter's shape, dtype and device (tb::ValueError
+/// / tb::TypeError naming the list and index otherwise). Fused as adam_step_.
+void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& momentum_buffers, const std::vector<bool>& first_steps,
+               double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+               bool maximize);
+
+// ---- mixed precision (GradScaler's kernels; in place, not differentiable) ----------------------
+/// Fused unscale and inf/NaN check over a list of tensors of one dtype on one device (PyTorch's
+/// `_amp_foreach_non_finite_check_and_unscale_`): for every element x, found_inf := 1 when x is
+/// inf or NaN (never cleared), and x := x * inv_scale unless inv_scale is exactly 1 (computed in
+/// float32 for 16-bit floats). found_inf and inv_scale are 1-element float32 tensors on the grads'
+/// device. An empty list is a no-op. Throws tb::TypeError / tb::ValueError naming the argument
+/// when these rules are broken.
+void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf,
+                                               const Tensor& inv_scale);
+/// In-place scale update (PyTorch's `_amp_update_scale_`): with found_inf != 0 the scale is
+/// multiplied by `backoff_factor` and the tracker reset; otherwise the tracker counts the clean
+/// step and, on reaching `growth_interval`, the scale is multiplied by `growth_factor` (only when
+/// the result is finite) and the tracker reset. `scale` and `found_inf` are 1-element float32
+/// tensors, `growth_tracker` a 1-element int32 tensor, all on one device type.
+void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
+                       double growth_factor, double backoff_factor, std::int64_t growth_interval);
 
 // ---- copies and casts ---------------------------------------------------------------------------
 /// dst := src (broadcast, converted to dst's dtype, across devices). Returns dst.

@@ -1,15 +1,14 @@
+// SGD, Adam and AdamW (torch/optim/sgd.py, adam.py): constructor checks, state, and a step that
+// gathers each param group's tensors and hands them to one multi-tensor op (ops::sgd_step_,
+// ops::adam_step_, which check them and pick the fused kernel or elementwise ops); and their
+// registry entries.
 #include "engine/optim/sgd_adam.h"
 
-#include <algorithm>
-#include <array>
 #include <cmath>
 #include <utility>
 
 #include "engine/autograd/autograd.h"
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
-#include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/registry.h"
 
@@ -24,35 +23,6 @@ Tensor grad_of(const Tensor& p) {
   Tensor g = autograd::grad(p);
   if (g.defined() && g.dtype() != p.dtype()) g = g.to(p.dtype());
   return g;
-}
-
-bool fast_path(const std::vector<Tensor>& ts) {
-  for (const auto& t : ts) {
-    if (!t.device().is_cpu() || !t.is_contiguous() ||
-        (t.dtype() != ScalarType::Float32 && t.dtype() != ScalarType::Float64)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Whether the fused operator `op` can update these tensors: one float32/float64 dtype, contiguous,
-// and a kernel (or fallback) for their device.
-bool fused_ok(const std::vector<Tensor>& ts, bool same_dtype, const char* op) {
-  if (!same_dtype || ts.empty()) return false;
-  for (const auto& t : ts) {
-    if (!t.is_contiguous() || t.device() != ts[0].device() ||
-        (t.dtype() != ScalarType::Float32 && t.dtype() != ScalarType::Float64)) {
-      return false;
-    }
-  }
-  const auto key = dispatch::backend_key(ts[0].device().type());
-  return dispatch::Dispatcher::singleton().find(op).entry().computed(key).source !=
-         dispatch::KernelSource::Missing;
-}
-
-Tensor& assign(Tensor& dst, const Tensor& src) {
-  return dst.copy_(src);
 }
 
 }  // namespace
@@ -113,59 +83,7 @@ void SGD::step() {
         bufs.push_back(it->second);
       }
     }
-    if (ps.empty()) continue;
-    std::vector<Tensor> all = ps;
-    all.insert(all.end(), gs.begin(), gs.end());
-    all.insert(all.end(), bufs.begin(), bufs.end());
-    if (fast_path(all)) {
-      std::vector<std::int64_t> sizes;
-      for (const auto& p : ps)
-        sizes.push_back(p.numel());
-      const bool dbl = ps[0].dtype() == ScalarType::Float64;
-      auto run = [&](auto zero) {
-        using T = decltype(zero);
-        cpu::for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
-          T* p = ps[i].data_ptr<T>();
-          const T* g = gs[i].data_ptr<T>();
-          T* buf = mu != 0.0 ? bufs[i].data_ptr<T>() : nullptr;
-          const bool first = mu != 0.0 && fresh[i];
-          for (std::int64_t k = b; k < e; ++k) {
-            T d = maximize ? -g[k] : g[k];
-            if (wd != 0.0) d = d + static_cast<T>(wd) * p[k];
-            if (mu != 0.0) {
-              buf[k] = first ? d : static_cast<T>(mu) * buf[k] + static_cast<T>(1.0 - damp) * d;
-              d = nesterov ? d + static_cast<T>(mu) * buf[k] : buf[k];
-            }
-            p[k] = p[k] + static_cast<T>(-lr) * d;
-          }
-        });
-      };
-      bool mixed = false;
-      for (const auto& t : all)
-        mixed |= t.dtype() != ps[0].dtype();
-      if (!mixed) {
-        if (dbl) {
-          run(0.0);
-        } else {
-          run(0.0f);
-        }
-        continue;
-      }
-    }
-    // Any device or dtype: the same math as engine ops.
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      Tensor d = maximize ? ops::neg(gs[i]) : gs[i];
-      if (wd != 0.0) d = ops::add(d, ops::mul(ps[i], wd));
-      if (mu != 0.0) {
-        if (fresh[i]) {
-          assign(bufs[i], d);
-        } else {
-          assign(bufs[i], ops::add(ops::mul(bufs[i], mu), ops::mul(d, 1.0 - damp)));
-        }
-        d = nesterov ? ops::add(d, ops::mul(bufs[i], mu)) : bufs[i];
-      }
-      ops::add_(ps[i], d, -lr);
-    }
+    ops::sgd_step_(ps, gs, bufs, fresh, lr, mu, damp, wd, nesterov, maximize);
   }
   count_step();
 }
@@ -245,46 +163,8 @@ void Adam::step() {
       step_size.push_back(lr / (1.0 - std::pow(b1, t)));
       bc2_sqrt.push_back(std::sqrt(1.0 - std::pow(b2, t)));
     }
-    if (ps.empty()) continue;
-    std::vector<Tensor> all = ps;
-    for (auto* v : {&gs, &ms, &vs, &vmaxs})
-      all.insert(all.end(), v->begin(), v->end());
-    bool same_dtype = true;
-    for (const auto& t : all)
-      same_dtype &= t.dtype() == ps[0].dtype();
-    if (fused_ok(all, same_dtype, "adam_step_")) {
-      // The fused multi-tensor update, an operator: the CPU's kernel here, a device's own (or the
-      // CPU's through its fallback) elsewhere. Step sizes travel as host tensors.
-      static const auto op =
-          dispatch::Dispatcher::singleton().typed<ops::sig::AdamStep>("adam_step_");
-      const Tensor ss = core::from_vector(step_size);
-      const Tensor bc = core::from_vector(bc2_sqrt);
-      const dispatch::DispatchKeySet skip =
-          ps[0].device().is_cpu() ? dispatch::DispatchKeySet()
-                                  : dispatch::DispatchKeySet(dispatch::DispatchKey::CPU);
-      op.call_skipping(skip, ps, gs, ms, vs, vmaxs, ss, bc, lr, b1, b2, eps, wd, maximize,
-                       decoupled);
-      continue;
-    }
-    for (std::size_t i = 0; i < ps.size(); ++i) {
-      Tensor d = maximize ? ops::neg(gs[i]) : gs[i];
-      if (wd != 0.0) {
-        if (decoupled) {
-          assign(ps[i], ops::mul(ps[i], 1.0 - lr * wd));
-        } else {
-          d = ops::add(d, ops::mul(ps[i], wd));
-        }
-      }
-      assign(ms[i], ops::add(ms[i], ops::mul(ops::sub(d, ms[i]), 1.0 - b1)));
-      assign(vs[i], ops::add(ops::mul(vs[i], b2), ops::mul(ops::mul(d, d), 1.0 - b2)));
-      Tensor second = vs[i];
-      if (amsgrad) {
-        assign(vmaxs[i], ops::maximum(vmaxs[i], vs[i]));
-        second = vmaxs[i];
-      }
-      const Tensor denom = ops::add(ops::div(ops::sqrt(second), bc2_sqrt[i]), eps);
-      ops::add_(ps[i], ops::div(ms[i], denom), -step_size[i]);
-    }
+    ops::adam_step_(ps, gs, ms, vs, vmaxs, step_size, bc2_sqrt, lr, b1, b2, eps, wd, maximize,
+                    decoupled);
   }
   count_step();
 }

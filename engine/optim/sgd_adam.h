@@ -2,9 +2,10 @@
 // maximize, decoupled decay) — torch.optim.SGD/Adam/AdamW
 // (https://pytorch.org/docs/stable/generated/torch.optim.Adam.html and its SGD/AdamW siblings;
 // pytorch/pytorch torch/optim/sgd.py, adam.py), PyTorch's constructor checks and messages. Each
-// step is one fused multi-tensor pass per parameter group on the CPU (every element of every
-// parameter updated in one parallel loop, hyper-parameters read once per step, no per-tensor
-// synchronisation); on other devices the same math runs as engine ops.
+// step is one multi-tensor op per parameter group (ops::sgd_step_, ops::adam_step_): a fused pass
+// where the device has the kernel (on the CPU every element of every parameter updated in one
+// parallel loop; hyper-parameters read once per step, no per-tensor synchronisation), the same
+// math as engine ops elsewhere.
 #pragma once
 
 #include "engine/optim/optimizer.h"

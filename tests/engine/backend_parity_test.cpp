@@ -666,8 +666,8 @@ std::map<std::string, Case> cases() {
         }
         Tensor fh = ops::zeros({1});
         Tensor fd = ops::zeros({1}).to(d);
-        tb::amp::amp_foreach_non_finite_check_and_unscale_(host, fh, ops::full({1}, 0.25));
-        tb::amp::amp_foreach_non_finite_check_and_unscale_(dev, fd, ops::full({1}, 0.25).to(d));
+        ops::amp_foreach_non_finite_check_and_unscale_(host, fh, ops::full({1}, 0.25));
+        ops::amp_foreach_non_finite_check_and_unscale_(dev, fd, ops::full({1}, 0.25).to(d));
         expect_close(fd, fh, {0, 0}, label("unscale found_inf", dt, {}));
         for (std::size_t i = 0; i < host.size(); ++i)
           expect_close(dev[i], host[i], tol_of(dt), label("unscale", dt, {}));
@@ -681,8 +681,8 @@ std::map<std::string, Case> cases() {
     Tensor td = th.to(d);
     for (float inf : {0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0.0f}) {
       const Tensor f = ops::full({1}, inf);
-      tb::amp::amp_update_scale_(sh, th, f, 2.0, 0.5, 2);
-      tb::amp::amp_update_scale_(sd, td, f.to(d), 2.0, 0.5, 2);
+      ops::amp_update_scale_(sh, th, f, 2.0, 0.5, 2);
+      ops::amp_update_scale_(sd, td, f.to(d), 2.0, 0.5, 2);
       expect_close(sd, sh, {0, 0}, "scale");
       expect_close(td, th, {0, 0}, "growth tracker");
     }
@@ -721,6 +721,44 @@ std::map<std::string, Case> cases() {
           for (std::size_t i = 0; i < shapes.size(); ++i) {
             expect_close(g[static_cast<std::size_t>(l)][i], h[static_cast<std::size_t>(l)][i],
                          tol_of(dt), label("adam_step_ list " + std::to_string(l), dt, shapes[i]));
+          }
+        }
+      }
+    }
+  };
+  c["sgd_step_"] = [](const Device& d) {
+    // Every flag combination, first and later momentum steps in one list, sizes crossing the
+    // kernel's chunk (65536) and list (32 tensors) limits, an empty tensor.
+    std::vector<Shape> shapes = {{7}, {70000}, {3, 5}, {0}, {131073}};
+    for (int i = 0; i < 34; ++i)
+      shapes.push_back({(i % 5) + 1, 2});
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+      for (int flags = 0; flags < 16; ++flags) {
+        const double momentum = (flags & 1) != 0 ? 0.9 : 0.0;
+        const bool nesterov = (flags & 2) != 0 && momentum != 0.0;
+        const double wd = (flags & 4) != 0 ? 0.01 : 0.0;
+        const bool maximize = (flags & 8) != 0;
+        std::vector<std::vector<Tensor>> h(3);
+        std::vector<std::vector<Tensor>> g(3);
+        std::vector<bool> first;
+        std::uint64_t seed = 2400;
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          for (std::size_t l = 0; l < 3; ++l) {
+            if (l == 2 && momentum == 0.0) continue;
+            h[l].push_back(rand_input(shapes[i], dt, seed++));
+            g[l].push_back(h[l].back().to(d));
+          }
+          if (momentum != 0.0) first.push_back(i % 3 == 0);
+        }
+        const double damp = nesterov ? 0.0 : 0.1;
+        ops::sgd_step_(h[0], h[1], h[2], first, 0.05, momentum, damp, wd, nesterov, maximize);
+        ops::sgd_step_(g[0], g[1], g[2], first, 0.05, momentum, damp, wd, nesterov, maximize);
+        for (std::size_t l : {0, 2}) {
+          for (std::size_t i = 0; i < h[l].size(); ++i) {
+            expect_close(
+                g[l][i], h[l][i], tol_of(dt),
+                label("sgd_step_ flags " + std::to_string(flags) + " list " + std::to_string(l), dt,
+                      shapes[i]));
           }
         }
       }

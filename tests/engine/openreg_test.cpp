@@ -377,7 +377,7 @@ TEST(Openreg, FallbackRunsTheCpuKernelAndCopiesMutatedArgumentsBack) {
   std::vector<Tensor> grads = {h.to(dev(0)), ops::full({3}, INFINITY, ScalarType::Float32, dev(0))};
   Tensor found = ops::zeros({1}, ScalarType::Float32, dev(0));
   const Tensor inv = ops::full({1}, 0.5, ScalarType::Float32, dev(0));
-  tb::amp::amp_foreach_non_finite_check_and_unscale_(grads, found, inv);
+  ops::amp_foreach_non_finite_check_and_unscale_(grads, found, inv);
   EXPECT_EQ(found.item(), 1.0);
   EXPECT_EQ(grads[0].to_vector<float>(), ops::mul(h, 0.5).to_vector<float>());
 }

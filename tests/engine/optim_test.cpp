@@ -2,7 +2,8 @@
 // hand-computed Newton–Schulz, Muon, Adam/AdamW and SGD values, PyTorch 1.13's trajectories
 // (tests/data/optimizers.json), constructor validation
 // messages, state_dict layout and round trips, tensor LRs, Newton–Schulz forms and schedules,
-// and the Muon/AdamW parameter split.
+// the Muon/AdamW parameter split, and the multi-tensor ops the optimizers call (foreach_lerp_,
+// muon_momentum_, sgd_step_, adam_step_: values, fused vs elementwise paths, errors).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +15,9 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/core/half.h"
+#include "engine/dispatch/dispatcher.h"
 #include "engine/nn/models.h"
+#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
 #include "engine/optim/optimizer.h"
@@ -673,3 +676,231 @@ TEST(MuonMomentum, StridedGradientsTakeTheElementwisePathWithTheSameResult) {
 }
 
 }  // namespace foreach_test
+
+// ---- the fused steps as ops: ops::sgd_step_, ops::adam_step_ ----------------------------------
+
+namespace step_ops_test {
+
+// A copy of t with t's values in a transposed (strided) layout: the ops take the elementwise path
+// for it.
+Tensor strided_copy(const Tensor& t) {
+  return t.t().contiguous().t();
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  return t.to(ScalarType::Float64).contiguous().to_vector<double>();
+}
+
+TEST(SgdStep, FusedPassMatchesTheFormulaAndTheElementwiseOpsBitForBit) {
+  tb::rng::CpuGenerator gen(21);
+  for (const ScalarType dt : {ScalarType::Float64, ScalarType::Float32}) {
+    for (int flags = 0; flags < 16; ++flags) {
+      const double momentum = (flags & 1) != 0 ? 0.9 : 0.0;
+      const bool nesterov = (flags & 2) != 0 && momentum != 0.0;
+      const double wd = (flags & 4) != 0 ? 0.1 : 0.0;
+      const bool maximize = (flags & 8) != 0;
+      const double damp = nesterov ? 0.0 : 0.25;
+      const double lr = 0.05;
+      // Two parameters: a buffer on its first step and one on a later step.
+      std::vector<Tensor> ps, gs, bs, sps, sgs, sbs;
+      for (int i = 0; i < 2; ++i) {
+        ps.push_back(ops::randn({4, 3}, &gen).to(dt));
+        gs.push_back(ops::randn({4, 3}, &gen).to(dt));
+        if (momentum != 0.0) bs.push_back(ops::randn({4, 3}, &gen).to(dt));
+      }
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        sps.push_back(strided_copy(ps[i]));
+        sgs.push_back(strided_copy(gs[i]));
+        if (momentum != 0.0) sbs.push_back(strided_copy(bs[i]));
+      }
+      const std::vector<bool> first =
+          momentum != 0.0 ? std::vector<bool>{true, false} : std::vector<bool>{};
+      std::vector<std::vector<double>> p0, g0, b0;
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        p0.push_back(values_of(ps[i]));
+        g0.push_back(values_of(gs[i]));
+        if (momentum != 0.0) b0.push_back(values_of(bs[i]));
+      }
+      ops::sgd_step_(ps, gs, bs, first, lr, momentum, damp, wd, nesterov, maximize);
+      ops::sgd_step_(sps, sgs, sbs, first, lr, momentum, damp, wd, nesterov, maximize);
+      const std::string what =
+          std::string(tb::core::scalar_type_name(dt)) + " flags " + std::to_string(flags);
+      for (std::size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_FALSE(sps[i].is_contiguous()) << what;  // updated in place through the view
+        EXPECT_EQ(values_of(sps[i]), values_of(ps[i])) << what << " param " << i;
+        if (momentum != 0.0) {
+          EXPECT_EQ(values_of(sbs[i]), values_of(bs[i])) << what;
+        }
+        if (dt != ScalarType::Float64) continue;
+        // float64: torch/optim/sgd.py's formula, in its order, exactly.
+        const auto got_p = values_of(ps[i]);
+        for (std::size_t k = 0; k < got_p.size(); ++k) {
+          double d = maximize ? -g0[i][k] : g0[i][k];
+          if (wd != 0.0) d = d + wd * p0[i][k];
+          if (momentum != 0.0) {
+            const double b = first[i] ? d : momentum * b0[i][k] + (1.0 - damp) * d;
+            EXPECT_EQ(values_of(bs[i])[k], b) << what;
+            d = nesterov ? d + momentum * b : b;
+          }
+          EXPECT_EQ(got_p[k], p0[i][k] + -lr * d) << what << " element " << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(SgdStep, MixedDtypesAndEmptyListsAndNoMomentumState) {
+  // A float32 and a float64 parameter in one call take the elementwise path, with the values of
+  // one fused call per dtype.
+  tb::rng::CpuGenerator gen(22);
+  const Tensor a = ops::randn({5}, &gen);
+  const Tensor b = ops::randn({2, 2}, &gen, ScalarType::Float64);
+  const Tensor ga = ops::randn({5}, &gen);
+  const Tensor gb = ops::randn({2, 2}, &gen, ScalarType::Float64);
+  Tensor a1 = a.clone(), b1 = b.clone(), a2 = a.clone(), b2 = b.clone();
+  Tensor ma1 = ops::zeros({5}), mb1 = ops::zeros({2, 2}, ScalarType::Float64);
+  Tensor ma2 = ops::zeros({5}), mb2 = ops::zeros({2, 2}, ScalarType::Float64);
+  ops::sgd_step_({a1, b1}, {ga, gb}, {ma1, mb1}, {false, false}, 0.1, 0.9, 0.0, 0.01, true, false);
+  ops::sgd_step_({a2}, {ga}, {ma2}, {false}, 0.1, 0.9, 0.0, 0.01, true, false);
+  ops::sgd_step_({b2}, {gb}, {mb2}, {false}, 0.1, 0.9, 0.0, 0.01, true, false);
+  EXPECT_EQ(a1.to_vector<float>(), a2.to_vector<float>());
+  EXPECT_EQ(b1.to_vector<double>(), b2.to_vector<double>());
+  EXPECT_EQ(ma1.to_vector<float>(), ma2.to_vector<float>());
+  EXPECT_EQ(mb1.to_vector<double>(), mb2.to_vector<double>());
+  ops::sgd_step_({}, {}, {}, {}, 0.1, 0.9, 0.0, 0.0, false, false);  // nothing to do
+}
+
+TEST(SgdStep, ErrorsNameTheOpTheListAndTheIndex) {
+  Tensor p = ops::zeros({2});
+  const Tensor g = ops::ones({2});
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({p, p}, {g}, {}, {}, 0.1, 0.0, 0.0, 0.0, false, false);
+            }),
+            "[sgd_step_] params has 2 tensors but grads has 1");
+  EXPECT_EQ(error_of([&] { ops::sgd_step_({p}, {g}, {}, {}, 0.1, 0.9, 0.0, 0.0, false, false); }),
+            "[sgd_step_] params has 1 tensors but momentum_buffers has 0");
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({p}, {g}, {ops::zeros({2})}, {true}, 0.1, 0.0, 0.0, 0.0, false, false);
+            }),
+            "[sgd_step_] momentum 0 takes no momentum buffers, got 1");
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({p}, {g}, {ops::zeros({2})}, {}, 0.1, 0.9, 0.0, 0.0, false, false);
+            }),
+            "[sgd_step_] momentum_buffers has 1 tensors but first_steps has 0");
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({p}, {ops::ones({2}, ScalarType::Float64)}, {}, {}, 0.1, 0.0, 0.0, 0.0,
+                             false, false);
+            }),
+            "[sgd_step_] grads[0] is float64 but params[0] is float32");
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({p}, {g}, {ops::zeros({3})}, {false}, 0.1, 0.9, 0.0, 0.0, false,
+                             false);
+            }),
+            "[sgd_step_] momentum_buffers[0] has shape [3] but params[0] has shape [2]");
+  EXPECT_EQ(error_of([&] {
+              ops::sgd_step_({ops::zeros({2}, ScalarType::Int64)},
+                             {ops::ones({2}, ScalarType::Int64)}, {}, {}, 0.1, 0.0, 0.0, 0.0, false,
+                             false);
+            }),
+            "[sgd_step_] params[0] must be floating point, got int64");
+  EXPECT_EQ(
+      error_of([&] { ops::sgd_step_({p}, {Tensor()}, {}, {}, 0.1, 0.0, 0.0, 0.0, false, false); }),
+      "[sgd_step_] grads[0] is an undefined tensor");
+  EXPECT_EQ(p.to_vector<float>(), std::vector<float>(2, 0.0f));  // nothing written
+  // The kernel's own checks (what a direct dispatcher call gets).
+  static const auto kernel =
+      tb::dispatch::Dispatcher::singleton().typed<tb::ops::sig::SgdStep>("sgd_step_");
+  const std::vector<Tensor> ps = {p};
+  const std::vector<Tensor> gs = {g};
+  const std::vector<Tensor> bufs = {ops::zeros({2})};
+  const std::vector<Tensor> none;
+  const std::vector<std::int64_t> one = {1};
+  const std::vector<std::int64_t> zero_entries;
+  EXPECT_EQ(
+      error_of([&] { kernel.call(ps, gs, bufs, zero_entries, 0.1, 0.9, 0.0, 0.0, false, false); }),
+      "[sgd_step_] first_steps has 0 entries but momentum_buffers has 1");
+  EXPECT_EQ(
+      error_of([&] { kernel.call(ps, gs, none, zero_entries, 0.1, 0.9, 0.0, 0.0, false, false); }),
+      "[sgd_step_] momentum 0.9 needs one momentum buffer per parameter (1), got 0");
+  EXPECT_EQ(error_of([&] { kernel.call(ps, gs, bufs, one, 0.1, 0.0, 0.0, 0.0, false, false); }),
+            "[sgd_step_] momentum 0 takes no momentum buffers, got 1");
+  const std::vector<Tensor> strided = {ops::zeros({2, 2}).t()};
+  EXPECT_EQ(error_of([&] {
+              kernel.call(strided, strided, none, zero_entries, 0.1, 0.0, 0.0, 0.0, false, false);
+            }),
+            "[sgd_step_] every tensor must be a contiguous float32 tensor on cpu; params[0] is a "
+            "strided float32 tensor on cpu");
+}
+
+TEST(AdamStep, FusedPassMatchesTheElementwiseOpsBitForBit) {
+  tb::rng::CpuGenerator gen(23);
+  for (const ScalarType dt : {ScalarType::Float64, ScalarType::Float32}) {
+    for (int flags = 0; flags < 16; ++flags) {
+      const bool ams = (flags & 1) != 0;
+      const bool decoupled = (flags & 2) != 0;
+      const bool maximize = (flags & 4) != 0;
+      const double wd = (flags & 8) != 0 ? 0.01 : 0.0;
+      std::vector<std::vector<Tensor>> fused(5), composed(5);
+      for (int i = 0; i < 2; ++i) {
+        for (std::size_t l = 0; l < 5; ++l) {
+          Tensor x = ops::randn({3, 4}, &gen).to(dt);
+          if (l >= 3) x = ops::abs(x).to(dt);  // second moments are >= 0
+          fused[l].push_back(x);
+          composed[l].push_back(strided_copy(x));
+        }
+      }
+      const std::vector<double> steps = {0.1, 0.2};
+      const std::vector<double> bc2 = {0.9, 0.7};
+      const std::vector<Tensor> none;
+      for (auto* ls : {&fused, &composed}) {
+        auto& l = *ls;
+        ops::adam_step_(l[0], l[1], l[2], l[3], ams ? l[4] : none, steps, bc2, 1e-3, 0.9, 0.999,
+                        1e-8, wd, maximize, decoupled);
+      }
+      for (std::size_t l : {0, 2, 3, 4}) {
+        for (std::size_t i = 0; i < 2; ++i) {
+          EXPECT_EQ(values_of(composed[l][i]), values_of(fused[l][i]))
+              << tb::core::scalar_type_name(dt) << " flags " << flags << " list " << l;
+        }
+      }
+    }
+  }
+}
+
+TEST(AdamStep, ErrorsNameTheOpTheListAndTheIndex) {
+  Tensor p = ops::zeros({2});
+  const Tensor g = ops::ones({2});
+  const Tensor m = ops::zeros({2});
+  const Tensor v = ops::zeros({2});
+  const std::vector<Tensor> none;
+  auto step = [&](const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
+                  const std::vector<Tensor>& ms, const std::vector<Tensor>& vs,
+                  const std::vector<Tensor>& vmaxs, const std::vector<double>& ss) {
+    ops::adam_step_(ps, gs, ms, vs, vmaxs, ss, ss, 1e-3, 0.9, 0.999, 1e-8, 0.0, false, true);
+  };
+  EXPECT_EQ(error_of([&] {
+              step({p}, {g}, {m, m}, {v}, none, {0.1});
+            }),
+            "[adam_step_] params has 1 tensors but exp_avgs has 2");
+  EXPECT_EQ(error_of([&] {
+              step({p}, {g}, {m}, {v}, {v, v}, {0.1});
+            }),
+            "[adam_step_] params has 1 tensors but max_exp_avg_sqs has 2");
+  EXPECT_EQ(error_of([&] {
+              step({p}, {g}, {m}, {v}, none, {0.1, 0.2});
+            }),
+            "[adam_step_] the step scalars must have one entry per parameter (1), got step_sizes "
+            "2 and bc2_sqrts 2");
+  EXPECT_EQ(
+      error_of([&] { step({p}, {g}, {m}, {ops::zeros({2}, ScalarType::Float64)}, none, {0.1}); }),
+      "[adam_step_] exp_avg_sqs[0] is float64 but params[0] is float32");
+  EXPECT_EQ(error_of([&] {
+              step({p}, {g}, {m}, {v}, {ops::zeros({1, 2})}, {0.1});
+            }),
+            "[adam_step_] max_exp_avg_sqs[0] has shape [1, 2] but params[0] has shape [2]");
+  EXPECT_EQ(error_of([&] { step({p}, {g}, {Tensor()}, {v}, none, {0.1}); }),
+            "[adam_step_] exp_avgs[0] is an undefined tensor");
+  EXPECT_EQ(p.to_vector<float>(), std::vector<float>(2, 0.0f));  // nothing written
+}
+
+}  // namespace step_ops_test

@@ -137,7 +137,7 @@ TEST(Scaler, UpdateScaleTrajectorySpec11_5) {
                                                     {65536, 1}, {32768, 0}, {16384, 0}};
   for (std::size_t i = 0; i < found.size(); ++i) {
     const Tensor f = ops::full({}, static_cast<double>(found[i]));
-    amp::amp_update_scale_(scale, tracker, f, 2.0, 0.5, 3);
+    ops::amp_update_scale_(scale, tracker, f, 2.0, 0.5, 3);
     EXPECT_EQ(scale.item(), want[i].first) << "step " << i;
     EXPECT_EQ(tracker.item(), want[i].second) << "step " << i;
   }
@@ -146,7 +146,7 @@ TEST(Scaler, UpdateScaleTrajectorySpec11_5) {
 TEST(Scaler, UpdateScaleNeverGrowsToInf) {
   Tensor scale = ops::full({}, std::ldexp(1.0, 127));
   Tensor tracker = ops::full({}, 1, ScalarType::Int32);
-  amp::amp_update_scale_(scale, tracker, ops::zeros({}), 2.0, 0.5, 2);
+  ops::amp_update_scale_(scale, tracker, ops::zeros({}), 2.0, 0.5, 2);
   EXPECT_EQ(scale.item(), std::ldexp(1.0, 127));
   EXPECT_EQ(tracker.item(), 0);
 }
@@ -155,7 +155,7 @@ TEST(Scaler, UpdateScaleChecksItsArguments) {
   Tensor scale = ops::full({}, 1.0);
   Tensor bad_tracker = ops::zeros({}, ScalarType::Int64);
   EXPECT_TRUE(contains(
-      error_of([&] { amp::amp_update_scale_(scale, bad_tracker, ops::zeros({}), 2, 0.5, 3); }),
+      error_of([&] { ops::amp_update_scale_(scale, bad_tracker, ops::zeros({}), 2, 0.5, 3); }),
       "'growth_tracker' must be int32"));
 }
 
@@ -163,7 +163,7 @@ TEST(Scaler, UnscaleKernelSpec11_5) {
   const double inf = std::numeric_limits<double>::infinity();
   Tensor g = tb::core::from_vector<float>({2.0f, static_cast<float>(inf), NAN});
   Tensor found = ops::zeros({});
-  amp::amp_foreach_non_finite_check_and_unscale_({g}, found, ops::full({}, 0.5));
+  ops::amp_foreach_non_finite_check_and_unscale_({g}, found, ops::full({}, 0.5));
   const auto v = g.to_vector<float>();
   EXPECT_EQ(v[0], 1.0f);
   EXPECT_TRUE(std::isinf(v[1]) && v[1] > 0);
@@ -172,17 +172,17 @@ TEST(Scaler, UnscaleKernelSpec11_5) {
   // inv_scale exactly 1: values pass through untouched; a finite list leaves found_inf alone.
   Tensor h = tb::core::from_vector<float>({0.1f, -3.5f});
   Tensor clean = ops::zeros({});
-  amp::amp_foreach_non_finite_check_and_unscale_({h}, clean, ops::full({}, 1.0));
+  ops::amp_foreach_non_finite_check_and_unscale_({h}, clean, ops::full({}, 1.0));
   EXPECT_EQ(h.to_vector<float>(), (std::vector<float>{0.1f, -3.5f}));
   EXPECT_EQ(clean.item(), 0.0);
   // bf16 and a strided tensor; mixed dtypes in one call are rejected.
   Tensor b = ops::full({2, 3}, 4.0, ScalarType::BFloat16).t();
-  amp::amp_foreach_non_finite_check_and_unscale_({b}, clean, ops::full({}, 0.25));
+  ops::amp_foreach_non_finite_check_and_unscale_({b}, clean, ops::full({}, 0.25));
   EXPECT_EQ(values(b), std::vector<double>(6, 1.0));
   Tensor f64 = ops::ones({2}, ScalarType::Float64);
   EXPECT_TRUE(contains(
       error_of([&] {
-        amp::amp_foreach_non_finite_check_and_unscale_({h, f64}, clean, ops::full({}, 1.0));
+        ops::amp_foreach_non_finite_check_and_unscale_({h, f64}, clean, ops::full({}, 1.0));
       }),
       "group the tensors by device and dtype"));
 }

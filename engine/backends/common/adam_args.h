@@ -1,6 +1,7 @@
-// The argument rules of the fused `adam_step_` operator, checked the same way by every backend's
-// kernel (host code): one entry per parameter in every list and step tensor, one float32 or
-// float64 dtype, contiguous tensors, all on `device`.
+// The argument rules of the fused optimizer operators (`adam_step_`, `sgd_step_`, and the lerps
+// `foreach_lerp_` / `muon_momentum_`), checked the same way by every backend's kernel (host
+// code): one entry per parameter in every list and step tensor, one float dtype (float32 or
+// float64 for the Adam and SGD steps), contiguous tensors, all on `device`.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,28 @@ inline core::ScalarType check_adam_step_args(
                                            device);
   TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
              "[adam_step_] the fused update takes float32 or float64 parameters, got ", dt);
+  return dt;
+}
+
+/// The rules of the fused `sgd_step_` operator: params, grads and (when momentum is not 0)
+/// momentum_buffers as check_tensor_lists, one first_steps entry (0 or 1) per buffer, and
+/// float32 or float64. Throws naming the first offending list and entry; returns the dtype.
+inline core::ScalarType check_sgd_step_args(const std::vector<core::Tensor>& ps,
+                                            const std::vector<core::Tensor>& gs,
+                                            const std::vector<core::Tensor>& bufs,
+                                            core::IntList first_steps, double momentum,
+                                            const core::Device& device) {
+  using core::ScalarType;
+  TB_CHECK(momentum == 0.0 || bufs.size() == ps.size(), "[sgd_step_] momentum ", momentum,
+           " needs one momentum buffer per parameter (", ps.size(), "), got ", bufs.size());
+  TB_CHECK(momentum != 0.0 || bufs.empty(),
+           "[sgd_step_] momentum 0 takes no momentum buffers, got ", bufs.size());
+  TB_CHECK(first_steps.size() == bufs.size(), "[sgd_step_] first_steps has ", first_steps.size(),
+           " entries but momentum_buffers has ", bufs.size());
+  const ScalarType dt = check_tensor_lists(
+      "sgd_step_", {{"params", &ps}, {"grads", &gs}, {"momentum_buffers", &bufs, true}}, device);
+  TB_CHECK_T(TypeError, dt == ScalarType::Float32 || dt == ScalarType::Float64,
+             "[sgd_step_] the fused update takes float32 or float64 parameters, got ", dt);
   return dt;
 }
 

@@ -1,7 +1,8 @@
 // The per-element arithmetic of the fused optimizer updates, written once for host and device
-// code: the CPU's `adam_step_`, `foreach_lerp_` and `muon_momentum_` loops and the CUDA
-// multi-tensor kernels call these, so a CUDA update is the formula the CPU tests check against
-// PyTorch's (torch/optim/adam.py, _muon.py's momentum, swa_utils.py's EMA/SWA) in every run.
+// code: the CPU's `adam_step_`, `sgd_step_`, `foreach_lerp_` and `muon_momentum_` loops and the
+// CUDA multi-tensor kernels call these, so a CUDA update is the formula the CPU tests check
+// against PyTorch's (torch/optim/adam.py, sgd.py, _muon.py's momentum, swa_utils.py's EMA/SWA) in
+// every run.
 #pragma once
 
 #include <cmath>
@@ -50,6 +51,32 @@ TB_OPT_HD inline void adam_element(T& p, T g, T& m, T& v, T* vmax, const AdamSca
   const T denom = std::sqrt(second) / c.bc2_sqrt + c.eps;
 #endif
   p = p + c.neg_step * (mk / denom);
+}
+
+/// The per-parameter-group constants of one SGD update (torch/optim/sgd.py), in the parameter's
+/// dtype.
+template <typename T>
+struct SgdScalars {
+  T wd;              // weight_decay
+  T mu;              // momentum
+  T one_minus_damp;  // 1 - dampening
+  T neg_lr;          // -lr
+};
+
+/// One element of SGD, in the order of operations of torch/optim/sgd.py's _single_tensor_sgd:
+/// the gradient (negated with `maximize`), plus weight_decay·p with `decay`; with a momentum
+/// buffer `buf`, the buffer (set to that gradient on its `first` step, else
+/// momentum·buf + (1 − dampening)·d) and the Nesterov form; then p + (−lr)·d.
+template <typename T>
+TB_OPT_HD inline void sgd_element(T& p, T g, T* buf, bool first, bool maximize, bool decay,
+                                  bool nesterov, const SgdScalars<T>& c) {
+  T d = maximize ? -g : g;
+  if (decay) d = d + c.wd * p;
+  if (buf != nullptr) {
+    *buf = first ? d : c.mu * *buf + c.one_minus_damp * d;
+    d = nesterov ? d + c.mu * *buf : *buf;
+  }
+  p = p + c.neg_lr * d;
 }
 
 /// torch.lerp in its compute type C (float for the 16-bit dtypes): `start + w·(end − start)` for

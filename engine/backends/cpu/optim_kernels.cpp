@@ -1,9 +1,9 @@
 // The fused multi-tensor optimizer updates on the CPU: `adam_step_` (Adam/AdamW over a list of
-// parameters in one parallel pass), `foreach_lerp_` (EMA/SWA averages) and `muon_momentum_`
-// (Muon's momentum and Nesterov input). Each is an operator so that every device gets the same
-// update through the dispatcher: a backend registers its own fused kernel (CUDA: one launch per
-// dtype group), and one without (openreg) reaches this kernel through its CPU fallback, bit for
-// bit.
+// parameters in one parallel pass), `sgd_step_` (SGD likewise), `foreach_lerp_` (EMA/SWA
+// averages) and `muon_momentum_` (Muon's momentum and Nesterov input). Each is an operator so that
+// every device gets the same update through the dispatcher: a backend registers its own fused
+// kernel (CUDA: one launch per dtype group), and one without (openreg) reaches this kernel through
+// its CPU fallback, bit for bit.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -116,6 +116,44 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   }
 }
 
+// SGD over every element of every parameter in one parallel pass (the loop SGD::step ran itself
+// before the op existed; the arithmetic of optim_math.h's sgd_element, in its order).
+void sgd_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
+                     const std::vector<Tensor>& bufs, core::IntList first_steps, double lr,
+                     double momentum, double dampening, double wd, bool nesterov, bool maximize) {
+  const ScalarType dt =
+      backends::check_sgd_step_args(ps, gs, bufs, first_steps, momentum, core::Device());
+  if (ps.empty()) return;
+  std::vector<std::int64_t> sizes;
+  for (const auto& p : ps)
+    sizes.push_back(p.numel());
+  const bool with_momentum = momentum != 0.0;
+  const bool decay = wd != 0.0;
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    backends::optim::SgdScalars<T> c;
+    c.wd = static_cast<T>(wd);
+    c.mu = static_cast<T>(momentum);
+    c.one_minus_damp = static_cast<T>(1.0 - dampening);
+    c.neg_lr = static_cast<T>(-lr);
+    for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+      T* p = ps[i].data_ptr<T>();
+      const T* g = gs[i].data_ptr<T>();
+      T* buf = with_momentum ? bufs[i].data_ptr<T>() : nullptr;
+      const bool first = with_momentum && first_steps[i] != 0;
+      for (std::int64_t k = b; k < e; ++k) {
+        backends::optim::sgd_element<T>(p[k], g[k], buf != nullptr ? buf + k : nullptr, first,
+                                        maximize, decay, nesterov, c);
+      }
+    });
+  };
+  if (dt == ScalarType::Float64) {
+    run(0.0);
+  } else {
+    run(0.0f);
+  }
+}
+
 // The sizes of a tensor list, for for_each_element.
 std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
   std::vector<std::int64_t> sizes;
@@ -176,6 +214,7 @@ void muon_momentum_kernel(const std::vector<Tensor>& bufs, const std::vector<Ten
 void register_optim_kernels(dispatch::Dispatcher& d) {
   const auto cpu = dispatch::DispatchKey::CPU;
   d.impl<ops::sig::AdamStep>("adam_step_", cpu, adam_step_kernel).detach();
+  d.impl<ops::sig::SgdStep>("sgd_step_", cpu, sgd_step_kernel).detach();
   d.impl<ops::sig::ForeachLerp>("foreach_lerp_", cpu, foreach_lerp_kernel).detach();
   d.impl<ops::sig::MuonMomentum>("muon_momentum_", cpu, muon_momentum_kernel).detach();
 }

@@ -1,7 +1,8 @@
 // The CUDA backend's runtime side: device discovery with reasons, the device allocator (caching,
 // with statistics), Philox generators per device, copy_ and fill_, and the registration of every
 // CUDA kernel (cuda_ops.cpp: elementwise, reductions, softmax, cross-entropy, indexing, RoPE,
-// random, GradScaler, fused Adam; cuda_blas.cpp: cuBLAS/cuBLASLt products).
+// random; cuda_optim_ops.cpp: GradScaler, fused Adam and SGD, lerps; cuda_nn_ops.cpp: norms,
+// attention; cuda_blas.cpp: cuBLAS/cuBLASLt products).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -336,6 +337,8 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
   d.impl<sig::InplaceBinary>("copy_", key, copy_kernel).detach();
   d.impl<sig::Fill>("fill_", key, fill_kernel).detach();
   cuda_detail::register_cuda_ops(d);
+  cuda_detail::register_cuda_optim_ops(d);
+  cuda_detail::register_cuda_nn_ops(d);
   cuda_detail::register_cuda_blas(d);
 }
 

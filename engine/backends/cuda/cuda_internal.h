@@ -50,8 +50,30 @@ inline int st(const core::Tensor& t) {
   return static_cast<int>(t.dtype());
 }
 
-/// Kernel registration of the CUDA backend, by family (cuda_ops.cpp, cuda_blas.cpp).
+/// True for the float dtypes (float32/64, float16, bfloat16).
+inline bool is_float(core::ScalarType t) {
+  return core::is_floating_point(t);
+}
+
+/// Throws tb::NotImplementedError naming the op unless t has a float dtype.
+inline void require_float(const core::Tensor& t, const char* op) {
+  TB_CHECK_T(NotImplementedError, is_float(t.dtype()), "[", op,
+             "] the CUDA backend computes float32, float64, float16 and bfloat16 tensors here, "
+             "got ",
+             t.dtype());
+}
+
+/// Throws tb::TypeError naming the op and both devices unless a and b are on one device.
+inline void same_device(const char* op, const core::Tensor& a, const core::Tensor& b) {
+  TB_CHECK_T(TypeError, a.device() == b.device(), "[", op,
+             "] expected all tensors on the same device, got ", a.device(), " and ", b.device());
+}
+
+/// Kernel registration of the CUDA backend, by family (cuda_ops.cpp, cuda_optim_ops.cpp,
+/// cuda_nn_ops.cpp, cuda_blas.cpp).
 void register_cuda_ops(dispatch::Dispatcher& d);
+void register_cuda_optim_ops(dispatch::Dispatcher& d);
+void register_cuda_nn_ops(dispatch::Dispatcher& d);
 void register_cuda_blas(dispatch::Dispatcher& d);
 
 }  // namespace tb::backends::cuda_detail

@@ -205,6 +205,24 @@ struct AdamArgs {
 };
 int launch_adam(const AdamArgs& a);
 
+/// One fused SGD launch sequence over `count` tensors of one float dtype (float32 or float64):
+/// host arrays of device pointers (momentum_buffers null without momentum; first_steps, a host
+/// array of 0/1 per buffer, then too), element counts, and the group's hyper-parameters
+/// (engine/backends/common/optim_math.h's sgd_element). No host synchronisation.
+struct SgdArgs {
+  int st = 0;
+  int count = 0;
+  void* const* params = nullptr;
+  const void* const* grads = nullptr;
+  void* const* momentum_buffers = nullptr;    // null: no momentum
+  const std::int64_t* first_steps = nullptr;  // 1: the buffer's first step
+  const std::int64_t* numels = nullptr;
+  double lr = 0, momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool maximize = false;
+};
+int launch_sgd(const SgdArgs& a);
+
 /// foreach_lerp_ over `count` pairs of contiguous tensors of float dtype st: selfs[i] =
 /// lerp(selfs[i], ends[i], w) (engine/backends/common/optim_math.h), w read on the device from
 /// `weight` (a float32/float64 scalar of dtype weight_st) when it is not null.

@@ -1,8 +1,10 @@
-// The CUDA backend's compute kernels (host side): argument handling, output allocation and the
-// launches of cuda_*.cu, registered at the CUDA dispatch key. Semantics are the CPU kernels'
-// (engine/backends/cpu); tests/engine/backend_parity_test.cpp checks every one against them on a
-// GPU. Index and target errors are found on the device and raised here with the CPU's messages
-// (reading them back is the one synchronisation those ops make).
+// The CUDA backend's compute kernels (host side) for elementwise ops, reductions, softmax,
+// cross-entropy, indexing, RoPE and random ops: argument handling, output allocation and the
+// launches of cuda_*.cu, registered at the CUDA dispatch key (the optimizer and GradScaler ops
+// are in cuda_optim_ops.cpp, RMSNorm/LayerNorm and attention in cuda_nn_ops.cpp). Semantics are the
+// CPU kernels' (engine/backends/cpu); tests/engine/backend_parity_test.cpp checks every one against
+// them on a GPU. Index and target errors are found on the device and raised here with the CPU's
+// messages (reading them back is the one synchronisation those ops make).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,7 +12,6 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/backends/common/adam_args.h"
 #include "engine/backends/common/elementwise_math.h"
 #include "engine/backends/common/reduce_plan.h"
 #include "engine/backends/cuda/cuda_internal.h"
@@ -32,22 +33,6 @@ using core::ScalarType;
 using core::Tensor;
 namespace kern = tb::cuda;
 namespace ew = backends::ew;
-
-bool is_float(ScalarType t) {
-  return core::is_floating_point(t);
-}
-
-void require_float(const Tensor& t, const char* op) {
-  TB_CHECK_T(NotImplementedError, is_float(t.dtype()), "[", op,
-             "] the CUDA backend computes float32, float64, float16 and bfloat16 tensors here, "
-             "got ",
-             t.dtype());
-}
-
-void same_device(const char* op, const Tensor& a, const Tensor& b) {
-  TB_CHECK_T(TypeError, a.device() == b.device(), "[", op,
-             "] expected all tensors on the same device, got ", a.device(), " and ", b.device());
-}
 
 // Reads a device int64 back (synchronises).
 std::int64_t read_i64(const std::int64_t* p) {
@@ -490,314 +475,6 @@ Tensor bernoulli_tensor_kernel(const Tensor& p, rng::Generator* gen) {
   return out;
 }
 
-// ---- GradScaler, fused Adam ---------------------------------------------------------------------
-
-void amp_unscale_kernel(const std::vector<Tensor>& grads, Tensor& found_inf,
-                        const Tensor& inv_scale) {
-  // Tensors grouped by dtype, one multi-tensor launch sequence per group; strided gradients are
-  // processed through contiguous copies written back afterwards.
-  for (const ScalarType dt :
-       {ScalarType::Float32, ScalarType::Float16, ScalarType::BFloat16, ScalarType::Float64}) {
-    std::vector<void*> ptrs;
-    std::vector<std::int64_t> sizes;
-    std::vector<std::pair<Tensor, Tensor>> write_back;
-    int device = -1;
-    for (const Tensor& g : grads) {
-      if (g.dtype() != dt || g.numel() == 0) continue;
-      same_device("amp_foreach_non_finite_check_and_unscale_", g, found_inf);
-      Tensor work = g.is_contiguous() ? g : g.contiguous();
-      if (!work.is_same(g)) write_back.emplace_back(g, work);
-      ptrs.push_back(work.data_ptr());
-      sizes.push_back(work.numel());
-      device = static_cast<int>(g.device().index());
-    }
-    if (ptrs.empty()) continue;
-    DeviceGuard guard(device);
-    check_launch(
-        kern::launch_amp_unscale(static_cast<int>(dt), static_cast<int>(ptrs.size()), ptrs.data(),
-                                 sizes.data(), static_cast<float*>(found_inf.data_ptr()),
-                                 static_cast<const float*>(inv_scale.data_ptr())),
-        "amp_foreach_non_finite_check_and_unscale_");
-    for (auto& [dst, work] : write_back) {
-      Tensor d = dst;
-      d.copy_(work);
-    }
-  }
-  for (const Tensor& g : grads) {
-    TB_CHECK_T(NotImplementedError, g.numel() == 0 || is_float(g.dtype()),
-               "[amp_foreach_non_finite_check_and_unscale_] gradients must be floating point, "
-               "got ",
-               g.dtype());
-  }
-}
-
-void amp_update_scale_kernel(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf,
-                             double growth, double backoff, std::int64_t interval) {
-  DeviceGuard guard(scale.device().index());
-  check_launch(kern::launch_amp_update_scale(static_cast<float*>(scale.data_ptr()),
-                                             static_cast<std::int32_t*>(growth_tracker.data_ptr()),
-                                             static_cast<const float*>(found_inf.data_ptr()),
-                                             growth, backoff, interval),
-               "amp_update_scale_");
-}
-
-void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
-                      const std::vector<Tensor>& ms, const std::vector<Tensor>& vs,
-                      const std::vector<Tensor>& vmaxs, const Tensor& step_sizes,
-                      const Tensor& bc2_sqrts, double lr, double b1, double b2, double eps,
-                      double wd, bool maximize, bool decoupled) {
-  const std::size_t n = ps.size();
-  const bool amsgrad = !vmaxs.empty();
-  const Device device = ps.empty() ? Device() : ps[0].device();
-  const ScalarType dt = check_adam_step_args(ps, gs, ms, vs, vmaxs, step_sizes, bc2_sqrts, device);
-  if (n == 0) return;
-  // The per-parameter scalars are host values (the optimizer computes them on the host).
-  const Tensor ss = step_sizes.to(Device(), ScalarType::Float64).contiguous();
-  const Tensor bc = bc2_sqrts.to(Device(), ScalarType::Float64).contiguous();
-  std::vector<void*> p(n);
-  std::vector<const void*> g(n);
-  std::vector<void*> m(n);
-  std::vector<void*> v(n);
-  std::vector<void*> vmax(amsgrad ? n : 0);
-  std::vector<std::int64_t> sizes(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    p[i] = ps[i].data_ptr();
-    g[i] = gs[i].data_ptr();
-    m[i] = ms[i].data_ptr();
-    v[i] = vs[i].data_ptr();
-    if (amsgrad) vmax[i] = vmaxs[i].data_ptr();
-    sizes[i] = ps[i].numel();
-  }
-  kern::AdamArgs a;
-  a.st = static_cast<int>(dt);
-  a.count = static_cast<int>(n);
-  a.params = p.data();
-  a.grads = g.data();
-  a.exp_avgs = m.data();
-  a.exp_avg_sqs = v.data();
-  a.max_exp_avg_sqs = amsgrad ? vmax.data() : nullptr;
-  a.numels = sizes.data();
-  a.step_sizes = ss.data_ptr<double>();
-  a.bc2_sqrts = bc.data_ptr<double>();
-  a.lr = lr;
-  a.beta1 = b1;
-  a.beta2 = b2;
-  a.eps = eps;
-  a.weight_decay = wd;
-  a.maximize = maximize;
-  a.decoupled = decoupled;
-  DeviceGuard guard(device.index());
-  check_launch(kern::launch_adam(a), "adam_step_");
-}
-
-// ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
-
-ScalarType norm_stat_dtype(ScalarType dt) {
-  return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;
-}
-
-const void* ptr_or_null(const Tensor& t) {
-  return t.defined() ? t.data_ptr() : nullptr;
-}
-
-template <bool Rms>
-std::tuple<Tensor, Tensor> row_norm_kernel(const Tensor& x_in, const Tensor& weight,
-                                           const Tensor& bias, double eps) {
-  const Tensor x = x_in.contiguous();
-  const std::int64_t n = x.size(-1);
-  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
-  Tensor y = Tensor::empty(x.sizes(), x.dtype(), x.device());
-  Tensor stats = Tensor::empty({rows, 2}, norm_stat_dtype(x.dtype()), x.device());
-  DeviceGuard guard(x.device().index());
-  check_launch(
-      kern::launch_row_norm(static_cast<int>(x.dtype()), Rms, x.data_ptr(), ptr_or_null(weight),
-                            ptr_or_null(bias), y.data_ptr(), stats.data_ptr(), rows, n, eps),
-      Rms ? "rms_norm" : "layer_norm");
-  return {y, stats};
-}
-
-template <bool Rms>
-std::tuple<Tensor, Tensor, Tensor> row_norm_backward_kernel(const Tensor& dy_in, const Tensor& x_in,
-                                                            const Tensor& weight,
-                                                            const Tensor& stats_in,
-                                                            bool with_bias) {
-  const Tensor x = x_in.contiguous();
-  const Tensor dy = dy_in.contiguous();
-  const std::int64_t n = x.size(-1);
-  const std::int64_t rows = n == 0 ? 0 : x.numel() / n;
-  const ScalarType st = norm_stat_dtype(x.dtype());
-  const Tensor stats = stats_in.to(st).contiguous();
-  Tensor dx = Tensor::empty(x.sizes(), x.dtype(), x.device());
-  Tensor dw = weight.defined() ? Tensor::empty({n}, x.dtype(), x.device()) : Tensor();
-  Tensor db = with_bias ? Tensor::empty({n}, x.dtype(), x.device()) : Tensor();
-  const std::int64_t chunks = kern::norm_partial_chunks(rows);
-  Tensor pw = dw.defined() ? Tensor::empty({chunks, n}, st, x.device()) : Tensor();
-  Tensor pb = db.defined() ? Tensor::empty({chunks, n}, st, x.device()) : Tensor();
-  auto ptr = [](Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; };
-  DeviceGuard guard(x.device().index());
-  check_launch(
-      kern::launch_row_norm_backward(static_cast<int>(x.dtype()), Rms, dy.data_ptr(), x.data_ptr(),
-                                     ptr_or_null(weight), stats.data_ptr(), dx.data_ptr(), ptr(dw),
-                                     ptr(db), ptr(pw), ptr(pb), rows, n),
-      Rms ? "rms_norm_backward" : "layer_norm_backward");
-  return {dx, dw, db};
-}
-
-// ---- fused attention ----------------------------------------------------------------------------
-
-// A [B, heads, length, width] operand for the attention kernels (unit stride in width).
-kern::AttnOperand attn_operand(const Tensor& t) {
-  kern::AttnOperand o;
-  o.p = t.data_ptr();
-  o.sb = t.stride(0);
-  o.sh = t.stride(1);
-  o.sl = t.stride(2);
-  return o;
-}
-
-Tensor unit_width(const Tensor& t) {
-  return t.size(3) <= 1 || t.stride(3) == 1 ? t : t.contiguous();
-}
-
-kern::AttentionArgs attention_args(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
-                                   bool causal) {
-  kern::AttentionArgs a;
-  a.st = static_cast<int>(q.dtype());
-  a.b = q.size(0);
-  a.h = q.size(1);
-  a.t = q.size(2);
-  a.d = q.size(3);
-  a.hkv = k.size(1);
-  a.s = k.size(2);
-  a.e = v.size(3);
-  a.q = attn_operand(q);
-  a.k = attn_operand(k);
-  a.v = attn_operand(v);
-  a.scale = scale;
-  a.causal = causal;
-  TB_CHECK_T(TypeError, k.dtype() == q.dtype() && v.dtype() == q.dtype(),
-             "[scaled_dot_product_attention] the CUDA kernel takes query, key and value of one "
-             "dtype, got ",
-             q.dtype(), ", ", k.dtype(), " and ", v.dtype());
-  TB_CHECK(a.b * a.h * ((a.t + 3) / 4) < (std::int64_t{1} << 31) &&
-               a.b * a.hkv * ((a.s + 3) / 4) < (std::int64_t{1} << 31),
-           "[scaled_dot_product_attention] too many rows for one launch: batch ", a.b, " x heads ",
-           a.h, " x length ", std::max(a.t, a.s));
-  TB_CHECK(std::max(a.d, a.e) <= kern::kAttentionMaxHead,
-           "[scaled_dot_product_attention] the CUDA kernel takes head sizes up to ",
-           kern::kAttentionMaxHead, ", got ", std::max(a.d, a.e));
-  return a;
-}
-
-ScalarType attention_stat_dtype(ScalarType dt) {
-  return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;
-}
-
-std::tuple<Tensor, Tensor> attention_kernel(const Tensor& q_in, const Tensor& k_in,
-                                            const Tensor& v_in, double scale, bool causal) {
-  const Tensor q = unit_width(q_in);
-  const Tensor k = unit_width(k_in);
-  const Tensor v = unit_width(v_in);
-  const kern::AttentionArgs a = attention_args(q, k, v, scale, causal);
-  Tensor out = Tensor::empty({a.b, a.h, a.t, a.e}, q.dtype(), q.device());
-  Tensor lse = Tensor::empty({a.b, a.h, a.t}, attention_stat_dtype(q.dtype()), q.device());
-  DeviceGuard guard(q.device().index());
-  check_launch(kern::launch_attention_forward(a, out.data_ptr(), lse.data_ptr()),
-               "scaled_dot_product_attention");
-  return {out, lse};
-}
-
-std::tuple<Tensor, Tensor, Tensor> attention_backward_kernel(const Tensor& g_in, const Tensor& q_in,
-                                                             const Tensor& k_in, const Tensor& v_in,
-                                                             const Tensor& out_in,
-                                                             const Tensor& lse_in, double scale,
-                                                             bool causal) {
-  const Tensor q = unit_width(q_in);
-  const Tensor k = unit_width(k_in);
-  const Tensor v = unit_width(v_in);
-  const Tensor g = unit_width(g_in);
-  const Tensor out = unit_width(out_in);
-  const kern::AttentionArgs a = attention_args(q, k, v, scale, causal);
-  TB_CHECK_T(TypeError, g.dtype() == q.dtype() && out.dtype() == q.dtype(),
-             "[scaled_dot_product_attention_backward] grad_out and out must have the inputs' "
-             "dtype ",
-             q.dtype(), ", got ", g.dtype(), " and ", out.dtype());
-  const ScalarType st = attention_stat_dtype(q.dtype());
-  const Tensor lse = lse_in.to(st).contiguous();
-  Tensor dvec = Tensor::empty({a.b, a.h, a.t}, st, q.device());
-  Tensor dq = Tensor::empty({a.b, a.h, a.t, a.d}, q.dtype(), q.device());
-  Tensor dk = Tensor::empty({a.b, a.hkv, a.s, a.d}, q.dtype(), q.device());
-  Tensor dv = Tensor::empty({a.b, a.hkv, a.s, a.e}, q.dtype(), q.device());
-  DeviceGuard guard(q.device().index());
-  check_launch(
-      kern::launch_attention_backward(a, attn_operand(g), attn_operand(out), lse.data_ptr(),
-                                      dvec.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
-      "scaled_dot_product_attention_backward");
-  return {dq, dk, dv};
-}
-
-// Device pointers and element counts of a tensor list.
-std::vector<void*> pointers(const std::vector<Tensor>& ts) {
-  std::vector<void*> out(ts.size());
-  for (std::size_t i = 0; i < ts.size(); ++i)
-    out[i] = ts[i].data_ptr();
-  return out;
-}
-
-std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
-  std::vector<std::int64_t> out(ts.size());
-  for (std::size_t i = 0; i < ts.size(); ++i)
-    out[i] = ts[i].numel();
-  return out;
-}
-
-void foreach_lerp_kernel(const std::vector<Tensor>& selfs, const std::vector<Tensor>& ends,
-                         const Tensor& weight, double w) {
-  const Device device = selfs.empty() ? Device() : selfs[0].device();
-  const ScalarType dt = backends::check_lerp_args(
-      "foreach_lerp_", {{"selfs", &selfs}, {"ends", &ends}}, &weight, device);
-  if (selfs.empty()) return;
-  // A host weight is passed by value; a device weight is read by the kernel (no sync).
-  const void* wptr = nullptr;
-  int wst = 0;
-  Tensor wdev;
-  if (weight.defined()) {
-    if (weight.device().is_cpu()) {
-      w = weight.item();
-    } else {
-      wdev = weight.dtype() == ScalarType::Float64 ? weight.contiguous()
-                                                   : weight.to(ScalarType::Float32).contiguous();
-      wptr = wdev.data_ptr();
-      wst = static_cast<int>(wdev.dtype());
-    }
-  }
-  const std::vector<void*> s = pointers(selfs);
-  const std::vector<void*> e = pointers(ends);
-  const std::vector<std::int64_t> n = numels(selfs);
-  DeviceGuard guard(device.index());
-  check_launch(kern::launch_foreach_lerp(static_cast<int>(dt), static_cast<int>(s.size()), s.data(),
-                                         e.data(), n.data(), wptr, wst, w),
-               "foreach_lerp_");
-}
-
-void muon_momentum_kernel(const std::vector<Tensor>& bufs, const std::vector<Tensor>& grads,
-                          const std::vector<Tensor>& outs, double momentum) {
-  const Device device = bufs.empty() ? Device() : bufs[0].device();
-  const ScalarType dt = backends::check_lerp_args(
-      "muon_momentum_", {{"bufs", &bufs}, {"grads", &grads}, {"outs", &outs, true}}, nullptr,
-      device);
-  if (bufs.empty()) return;
-  const std::vector<void*> b = pointers(bufs);
-  const std::vector<void*> g = pointers(grads);
-  const std::vector<void*> u = pointers(outs);
-  const std::vector<std::int64_t> n = numels(bufs);
-  DeviceGuard guard(device.index());
-  check_launch(
-      kern::launch_muon_momentum(static_cast<int>(dt), static_cast<int>(b.size()), b.data(),
-                                 g.data(), outs.empty() ? nullptr : u.data(), n.data(), momentum),
-      "muon_momentum_");
-}
-
 }  // namespace
 
 void register_cuda_ops(dispatch::Dispatcher& d) {
@@ -864,22 +541,6 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
   d.impl<sig::RandomFill>("normal_", key, normal_kernel).detach();
   d.impl<sig::BernoulliScalar>("bernoulli_", key, bernoulli_scalar_kernel).detach();
   d.impl<sig::BernoulliTensor>("bernoulli", key, bernoulli_tensor_kernel).detach();
-
-  d.impl<sig::AmpUnscale>("amp_foreach_non_finite_check_and_unscale_", key, amp_unscale_kernel)
-      .detach();
-  d.impl<sig::AmpUpdateScale>("amp_update_scale_", key, amp_update_scale_kernel).detach();
-  d.impl<ops::sig::AdamStep>("adam_step_", key, adam_step_kernel).detach();
-  d.impl<ops::sig::ForeachLerp>("foreach_lerp_", key, foreach_lerp_kernel).detach();
-  d.impl<sig::Attention>("scaled_dot_product_attention", key, attention_kernel).detach();
-  d.impl<sig::RowNorm>("rms_norm", key, row_norm_kernel<true>).detach();
-  d.impl<sig::RowNorm>("layer_norm", key, row_norm_kernel<false>).detach();
-  d.impl<sig::RowNormBackward>("rms_norm_backward", key, row_norm_backward_kernel<true>).detach();
-  d.impl<sig::RowNormBackward>("layer_norm_backward", key, row_norm_backward_kernel<false>)
-      .detach();
-  d.impl<sig::AttentionBackward>("scaled_dot_product_attention_backward", key,
-                                 attention_backward_kernel)
-      .detach();
-  d.impl<ops::sig::MuonMomentum>("muon_momentum_", key, muon_momentum_kernel).detach();
 }
 
 }  // namespace tb::backends::cuda_detail

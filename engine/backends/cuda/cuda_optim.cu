@@ -1,8 +1,8 @@
-// CUDA multi-tensor kernels: the fused Adam/AdamW update, foreach_lerp_ (EMA/SWA) and Muon's
-// momentum (the per-element arithmetic of engine/backends/common/optim_math.h, shared with the
-// CPU kernels) and GradScaler's unscale and scale update. Tensor lists travel as kernel arguments
-// (pointers, sizes and a block -> (tensor, chunk) map, under the 4 KiB parameter limit), so a step
-// is a few launches and never waits for the device.
+// CUDA multi-tensor kernels: the fused Adam/AdamW and SGD updates, foreach_lerp_ (EMA/SWA) and
+// Muon's momentum (the per-element arithmetic of engine/backends/common/optim_math.h, shared with
+// the CPU kernels) and GradScaler's unscale and scale update. Tensor lists travel as kernel
+// arguments (pointers, sizes and a block -> (tensor, chunk) map, under the 4 KiB parameter limit),
+// so a step is a few launches and never waits for the device.
 #include <cmath>
 
 #include "engine/backends/common/optim_math.h"
@@ -137,6 +137,48 @@ void adam_launch(int key, int blocks, const AdamMeta& meta, const AdamConsts& k,
   ((key == K ? adam_launch_case<T, K>(blocks, meta, k) : void()), ...);
 }
 
+struct SgdMeta {
+  void* p[kMaxTensors];
+  const void* g[kMaxTensors];
+  void* buf[kMaxTensors];
+  std::int64_t n[kMaxTensors];
+  std::uint8_t first[kMaxTensors];
+  BlockMap map;
+};
+
+struct SgdConsts {
+  double lr, momentum, dampening, wd;
+  bool nesterov, maximize;
+};
+
+template <typename T>
+__global__ void sgd_kernel(SgdMeta meta, SgdConsts k) {
+  const int t = meta.map.tensor[blockIdx.x];
+  const std::int64_t begin = static_cast<std::int64_t>(meta.map.chunk[blockIdx.x]) * kChunk;
+  const std::int64_t end = begin + kChunk < meta.n[t] ? begin + kChunk : meta.n[t];
+  backends::optim::SgdScalars<T> c;
+  c.wd = static_cast<T>(k.wd);
+  c.mu = static_cast<T>(k.momentum);
+  c.one_minus_damp = static_cast<T>(1.0 - k.dampening);
+  c.neg_lr = static_cast<T>(-k.lr);
+  const bool decay = k.wd != 0.0;
+  const bool first = meta.first[t] != 0;
+  T* p = static_cast<T*>(meta.p[t]);
+  const T* g = static_cast<const T*>(meta.g[t]);
+  T* buf = static_cast<T*>(meta.buf[t]);
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    T pi = p[i];
+    if (buf != nullptr) {
+      T bi = buf[i];
+      backends::optim::sgd_element<T>(pi, g[i], &bi, first, k.maximize, decay, k.nesterov, c);
+      buf[i] = bi;
+    } else {
+      backends::optim::sgd_element<T>(pi, g[i], nullptr, false, k.maximize, decay, k.nesterov, c);
+    }
+    p[i] = pi;
+  }
+}
+
 struct UnscaleMeta {
   void* data[kMaxTensors];
   std::int64_t n[kMaxTensors];
@@ -266,6 +308,33 @@ int launch_adam(const AdamArgs& a) {
       });
 }
 
+int launch_sgd(const SgdArgs& a) {
+  const auto type = static_cast<ScalarType>(a.st);
+  if (type != ScalarType::Float32 && type != ScalarType::Float64) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  }
+  const bool momentum = a.momentum_buffers != nullptr;
+  const SgdConsts k{a.lr, a.momentum, a.dampening, a.weight_decay, a.nesterov, a.maximize};
+  SgdMeta meta{};
+  return multi_tensor_apply(
+      a.count, a.numels, meta.map,
+      [&](int slot, int t) {
+        meta.p[slot] = a.params[t];
+        meta.g[slot] = a.grads[t];
+        meta.buf[slot] = momentum ? a.momentum_buffers[t] : nullptr;
+        meta.first[slot] = momentum && a.first_steps[t] != 0 ? 1 : 0;
+        meta.n[slot] = a.numels[t];
+      },
+      [&](int blocks) {
+        if (type == ScalarType::Float64) {
+          TB_LAUNCH(blocks, kThreads, sgd_kernel<double>)(meta, k);
+        } else {
+          TB_LAUNCH(blocks, kThreads, sgd_kernel<float>)(meta, k);
+        }
+        return status();
+      });
+}
+
 int launch_amp_unscale(int st, int count, void* const* data, const std::int64_t* numels,
                        float* found_inf, const float* inv_scale) {
   UnscaleMeta meta{};
@@ -324,5 +393,6 @@ int launch_muon_momentum(int st, int count, void* const* bufs, const void* const
 
 static_assert(sizeof(LerpMeta) <= 4000, "kernel parameters over 4 KiB");
 static_assert(sizeof(AdamMeta) + sizeof(AdamConsts) <= 4000, "kernel parameters over 4 KiB");
+static_assert(sizeof(SgdMeta) + sizeof(SgdConsts) <= 4000, "kernel parameters over 4 KiB");
 
 }  // namespace tb::cuda
