@@ -7,7 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace {

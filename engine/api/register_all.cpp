@@ -6,7 +6,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::backends {
 // Each optional backend provides this function; its stub (when compiled out) registers nothing.

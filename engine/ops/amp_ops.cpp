@@ -1,10 +1,10 @@
 // The checked entry points of GradScaler's two dispatcher ops (engine/amp/grad_scaler.h):
 // amp_foreach_non_finite_check_and_unscale_ and amp_update_scale_. The checks are here; the
 // kernels (engine/backends/cpu/amp_kernels.cpp, the CUDA backend's) only compute.
-#include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/grad_mode.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::ops {
@@ -49,7 +49,7 @@ void amp_foreach_non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
   TB_CHECK_T(TypeError, inv_scale.device() == first.device(), "[", name,
              "] inv_scale must be on the grads' device ", first.device(), ", got ",
              inv_scale.device());
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   op.call(grads, found_inf, inv_scale);
   found_inf.impl()->version++;
   for (const Tensor& g : grads)
@@ -68,7 +68,7 @@ void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& foun
                  found_inf.device().type() == scale.device().type(),
              "[", name, "] scale, growth_tracker and found_inf must be on one device type, got ",
              scale.device(), ", ", growth_tracker.device(), " and ", found_inf.device());
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   op.call(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
   scale.impl()->version++;
   growth_tracker.impl()->version++;

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/op_common.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::ops {

@@ -10,8 +10,8 @@
 #include "engine/core/error.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/dispatch/grad_mode.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/op_common.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::ops {
@@ -239,7 +239,7 @@ void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
     if (amsgrad) check_pair(op, "params", params[i], "max_exp_avg_sqs", max_exp_avg_sqs[i], i);
   }
   if (n == 0) return;
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   if (fused_ok(op, {&params, &grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs})) {
     // The step scalars travel as host tensors (the CPU key is skipped for device tensors).
     static const auto kernel = Dispatcher::singleton().typed<sig::AdamStep>(op);
@@ -298,7 +298,7 @@ void sgd_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& gra
       check_pair(op, "params", params[i], "momentum_buffers", momentum_buffers[i], i);
   }
   if (n == 0) return;
-  autograd::NoGradGuard no_grad;
+  dispatch::NoGradGuard no_grad;
   if (fused_ok(op, {&params, &grads, &momentum_buffers})) {
     static const auto kernel = Dispatcher::singleton().typed<sig::SgdStep>(op);
     const std::vector<std::int64_t> first(first_steps.begin(), first_steps.end());

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/op_common.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 
 namespace tb::ops {

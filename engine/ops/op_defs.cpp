@@ -1,5 +1,5 @@
 // Definitions of the built-in operators (names, signatures, schema facts).
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::ops {
 

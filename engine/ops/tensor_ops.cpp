@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "engine/dispatch/dispatcher.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/op_common.h"
-#include "engine/ops/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
 

@@ -20,7 +20,7 @@
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
 #include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
 #include "engine/rng/cpu_generator.h"

@@ -63,8 +63,8 @@ struct Report {
   QStringList imageTitles;    ///< plot titles
 };
 
-/// Builds the report of `ids` (1 or more runs; unknown ids throw std::invalid_argument naming them).
-/// Needs a QApplication (plots render offscreen).
+/// Builds the report of `ids` (1 or more runs; unknown ids throw std::invalid_argument naming
+/// them). Needs a QApplication (plots render offscreen).
 Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
                    const ReportOptions& options = {});
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

@@ -13,7 +13,7 @@
 
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

@@ -4,7 +4,7 @@
 #include "engine/backends/common/mat_arg.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

@@ -15,7 +15,7 @@
 #include "engine/backends/cpu/loops.h"
 #include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 #include "engine/rng/generator.h"

@@ -10,7 +10,7 @@
 
 #include "engine/backends/common/reduce_plan.h"
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

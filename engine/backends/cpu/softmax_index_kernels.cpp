@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "engine/backends/cpu/kernels.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
 

@@ -19,7 +19,7 @@
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/dispatch/dispatcher.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/rng/generator.h"
 #include "engine/rng/philox.h"
 

@@ -21,7 +21,7 @@
 #include "engine/backends/cuda/cuda_internal.h"
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/cuda/cuda_status.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::backends {
 

@@ -18,7 +18,7 @@
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/rng/generator.h"
 #include "engine/rng/philox.h"
 

@@ -10,7 +10,7 @@
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 
 namespace tb::backends::cuda_detail {
 

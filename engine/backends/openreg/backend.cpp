@@ -22,7 +22,7 @@
 #include "engine/core/error.h"
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
-#include "engine/ops/op_signatures.h"
+#include "engine/dispatch/op_signatures.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
 #include "engine/rng/philox.h"

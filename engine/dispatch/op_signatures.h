@@ -1,5 +1,6 @@
-// C++ signatures of the dispatcher-level operators, shared by their definition (ops/), their
-// callers (ops/) and the kernels that backends register. One alias per calling convention.
+// C++ signatures of the dispatcher-level operators, beside the dispatcher: shared by their
+// definition and callers (ops/) and the kernels that backends register, so backends need not
+// see ops/. One alias per calling convention (namespace tb::ops::sig, the ops' own names).
 #pragma once
 
 #include <cstdint>
