@@ -55,8 +55,9 @@ struct FieldSpec {
   FieldSpec& below(double v);                     ///< value < v
   FieldSpec& finite_only();                       ///< no inf/nan
   FieldSpec& one_of(std::vector<std::string> c);  ///< the allowed strings
-  FieldSpec& documented_as(std::string type_text, std::string allowed_text = "");
-  FieldSpec& may_be_absent();  ///< optional without a default (None)
+  FieldSpec& documented_as(std::string type_text,
+                           std::string allowed_text = "");  ///< reference texts
+  FieldSpec& may_be_absent();                               ///< optional without a default (None)
 
   /// Whether a value must be given (no default).
   bool required() const { return default_value.is_null() && !optional; }

@@ -18,6 +18,7 @@
 
 namespace tb::core {
 
+/// The kinds of one family, in registration order; `Entry` has a `name` member.
 template <typename Entry>
 class Registry {
  public:

@@ -53,7 +53,8 @@ struct ModelConfig {
   /// A config of `kind` with `fields`.
   ModelConfig(std::string kind, nlohmann::json fields);
   /// From a typed config (implicit, so `config.model = MlpConfig{...}` reads naturally).
-  ModelConfig(const MlpConfig& c);       // NOLINT(google-explicit-constructor)
+  ModelConfig(const MlpConfig& c);  // NOLINT(google-explicit-constructor)
+  /// From a typed config (implicit).
   ModelConfig(const QwenTinyConfig& c);  // NOLINT(google-explicit-constructor)
 };
 

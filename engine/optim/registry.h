@@ -27,8 +27,8 @@ struct OptimizerKind {
   /// The optimizer over `params` from complete, checked settings.
   std::function<std::unique_ptr<Optimizer>(std::vector<Tensor>, const nlohmann::json&)> make;
   /// Non-empty: this kind takes only the 2-D hidden weight matrices (optim::split_params), its
-  /// settings live in [optimizer.<name>], and the other parameters go to an optimizer of kind
-  /// `rest_kind` set in [optimizer.<rest_kind>] (Muon: "adamw").
+  /// settings live in the sub-table [optimizer.NAME], and the other parameters go to an optimizer
+  /// of kind `rest_kind` set in [optimizer.REST_KIND] (Muon: "adamw").
   std::string rest_kind;
 };
 

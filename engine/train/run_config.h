@@ -62,8 +62,8 @@ struct OptimizerSettings {
 };
 
 /// [optimizer]: one optimizer for everything, or — with a kind that takes only the 2-D hidden
-/// matrices (Muon) — that kind's settings in [optimizer.<kind>] and its companion's (AdamW) for
-/// the rest in [optimizer.<companion>]; `split` overrides map name globs to either.
+/// matrices (Muon) — that kind's settings in [optimizer.KIND] and its companion's (AdamW) for
+/// the rest in [optimizer.COMPANION]; `split` overrides map name globs to either.
 struct OptimizerSection {
   OptimizerSettings main;                  ///< the only optimizer, or Muon's settings
   std::optional<OptimizerSettings> adamw;  ///< the companion for the rest (Muon runs)

@@ -27,16 +27,16 @@ namespace tb::train {
 /// Everything a run owns. Declaration order = construction order (the generator outlives the
 /// model whose Dropout layers draw from it; optimizers and schedulers outlive nothing).
 struct Trainer::State {
-  rng::CpuGenerator gen;  ///< model init and dropout
-  std::shared_ptr<data::Dataset> train_set;
-  std::shared_ptr<data::Dataset> eval_set;
-  std::unique_ptr<data::DataLoader> loader;
-  std::shared_ptr<nn::Model> model;
-  bool language_model = false;
-  std::vector<std::string> opt_names;  ///< "adamw", "muon", ...
-  std::vector<std::unique_ptr<optim::Optimizer>> opts;
-  std::vector<std::shared_ptr<sched::LRScheduler>> scheds;
-  std::string split_table;
+  rng::CpuGenerator gen;                                ///< model init and dropout
+  std::shared_ptr<data::Dataset> train_set;             ///< what the loader draws from
+  std::shared_ptr<data::Dataset> eval_set;              ///< what evaluation reads
+  std::unique_ptr<data::DataLoader> loader;             ///< the training batches
+  std::shared_ptr<nn::Model> model;                     ///< the model trained
+  bool language_model = false;                          ///< the data set is a language-model task
+  std::vector<std::string> opt_names;                   ///< "adamw", "muon", ...
+  std::vector<std::unique_ptr<optim::Optimizer>> opts;  ///< one, or matrix kind + rest
+  std::vector<std::shared_ptr<sched::LRScheduler>> scheds;  ///< one per optimizer, or none
+  std::string split_table;                      ///< the parameter (split) table, for display
   std::unique_ptr<amp::GradScaler> scaler;      ///< amp.grad_scaler
   std::unique_ptr<swa::AveragedModel> average;  ///< swa.kind != none
   std::shared_ptr<nn::Model> average_model;     ///< evaluates the average (same architecture)
@@ -47,9 +47,9 @@ struct Trainer::State {
   core::Device device;                          ///< run.device
   std::int64_t step = 0;                        ///< optimizer steps done
   std::int64_t scaler_skipped = 0;              ///< steps the scaler skipped for inf/NaN gradients
-  std::int64_t nonfinite_in_row = 0;
-  std::int64_t skipped = 0;
-  Metrics last_eval;
+  std::int64_t nonfinite_in_row = 0;            ///< consecutive non-finite losses
+  std::int64_t skipped = 0;                     ///< steps skipped for a non-finite loss
+  Metrics last_eval;                            ///< the last evaluation
 };
 
 namespace detail {
