@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
-#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/thread_pool.h"
 #include "engine/ops/ops.h"
 
 #ifdef TB_HAVE_OPENBLAS
@@ -58,7 +58,7 @@ void square_args(benchmark::internal::Benchmark* b, int64_t max_n) {
 #ifdef TB_HAVE_OPENBLAS
 void BM_cblas_sgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
-  tb::cpu::ScopedNumThreads threads(static_cast<int>(state.range(1)));
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(1)));
   SquareOperands ops(n);
   for (auto _ : state) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ops.a.data(), n,
@@ -72,7 +72,7 @@ BENCHMARK(BM_cblas_sgemm)->Apply([](auto* b) { square_args(b, 2048); });
 
 void run_tb_gemm(benchmark::State& state, GemmBackend backend) {
   const int64_t n = state.range(0);
-  tb::cpu::ScopedNumThreads threads(static_cast<int>(state.range(1)));
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(1)));
   const GemmBackend previous = tb::cpu::current_gemm_backend();
   tb::cpu::set_gemm_backend(backend);
   SquareOperands ops(n);
@@ -102,7 +102,7 @@ BENCHMARK(BM_tb_gemm_reference)->Apply([](auto* b) { square_args(b, 1024); });
 // (target: >= 95% of cblas_sgemm).
 void BM_tensor_matmul(benchmark::State& state) {
   const int64_t n = state.range(0);
-  tb::cpu::ScopedNumThreads threads(static_cast<int>(state.range(1)));
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(1)));
   const tb::core::Tensor a = tb::core::from_vector(random_vector(n * n, 1), {n, n});
   const tb::core::Tensor b = tb::core::from_vector(random_vector(n * n, 2), {n, n});
   for (auto _ : state) {
@@ -130,7 +130,7 @@ struct XxtOperands {
 
 void BM_xxt_syrk(benchmark::State& state) {
   const int64_t r = state.range(0), c = state.range(1);
-  tb::cpu::ScopedNumThreads threads(static_cast<int>(state.range(2)));
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
   XxtOperands ops(r, c);
   for (auto _ : state) {
     tb::cpu::syrk(false, r, c, 1.0f, ops.x.data(), c, 0.0f, ops.out.data(), r);
@@ -142,7 +142,7 @@ BENCHMARK(BM_xxt_syrk)->Apply(xxt_args);
 
 void BM_xxt_gemm(benchmark::State& state) {
   const int64_t r = state.range(0), c = state.range(1);
-  tb::cpu::ScopedNumThreads threads(static_cast<int>(state.range(2)));
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
   XxtOperands ops(r, c);
   for (auto _ : state) {
     tb::cpu::gemm(false, true, r, r, c, 1.0f, ops.x.data(), c, ops.x.data(), c, 0.0f,

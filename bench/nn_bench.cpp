@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/autograd/autograd.h"
-#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/thread_pool.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
@@ -26,7 +26,7 @@ namespace ops = tb::ops;
 
 void run_steps(benchmark::State& state, nn::Model& model, const Tensor& input,
                const Tensor& target) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(0)));
+  tb::core::set_num_threads(static_cast<int>(state.range(0)));
   for (int i = 0; i < 2; ++i) {  // warm-up: caches, allocator
     tb::autograd::backward(model.loss(model.forward(input), target));
     model.zero_grad();
@@ -68,7 +68,7 @@ void BM_qwen_tiny_fwd_bwd(benchmark::State& state) {
 // range(0) 0 = the fused op, 1 = the matmul/masked_fill/softmax/matmul composition it replaced;
 // range(1) = T; range(2) = threads.
 void BM_attention_fwd_bwd(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  tb::core::set_num_threads(static_cast<int>(state.range(2)));
   const std::int64_t t = state.range(1);
   auto gen = tb::rng::make_generator(tb::core::Device());
   gen->manual_seed(0);
@@ -97,7 +97,7 @@ void BM_attention_fwd_bwd(benchmark::State& state) {
 // RMSNorm forward + backward at qwen-tiny's activation shape ([16·64, 128]): range(0) 0 = the
 // fused op, 1 = the square/mean/rsqrt/mul composition it replaced; range(1) = threads.
 void BM_rms_norm_fwd_bwd(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  tb::core::set_num_threads(static_cast<int>(state.range(1)));
   namespace ag = tb::autograd;
   auto gen = tb::rng::make_generator(tb::core::Device());
   gen->manual_seed(0);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/autograd/autograd.h"
-#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/thread_pool.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
@@ -42,7 +42,7 @@ std::unique_ptr<tb::rng::Generator> seeded(std::uint64_t s) {
 
 // args: rows, cols, threads, symmetric
 void BM_newton_schulz(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  tb::core::set_num_threads(static_cast<int>(state.range(2)));
   auto g = seeded(0);
   const Tensor x = ops::randn({state.range(0), state.range(1)}, g.get());
   optim::NewtonSchulzOptions o;
@@ -99,7 +99,7 @@ nn::ModelConfig model_arg(std::int64_t which) {
 
 // args: model (0 mlp, 1 qwen-tiny), optimizer (0 AdamW, 1 Muon+AdamW), threads
 void BM_optimizer_step(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(2)));
+  tb::core::set_num_threads(static_cast<int>(state.range(2)));
   Setup s = make_setup(model_arg(state.range(0)));
   for (auto _ : state) {
     if (state.range(1) == 0) {
@@ -116,7 +116,7 @@ void BM_optimizer_step(benchmark::State& state) {
 // A full MLP training step at batch 128: forward, loss, backward, optimizer step, zero_grad.
 // args: optimizer (0 AdamW, 1 Muon+AdamW), threads
 void BM_mlp_train_step(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  tb::core::set_num_threads(static_cast<int>(state.range(1)));
   Setup s = make_setup(nn::MlpConfig{});
   auto g = seeded(2);
   const Tensor x = ops::randn({128, 784}, g.get());
@@ -141,7 +141,7 @@ void BM_mlp_train_step(benchmark::State& state) {
 constexpr std::int64_t kBandwidthElems = 1 << 24;
 
 void BM_adamw_bandwidth(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(0)));
+  tb::core::set_num_threads(static_cast<int>(state.range(0)));
   Tensor p = ag::requires_grad_(ops::zeros({kBandwidthElems}));
   ag::set_grad(p, ops::full({kBandwidthElems}, 1e-3));
   optim::AdamW opt({p});
@@ -153,7 +153,7 @@ void BM_adamw_bandwidth(benchmark::State& state) {
 
 // args: parameters (0 one tensor of 16M float32 elements, 1 qwen-tiny's), threads
 void BM_sgd_step(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  tb::core::set_num_threads(static_cast<int>(state.range(1)));
   std::vector<Tensor> params;
   std::shared_ptr<nn::Model> model;
   if (state.range(0) == 0) {
@@ -186,7 +186,7 @@ void BM_sgd_step(benchmark::State& state) {
 // 16M float32 elements: range(0) 0 = the fused kernels, 1 = the elementwise ops they replaced;
 // range(1) = threads.
 void BM_ema_update(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  tb::core::set_num_threads(static_cast<int>(state.range(1)));
   const std::vector<Tensor> avg = {ops::zeros({kBandwidthElems})};
   const std::vector<Tensor> cur = {ops::full({kBandwidthElems}, 1.0)};
   for (auto _ : state) {
@@ -202,7 +202,7 @@ void BM_ema_update(benchmark::State& state) {
 }
 
 void BM_muon_momentum(benchmark::State& state) {
-  tb::cpu::set_num_threads(static_cast<int>(state.range(1)));
+  tb::core::set_num_threads(static_cast<int>(state.range(1)));
   const std::vector<Tensor> buf = {ops::zeros({kBandwidthElems})};
   const std::vector<Tensor> g = {ops::full({kBandwidthElems}, 1e-3)};
   for (auto _ : state) {

@@ -15,6 +15,7 @@
 #include "engine/api/engine_api.h"
 #include "engine/autograd/autograd.h"
 #include "engine/backends/cuda/cuda_status.h"
+#include "engine/core/math_mode.h"
 #include "engine/ops/ops.h"
 
 namespace {
@@ -42,7 +43,7 @@ void BM_tensor_mm_cuda(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   const std::int64_t mode = state.range(1);
   tb::api::set_gemm_backend(mode == 1 ? "cublaslt" : "cublas");
-  tb::backends::set_cuda_allow_tf32(mode == 2);
+  tb::core::set_allow_tf32(mode == 2);
   const Device gpu(DeviceType::CUDA, 0);
   const Tensor a = tb::ops::randn({n, n}, nullptr, DT).to(gpu);
   const Tensor b = tb::ops::randn({n, n}, nullptr, DT).to(gpu);
@@ -51,7 +52,7 @@ void BM_tensor_mm_cuda(benchmark::State& state) {
     cudaDeviceSynchronize();
     benchmark::DoNotOptimize(c.data_ptr());
   }
-  tb::backends::set_cuda_allow_tf32(false);
+  tb::core::set_allow_tf32(false);
   tb::api::set_gemm_backend("auto");
   set_flops(state, static_cast<double>(n));
 }

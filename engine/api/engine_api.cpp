@@ -2,10 +2,11 @@
 #include "engine/api/engine_api.h"
 
 #include "engine/backends/cpu/blas.h"
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
+#include "engine/core/math_mode.h"
+#include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
 
 #if defined(TB_HAVE_OPENBLAS)
@@ -20,7 +21,7 @@ std::string version() {
 
 std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
-  std::string cpu_detail = std::to_string(cpu::num_threads()) + " kernel threads, GEMM " +
+  std::string cpu_detail = std::to_string(core::num_threads()) + " kernel threads, GEMM " +
                            std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
 #if defined(TB_HAVE_OPENBLAS)
   cpu_detail += std::string(" (") + openblas_get_config() + ")";
@@ -77,10 +78,10 @@ std::vector<DispatchRow> dispatch_table() {
 }
 
 int num_threads() {
-  return cpu::num_threads();
+  return core::num_threads();
 }
 void set_num_threads(int n) {
-  cpu::set_num_threads(n);
+  core::set_num_threads(n);
 }
 
 GemmBackendChoice set_gemm_backend(const std::string& name) {
@@ -108,7 +109,7 @@ GemmBackendChoice set_gemm_backend(const std::string& name) {
 }
 
 void set_allow_tf32(bool allow) {
-  backends::set_cuda_allow_tf32(allow);
+  core::set_allow_tf32(allow);
 }
 
 std::string current_gemm_backend() {

@@ -11,7 +11,7 @@ AppliedBinding::AppliedBinding(const numa::SlotBinding& b, const std::vector<int
   const std::vector<int>& cpus = b.cpus.cpus();
   affinity_.emplace(b.cpus);
   threads_.emplace(static_cast<int>(cpus.size()));  // no oversubscription
-  previous_pin_ = cpu::pin_workers(cpus);
+  previous_pin_ = core::pin_workers(cpus);
   pinned_ = true;
   loader_.pin_workers(cpus);
   std::string memory = "memory: default policy";
@@ -36,7 +36,7 @@ AppliedBinding::~AppliedBinding() {
   memory_.reset();
   threads_.reset();
   try {
-    if (pinned_) cpu::pin_workers(previous_pin_);
+    if (pinned_) core::pin_workers(previous_pin_);
   } catch (...) {  // restoring cannot be reported from a destructor
   }
   affinity_.reset();  // the run thread's own mask first: unpinning the loader reads it

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/thread_pool.h"
 #include "engine/data/dataloader.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
@@ -28,7 +28,7 @@ class AppliedBinding {
  private:
   data::DataLoader& loader_;
   std::optional<numa::ScopedAffinity> affinity_;
-  std::optional<cpu::ScopedNumThreads> threads_;
+  std::optional<core::ScopedNumThreads> threads_;
   std::optional<numa::ScopedMemoryPolicy> memory_;
   std::vector<int> previous_pin_;
   bool pinned_ = false;

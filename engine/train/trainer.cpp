@@ -13,11 +13,11 @@
 #include <sstream>
 
 #include "engine/autograd/autograd.h"
-#include "engine/backends/cpu/thread_pool.h"
-#include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
+#include "engine/core/math_mode.h"
 #include "engine/core/metric_names.h"
+#include "engine/core/thread_pool.h"
 #include "engine/numa/memory.h"
 #include "engine/ops/ops.h"
 #include "engine/train/applied_binding.h"
@@ -54,7 +54,7 @@ double ms_since(Clock::time_point t) {
 Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
     : config_(std::move(config)), checkpoint_dir_(std::move(checkpoint_dir)) {
   s_ = std::make_unique<State>();
-  if (config_.threads > 0) cpu::set_num_threads(static_cast<int>(config_.threads));
+  if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
   detail::plan_binding(config_, *s_);
   detail::setup_data(config_, *s_);
@@ -218,12 +218,7 @@ TrainResult Trainer::run() {
   std::optional<detail::AppliedBinding> binding;
   // amp.tf32 for this run's float32 CUDA products, on this thread only (runs side by side keep
   // their own); the process-wide setting again afterwards.
-  struct Tf32Scope {
-    explicit Tf32Scope(bool on) { backends::set_thread_cuda_allow_tf32(on); }
-    ~Tf32Scope() { backends::set_thread_cuda_allow_tf32(std::nullopt); }
-    Tf32Scope(const Tf32Scope&) = delete;
-    Tf32Scope& operator=(const Tf32Scope&) = delete;
-  } tf32(config_.amp.tf32);
+  const core::ScopedThreadAllowTf32 tf32(config_.amp.tf32);
   try {
     if (!s_->binding_warning.empty())
       emit_event("warning",

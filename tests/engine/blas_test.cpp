@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 
 #ifdef TB_HAVE_OPENBLAS
 #include <cblas.h>
@@ -188,7 +188,7 @@ TEST(Gemm, DoubleAllTransposesSizes) {
 TEST(Gemm, ParallelTilingAcrossThreadCounts) {
   std::mt19937 rng(3);
   for (int threads : {1, 2, 3}) {
-    ScopedNumThreads scoped(threads);
+    core::ScopedNumThreads scoped(threads);
     for (GemmBackend backend : cpu_backends()) {
       for (int t = 0; t < 4; ++t) {
         run_gemm_case<float>(backend, t & 1, t & 2, 201, 259, 317, 1.0f, 0.0f, 2, rng);
@@ -285,7 +285,7 @@ void run_batched_case(GemmBackend backend, int threads, bool ta, bool tb, int64_
                                   << " m=" << m << " n=" << n << " k=" << k << " batch=" << batch
                                   << " broadcast_b=" << broadcast_b);
   ScopedBackend scoped_backend(backend);
-  ScopedNumThreads scoped_threads(threads);
+  core::ScopedNumThreads scoped_threads(threads);
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
   const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
   std::vector<Matrix<T>> as, bs, cs;
@@ -417,7 +417,7 @@ TEST(Syrk, BothTransMatchesGemmAndIsSymmetric) {
 TEST(Syrk, LargeParallelAndMirror) {
   std::mt19937 rng(7);
   for (int threads : {1, 2, 3}) {
-    ScopedNumThreads scoped(threads);
+    core::ScopedNumThreads scoped(threads);
     for (GemmBackend backend : cpu_backends()) {
       run_syrk_case<float>(backend, false, 517, 300, 1.0f, 0.0f, rng);
       run_syrk_case<float>(backend, true, 450, 64, 1.0f, 1.0f, rng);
@@ -518,7 +518,7 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
   const std::pair<int64_t, int64_t> ranges[] = {{0, 0},   {5, 3},    {0, 1},    {5, 6},    {0, 7},
                                                 {3, 100}, {0, 1000}, {-50, 50}, {10, 4099}};
   for (int threads : {1, 2, 3, 4, 8}) {
-    ScopedNumThreads scoped(threads);
+    core::ScopedNumThreads scoped(threads);
     for (auto [begin, end] : ranges) {
       for (int64_t grain : {-1, 0, 1, 2, 7, 64, 1000}) {
         SCOPED_TRACE(testing::Message() << "threads=" << threads << " range=[" << begin << ","
@@ -528,11 +528,11 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
         std::atomic<int> chunks{0};
         std::mutex mu;
         std::set<std::thread::id> ids;
-        parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
+        core::parallel_for(begin, end, grain, [&](int64_t b, int64_t e) {
           ASSERT_LT(b, e);
           ASSERT_GE(b, begin);
           ASSERT_LE(e, end);
-          EXPECT_TRUE(in_parallel_region() || threads == 1 || e - b == end - begin);
+          EXPECT_TRUE(core::in_parallel_region() || threads == 1 || e - b == end - begin);
           chunks.fetch_add(1);
           {
             std::lock_guard<std::mutex> lock(mu);
@@ -556,48 +556,49 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
       }
     }
   }
-  EXPECT_FALSE(in_parallel_region());
+  EXPECT_FALSE(core::in_parallel_region());
 }
 
 TEST(ThreadPool, StdFunctionOverload) {
-  ScopedNumThreads scoped(3);
+  core::ScopedNumThreads scoped(3);
   std::atomic<int64_t> sum{0};
   const std::function<void(int64_t, int64_t)> fn = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i)
       sum.fetch_add(i);
   };
-  parallel_for(0, 1000, 10, fn);
+  core::parallel_for(0, 1000, 10, fn);
   EXPECT_EQ(sum.load(), 999 * 1000 / 2);
 }
 
 TEST(ThreadPool, RethrowsFirstExceptionAndStaysUsable) {
   for (int threads : {1, 2, 4}) {
-    ScopedNumThreads scoped(threads);
+    core::ScopedNumThreads scoped(threads);
     try {
-      parallel_for(0, 100, 1, [](int64_t b, int64_t e) {
+      core::parallel_for(0, 100, 1, [](int64_t b, int64_t e) {
         if (b <= 37 && 37 < e) throw ValueError("[test] chunk with 37 failed");
       });
       ADD_FAILURE() << "no exception";
     } catch (const ValueError& e) {
       EXPECT_STREQ(e.what(), "[test] chunk with 37 failed");
     }
-    EXPECT_THROW(parallel_for(0, 100, 1, [](int64_t, int64_t) { throw std::runtime_error("x"); }),
-                 std::runtime_error);
+    EXPECT_THROW(
+        core::parallel_for(0, 100, 1, [](int64_t, int64_t) { throw std::runtime_error("x"); }),
+        std::runtime_error);
     std::atomic<int64_t> count{0};
-    parallel_for(0, 10000, 1, [&](int64_t b, int64_t e) { count.fetch_add(e - b); });
+    core::parallel_for(0, 10000, 1, [&](int64_t b, int64_t e) { count.fetch_add(e - b); });
     EXPECT_EQ(count.load(), 10000);
-    EXPECT_FALSE(in_parallel_region());
+    EXPECT_FALSE(core::in_parallel_region());
   }
 }
 
 TEST(ThreadPool, NestedCallsRunInlineWithoutDeadlock) {
-  ScopedNumThreads scoped(4);
+  core::ScopedNumThreads scoped(4);
   const int64_t n = 64;
   std::vector<std::atomic<int>> hits(static_cast<size_t>(n * n));
-  parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+  core::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const std::thread::id outer = std::this_thread::get_id();
-      parallel_for(0, n, 1, [&](int64_t b2, int64_t e2) {
+      core::parallel_for(0, n, 1, [&](int64_t b2, int64_t e2) {
         EXPECT_EQ(std::this_thread::get_id(), outer);  // inline on the same thread
         EXPECT_TRUE(b2 == 0 && e2 == n);
         for (int64_t j = b2; j < e2; ++j)
@@ -610,7 +611,7 @@ TEST(ThreadPool, NestedCallsRunInlineWithoutDeadlock) {
 }
 
 TEST(ThreadPool, ConcurrentCallersFromSeveralThreads) {
-  ScopedNumThreads scoped(3);
+  core::ScopedNumThreads scoped(3);
   std::vector<std::thread> callers;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {
@@ -618,7 +619,7 @@ TEST(ThreadPool, ConcurrentCallersFromSeveralThreads) {
       for (int rep = 0; rep < 200; ++rep) {
         std::atomic<int64_t> sum{0};
         const int64_t n = 100 + t * 37 + rep;
-        parallel_for(0, n, 8, [&](int64_t b, int64_t e) {
+        core::parallel_for(0, n, 8, [&](int64_t b, int64_t e) {
           int64_t local = 0;
           for (int64_t i = b; i < e; ++i)
             local += i;
@@ -634,35 +635,35 @@ TEST(ThreadPool, ConcurrentCallersFromSeveralThreads) {
 }
 
 TEST(ThreadPool, SetNumThreadsValidatesAndFollowsOpenBlas) {
-  EXPECT_EQ(error_message([] { set_num_threads(0); }),
+  EXPECT_EQ(error_message([] { core::set_num_threads(0); }),
             "[threads] thread count must be >= 1, got 0");
-  EXPECT_EQ(error_message([] { set_num_threads(-3); }),
+  EXPECT_EQ(error_message([] { core::set_num_threads(-3); }),
             "[threads] thread count must be >= 1, got -3");
-  EXPECT_EQ(error_message([] { ScopedNumThreads bad(0); }),
+  EXPECT_EQ(error_message([] { core::ScopedNumThreads bad(0); }),
             "[threads] thread count must be >= 1, got 0");
-  const int before = num_threads();
+  const int before = core::num_threads();
   EXPECT_GE(before, 1);
   {
-    ScopedNumThreads one(1);
-    EXPECT_EQ(num_threads(), 1);
+    core::ScopedNumThreads one(1);
+    EXPECT_EQ(core::num_threads(), 1);
 #ifdef TB_HAVE_OPENBLAS
     EXPECT_EQ(openblas_get_num_threads(), 1);
 #endif
     {
-      ScopedNumThreads three(3);
-      EXPECT_EQ(num_threads(), 3);
+      core::ScopedNumThreads three(3);
+      EXPECT_EQ(core::num_threads(), 3);
 #ifdef TB_HAVE_OPENBLAS
       EXPECT_EQ(openblas_get_num_threads(), 3);
 #endif
     }
-    EXPECT_EQ(num_threads(), 1);
+    EXPECT_EQ(core::num_threads(), 1);
   }
-  EXPECT_EQ(num_threads(), before);
+  EXPECT_EQ(core::num_threads(), before);
 #ifdef TB_HAVE_OPENBLAS
   EXPECT_EQ(openblas_get_num_threads(), before);
-  set_num_threads(2);
+  core::set_num_threads(2);
   EXPECT_EQ(openblas_get_num_threads(), 2);
-  set_num_threads(before);
+  core::set_num_threads(before);
 #endif
 }
 
@@ -670,17 +671,17 @@ TEST(ThreadPool, DefaultFromEnvironmentOrAffinity) {
   const char* saved = std::getenv("TB_NUM_THREADS");
   const std::string saved_value = saved ? saved : "";
   unsetenv("TB_NUM_THREADS");
-  const int affinity = default_num_threads();
+  const int affinity = core::default_num_threads();
   EXPECT_GE(affinity, 1);
   EXPECT_LE(affinity, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   setenv("TB_NUM_THREADS", "3", 1);
-  EXPECT_EQ(default_num_threads(), 3);
+  EXPECT_EQ(core::default_num_threads(), 3);
   setenv("TB_NUM_THREADS", "two", 1);
-  EXPECT_EQ(error_message([] { default_num_threads(); }),
+  EXPECT_EQ(error_message([] { core::default_num_threads(); }),
             "[threads] TB_NUM_THREADS must be an integer >= 1, got 'two'; unset it to use every "
             "CPU this process may run on");
   setenv("TB_NUM_THREADS", "0", 1);
-  EXPECT_THROW(default_num_threads(), ValueError);
+  EXPECT_THROW(core::default_num_threads(), ValueError);
   if (saved) {
     setenv("TB_NUM_THREADS", saved_value.c_str(), 1);
   } else {

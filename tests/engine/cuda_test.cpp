@@ -12,6 +12,7 @@
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
+#include "engine/core/math_mode.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
 #include "engine/train/trainer.h"
@@ -214,9 +215,9 @@ TEST(Cuda, CublasLtAndTf32MatchCublas) {
     for (std::size_t k = 0; k < y.size(); ++k)
       ASSERT_NEAR(x[k], y[k], 1e-3f) << backend << " bmm @" << k;
   }
-  tb::backends::set_cuda_allow_tf32(true);
+  tb::core::set_allow_tf32(true);
   const auto tf = ops::mm(a.to(kGpu), b.to(kGpu)).to(Device()).to_vector<float>();
-  tb::backends::set_cuda_allow_tf32(false);
+  tb::core::set_allow_tf32(false);
   const auto exact = ops::mm(a, b).to_vector<float>();
   for (std::size_t k = 0; k < exact.size(); ++k)
     ASSERT_NEAR(tf[k], exact[k], 5e-2f) << "tf32 @" << k;  // 10-bit mantissa inputs

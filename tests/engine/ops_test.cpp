@@ -16,9 +16,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
 #include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
 
@@ -374,7 +374,7 @@ TEST(OpsBinary, Pow) {
                "[pow] integers to negative integer powers are not allowed");
   // The error also surfaces from inside a parallel loop (512 rows that do not coalesce).
   {
-    cpu::ScopedNumThreads threads(2);
+    core::ScopedNumThreads threads(2);
     std::vector<double> big(1 << 17, 2.0);
     std::vector<double> exps(1 << 17, 1.0);
     exps[100000] = -1.0;
@@ -1169,17 +1169,17 @@ TEST(OpsReduce, LargeFullSumIsThreadCountIndependent) {
     ref += e;
   float s1, s2, s3, m1, m2;
   {
-    cpu::ScopedNumThreads t(1);
+    core::ScopedNumThreads t(1);
     s1 = sum(x).to_vector<float>()[0];
     m1 = mean(x).to_vector<float>()[0];
   }
   {
-    cpu::ScopedNumThreads t(2);
+    core::ScopedNumThreads t(2);
     s2 = sum(x).to_vector<float>()[0];
     m2 = mean(x).to_vector<float>()[0];
   }
   {
-    cpu::ScopedNumThreads t(3);
+    core::ScopedNumThreads t(3);
     s3 = sum(x).to_vector<float>()[0];
   }
   EXPECT_EQ(std::memcmp(&s1, &s2, sizeof s1), 0) << s1 << " vs " << s2;
@@ -1191,11 +1191,11 @@ TEST(OpsReduce, LargeFullSumIsThreadCountIndependent) {
   const Tensor rows = x.view({4, n / 4});
   std::vector<double> r1, r2;
   {
-    cpu::ScopedNumThreads t(1);
+    core::ScopedNumThreads t(1);
     r1 = vals(norm(rows, 2.0, {1}));
   }
   {
-    cpu::ScopedNumThreads t(2);
+    core::ScopedNumThreads t(2);
     r2 = vals(norm(rows, 2.0, {1}));
   }
   expect_exact(r2, r1);

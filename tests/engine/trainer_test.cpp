@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/backends/cpu/thread_pool.h"
+#include "engine/core/thread_pool.h"
 #ifdef TB_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-#include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/error.h"
+#include "engine/core/math_mode.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
@@ -272,20 +272,19 @@ TEST(Trainer, SwaAveragesFromItsStartStepAndResumes) {
 }
 
 TEST(Trainer, Tf32IsTheRunsOwnSettingOnItsThread) {
-  if (!tb::backends::cuda_status().compiled) GTEST_SKIP() << "built without CUDA: TF32 is inert";
   // amp.tf32 holds for the run's steps (its thread) and not after; the process-wide setting
-  // stays off throughout.
+  // stays off throughout. The setting lives in core, so this holds with or without CUDA.
   auto c = blobs_config();
   c.run.steps = 3;
   c.amp.tf32 = true;
   train::Trainer t(c);
   auto rec = std::make_shared<Recorder>();
   std::vector<bool> seen;
-  rec->on_step = [&](std::int64_t) { seen.push_back(tb::backends::cuda_allow_tf32()); };
+  rec->on_step = [&](std::int64_t) { seen.push_back(tb::core::allow_tf32()); };
   t.add_sink(rec);
   ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
   EXPECT_EQ(seen, std::vector<bool>(3, true));
-  EXPECT_FALSE(tb::backends::cuda_allow_tf32());
+  EXPECT_FALSE(tb::core::allow_tf32());
   EXPECT_TRUE(train::parse_run_config(train::to_toml(c)).amp.tf32);  // stored with the run
 }
 
@@ -388,7 +387,7 @@ TEST(Trainer, BoundRunPinsItsThreadsSizesThePoolAndRestoresEverything) {
   cfg.binding.slots = 2;
   cfg.binding.slot = 1;
   const tb::numa::CpuSet before = tb::numa::current_thread_affinity();
-  const int threads_before = tb::cpu::num_threads();
+  const int threads_before = tb::core::num_threads();
   train::Trainer t(cfg);
   auto rec = std::make_shared<Recorder>();
   tb::numa::CpuSet during;
@@ -398,8 +397,8 @@ TEST(Trainer, BoundRunPinsItsThreadsSizesThePoolAndRestoresEverything) {
   rec->on_step = [&](std::int64_t step) {
     if (step != 5) return;
     during = tb::numa::current_thread_affinity();
-    threads_during = tb::cpu::num_threads();
-    workers_during = tb::cpu::worker_affinities();
+    threads_during = tb::core::num_threads();
+    workers_during = tb::core::worker_affinities();
 #ifdef TB_HAVE_OPENBLAS
     blas_threads_during = openblas_get_num_threads();
 #else
@@ -420,8 +419,8 @@ TEST(Trainer, BoundRunPinsItsThreadsSizesThePoolAndRestoresEverything) {
   EXPECT_TRUE(announced);
   // Everything is restored for whatever runs next on this thread.
   EXPECT_EQ(tb::numa::current_thread_affinity(), before);
-  EXPECT_EQ(tb::cpu::num_threads(), threads_before);
-  EXPECT_TRUE(tb::cpu::pinned_workers().empty());
+  EXPECT_EQ(tb::core::num_threads(), threads_before);
+  EXPECT_TRUE(tb::core::pinned_workers().empty());
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ bool unscale_contiguous(T* data, std::int64_t n, float inv_scale) {
   const C inv = static_cast<C>(inv_scale);
   const bool scale = inv_scale != 1.0f;
   std::atomic<bool> found{false};
-  parallel_for(0, n, 32768, [&](std::int64_t b, std::int64_t e) {
+  core::parallel_for(0, n, 32768, [&](std::int64_t b, std::int64_t e) {
     bool local = false;
     for (std::int64_t i = b; i < e; ++i) {
       const C x = static_cast<C>(data[i]);

@@ -12,8 +12,8 @@
 #include <initializer_list>
 #include <new>
 
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 
 #ifdef TB_HAVE_OPENBLAS
 #include <cblas.h>
@@ -89,7 +89,7 @@ template <typename T>
 void scale_c(int64_t m, int64_t n, T beta, T* c, int64_t ldc) {
   if (beta == T(1)) return;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(n, 1));
-  parallel_for(0, m, grain, [&](int64_t r0, int64_t r1) {
+  core::parallel_for(0, m, grain, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0; i < r1; ++i) {
       T* row = c + i * ldc;
       if (beta == T(0)) {
@@ -293,7 +293,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 int usable_threads() {
-  return in_parallel_region() ? 1 : num_threads();
+  return core::in_parallel_region() ? 1 : core::num_threads();
 }
 
 // Full GEMM (lower_only == false) on rectangular tiles, shrunk until there are at least two
@@ -320,7 +320,7 @@ void reference_gemm_tiles(const GemmProblem<T>& g) {
   }
   const int64_t tiles_n = ceil_div(g.n, nc);
   const int64_t tiles = ceil_div(g.m, mc) * tiles_n;
-  parallel_for(0, tiles, parallel ? 1 : tiles, [&](int64_t t0, int64_t t1) {
+  core::parallel_for(0, tiles, parallel ? 1 : tiles, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = t / tiles_n * mc;
       const int64_t j0 = t % tiles_n * nc;
@@ -346,7 +346,7 @@ void reference_lower_tiles(const GemmProblem<T>& g) {
   }
   const int64_t nt = ceil_div(g.n, s);
   const int64_t tiles = nt * (nt + 1) / 2;
-  parallel_for(0, tiles, parallel ? 1 : tiles, [&](int64_t t0, int64_t t1) {
+  core::parallel_for(0, tiles, parallel ? 1 : tiles, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       int64_t ti = static_cast<int64_t>((std::sqrt(8.0 * static_cast<double>(t) + 1.0) - 1.0) / 2);
       while (ti * (ti + 1) / 2 > t)
@@ -398,7 +398,7 @@ void mirror_unchecked(T* c, int64_t n, int64_t ldc) {
     }
   };
   const int64_t pairs = (nb + 1) / 2;
-  parallel_for(0, pairs, n < kMirrorParallelN ? pairs : 1, [&](int64_t p0, int64_t p1) {
+  core::parallel_for(0, pairs, n < kMirrorParallelN ? pairs : 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       block_row(p);
       if (nb - 1 - p != p) block_row(nb - 1 - p);
@@ -456,7 +456,7 @@ void blas_syrk(bool trans, int n, int k, double alpha, const double* a, int lda,
 class SingleThreadedBlas {
  public:
   SingleThreadedBlas() { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(num_threads()); }
+  ~SingleThreadedBlas() { openblas_set_num_threads(core::num_threads()); }
   SingleThreadedBlas(const SingleThreadedBlas&) = delete;
   SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 };
@@ -493,7 +493,7 @@ template <typename T>
 void gemm_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   check_gemm_args(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
-  (void)num_threads();  // first use resolves the thread count and applies it to OpenBLAS
+  (void)core::num_threads();  // first use resolves the thread count and applies it to OpenBLAS
   gemm_unchecked(current_gemm_backend(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                  ldc);
 }
@@ -537,11 +537,11 @@ void gemm_batched_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 #ifdef TB_HAVE_OPENBLAS
     if (backend == GemmBackend::OpenBlas) {
       SingleThreadedBlas one_thread;
-      parallel_for(0, batch, grain, run);
+      core::parallel_for(0, batch, grain, run);
       return;
     }
 #endif
-    parallel_for(0, batch, grain, run);  // the reference kernels run serially inside
+    core::parallel_for(0, batch, grain, run);  // the reference kernels run serially inside
     return;
   }
   run(0, batch);
@@ -560,11 +560,11 @@ void parallel_gemm_items(int64_t count, int64_t grain,
 #ifdef TB_HAVE_OPENBLAS
   if (current_gemm_backend() == GemmBackend::OpenBlas) {
     SingleThreadedBlas one_thread;
-    parallel_for(0, count, grain, body);
+    core::parallel_for(0, count, grain, body);
     return;
   }
 #endif
-  parallel_for(0, count, grain, body);
+  core::parallel_for(0, count, grain, body);
 }
 
 namespace {
@@ -573,7 +573,7 @@ template <typename T>
 void syrk_checked(bool trans, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, T beta, T* c,
                   int64_t ldc) {
   check_syrk_args(trans, n, k, a, lda, c, ldc);
-  (void)num_threads();
+  (void)core::num_threads();
 #ifdef TB_HAVE_OPENBLAS
   if (current_gemm_backend() == GemmBackend::OpenBlas && fits_blas_int({n, k, lda, ldc})) {
     if (n == 0) return;

@@ -78,11 +78,11 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 /// For i in [0, batch): gemm on A + i·stride_a, B + i·stride_b, C + i·stride_c (same contract
 /// as gemm per matrix). Strides are in elements and >= 0 (0 broadcasts an operand); the C
 /// matrices must not overlap (stride_c >= (m-1)·ldc + n when batch > 1 and m, n > 0).
-/// Threading: when batch >= num_threads() > 1 and the work is big enough, batches run in
+/// Threading: when batch >= core::num_threads() > 1 and the work is big enough, batches run in
 /// parallel on the kernel pool, one thread each, with OpenBLAS set to 1 thread for the duration
 /// (OpenBLAS's count is process-wide, so a GEMM another thread starts meanwhile also runs on
 /// one thread: slower, still correct). Otherwise batches run one after another, each using
-/// every thread. Either way, at most num_threads() threads compute at once.
+/// every thread. Either way, at most core::num_threads() threads compute at once.
 void gemm_batched_strided(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const float* a, int64_t lda, int64_t stride_a, const float* b,
                           int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,

@@ -322,7 +322,7 @@ void copy_kernel(Tensor& dst, const Tensor& src) {
     const std::int64_t es = static_cast<std::int64_t>(dst.element_size());
     char* d = static_cast<char*>(dst.data_ptr());
     const char* p = static_cast<const char*>(s.data_ptr());
-    parallel_for(0, n, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+    core::parallel_for(0, n, 1 << 16, [&](std::int64_t b, std::int64_t e) {
       std::memcpy(d + b * es, p + b * es, static_cast<std::size_t>((e - b) * es));
     });
     return;

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/tensor.h"
+#include "engine/core/thread_pool.h"
 
 namespace tb::cpu {
 
@@ -78,7 +78,7 @@ void for_each_row(const LoopGeometry<N>& g, const std::array<char*, N>& base,
   for (int k = 0; k < N; ++k)
     inner_strides[k] = g.strides[k][nd - 1];
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(inner, 1));
-  parallel_for(0, rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+  core::parallel_for(0, rows, grain, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       std::array<char*, N> p = base;
       std::int64_t rem = r;
@@ -120,7 +120,7 @@ inline bool all_contiguous(std::initializer_list<const Tensor*> ts) {
 /// Runs body(begin, end) over [0, n) in parallel chunks (the flat, all-contiguous fast path).
 template <typename Body>
 void flat_loop(std::int64_t n, Body&& body) {
-  parallel_for(0, n, 32768, body);
+  core::parallel_for(0, n, 32768, body);
 }
 
 /// out[i] = f(a[i]) over same-shaped operands of element types Out and In.

@@ -37,22 +37,22 @@ Tensor rope_kernel(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_i
     const C* sp = static_cast<const C*>(s.data_ptr());
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = out.data_ptr<T>();
-    parallel_for(0, rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(d, 1)),
-                 [&](std::int64_t r0, std::int64_t r1) {
-                   for (std::int64_t r = r0; r < r1; ++r) {
-                     const std::int64_t t = r % t_len;
-                     const T* xi = xp + r * d;
-                     T* o = op + r * d;
-                     const C* cr = cp + t * h;
-                     const C* sr = sp + t * h;
-                     for (std::int64_t j = 0; j < h; ++j) {
-                       const C x1 = static_cast<C>(xi[j]);
-                       const C x2 = static_cast<C>(xi[j + h]);
-                       o[j] = convert<T>(x1 * cr[j] - x2 * sr[j]);
-                       o[j + h] = convert<T>(x2 * cr[j] + x1 * sr[j]);
-                     }
-                   }
-                 });
+    core::parallel_for(0, rows, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(d, 1)),
+                       [&](std::int64_t r0, std::int64_t r1) {
+                         for (std::int64_t r = r0; r < r1; ++r) {
+                           const std::int64_t t = r % t_len;
+                           const T* xi = xp + r * d;
+                           T* o = op + r * d;
+                           const C* cr = cp + t * h;
+                           const C* sr = sp + t * h;
+                           for (std::int64_t j = 0; j < h; ++j) {
+                             const C x1 = static_cast<C>(xi[j]);
+                             const C x2 = static_cast<C>(xi[j + h]);
+                             o[j] = convert<T>(x1 * cr[j] - x2 * sr[j]);
+                             o[j + h] = convert<T>(x2 * cr[j] + x1 * sr[j]);
+                           }
+                         }
+                       });
   });
   return out;
 }
@@ -97,17 +97,19 @@ Tensor cross_entropy_kernel(const Tensor& logits_in, const Tensor& target_in,
   TB_DISPATCH_FLOATING_TYPES(logits.dtype(), "cross_entropy", [&] {
     using T = scalar_t;
     const T* xp = static_cast<const T*>(logits.data_ptr());
-    parallel_for(0, n, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        if (tp[r] == ignore_index) continue;
-        const T* x = xp + r * c;
-        double lse = 0.0;
-        double mean = 0.0;
-        row_stats(x, c, lse, mean);
-        const double nll = lse - static_cast<double>(static_cast<compute_t<T>>(x[tp[r]]));
-        row_loss[static_cast<std::size_t>(r)] = (1.0 - smoothing) * nll + smoothing * (lse - mean);
-      }
-    });
+    core::parallel_for(
+        0, n, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) {
+            if (tp[r] == ignore_index) continue;
+            const T* x = xp + r * c;
+            double lse = 0.0;
+            double mean = 0.0;
+            row_stats(x, c, lse, mean);
+            const double nll = lse - static_cast<double>(static_cast<compute_t<T>>(x[tp[r]]));
+            row_loss[static_cast<std::size_t>(r)] =
+                (1.0 - smoothing) * nll + smoothing * (lse - mean);
+          }
+        });
   });
   double total = 0.0;
   std::int64_t valid = 0;
@@ -144,24 +146,25 @@ Tensor cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits_in
     const T* xp = static_cast<const T*>(logits.data_ptr());
     T* gp = out.data_ptr<T>();
     const double off = smoothing / static_cast<double>(c);
-    parallel_for(0, n, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t r0, std::int64_t r1) {
-      for (std::int64_t r = r0; r < r1; ++r) {
-        T* g = gp + r * c;
-        if (tp[r] == ignore_index) {
-          std::fill(g, g + c, convert<T>(0.0));
-          continue;
-        }
-        const T* x = xp + r * c;
-        double lse = 0.0;
-        double mean = 0.0;
-        row_stats(x, c, lse, mean);
-        for (std::int64_t i = 0; i < c; ++i) {
-          const double p = std::exp(static_cast<double>(static_cast<compute_t<T>>(x[i])) - lse);
-          const double target_p = (i == tp[r] ? 1.0 - smoothing : 0.0) + off;
-          g[i] = convert<T>(scale * (p - target_p));
-        }
-      }
-    });
+    core::parallel_for(
+        0, n, std::max<std::int64_t>(1, 16384 / c), [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) {
+            T* g = gp + r * c;
+            if (tp[r] == ignore_index) {
+              std::fill(g, g + c, convert<T>(0.0));
+              continue;
+            }
+            const T* x = xp + r * c;
+            double lse = 0.0;
+            double mean = 0.0;
+            row_stats(x, c, lse, mean);
+            for (std::int64_t i = 0; i < c; ++i) {
+              const double p = std::exp(static_cast<double>(static_cast<compute_t<T>>(x[i])) - lse);
+              const double target_p = (i == tp[r] ? 1.0 - smoothing : 0.0) + off;
+              g[i] = convert<T>(scale * (p - target_p));
+            }
+          }
+        });
   });
   return out;
 }
@@ -189,35 +192,35 @@ std::tuple<Tensor, Tensor> row_norm_kernel(const Tensor& x, const Tensor& weight
     const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
     T* yp = y.data_ptr<T>();
     C* sp = static_cast<C*>(stats.data_ptr());
-    parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
-                 [&](std::int64_t r0, std::int64_t r1) {
-                   for (std::int64_t r = r0; r < r1; ++r) {
-                     const T* xr = xp + r * n;
-                     double mean = 0.0;
-                     if (!Rms) {
-                       for (std::int64_t j = 0; j < n; ++j)
-                         mean += static_cast<double>(static_cast<C>(xr[j]));
-                       mean /= static_cast<double>(n);
-                     }
-                     double ss = 0.0;
-                     for (std::int64_t j = 0; j < n; ++j) {
-                       const double d = static_cast<double>(static_cast<C>(xr[j])) - mean;
-                       ss += d * d;
-                     }
-                     const auto m = static_cast<C>(mean);
-                     const auto rstd =
-                         static_cast<C>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-                     T* yr = yp + r * n;
-                     for (std::int64_t j = 0; j < n; ++j) {
-                       C v = (static_cast<C>(xr[j]) - m) * rstd;
-                       if (wp != nullptr) v *= static_cast<C>(wp[j]);
-                       if (bp != nullptr) v += static_cast<C>(bp[j]);
-                       yr[j] = convert<T>(v);
-                     }
-                     sp[2 * r] = m;
-                     sp[2 * r + 1] = rstd;
-                   }
-                 });
+    core::parallel_for(0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
+                       [&](std::int64_t r0, std::int64_t r1) {
+                         for (std::int64_t r = r0; r < r1; ++r) {
+                           const T* xr = xp + r * n;
+                           double mean = 0.0;
+                           if (!Rms) {
+                             for (std::int64_t j = 0; j < n; ++j)
+                               mean += static_cast<double>(static_cast<C>(xr[j]));
+                             mean /= static_cast<double>(n);
+                           }
+                           double ss = 0.0;
+                           for (std::int64_t j = 0; j < n; ++j) {
+                             const double d = static_cast<double>(static_cast<C>(xr[j])) - mean;
+                             ss += d * d;
+                           }
+                           const auto m = static_cast<C>(mean);
+                           const auto rstd =
+                               static_cast<C>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+                           T* yr = yp + r * n;
+                           for (std::int64_t j = 0; j < n; ++j) {
+                             C v = (static_cast<C>(xr[j]) - m) * rstd;
+                             if (wp != nullptr) v *= static_cast<C>(wp[j]);
+                             if (bp != nullptr) v += static_cast<C>(bp[j]);
+                             yr[j] = convert<T>(v);
+                           }
+                           sp[2 * r] = m;
+                           sp[2 * r + 1] = rstd;
+                         }
+                       });
   });
   return {y, stats};
 }
@@ -246,7 +249,7 @@ std::tuple<Tensor, Tensor, Tensor> row_norm_backward_kernel(const Tensor& dy, co
     // Per chunk of rows: dx, and the chunk's partial sums of dy·x̂ (weight) and dy (bias).
     std::vector<C> pw(static_cast<std::size_t>(want_w ? chunks * n : 0));
     std::vector<C> pb(static_cast<std::size_t>(with_bias ? chunks * n : 0));
-    parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    core::parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
       for (std::int64_t c = c0; c < c1; ++c) {
         C* accw = want_w ? pw.data() + c * n : nullptr;
         C* accb = with_bias ? pb.data() + c * n : nullptr;
@@ -283,7 +286,7 @@ std::tuple<Tensor, Tensor, Tensor> row_norm_backward_kernel(const Tensor& dy, co
     // The chunks' partial sums, in chunk order.
     auto finish = [&](const std::vector<C>& part, Tensor& out) {
       T* op = out.data_ptr<T>();
-      parallel_for(0, n, 1024, [&](std::int64_t j0, std::int64_t j1) {
+      core::parallel_for(0, n, 1024, [&](std::int64_t j0, std::int64_t j1) {
         for (std::int64_t j = j0; j < j1; ++j) {
           C acc = 0;
           for (std::int64_t c = 0; c < chunks; ++c)

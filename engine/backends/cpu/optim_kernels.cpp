@@ -13,8 +13,8 @@
 #include "engine/backends/common/optim_math.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/backends/cpu/loops.h"
-#include "engine/backends/cpu/thread_pool.h"
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 #include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu {
@@ -90,7 +90,7 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
     sizes.push_back(p.numel());
   auto run = [&](auto zero) {
     using T = decltype(zero);
-    for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+    core::for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
       AdamChunk<T> c;
       c.p = ps[i].data_ptr<T>() + b;
       c.g = gs[i].data_ptr<T>() + b;
@@ -136,7 +136,7 @@ void sgd_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& g
     c.mu = static_cast<T>(momentum);
     c.one_minus_damp = static_cast<T>(1.0 - dampening);
     c.neg_lr = static_cast<T>(-lr);
-    for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+    core::for_each_element(sizes, [&](std::size_t i, std::int64_t b, std::int64_t e) {
       T* p = ps[i].data_ptr<T>();
       const T* g = gs[i].data_ptr<T>();
       T* buf = with_momentum ? bufs[i].data_ptr<T>() : nullptr;
@@ -173,7 +173,7 @@ void foreach_lerp_kernel(const std::vector<Tensor>& selfs, const std::vector<Ten
     using T = scalar_t;
     using C = compute_t<T>;
     const auto wc = static_cast<C>(wv);
-    for_each_element(numels(selfs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
+    core::for_each_element(numels(selfs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
       T* __restrict s = selfs[i].data_ptr<T>();
       const T* __restrict x = ends[i].data_ptr<T>();
       for (std::int64_t k = b; k < e; ++k)
@@ -195,7 +195,7 @@ void muon_momentum_kernel(const std::vector<Tensor>& bufs, const std::vector<Ten
     using C = compute_t<T>;
     const auto mu = static_cast<C>(momentum);
     const auto one_minus_mu = static_cast<C>(1.0 - momentum);
-    for_each_element(numels(bufs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
+    core::for_each_element(numels(bufs), [&](std::size_t i, std::int64_t b, std::int64_t e) {
       T* __restrict m = bufs[i].data_ptr<T>();
       const T* __restrict g = grads[i].data_ptr<T>();
       T* __restrict u = nesterov ? outs[i].data_ptr<T>() : nullptr;

@@ -46,7 +46,7 @@ void reduce_sum_rows(const ReducePlan& p, T* out, F f, Finish finish) {
   if (p.k == 1 && p.r > 2 * kBlock) {
     const std::int64_t nblocks = (p.r + kBlock - 1) / kBlock;
     std::vector<A> partial(static_cast<std::size_t>(nblocks));
-    parallel_for(0, nblocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    core::parallel_for(0, nblocks, 1, [&](std::int64_t b0, std::int64_t b1) {
       for (std::int64_t b = b0; b < b1; ++b) {
         const std::int64_t start = b * kBlock;
         partial[static_cast<std::size_t>(b)] =
@@ -60,7 +60,7 @@ void reduce_sum_rows(const ReducePlan& p, T* out, F f, Finish finish) {
     return;
   }
   const std::int64_t grain = std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(p.r, 1));
-  parallel_for(0, p.k, grain, [&](std::int64_t k0, std::int64_t k1) {
+  core::parallel_for(0, p.k, grain, [&](std::int64_t k0, std::int64_t k1) {
     for (std::int64_t k = k0; k < k1; ++k)
       out[k] = convert<T>(finish(row_sum<A>(x + k * p.r, p.r, f)));
   });
@@ -98,7 +98,7 @@ Tensor norm_kernel(const Tensor& t, double pnorm, IntList dims, bool keepdim) {
     T* o = out.data_ptr<T>();
     if (std::isinf(pnorm)) {
       const T* x = static_cast<const T*>(p.rows.data_ptr());
-      parallel_for(0, p.k, 1, [&](std::int64_t k0, std::int64_t k1) {
+      core::parallel_for(0, p.k, 1, [&](std::int64_t k0, std::int64_t k1) {
         for (std::int64_t k = k0; k < k1; ++k) {
           double m = 0.0;
           for (std::int64_t i = 0; i < p.r; ++i) {
@@ -159,14 +159,14 @@ std::tuple<Tensor, Tensor> extreme_dim_kernel(const Tensor& t, std::int64_t dim,
     const T* x = static_cast<const T*>(p.rows.data_ptr());
     T* v = values.data_ptr<T>();
     std::int64_t* ix = indices.data_ptr<std::int64_t>();
-    parallel_for(0, p.k, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(p.r, 1)),
-                 [&](std::int64_t k0, std::int64_t k1) {
-                   for (std::int64_t k = k0; k < k1; ++k) {
-                     const std::int64_t i = arg_extreme<T, Greater>(x + k * p.r, p.r);
-                     ix[k] = i;
-                     v[k] = x[k * p.r + i];
-                   }
-                 });
+    core::parallel_for(0, p.k, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(p.r, 1)),
+                       [&](std::int64_t k0, std::int64_t k1) {
+                         for (std::int64_t k = k0; k < k1; ++k) {
+                           const std::int64_t i = arg_extreme<T, Greater>(x + k * p.r, p.r);
+                           ix[k] = i;
+                           v[k] = x[k * p.r + i];
+                         }
+                       });
   });
   return {values, indices};
 }

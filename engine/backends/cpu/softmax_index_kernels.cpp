@@ -32,7 +32,7 @@ Tensor softmax_kernel(const Tensor& t, std::int64_t dim) {
     using C = compute_t<T>;
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* yp = y.data_ptr<T>();
-    parallel_for(
+    core::parallel_for(
         0, rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(n, 1)),
         [&](std::int64_t r0, std::int64_t r1) {
           for (std::int64_t r = r0; r < r1; ++r) {
@@ -92,16 +92,17 @@ Tensor index_select_kernel(const Tensor& t, std::int64_t dim, const Tensor& inde
         static_cast<std::size_t>(size == 0 ? 0 : t.numel() / size) * t.element_size();
     const char* src = static_cast<const char*>(t.data_ptr());
     char* dst = static_cast<char*>(out.data_ptr());
-    parallel_for(0, n,
-                 std::max<std::int64_t>(
-                     1, 65536 / std::max<std::int64_t>(1, static_cast<std::int64_t>(row_bytes))),
-                 [&](std::int64_t i0, std::int64_t i1) {
-                   for (std::int64_t i = i0; i < i1; ++i) {
-                     const std::int64_t r = ip[i] < 0 ? ip[i] + size : ip[i];
-                     std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes,
-                                 src + static_cast<std::size_t>(r) * row_bytes, row_bytes);
-                   }
-                 });
+    core::parallel_for(
+        0, n,
+        std::max<std::int64_t>(
+            1, 65536 / std::max<std::int64_t>(1, static_cast<std::int64_t>(row_bytes))),
+        [&](std::int64_t i0, std::int64_t i1) {
+          for (std::int64_t i = i0; i < i1; ++i) {
+            const std::int64_t r = ip[i] < 0 ? ip[i] + size : ip[i];
+            std::memcpy(dst + static_cast<std::size_t>(i) * row_bytes,
+                        src + static_cast<std::size_t>(r) * row_bytes, row_bytes);
+          }
+        });
     return out;
   }
   for (std::int64_t i = 0; i < n; ++i) {

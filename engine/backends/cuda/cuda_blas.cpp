@@ -21,24 +21,10 @@
 #include "engine/backends/cuda/cuda_internal.h"
 #include "engine/backends/cuda/cuda_kernels.h"
 #include "engine/backends/cuda/cuda_status.h"
+#include "engine/core/math_mode.h"
 #include "engine/dispatch/op_signatures.h"
 
 namespace tb::backends {
-
-namespace {
-std::atomic<bool> g_allow_tf32{false};
-thread_local std::optional<bool> t_allow_tf32;  // a run's amp.tf32 on its thread
-}  // namespace
-
-void set_cuda_allow_tf32(bool allow) {
-  g_allow_tf32.store(allow, std::memory_order_relaxed);
-}
-void set_thread_cuda_allow_tf32(std::optional<bool> allow) {
-  t_allow_tf32 = allow;
-}
-bool cuda_allow_tf32() {
-  return t_allow_tf32.value_or(g_allow_tf32.load(std::memory_order_relaxed));
-}
 
 namespace cuda_detail {
 
@@ -186,7 +172,7 @@ struct Types {
 Types types_of(ScalarType t, const char* op) {
   switch (t) {
     case ScalarType::Float32:
-      return {CUDA_R_32F, cuda_allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+      return {CUDA_R_32F, core::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
               CUDA_R_32F};
     case ScalarType::Float64:
       return {CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
@@ -247,7 +233,7 @@ void gemm(const char* op, Tensor& out, const Tensor& a, const Tensor& b, std::in
   if (!use_lt() && bias == nullptr) {
     cublasHandle_t h = cublas_handle(device);
     check_blas(cublas().set_math_mode(
-                   h, cuda_allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                   h, core::allow_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                op, "cublasSetMathMode");
     if (batch == 1 && nd == 2) {
       check_blas(cublas().gemm_ex(h, op_b, op_a, N, M, K, sc.alpha(ty), B.t.data_ptr(), ty.data,

@@ -17,17 +17,8 @@ struct CudaStatus {
 /// Queries the CUDA runtime once (cached). Never throws; never crashes without a driver.
 CudaStatus cuda_status();
 
-/// Lets float32 products on CUDA devices use TF32 tensor cores (10-bit mantissa inputs, float32
-/// accumulation; PyTorch's allow_tf32). Off by default. Process-wide; no effect without CUDA.
-void set_cuda_allow_tf32(bool allow);
-
-/// Overrides set_cuda_allow_tf32 on the calling thread (a run's `amp.tf32` on its worker thread:
-/// runs side by side keep their own setting); std::nullopt goes back to the process-wide one.
-void set_thread_cuda_allow_tf32(std::optional<bool> allow);
-
 /// Why CUDA GEMMs cannot use cuBLAS (lt = false) or cuBLASLt (lt = true) here, "" when they can:
 /// no usable device, or the library does not load (this loads it: ~0.5 s the first time).
 std::string cuda_blas_unavailable_reason(bool lt);
-bool cuda_allow_tf32();
 
 }  // namespace tb::backends

@@ -13,14 +13,8 @@ CudaStatus cuda_status() {
   return s;
 }
 
-void set_cuda_allow_tf32(bool) {}
-void set_thread_cuda_allow_tf32(std::optional<bool>) {}
-
 std::string cuda_blas_unavailable_reason(bool) {
   return cuda_status().reason;
-}
-bool cuda_allow_tf32() {
-  return false;
 }
 
 void register_cuda_backend(dispatch::Dispatcher&) {

@@ -23,7 +23,6 @@
 #include "engine/core/half.h"
 #include "engine/core/tensor.h"
 #include "engine/dispatch/op_signatures.h"
-#include "engine/ops/ops.h"
 #include "engine/rng/generator.h"
 #include "engine/rng/philox.h"
 

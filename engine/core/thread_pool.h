@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace tb::cpu {
+namespace tb::core {
 
 /// Number of threads the CPU kernels use (the caller included), >= 1. The first call resolves
 /// the default (see default_num_threads) and applies it to OpenBLAS as well.
@@ -151,4 +151,4 @@ void for_each_element(const std::vector<std::int64_t>& sizes, Body&& body) {
   });
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::core

@@ -1,5 +1,5 @@
-// Persistent worker pool behind tb::cpu::parallel_for, and the process-wide thread count.
-#include "engine/backends/cpu/thread_pool.h"
+// Persistent worker pool behind tb::core::parallel_for, and the process-wide thread count.
+#include "engine/core/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -22,7 +22,7 @@
 #include <cblas.h>
 #endif
 
-namespace tb::cpu {
+namespace tb::core {
 namespace {
 
 // Serialises changes of the thread count (and the OpenBLAS call that goes with them).
@@ -320,4 +320,4 @@ void parallel_for_pooled(int64_t begin, int64_t end, int64_t grain, int threads,
 }
 
 }  // namespace detail
-}  // namespace tb::cpu
+}  // namespace tb::core
