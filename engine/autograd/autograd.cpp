@@ -52,11 +52,21 @@ class AccumulateGrad final : public Node {
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     if (grads.empty() || !grads[0].defined()) return {};
-    Tensor g = grads[0];
+    Tensor g = std::move(grads[0]);
     AutogradMeta& m = ensure_meta(Tensor(leaf_));
     if (!m.grad.defined()) {
-      // Own the memory: the incoming gradient may alias another node's buffer.
-      m.grad = g.clone();
+      // Own the memory: the incoming gradient may alias another node's buffer. A gradient that
+      // nothing else holds (its handle and its storage referenced once, dense, exactly the
+      // leaf's shape and dtype, no autograd state) is taken as it is, as PyTorch's
+      // AccumulateGrad steals it (torch/csrc/autograd/functions/accumulate_grad.h): no copy.
+      const bool sole_owner = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                              !g.impl_ptr()->autograd_meta && g.is_contiguous() &&
+                              g.impl_ptr()->offset == 0 && g.dtype() == leaf_->dtype &&
+                              g.device() == leaf_->device &&
+                              core::DimVector(g.sizes()) == leaf_->sizes &&
+                              g.storage()->nbytes() == static_cast<std::size_t>(g.numel()) *
+                                                           core::element_size(g.dtype());
+      m.grad = sole_owner ? std::move(g) : g.clone();
     } else {
       m.grad = ops::add(m.grad, g);
     }

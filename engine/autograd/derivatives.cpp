@@ -60,6 +60,16 @@ Tensor unreduce(const Tensor& g, const Tensor& x, const std::vector<std::int64_t
   return r.expand(x.sizes());
 }
 
+// The gradient of b in a @ b given the output gradient g: aᵀ·g. When b is stored transposed
+// (nn.Linear's weight.t()), (gᵀ·a)ᵀ is the same product in b's own layout, so the gradient that
+// flows back through the transpose to the weight is dense and AccumulateGrad takes it without a
+// copy (torch.nn.functional.linear's backward computes gᵀ·x for the same reason).
+Tensor weight_grad(const Tensor& a, const Tensor& g, const Tensor& b) {
+  const bool b_transposed = b.dim() == 2 && b.size(0) > 1 && b.size(1) > 1 && b.stride(0) == 1 &&
+                            b.stride(1) == b.size(0);
+  return b_transposed ? ops::mm(g.t(), a).t() : ops::mm(a.t(), g);
+}
+
 Tensor as_float_mask(const Tensor& b, const Tensor& like) {
   return b.to(like.dtype());
 }
@@ -266,16 +276,18 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
   t["mm"] = [](const GradContext& c) -> Grads {
     Grads r(2);
     if (c.needs[0]) r[0] = ops::mm(c.grad(), c.tensor(1).t());
-    if (c.needs[1]) r[1] = ops::mm(c.tensor(0).t(), c.grad());
+    if (c.needs[1]) r[1] = weight_grad(c.tensor(0), c.grad(), c.tensor(1));
     return r;
   };
   t["addmm"] = [](const GradContext& c) -> Grads {
     const double beta = c.real(3);
     const double alpha = c.real(4);
     Grads r(5);
-    if (c.needs[0]) r[0] = sum_to(mul(c.grad(), beta), c.tensor(0).sizes());
-    if (c.needs[1]) r[1] = mul(ops::mm(c.grad(), c.tensor(2).t()), alpha);
-    if (c.needs[2]) r[2] = mul(ops::mm(c.tensor(1).t(), c.grad()), alpha);
+    // Scaling by 1 (nn.Linear's case) is exact and skipped: no extra pass over the gradients.
+    auto scaled = [](const Tensor& g, double f) { return f == 1.0 ? g : mul(g, f); };
+    if (c.needs[0]) r[0] = sum_to(scaled(c.grad(), beta), c.tensor(0).sizes());
+    if (c.needs[1]) r[1] = scaled(ops::mm(c.grad(), c.tensor(2).t()), alpha);
+    if (c.needs[2]) r[2] = scaled(weight_grad(c.tensor(1), c.grad(), c.tensor(2)), alpha);
     return r;
   };
   t["bmm"] = [](const GradContext& c) -> Grads {

@@ -53,6 +53,12 @@ using AmpUnscale = void(const std::vector<Tensor>&, Tensor&, const Tensor&);
 /// _amp_update_scale_(scale, growth_tracker, found_inf, growth, backoff, interval): in place.
 using AmpUpdateScale = void(Tensor&, Tensor&, const Tensor&, double, double, std::int64_t);
 
+/// foreach_sum_sq(tensors): sum over every tensor of the sum of its squared elements, each
+/// element converted to float64 before it is squared; a 0-d float64 tensor on the tensors' one
+/// device. Fixed summation order (blocks of a fixed size within a tensor, then the blocks and
+/// the tensors in order), so the value does not depend on the thread count.
+using ForeachSumSq = Tensor(const std::vector<Tensor>&);
+
 /// adam_step_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs (empty: no amsgrad),
 /// step_sizes, bc2_sqrts (host float64, one per parameter), lr, beta1, beta2, eps, weight_decay,
 /// maximize, decoupled): the fused multi-tensor Adam/AdamW update of torch/optim/adam.py, in

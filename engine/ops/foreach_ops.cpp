@@ -217,6 +217,38 @@ bool fused_ok(const char* op, std::initializer_list<const std::vector<Tensor>*> 
 
 }  // namespace
 
+Tensor foreach_sum_sq(const std::vector<Tensor>& tensors) {
+  constexpr const char* op = "foreach_sum_sq";
+  std::vector<Tensor> defined;
+  defined.reserve(tensors.size());
+  bool fused = true;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    if (!t.defined()) continue;
+    TB_CHECK_T(TypeError, core::is_floating_point(t.dtype()), "[", op, "] tensors[", i,
+               "] must be floating point, got ", t.dtype());
+    if (!defined.empty()) {
+      TB_CHECK_T(TypeError, t.device() == defined[0].device(), "[", op, "] tensors[", i, "] is on ",
+                 t.device(), " but the first defined tensor is on ", defined[0].device());
+    }
+    fused = fused && t.is_contiguous() &&
+            (t.dtype() == ScalarType::Float32 || t.dtype() == ScalarType::Float64);
+    defined.push_back(t);
+  }
+  if (defined.empty()) return Tensor();
+  dispatch::NoGradGuard no_grad;
+  if (fused && detail::device_has_kernel(op, defined[0].device())) {
+    static const auto kernel = Dispatcher::singleton().typed<sig::ForeachSumSq>(op);
+    return kernel.call(defined);
+  }
+  Tensor total;
+  for (const Tensor& t : defined) {
+    const Tensor part = sum(square(t.to(ScalarType::Float64)));
+    total = total.defined() ? add(total, part) : part;
+  }
+  return total;
+}
+
 void adam_step_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                 const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<double>& step_sizes,

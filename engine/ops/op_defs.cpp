@@ -80,6 +80,8 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   // Multi-tensor lerps (EMA/SWA averages, Muon's momentum): in place, not differentiable.
   d.define<sig::ForeachLerp>("foreach_lerp_", OpSchema{{0}, false, ""});
   d.define<sig::MuonMomentum>("muon_momentum_", OpSchema{{0, 2}, false, ""});
+  // The global gradient norm's squared sum (clipping, the grad_norm metric): reads only.
+  d.define<sig::ForeachSumSq>("foreach_sum_sq", plain);
 }
 
 }  // namespace tb::ops

@@ -209,6 +209,16 @@ void foreach_lerp_(const std::vector<Tensor>& selfs, const std::vector<Tensor>& 
 std::vector<Tensor> muon_momentum_(const std::vector<Tensor>& bufs,
                                    const std::vector<Tensor>& grads, double momentum,
                                    bool nesterov);
+/// The squared global norm of a list of tensors, as torch.nn.utils.clip_grad_norm_ takes it
+/// before the square root: Σ over the tensors of Σ x², every element converted to float64 before
+/// it is squared. Undefined entries are skipped; returns a 0-d float64 tensor on the tensors'
+/// device, or an undefined tensor when no entry is defined. Every defined tensor must be floating
+/// point and on one device (tb::TypeError / tb::ValueError naming the index otherwise). The
+/// summation order is fixed (blocks of a fixed size within each tensor, then the blocks and the
+/// tensors in order), so the value is the same at every thread count. One fused pass where the
+/// device has the kernel (the CPU; others through the CPU) and the tensors are contiguous
+/// float32/float64; per-tensor float64 reductions otherwise.
+Tensor foreach_sum_sq(const std::vector<Tensor>& tensors);
 /// One Adam/AdamW step (torch/optim/adam.py's _single_tensor_adam, in its order of operations)
 /// over a list of parameters, in place: with d = grad (negated with `maximize`), p *= 1 − lr·wd
 /// (`decoupled`) or d += wd·p; m = lerp(m, d, 1 − beta1); v = beta2·v + (1 − beta2)·d²; with

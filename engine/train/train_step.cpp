@@ -40,15 +40,13 @@ double unscale_and_clip(const RunConfig& c, Trainer::State& s, const std::vector
     for (auto& o : s.opts)
       s.scaler->unscale_(*o);
   }
-  // The squared norm accumulates on the device (in float64, parameter order) and is read once:
-  // one synchronisation per step, not one per parameter.
-  Tensor sq_sum;
-  for (const auto& p : params) {
-    const Tensor g = autograd::grad(p);
-    if (!g.defined()) continue;
-    const Tensor part = ops::sum(ops::square(g.to(ScalarType::Float64)));
-    sq_sum = sq_sum.defined() ? ops::add(sq_sum, part) : part;
-  }
+  // One fused pass over every gradient (float64 sum, fixed order) on the device, read once: one
+  // synchronisation per step, not one per parameter.
+  std::vector<Tensor> grads;
+  grads.reserve(params.size());
+  for (const auto& p : params)
+    grads.push_back(autograd::grad(p));
+  const Tensor sq_sum = ops::foreach_sum_sq(grads);
   const double norm = sq_sum.defined() ? std::sqrt(sq_sum.item()) : 0.0;
   if (c.run.grad_clip > 0 && norm > c.run.grad_clip) {
     const double scale = c.run.grad_clip / (norm + 1e-6);
@@ -69,7 +67,7 @@ void append_lr_metrics(const Trainer::State& s, Metrics& m) {
   }
 }
 
-OptimizerStepResult optimizer_step(Trainer::State& s) {
+OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics) {
   OptimizerStepResult r;
   if (s.scaler) {
     r.loss_scale = s.scaler->get_scale();
@@ -80,16 +78,18 @@ OptimizerStepResult optimizer_step(Trainer::State& s) {
     for (auto& o : s.opts)
       o->step();
   }
-  for (auto& o : s.opts) {
-    Metrics part;
-    o->append_step_metrics(part);
-    for (const auto& [k, v] : part) {
-      auto it = std::find_if(r.optimizer_metrics.begin(), r.optimizer_metrics.end(),
-                             [&](const auto& e) { return e.first == k; });
-      if (it == r.optimizer_metrics.end()) {
-        r.optimizer_metrics.emplace_back(k, v);
-      } else {
-        it->second += v;
+  if (with_metrics) {
+    for (auto& o : s.opts) {
+      Metrics part;
+      o->append_step_metrics(part);
+      for (const auto& [k, v] : part) {
+        auto it = std::find_if(r.optimizer_metrics.begin(), r.optimizer_metrics.end(),
+                               [&](const auto& e) { return e.first == k; });
+        if (it == r.optimizer_metrics.end()) {
+          r.optimizer_metrics.emplace_back(k, v);
+        } else {
+          it->second += v;
+        }
       }
     }
   }

@@ -332,9 +332,17 @@ TrainResult Trainer::loop() {
     times.backward_ms = ms_since(t2);
     const auto t3 = Clock::now();
     const double grad_norm = detail::unscale_and_clip(config_, s, all_params);
-    Metrics m{{core::metric::kLoss, loss_value}};
-    detail::append_lr_metrics(s, m);
-    const detail::OptimizerStepResult opt = detail::optimizer_step(s);
+    // Metrics are assembled only for a step that is logged (or evaluated): the others cost
+    // nothing beyond their timers.
+    const std::int64_t next = s.step + 1;
+    const bool eval_now = next % eval_every == 0 || next == total_steps_;
+    const bool log_now = next % config_.run.log_interval == 0 || eval_now;
+    Metrics m;
+    if (log_now) {
+      m.emplace_back(core::metric::kLoss, loss_value);
+      detail::append_lr_metrics(s, m);  // the rates this step uses, before the schedulers move
+    }
+    const detail::OptimizerStepResult opt = detail::optimizer_step(s, log_now);
     if (!opt.stepped) {
       ++s.scaler_skipped;
       emit_event("warning", "step " + std::to_string(s.step + 1) +
@@ -348,8 +356,7 @@ TrainResult Trainer::loop() {
       if (d.size() == 3) times = {times.data_ms, d[0], d[1], d[2]};
     }
     after_optimizer_step();
-    detail::append_step_metrics(s, times, grad_norm, opt, batch, ms_since(t0), m);
-    const bool eval_now = s.step % eval_every == 0 || s.step == total_steps_;
+    if (log_now) detail::append_step_metrics(s, times, grad_norm, opt, batch, ms_since(t0), m);
     if (eval_now) {
       const auto te = Clock::now();
       s.last_eval = evaluate();
@@ -357,7 +364,7 @@ TrainResult Trainer::loop() {
       m.emplace_back(core::metric::kEvalMs, ms_since(te));
     }
     r.last_loss = loss_value;
-    if (s.step % config_.run.log_interval == 0 || eval_now)
+    if (log_now)
       for (auto& sink : sinks_)
         sink->on_metrics(s.step, m);
     checkpoint_if_due(r);

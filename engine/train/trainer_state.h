@@ -98,8 +98,8 @@ struct OptimizerStepResult {
   Metrics optimizer_metrics;  ///< the optimizers' own (Muon's Newton-Schulz time), summed by name
 };
 /// The optimizers' steps (through the scaler when there is one), their zero_grad, the
-/// schedulers' steps.
-OptimizerStepResult optimizer_step(Trainer::State& s);
+/// schedulers' steps; with `with_metrics` (a logged step) also the optimizers' own metrics.
+OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics);
 /// The step's metrics after the optimizer phase, in their logging order.
 void append_step_metrics(const Trainer::State& s, const StepTimes& t, double grad_norm,
                          const OptimizerStepResult& o, const data::Batch& batch, double step_ms,

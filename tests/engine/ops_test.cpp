@@ -1201,6 +1201,45 @@ TEST(OpsReduce, LargeFullSumIsThreadCountIndependent) {
   expect_exact(r2, r1);
 }
 
+TEST(OpsReduce, ForeachSumSqIsTheGlobalSquaredNormInFloat64) {
+  // Sizes across the kernel's block (32768) and the empty case; float32 and float64 together.
+  const std::vector<std::int64_t> sizes = {7, 70000, 0, 256, 32768, 131073};
+  std::vector<Tensor> ts;
+  long double ref = 0;
+  std::uint32_t seed = 40;
+  for (std::int64_t n : sizes) {
+    const ScalarType dt = n % 2 == 0 ? ScalarType::Float32 : ScalarType::Float64;
+    ts.push_back(make(uniform_values(static_cast<std::size_t>(n), seed++, -3, 3), {n}, dt));
+    for (double e : vals(ts.back()))  // the stored values, converted exactly
+      ref += static_cast<long double>(e) * e;
+  }
+  ts.insert(ts.begin() + 2, Tensor());  // an undefined gradient is skipped
+  std::vector<double> by_threads;
+  for (int threads : {1, 2, 3}) {
+    core::ScopedNumThreads t(threads);
+    const Tensor s = foreach_sum_sq(ts);
+    EXPECT_EQ(s.dtype(), ScalarType::Float64);
+    EXPECT_EQ(s.dim(), 0);
+    by_threads.push_back(s.item());
+  }
+  expect_exact(by_threads, std::vector<double>(3, by_threads[0]));
+  EXPECT_NEAR(by_threads[0], static_cast<double>(ref), 1e-12 * static_cast<double>(ref));
+
+  // Strided and 16-bit tensors take the per-tensor path: the same value within rounding.
+  const Tensor m = make(uniform_values(12, 50), {3, 4});
+  const Tensor h = make(uniform_values(9, 51), {9}, ScalarType::Float16);
+  double mixed_ref = 0;
+  for (const Tensor& t : {m, h})
+    for (double e : vals(t))
+      mixed_ref += e * e;
+  EXPECT_NEAR(foreach_sum_sq({m.t(), h}).item(), mixed_ref, 1e-12 * mixed_ref);
+
+  EXPECT_FALSE(foreach_sum_sq({}).defined());
+  EXPECT_FALSE(foreach_sum_sq({Tensor(), Tensor()}).defined());
+  EXPECT_ERROR(TypeError, foreach_sum_sq({m, make({1, 2}, {2}, ScalarType::Int64)}),
+               "[foreach_sum_sq] tensors[1] must be floating point, got int64");
+}
+
 // ---- linear algebra -----------------------------------------------------------------------------
 
 // C[m,n] = A[m,k] B[k,n] in float64, row-major.

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/vs_torch.sh: the shipped workloads written in PyTorch, trained for a
+number of steps; prints the median step time after a warm-up in the line format of
+bench/step_bench.cpp (the TrainBench side).
+
+  /usr/bin/python3 bench/torch_train_step.py --model mlp|qwen-tiny --optimizer adamw|muon
+      [--threads T] [--steps N] [--warmup W] [--foreach auto|on|off]
+
+A step is what TrainBench's trainer times as time.step_ms: the batch (drawn from the data in
+memory, shuffled like the trainer's loader), forward + cross-entropy, backward, the global
+gradient norm (TrainBench logs it every step; torch.nn.utils.clip_grad_norm_ with an infinite
+max_norm computes it without clipping), the optimizer step(s), zero_grad and the LR scheduler.
+
+Muon has no PyTorch 1.13 implementation; the peer below is Keller Jordan's reference
+(https://github.com/KellerJordan/Muon, muon.py): Nesterov momentum 0.95, five quintic
+Newton-Schulz iterations in the addmm form, shape scaling max(1, rows/cols)^0.5 and decoupled
+weight decay, in float32 like TrainBench's CPU path. The hidden matrices go to Muon, the rest to
+AdamW, as the configs in resources/configs split them.
+
+--foreach auto (the default) times AdamW with foreach off and on during the warm-up and keeps
+the faster, so the comparison is against PyTorch's best setting.
+"""
+import argparse
+import gzip
+import math
+import os
+import struct
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_nn import QwenTiny  # noqa: E402  (the same model as bench/nn_bench.cpp)
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+FORTUNES = "/usr/share/games/fortunes"
+
+
+def fmnist():
+    with gzip.open(f"{FMNIST}/train-images-idx3-ubyte.gz") as f:
+        _, n, r, c = struct.unpack(">IIII", f.read(16))
+        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(n, r * c)
+    with gzip.open(f"{FMNIST}/train-labels-idx1-ubyte.gz") as f:
+        f.read(8)
+        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    return ((x.float() / 255) - 0.2860) / 0.3530, y
+
+
+def fortunes():
+    data = bytearray()
+    seen = set()
+    for root, _, files in sorted(os.walk(FORTUNES)):
+        for name in sorted(files):
+            path = os.path.realpath(os.path.join(root, name))
+            if path in seen or name.endswith(".dat"):
+                continue
+            seen.add(path)
+            with open(path, "rb") as f:
+                data += f.read()
+    return torch.frombuffer(data, dtype=torch.uint8).long()
+
+
+def newton_schulz5(g, steps=5, eps=1e-7):
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g / (g.norm() + eps)
+    transposed = x.size(0) > x.size(1)
+    if transposed:
+        x = x.T
+    for _ in range(steps):
+        s = x @ x.T
+        bm = torch.addmm(s, s, s, beta=b, alpha=c)  # b*S + c*S@S
+        x = torch.addmm(x, bm, x, beta=a)  # a*X + B@X
+    if transposed:
+        x = x.T
+    return x
+
+
+class Muon(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.01):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                g = p.grad.lerp(buf, group["momentum"])  # Nesterov
+                u = newton_schulz5(g)
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(u, alpha=-group["lr"] * max(1.0, p.size(0) / p.size(1)) ** 0.5)
+
+
+def build(model_kind, optimizer, foreach):
+    if model_kind == "mlp":
+        model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                              nn.Linear(256, 10))
+        adamw_lr, betas = 1e-3, (0.9, 0.999)
+        hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and not n.startswith("4.")]
+    else:
+        model = QwenTiny()
+        adamw_lr, betas = 3e-3, (0.9, 0.95)
+        hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and "embed" not in n]
+    if optimizer == "adamw":
+        opts = [torch.optim.AdamW(model.parameters(), lr=adamw_lr, betas=betas, weight_decay=0.01,
+                                  foreach=foreach)]
+    else:
+        ids = {id(p) for p in hidden}
+        rest = [p for p in model.parameters() if id(p) not in ids]
+        opts = [Muon(hidden), torch.optim.AdamW(rest, lr=adamw_lr, betas=betas, weight_decay=0.01,
+                                                foreach=foreach)]
+    scheds = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=100000) for o in opts]
+    return model, opts, scheds
+
+
+def batches(model_kind, gen):
+    if model_kind == "mlp":
+        x, y = fmnist()
+        while True:
+            perm = torch.randperm(len(x), generator=gen)
+            for i in range(0, len(x) - 127, 128):
+                idx = perm[i:i + 128]
+                yield x[idx], y[idx]
+    else:
+        data = fortunes()
+        while True:
+            start = torch.randint(0, len(data) - 65, (16,), generator=gen)
+            win = torch.stack([data[s:s + 65] for s in start.tolist()])
+            yield win[:, :64], win[:, 1:]
+
+
+def run(model_kind, optimizer, foreach, steps, warmup):
+    torch.manual_seed(1)
+    gen = torch.Generator().manual_seed(1)
+    model, opts, scheds = build(model_kind, optimizer, foreach)
+    params = list(model.parameters())
+    it = batches(model_kind, gen)
+    times, loss = [], 0.0
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        x, y = next(it)
+        logits = model(x)
+        loss_t = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = loss_t.item()
+        loss_t.backward()
+        torch.nn.utils.clip_grad_norm_(params, math.inf)
+        for o in opts:
+            o.step()
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        for s in scheds:
+            s.step()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    n = len(times)
+    med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+    return med, loss
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", choices=("mlp", "qwen-tiny"), required=True)
+    ap.add_argument("--optimizer", choices=("adamw", "muon"), required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--foreach", choices=("auto", "on", "off"), default="auto")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    if a.foreach == "auto":
+        probe = max(10, a.warmup)
+        off, _ = run(a.model, a.optimizer, False, probe, 3)
+        on, _ = run(a.model, a.optimizer, True, probe, 3)
+        foreach = on < off
+    else:
+        foreach = a.foreach == "on"
+    med, loss = run(a.model, a.optimizer, foreach, a.steps, a.warmup)
+    print(f"torch threads={torch.get_num_threads()} steps={a.steps} time.step_ms={med:.4f} "
+          f"foreach={'on' if foreach else 'off'} loss={loss:.5f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# TrainBench against PyTorch eager on every shipped workload: model x optimizer x thread count,
+# interleaved A B A B so that both sides see the same drift of a shared machine, then the median
+# of each side's per-run medians and their ratio.
+#
+#   bench/vs_torch.sh [--rounds R] [--steps N] [--warmup W] [--threads "1 2"] [--only REGEX]
+#                     [--build DIR]
+#
+# TrainBench side: DIR/bench/step_bench (default build/release, else build/ci) on
+# resources/configs/*.toml. PyTorch side: bench/torch_train_step.py with Debian's python3-torch
+# (`apt-get install python3-torch`). Results and how to read them: docs/benchmarks.md.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+rounds=3 steps=60 warmup=10 threads="1 2" only="" build=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) echo "vs_torch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$build" ]; then
+  for d in build/release build/ci; do
+    if [ -x "$here/$d/bench/step_bench" ]; then build=$here/$d; break; fi
+  done
+fi
+tb="$build/bench/step_bench"
+if [ ! -x "$tb" ]; then
+  echo "vs_torch.sh: no step_bench under build/release or build/ci; build one first" \
+       "(cmake --preset release && cmake --build --preset release --target step_bench)" >&2
+  exit 2
+fi
+py=/usr/bin/python3
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  echo "vs_torch.sh: $py cannot import torch; install Debian's python3-torch" >&2
+  exit 2
+fi
+
+# name | TrainBench config | PyTorch model | PyTorch optimizer
+workloads="mlp-adamw|fmnist-mlp-adamw.toml|mlp|adamw
+mlp-muon|fmnist-mlp-muon.toml|mlp|muon
+qwen-tiny-adamw|qwen-tiny-fortunes-adamw.toml|qwen-tiny|adamw
+qwen-tiny-muon|qwen-tiny-fortunes-muon.toml|qwen-tiny|muon"
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
+echo "# $("$py" -c 'import torch; print("torch", torch.__version__)'), TrainBench $build," \
+     "rounds $rounds, $steps steps after $warmup warm-up"
+for r in $(seq 1 "$rounds"); do
+  while IFS='|' read -r name cfg model opt; do
+    [ -n "$only" ] && ! [[ "$name" =~ $only ]] && continue
+    for t in $threads; do
+      # A B in odd rounds, B A in even ones: neither side always runs first.
+      order="tb torch"; [ $((r % 2)) -eq 0 ] && order="torch tb"
+      for side in $order; do
+        if [ "$side" = tb ]; then
+          line=$("$tb" "$here/resources/configs/$cfg" --steps "$steps" --warmup "$warmup" \
+                 --threads "$t")
+        else
+          line=$("$py" "$here/bench/torch_train_step.py" --model "$model" --optimizer "$opt" \
+                 --threads "$t" --steps "$steps" --warmup "$warmup")
+        fi
+        ms=$(echo "$line" | field time.step_ms)
+        echo "$name $t $side $ms" >> "$out"
+        echo "round $r  $name  threads $t  $side  $line" >&2
+      done
+    done
+  done <<< "$workloads"
+done
+
+"$py" - "$out" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, t, side, ms = line.split()
+    rows.setdefault((name, int(t)), {}).setdefault(side, []).append(float(ms))
+print("| workload | threads | TrainBench ms/step | PyTorch ms/step | ratio (TB / PyTorch) |")
+print("|---|---|---|---|---|")
+for (name, t), sides in rows.items():
+    a, b = statistics.median(sides["tb"]), statistics.median(sides["torch"])
+    print(f"| {name} | {t} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
+EOF
