@@ -28,9 +28,24 @@ import struct
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def _threads_from_argv():
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if a.startswith("--threads="):
+            return a.split("=", 1)[1]
+    return "1"
+
+
+# Debian's PyTorch 1.13 is built with BLAS_INFO=generic: torch.set_num_threads() does not reach
+# OpenBLAS, which then runs every GEMM on all CPUs. OpenBLAS reads its thread count when it is
+# loaded, so it is set here, before torch is imported, to the thread count asked for.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from torch_nn import QwenTiny  # noqa: E402  (the same model as bench/nn_bench.cpp)
@@ -181,7 +196,8 @@ def main():
     else:
         foreach = a.foreach == "on"
     med, loss = run(a.model, a.optimizer, foreach, a.steps, a.warmup)
-    print(f"torch threads={torch.get_num_threads()} steps={a.steps} time.step_ms={med:.4f} "
+    print(f"torch threads={torch.get_num_threads()} "
+          f"openblas_threads={os.environ['OPENBLAS_NUM_THREADS']} steps={a.steps} time.step_ms={med:.4f} "
           f"foreach={'on' if foreach else 'off'} loss={loss:.5f}")
 
 
