@@ -31,10 +31,14 @@ std::mutex& count_mutex() {
   return mu;
 }
 
+// Open ScopedSingleThreadedBlas scopes (guarded by count_mutex()): while any is open, OpenBLAS
+// stays on one thread and a new count reaches it when the last scope ends.
+int g_single_blas_scopes = 0;
+
 void apply_num_threads_locked(int n) {
   detail::g_num_threads.store(n, std::memory_order_relaxed);
 #ifdef TB_HAVE_OPENBLAS
-  openblas_set_num_threads(n);
+  if (g_single_blas_scopes == 0) openblas_set_num_threads(n);
 #endif
 }
 
@@ -263,6 +267,24 @@ void set_num_threads(int n) {
   TB_CHECK(n >= 1, "[threads] thread count must be >= 1, got ", n);
   std::lock_guard<std::mutex> lock(count_mutex());
   apply_num_threads_locked(n);
+}
+
+ScopedSingleThreadedBlas::ScopedSingleThreadedBlas() {
+  (void)num_threads();  // resolved first, so the restore below has a count to go back to
+  std::lock_guard<std::mutex> lock(count_mutex());
+#ifdef TB_HAVE_OPENBLAS
+  if (g_single_blas_scopes == 0) openblas_set_num_threads(1);
+#endif
+  ++g_single_blas_scopes;
+}
+
+ScopedSingleThreadedBlas::~ScopedSingleThreadedBlas() {
+  std::lock_guard<std::mutex> lock(count_mutex());
+  --g_single_blas_scopes;
+#ifdef TB_HAVE_OPENBLAS
+  if (g_single_blas_scopes == 0)
+    openblas_set_num_threads(detail::g_num_threads.load(std::memory_order_relaxed));
+#endif
 }
 
 std::vector<int> pin_workers(const std::vector<int>& cpus) {

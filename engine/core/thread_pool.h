@@ -53,6 +53,22 @@ class ScopedNumThreads {
   int previous_;
 };
 
+/// RAII: OpenBLAS on one thread for a scope, then on num_threads() again. For loops that run
+/// whole BLAS calls in parallel on the pool (batched products, Muon's Newton–Schulz over many
+/// matrices): each call then computes on its own chunk's thread and the cores are not
+/// oversubscribed. Scopes nest and may overlap across threads: OpenBLAS's count is restored when
+/// the last one ends. The setting is process-wide, so another thread's BLAS calls during the
+/// scope run on one thread too. No effect without OpenBLAS.
+class ScopedSingleThreadedBlas {
+ public:
+  /// Sets OpenBLAS to one thread (when this is the first open scope).
+  ScopedSingleThreadedBlas();
+  /// Restores num_threads() for OpenBLAS when this is the last open scope.
+  ~ScopedSingleThreadedBlas();
+  ScopedSingleThreadedBlas(const ScopedSingleThreadedBlas&) = delete;
+  ScopedSingleThreadedBlas& operator=(const ScopedSingleThreadedBlas&) = delete;
+};
+
 /// Pins the pool's worker threads — those running now and those started later — to the logical
 /// CPUs `cpus` (empty: unpin, i.e. the mask the process had when the pool started). Returns the
 /// previous pin set. Used by a bound run (tb::train::Trainer) for its duration. Throws

@@ -667,6 +667,26 @@ TEST(ThreadPool, SetNumThreadsValidatesAndFollowsOpenBlas) {
 #endif
 }
 
+#ifdef TB_HAVE_OPENBLAS
+TEST(ThreadPool, SingleThreadedBlasScopesNestAndDeferANewCount) {
+  const core::ScopedNumThreads two(2);
+  {
+    const core::ScopedSingleThreadedBlas outer;
+    EXPECT_EQ(openblas_get_num_threads(), 1);
+    {
+      const core::ScopedSingleThreadedBlas inner;
+      EXPECT_EQ(openblas_get_num_threads(), 1);
+    }
+    EXPECT_EQ(openblas_get_num_threads(), 1);  // the outer scope still holds
+    core::set_num_threads(3);                  // reaches OpenBLAS when the last scope ends
+    EXPECT_EQ(core::num_threads(), 3);
+    EXPECT_EQ(openblas_get_num_threads(), 1);
+  }
+  EXPECT_EQ(openblas_get_num_threads(), 3);
+  core::set_num_threads(2);
+}
+#endif
+
 TEST(ThreadPool, DefaultFromEnvironmentOrAffinity) {
   const char* saved = std::getenv("TB_NUM_THREADS");
   const std::string saved_value = saved ? saved : "";

@@ -15,6 +15,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/core/half.h"
+#include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/dispatch/op_signatures.h"
 #include "engine/nn/models.h"
@@ -512,6 +513,41 @@ TEST(ParamSplit, MlpHeadGoesToAdamW) {
   EXPECT_EQ(split.table[4].name, "layers.4.weight");
   EXPECT_EQ(split.table[4].reason, "output head");
   EXPECT_EQ(split.muon.size(), 2u);
+}
+
+// With several threads and many matrices, Muon orthogonalises the matrices side by side (each
+// on one thread); the parameters come out bit-identical to the one-thread run.
+TEST(Muon, ManyMatricesGiveTheSameStepsAtEveryThreadCount) {
+  auto run = [](int threads) {
+    const tb::core::ScopedNumThreads scope(threads);
+    std::vector<Tensor> params;
+    for (int i = 0; i < 9; ++i) {
+      const std::int64_t rows = 12 + 4 * (i % 3);
+      std::vector<double> init(static_cast<std::size_t>(rows * 20));
+      for (std::size_t k = 0; k < init.size(); ++k)
+        init[k] = std::sin(0.37 * static_cast<double>(k) + i);
+      params.push_back(
+          ag::requires_grad_(tb::core::from_vector(init, {rows, 20}).to(ScalarType::Float32)));
+    }
+    optim::Muon muon(params, optim::MuonOptions{});
+    std::vector<double> out;
+    for (int step = 0; step < 3; ++step) {
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        std::vector<double> g(static_cast<std::size_t>(params[i].numel()));
+        for (std::size_t k = 0; k < g.size(); ++k)
+          g[k] = std::cos(0.11 * static_cast<double>(k * (i + 1)) + step);
+        set_grad(params[i], g);
+      }
+      muon.step();
+    }
+    for (const Tensor& p : params)
+      for (double v : p.to_vector<double>())
+        out.push_back(v);
+    return out;
+  };
+  const std::vector<double> one = run(1);
+  EXPECT_EQ(run(2), one);
+  EXPECT_EQ(run(3), one);
 }
 
 }  // namespace

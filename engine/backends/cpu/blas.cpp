@@ -451,15 +451,6 @@ void blas_syrk(bool trans, int n, int k, double alpha, const double* a, int lda,
   cblas_dsyrk(CblasRowMajor, CblasLower, cblas_trans(trans), n, k, alpha, a, lda, beta, c, ldc);
 }
 
-// Sets OpenBLAS to one thread for a scope (batches already run in parallel), then back to the
-// engine's count.
-class SingleThreadedBlas {
- public:
-  SingleThreadedBlas() { openblas_set_num_threads(1); }
-  ~SingleThreadedBlas() { openblas_set_num_threads(core::num_threads()); }
-  SingleThreadedBlas(const SingleThreadedBlas&) = delete;
-  SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
-};
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -536,7 +527,7 @@ void gemm_batched_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (threads > 1 && batch >= threads && batch > grain) {
 #ifdef TB_HAVE_OPENBLAS
     if (backend == GemmBackend::OpenBlas) {
-      SingleThreadedBlas one_thread;
+      core::ScopedSingleThreadedBlas one_thread;  // batches already run in parallel
       core::parallel_for(0, batch, grain, run);
       return;
     }
@@ -559,7 +550,7 @@ void parallel_gemm_items(int64_t count, int64_t grain,
   }
 #ifdef TB_HAVE_OPENBLAS
   if (current_gemm_backend() == GemmBackend::OpenBlas) {
-    SingleThreadedBlas one_thread;
+    core::ScopedSingleThreadedBlas one_thread;  // batches already run in parallel
     core::parallel_for(0, count, grain, body);
     return;
   }
