@@ -8,25 +8,16 @@ it/s; time it with `time`).
 Run with Debian's PyTorch:  /usr/bin/python3 bench/torch_fmnist_epoch.py --threads 1
 """
 import argparse
-import gzip
-import struct
+import os
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read(images, labels):
-    with gzip.open(f"{DIR}/{images}") as f:
-        _, n, r, c = struct.unpack(">IIII", f.read(16))
-        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(n, r * c)
-    with gzip.open(f"{DIR}/{labels}") as f:
-        f.read(8)
-        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
-    return ((x.float() / 255) - 0.2860) / 0.3530, y
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_nn import read_fmnist  # noqa: E402
 
 
 def main():
@@ -37,8 +28,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     t0 = time.perf_counter()
-    xtr, ytr = read("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
-    xte, yte = read("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+    xtr, ytr = read_fmnist("train")
+    xte, yte = read_fmnist("t10k")
     load = time.perf_counter() - t0
     model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                           nn.Linear(256, 10))

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/nn_bench.cpp: forward + cross-entropy + backward + zero_grad of the same
-two models at the same shapes, float32 on the CPU.
+two models at the same shapes, float32 on the CPU. Also the module the other PyTorch scripts
+share: QwenTiny, the reference Muon and the Fashion-MNIST reader.
 
 Run with Debian's PyTorch:  /usr/bin/python3 bench/torch_nn.py --threads 1
 """
 import argparse
+import gzip
 import math
+import struct
 import time
 
 import torch
@@ -79,6 +82,62 @@ class QwenTiny(nn.Module):
         for layer in self.layers:
             h = layer(h)
         return self.norm(h) @ self.embed.weight.t()
+
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def read_fmnist(split):
+    """Fashion-MNIST's "train" or "t10k" split from Debian's dataset-fashion-mnist, normalised
+    like TrainBench's loader: (x/255 - 0.2860)/0.3530, labels as int64."""
+    with gzip.open(f"{FMNIST}/{split}-images-idx3-ubyte.gz") as f:
+        _, n, r, c = struct.unpack(">IIII", f.read(16))
+        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(n, r * c)
+    with gzip.open(f"{FMNIST}/{split}-labels-idx1-ubyte.gz") as f:
+        f.read(8)
+        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    return ((x.float() / 255) - 0.2860) / 0.3530, y
+
+
+def newton_schulz5(g, steps=5, eps=1e-7, dtype=None):
+    """Muon's orthogonalisation (Keller Jordan's quintic iteration), in the addmm form; in `dtype`
+    (bf16 on a GPU) or g's own."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g if dtype is None else g.to(dtype)
+    x = x / (x.norm() + eps)
+    transposed = x.size(0) > x.size(1)
+    if transposed:
+        x = x.T
+    for _ in range(steps):
+        s = x @ x.T
+        bm = torch.addmm(s, s, s, beta=b, alpha=c)  # b*S + c*S@S
+        x = torch.addmm(x, bm, x, beta=a)  # a*X + B@X
+    if transposed:
+        x = x.T
+    return x.to(g.dtype)
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon for 2-D hidden matrices (https://github.com/KellerJordan/Muon, muon.py): Nesterov
+    momentum, Newton-Schulz (in `ns_dtype`, default the parameter's), decoupled weight decay,
+    shape scaling max(1, rows/cols)^0.5."""
+
+    def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.01, ns_dtype=None):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+        self.ns_dtype = ns_dtype
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - group["momentum"])
+                g = p.grad.lerp(buf, group["momentum"])  # Nesterov
+                u = newton_schulz5(g, dtype=self.ns_dtype)
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(u, alpha=-group["lr"] * max(1.0, p.size(0) / p.size(1)) ** 0.5)
 
 
 def time_steps(model, x, y, seconds, repeats=5):

@@ -21,10 +21,8 @@ AdamW, as the configs in resources/configs split them.
 the faster, so the comparison is against PyTorch's best setting.
 """
 import argparse
-import gzip
 import math
 import os
-import struct
 import sys
 import time
 
@@ -48,20 +46,9 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from torch_nn import QwenTiny  # noqa: E402  (the same model as bench/nn_bench.cpp)
+from torch_nn import Muon, QwenTiny, read_fmnist  # noqa: E402  (shared with the other scripts)
 
-FMNIST = "/usr/share/datasets/fashion-mnist"
 FORTUNES = "/usr/share/games/fortunes"
-
-
-def fmnist():
-    with gzip.open(f"{FMNIST}/train-images-idx3-ubyte.gz") as f:
-        _, n, r, c = struct.unpack(">IIII", f.read(16))
-        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).reshape(n, r * c)
-    with gzip.open(f"{FMNIST}/train-labels-idx1-ubyte.gz") as f:
-        f.read(8)
-        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
-    return ((x.float() / 255) - 0.2860) / 0.3530, y
 
 
 def fortunes():
@@ -76,39 +63,6 @@ def fortunes():
             with open(path, "rb") as f:
                 data += f.read()
     return torch.frombuffer(data, dtype=torch.uint8).long()
-
-
-def newton_schulz5(g, steps=5, eps=1e-7):
-    a, b, c = 3.4445, -4.7750, 2.0315
-    x = g / (g.norm() + eps)
-    transposed = x.size(0) > x.size(1)
-    if transposed:
-        x = x.T
-    for _ in range(steps):
-        s = x @ x.T
-        bm = torch.addmm(s, s, s, beta=b, alpha=c)  # b*S + c*S@S
-        x = torch.addmm(x, bm, x, beta=a)  # a*X + B@X
-    if transposed:
-        x = x.T
-    return x
-
-
-class Muon(torch.optim.Optimizer):
-    def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.01):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                g = p.grad.lerp(buf, group["momentum"])  # Nesterov
-                u = newton_schulz5(g)
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(u, alpha=-group["lr"] * max(1.0, p.size(0) / p.size(1)) ** 0.5)
 
 
 def build(model_kind, optimizer, foreach):
@@ -135,7 +89,7 @@ def build(model_kind, optimizer, foreach):
 
 def batches(model_kind, gen):
     if model_kind == "mlp":
-        x, y = fmnist()
+        x, y = read_fmnist("train")
         while True:
             perm = torch.randperm(len(x), generator=gen)
             for i in range(0, len(x) - 127, 128):

@@ -17,43 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from torch_nn import QwenTiny  # noqa: E402  (the same model as the CPU comparison)
-
-
-def newton_schulz(g, steps=5, eps=1e-7):
-    """Muon's orthogonalisation (Keller Jordan's quintic iteration), bf16 on the GPU."""
-    a, b, c = 3.4445, -4.7750, 2.0315
-    x = g.bfloat16()
-    x = x / (x.norm() + eps)
-    transposed = x.size(0) > x.size(1)
-    if transposed:
-        x = x.T
-    for _ in range(steps):
-        s = x @ x.T
-        x = a * x + (b * s + c * s @ s) @ x
-    if transposed:
-        x = x.T
-    return x.to(g.dtype)
-
-
-class Muon(torch.optim.Optimizer):
-    """Muon for 2-D hidden matrices: Nesterov momentum, Newton-Schulz, shape scaling."""
-
-    def __init__(self, params, lr=0.02, momentum=0.95):
-        super().__init__(params, dict(lr=lr, momentum=momentum))
-
-    @torch.no_grad()
-    def step(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                buf = self.state[p].setdefault("momentum", torch.zeros_like(p))
-                buf.lerp_(p.grad, 1 - group["momentum"])
-                g = p.grad.lerp(buf, group["momentum"])
-                u = newton_schulz(g)
-                scale = max(1.0, p.size(0) / p.size(1)) ** 0.5
-                p.add_(u, alpha=-group["lr"] * scale)
+from torch_nn import Muon, QwenTiny  # noqa: E402  (the same model and Muon as the CPU scripts)
 
 
 def optimizers(model, kind):
@@ -61,7 +25,8 @@ def optimizers(model, kind):
         return [torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)]
     hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and "embed" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.ndim == 2 and "embed" not in n)]
-    return [Muon(hidden), torch.optim.AdamW(rest, lr=3e-3, fused=True)]
+    return [Muon(hidden, weight_decay=0.0, ns_dtype=torch.bfloat16),
+            torch.optim.AdamW(rest, lr=3e-3, fused=True)]
 
 
 def bench(name, model, batch, target, kind, steps, tokens):
