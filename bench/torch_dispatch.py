@@ -9,7 +9,8 @@ import argparse
 import statistics
 import timeit
 
-import torch
+import torch_threads  # noqa: F401  (pins OpenBLAS to --threads before torch loads it)
+import torch  # noqa: E402
 
 
 def per_op_ns(stmt, env, number):

@@ -12,7 +12,8 @@ import os
 import sys
 import time
 
-import torch
+import torch_threads  # noqa: F401  (pins OpenBLAS to --threads before torch loads it)
+import torch  # noqa: E402
 import torch.nn as nn
 import torch.nn.functional as F
 

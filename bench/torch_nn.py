@@ -11,7 +11,8 @@ import math
 import struct
 import time
 
-import torch
+import torch_threads  # noqa: F401  (pins OpenBLAS to --threads before torch loads it)
+import torch  # noqa: E402
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -26,26 +26,12 @@ import os
 import sys
 import time
 
-
-def _threads_from_argv():
-    for i, a in enumerate(sys.argv):
-        if a == "--threads" and i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-        if a.startswith("--threads="):
-            return a.split("=", 1)[1]
-    return "1"
-
-
-# Debian's PyTorch 1.13 is built with BLAS_INFO=generic: torch.set_num_threads() does not reach
-# OpenBLAS, which then runs every GEMM on all CPUs. OpenBLAS reads its thread count when it is
-# loaded, so it is set here, before torch is imported, to the thread count asked for.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", _threads_from_argv())
-
+sys.path.insert(0, os.path.dirname(__file__))
+import torch_threads  # noqa: E402,F401  (pins OpenBLAS to --threads before torch loads it)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
 from torch_nn import Muon, QwenTiny, read_fmnist  # noqa: E402  (shared with the other scripts)
 
 FORTUNES = "/usr/share/games/fortunes"
