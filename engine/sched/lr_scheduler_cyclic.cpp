@@ -38,6 +38,19 @@ void set_momentum_bounds(Optimizer& opt, const std::vector<double>& maxm,
   }
 }
 
+// cycle_momentum (CyclicLR and OneCycleLR, torch/optim/lr_scheduler.py): the optimizer must have
+// a momentum or beta1; a fresh scheduler starts each group at max_momentum and records both
+// bounds in it.
+void setup_cycled_momentum(Optimizer& opt, const PerGroup& base_momentum,
+                           const PerGroup& max_momentum, std::int64_t last_epoch,
+                           const char* scheduler) {
+  TB_CHECK(defaults_have(opt, "momentum") || defaults_have(opt, "beta1"), "[", scheduler, "] ",
+           kNoMomentum);
+  const auto basem = base_momentum.expand(opt, "base_momentum", scheduler);
+  const auto maxm = max_momentum.expand(opt, "max_momentum", scheduler);
+  if (last_epoch == -1) set_momentum_bounds(opt, maxm, basem);
+}
+
 Optimizer& prepare_cyclic(Optimizer& opt, const PerGroup& base_lr, const PerGroup& max_lr,
                           const CyclicLROptions& o) {
   const auto base = base_lr.expand(opt, "base_lr", "CyclicLR");
@@ -58,13 +71,8 @@ Optimizer& prepare_cyclic(Optimizer& opt, const PerGroup& base_lr, const PerGrou
     TB_CHECK(o.scale_mode == "cycle" || o.scale_mode == "iterations",
              "[CyclicLR] scale_mode must be 'cycle' or 'iterations', got '", o.scale_mode, "'");
   }
-  if (o.cycle_momentum) {
-    TB_CHECK(defaults_have(opt, "momentum") || defaults_have(opt, "beta1"), "[CyclicLR] ",
-             kNoMomentum);
-    const auto basem = o.base_momentum.expand(opt, "base_momentum", "CyclicLR");
-    const auto maxm = o.max_momentum.expand(opt, "max_momentum", "CyclicLR");
-    if (o.last_epoch == -1) set_momentum_bounds(opt, maxm, basem);
-  }
+  if (o.cycle_momentum)
+    setup_cycled_momentum(opt, o.base_momentum, o.max_momentum, o.last_epoch, "CyclicLR");
   return opt;
 }
 
@@ -195,13 +203,8 @@ Optimizer& prepare_one_cycle(Optimizer& opt, const PerGroup& max_lr, const OneCy
       groups[i].options["min_lr"] = initial / o.final_div_factor;
     }
   }
-  if (o.cycle_momentum) {
-    TB_CHECK(defaults_have(opt, "momentum") || defaults_have(opt, "beta1"), "[OneCycleLR] ",
-             kNoMomentum);
-    const auto maxm = o.max_momentum.expand(opt, "max_momentum", "OneCycleLR");
-    const auto basem = o.base_momentum.expand(opt, "base_momentum", "OneCycleLR");
-    if (o.last_epoch == -1) set_momentum_bounds(opt, maxm, basem);
-  }
+  if (o.cycle_momentum)
+    setup_cycled_momentum(opt, o.base_momentum, o.max_momentum, o.last_epoch, "OneCycleLR");
   return opt;
 }
 

@@ -23,6 +23,21 @@ namespace kern = tb::cuda;
 
 // ---- GradScaler, fused Adam and SGD -------------------------------------------------------------
 
+// Device pointers and element counts of a tensor list.
+std::vector<void*> pointers(const std::vector<Tensor>& ts) {
+  std::vector<void*> out(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    out[i] = ts[i].data_ptr();
+  return out;
+}
+
+std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
+  std::vector<std::int64_t> out(ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    out[i] = ts[i].numel();
+  return out;
+}
+
 void amp_unscale_kernel(const std::vector<Tensor>& grads, Tensor& found_inf,
                         const Tensor& inv_scale) {
   // Tensors grouped by dtype, one multi-tensor launch sequence per group; strided gradients are
@@ -85,20 +100,12 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   // The per-parameter scalars are host values (the optimizer computes them on the host).
   const Tensor ss = step_sizes.to(Device(), ScalarType::Float64).contiguous();
   const Tensor bc = bc2_sqrts.to(Device(), ScalarType::Float64).contiguous();
-  std::vector<void*> p(n);
-  std::vector<const void*> g(n);
-  std::vector<void*> m(n);
-  std::vector<void*> v(n);
-  std::vector<void*> vmax(amsgrad ? n : 0);
-  std::vector<std::int64_t> sizes(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    p[i] = ps[i].data_ptr();
-    g[i] = gs[i].data_ptr();
-    m[i] = ms[i].data_ptr();
-    v[i] = vs[i].data_ptr();
-    if (amsgrad) vmax[i] = vmaxs[i].data_ptr();
-    sizes[i] = ps[i].numel();
-  }
+  const std::vector<void*> p = pointers(ps);
+  const std::vector<void*> g = pointers(gs);
+  const std::vector<void*> m = pointers(ms);
+  const std::vector<void*> v = pointers(vs);
+  const std::vector<void*> vmax = pointers(vmaxs);  // empty without amsgrad
+  const std::vector<std::int64_t> sizes = numels(ps);
   kern::AdamArgs a;
   a.st = static_cast<int>(dt);
   a.count = static_cast<int>(n);
@@ -119,21 +126,6 @@ void adam_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& 
   a.decoupled = decoupled;
   DeviceGuard guard(device.index());
   check_launch(kern::launch_adam(a), "adam_step_");
-}
-
-// Device pointers and element counts of a tensor list.
-std::vector<void*> pointers(const std::vector<Tensor>& ts) {
-  std::vector<void*> out(ts.size());
-  for (std::size_t i = 0; i < ts.size(); ++i)
-    out[i] = ts[i].data_ptr();
-  return out;
-}
-
-std::vector<std::int64_t> numels(const std::vector<Tensor>& ts) {
-  std::vector<std::int64_t> out(ts.size());
-  for (std::size_t i = 0; i < ts.size(); ++i)
-    out[i] = ts[i].numel();
-  return out;
 }
 
 void sgd_step_kernel(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs,
