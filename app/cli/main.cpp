@@ -102,6 +102,15 @@ int cmd_devices() {
     std::cout << std::left << std::setw(11) << d.name << std::setw(13)
               << (d.available ? "available" : "unavailable") << d.detail << "\n";
   }
+  const tb::api::CpuKernelLevel level = tb::api::cpu_kernel_level();
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v)
+      s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  std::cout << "CPU kernels: " << level.level << " (compiled: " << join(level.compiled)
+            << "; this CPU runs: " << join(level.supported) << "; TB_CPU_CAPABILITY chooses one)\n";
   return 0;
 }
 
@@ -419,6 +428,8 @@ int main(int argc, char** argv) {
       launch_req.overrides.emplace_back("amp.tf32=true");
     }
     if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
+    if (const auto level = tb::api::cpu_kernel_level(); !level.note.empty())
+      std::cerr << "warning: " << level.note << "\n";
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) {
       if (!dispatch_device.empty()) return cmd_dispatch_device(dispatch_device, op_filter);

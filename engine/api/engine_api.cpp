@@ -2,6 +2,7 @@
 #include "engine/api/engine_api.h"
 
 #include "engine/backends/cpu/blas.h"
+#include "engine/backends/cpu/capability.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
@@ -19,9 +20,22 @@ std::string version() {
   return TB_VERSION_STRING;
 }
 
+CpuKernelLevel cpu_kernel_level() {
+  CpuKernelLevel out;
+  const cpu::CapabilityChoice& choice = cpu::active_capability();
+  out.level = std::string(cpu::capability_name(choice.level));
+  out.note = choice.note;
+  for (cpu::CpuCapability c : cpu::compiled_capabilities()) {
+    out.compiled.emplace_back(cpu::capability_name(c));
+    if (cpu::cpu_supports(c)) out.supported.emplace_back(cpu::capability_name(c));
+  }
+  return out;
+}
+
 std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
-  std::string cpu_detail = std::to_string(core::num_threads()) + " kernel threads, GEMM " +
+  std::string cpu_detail = std::to_string(core::num_threads()) + " kernel threads, kernels " +
+                           cpu_kernel_level().level + ", GEMM " +
                            std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
 #if defined(TB_HAVE_OPENBLAS)
   cpu_detail += std::string(" (") + openblas_get_config() + ")";

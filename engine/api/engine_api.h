@@ -18,6 +18,16 @@ struct DeviceInfo {
   bool available = false;  ///< whether it can be used in this process
   std::string detail;      ///< threads/BLAS for the CPU; the reason when unavailable
 };
+/// The instruction-set level of the engine's CPU kernels in this process.
+struct CpuKernelLevel {
+  std::string level;                   ///< "baseline", "avx2" or "avx512": the one running
+  std::vector<std::string> compiled;   ///< levels this build has, lowest first
+  std::vector<std::string> supported;  ///< of those, the ones this CPU can run
+  std::string note;  ///< empty, or why the TB_CPU_CAPABILITY environment variable was not followed
+};
+/// The CPU kernels' level (chosen once per process from this CPU and TB_CPU_CAPABILITY).
+CpuKernelLevel cpu_kernel_level();
+
 /// The CPU, then each usable CUDA device ("cuda:N") or one unavailable "cuda" entry saying why,
 /// then the openreg devices ("openreg:N").
 std::vector<DeviceInfo> list_devices();

@@ -6,10 +6,10 @@
 #include <atomic>
 #include <cmath>
 
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using dispatch::DispatchKey;
 namespace sig = ops::sig;
@@ -90,4 +90,4 @@ void register_amp_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::AmpUpdateScale>("amp_update_scale_", cpu, amp_update_scale_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::ScalarType;
 namespace sig = ops::sig;
@@ -272,4 +272,4 @@ void register_attention_kernels(dispatch::Dispatcher& d) {
       .detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::ScalarType;
 using dispatch::DispatchKey;
@@ -497,4 +497,4 @@ void register_elementwise_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::MaskedFill>("masked_fill", cpu, masked_fill_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

@@ -9,18 +9,14 @@
 
 namespace tb::cpu {
 
-/// Registers every CPU kernel at DispatchKey::CPU (built-in: the registrations are permanent).
+/// Registers every CPU kernel at DispatchKey::CPU (built-in: the registrations are permanent):
+/// the BLAS-backed linear algebra, and the other kernels at the CPU capability level chosen once
+/// for the process (capability.h).
 void register_cpu_kernels(dispatch::Dispatcher& d);
 
-void register_elementwise_kernels(dispatch::Dispatcher& d);
-void register_reduce_kernels(dispatch::Dispatcher& d);
+/// The GEMM-backed kernels (mm, addmm, bmm, baddbmm, syrk): one build, the BLAS picks its own
+/// instructions.
 void register_linalg_kernels(dispatch::Dispatcher& d);
-void register_softmax_index_kernels(dispatch::Dispatcher& d);
-void register_random_kernels(dispatch::Dispatcher& d);
-void register_nn_kernels(dispatch::Dispatcher& d);
-void register_attention_kernels(dispatch::Dispatcher& d);
-void register_amp_kernels(dispatch::Dispatcher& d);
-void register_optim_kernels(dispatch::Dispatcher& d);
 
 template <typename T>
 inline constexpr bool is_reduced_float_v =

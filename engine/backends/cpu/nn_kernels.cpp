@@ -9,10 +9,10 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::ScalarType;
 using dispatch::DispatchKey;
@@ -316,4 +316,4 @@ void register_nn_kernels(dispatch::Dispatcher& d) {
       .detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

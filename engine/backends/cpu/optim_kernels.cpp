@@ -11,13 +11,13 @@
 
 #include "engine/backends/common/adam_args.h"
 #include "engine/backends/common/optim_math.h"
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/backends/cpu/loops.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 namespace {
 
@@ -219,4 +219,4 @@ void register_optim_kernels(dispatch::Dispatcher& d) {
   d.impl<ops::sig::MuonMomentum>("muon_momentum_", cpu, muon_momentum_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

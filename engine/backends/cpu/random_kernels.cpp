@@ -2,13 +2,13 @@
 // given generator or the CPU default, with PyTorch's CPU algorithms (bit-compatible streams).
 #include <vector>
 
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 #include "engine/rng/generator.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::ScalarType;
 using dispatch::DispatchKey;
@@ -113,16 +113,4 @@ void register_random_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::Randperm>("randperm", cpu, randperm_kernel).detach();
 }
 
-void register_cpu_kernels(dispatch::Dispatcher& d) {
-  register_elementwise_kernels(d);
-  register_reduce_kernels(d);
-  register_linalg_kernels(d);
-  register_softmax_index_kernels(d);
-  register_random_kernels(d);
-  register_nn_kernels(d);
-  register_attention_kernels(d);
-  register_amp_kernels(d);
-  register_optim_kernels(d);
-}
-
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

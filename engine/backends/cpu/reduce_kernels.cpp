@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "engine/backends/common/reduce_plan.h"
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::DimVector;
 using core::ScalarType;
@@ -260,4 +260,4 @@ void register_reduce_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::ForeachSumSq>("foreach_sum_sq", cpu, foreach_sum_sq_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

@@ -4,10 +4,10 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/backends/cpu/kernels.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::DimVector;
 using core::ScalarType;
@@ -190,4 +190,4 @@ void register_softmax_index_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::ScatterAdd>("scatter_add", cpu, scatter_add_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY
