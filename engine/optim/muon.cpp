@@ -50,6 +50,48 @@ std::array<double, 3> ns_coefficients(const std::string& schedule, int i,
                    "' (choose default or polar_express)");
 }
 
+namespace {
+
+// Gram Newton–Schulz (Dao-AILab/gram-newton-schulz, gram_newton_schulz.py): every iterate is
+// X_k = Q_k·X_0 with Q_k a polynomial in R_0 = X_0·X_0ᵀ, so the step X ← (a·I + b·A + c·A²)·X,
+// A = X·Xᵀ, becomes, on n×n matrices only,
+//   Z = b·R + c·R², Q ← Q·(a·I + Z), R ← (a·I + Z)·R·(a·I + Z),
+// and X = Q·X_0 at the end: 4 n³ products per iteration instead of 2 n²m + n³. A restart
+// rebuilds X = Q·X and R = X·Xᵀ from it (the rounding of iterating on R alone grows). `x` is
+// n×m with n < m, already normalised; returns Q·x.
+Tensor gram_newton_schulz(Tensor x, const NewtonSchulzOptions& o) {
+  const std::int64_t n = x.size(0);
+  auto restarts_at = [&](int i) {
+    return i != 0 &&
+           std::find(o.gram_restarts.begin(), o.gram_restarts.end(), i) != o.gram_restarts.end();
+  };
+  Tensor r = ops::syrk(x);  // R = X·Xᵀ
+  Tensor q;
+  for (int i = 0; i < o.steps; ++i) {
+    const auto [a, b, c] = ns_coefficients(o.schedule, i, o.coefficients);
+    if (restarts_at(i)) {
+      x = ops::mm(q, x);
+      r = ops::syrk(x);
+      q = Tensor();
+    }
+    const Tensor z = ops::add(ops::syrk(r, c), r, b);  // Z = c·R·R + b·R (R symmetric)
+    if (!q.defined()) {
+      q = z.clone();  // Q = a·I + Z: a added on the diagonal (a strided view of it)
+      Tensor diag = q.as_strided({n}, {n + 1});
+      ops::add_(diag, ops::scalar_tensor(a, q.dtype(), q.device()), 1.0);
+    } else {
+      q = ops::addmm(q, q, z, a, 1.0);  // Q = a·Q + Q·Z
+    }
+    if (i + 1 < o.steps && !restarts_at(i + 1)) {
+      const Tensor rz = ops::addmm(r, r, z, a, 1.0);  // R·(a·I + Z)
+      r = ops::addmm(rz, z, rz, a, 1.0);              // (a·I + Z)·R·(a·I + Z)
+    }
+  }
+  return ops::mm(q, x);
+}
+
+}  // namespace
+
 Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& o) {
   TB_CHECK(o.steps < 100, "Number of steps must be less than 100 for computational efficiency");
   TB_CHECK(o.steps >= 0, "[muon] ns_steps must be >= 0, got ", o.steps);
@@ -67,6 +109,12 @@ Tensor newton_schulz(const Tensor& g, const NewtonSchulzOptions& o) {
   // X / clamp(||X||_F, eps), on the device (no host read of the norm).
   const Tensor norm = ops::norm(x);
   x = ops::div(x, ops::maximum(norm, ops::scalar_tensor(o.eps, norm.dtype(), norm.device())));
+  TB_CHECK(o.variant == "standard" || o.variant == "gram", "[muon] unknown Newton-Schulz variant '",
+           o.variant, "' (choose standard or gram)");
+  if (o.variant == "gram" && x.size(0) < x.size(1) && o.steps > 0) {
+    x = gram_newton_schulz(x, o);
+    return transposed ? x.t().contiguous() : x;
+  }
   for (int i = 0; i < o.steps; ++i) {
     const auto [a, b, c] = ns_coefficients(o.schedule, i, o.coefficients);
     Tensor bm;
@@ -102,7 +150,8 @@ HyperMap muon_defaults(const MuonOptions& o) {
           {"ns_c", o.ns.coefficients[2]},
           {"ns_steps", static_cast<double>(o.ns.steps)},
           {"eps", o.ns.eps},
-          {"ns_schedule", o.ns.schedule}};
+          {"ns_schedule", o.ns.schedule},
+          {"ns_variant", o.ns.variant}};
 }
 }  // namespace
 
@@ -125,6 +174,9 @@ void Muon::validate_group(const ParamGroup& g) const {
   TB_CHECK(fn.empty() || fn == "original" || fn == "match_rms_adamw",
            "Adjust learning rate function ", fn, " is not supported");
   ns_coefficients(g.text("ns_schedule"), 0, {0, 0, 0});  // validates the name
+  const std::string& variant = g.text("ns_variant");
+  TB_CHECK(variant == "standard" || variant == "gram", "[muon] unknown Newton-Schulz variant '",
+           variant, "' (choose standard or gram)");
   for (const auto& p : g.params) {
     TB_CHECK(p.dim() == 2,
              "Muon only supports 2D parameters whereas we found a parameter with size: ",
@@ -166,6 +218,7 @@ void Muon::step() {
     ns.steps = static_cast<int>(group.number("ns_steps"));
     ns.eps = group.number("eps");
     ns.schedule = group.text("ns_schedule");
+    ns.variant = group.text("ns_variant");
     std::vector<Tensor> ps;
     std::vector<Tensor> bufs;
     std::vector<Tensor> grads;
@@ -264,7 +317,13 @@ OptimizerKind muon_kind() {
           .one_of({"default", "polar_express"}),
       FieldSpec("ns_dtype", FieldType::kString, "auto",
                 "Newton-Schulz arithmetic (auto: bf16 on CUDA, fp32 elsewhere)")
-          .one_of({"auto", "bf16", "fp32", "fp64"})};
+          .one_of({"auto", "bf16", "fp32", "fp64"}),
+      FieldSpec("ns_variant", FieldType::kString, "standard",
+                "Newton-Schulz form: standard, or gram (iterate on the Gram matrix of a "
+                "non-square update; square ones run standard)")
+          .one_of({"standard", "gram"}),
+      FieldSpec("ns_gram_restarts", FieldType::kIntList, nlohmann::json::array({2}),
+                "gram variant: iterations (>= 1) at which X and its Gram matrix are recomputed")};
   k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
     MuonOptions o;
     o.lr = s.at("lr").get<double>();
@@ -275,6 +334,14 @@ OptimizerKind muon_kind() {
     o.ns.eps = s.at("eps").get<double>();
     o.ns.steps = static_cast<int>(s.at("ns_steps").get<std::int64_t>());
     o.ns.schedule = s.at("ns_schedule").get<std::string>();
+    o.ns.variant = s.at("ns_variant").get<std::string>();
+    o.ns.gram_restarts.clear();
+    for (const auto& it : s.at("ns_gram_restarts")) {
+      const auto v = it.get<std::int64_t>();
+      TB_CHECK(v >= 1, "[optimizer.muon] ns_gram_restarts: ", v,
+               " is not an iteration >= 1 (iteration 0 starts from X itself)");
+      o.ns.gram_restarts.push_back(static_cast<int>(v));
+    }
     const auto dtype = s.at("ns_dtype").get<std::string>();
     if (dtype == "bf16") o.ns.dtype = ScalarType::BFloat16;
     if (dtype == "fp32") o.ns.dtype = ScalarType::Float32;

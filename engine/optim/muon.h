@@ -33,6 +33,14 @@ struct NewtonSchulzOptions {
   /// fp32 on the CPU, whose bf16 GEMM is not fast, and on openreg, which runs the CPU's).
   std::optional<core::ScalarType> dtype;
   bool symmetric = true;  ///< SYRK for X·Xᵀ and A·A (false: plain GEMMs)
+  /// "standard" (iterate on X) or "gram": for a non-square X (n×m, n < m after the transpose)
+  /// iterate on the n×n Gram matrix R = X·Xᵀ and the accumulated polynomial Q, then X ← Q·X
+  /// (the Dao-AILab/gram-newton-schulz algorithm; the same iteration in exact arithmetic, fewer
+  /// flops when m is well above n). Square matrices run the standard form.
+  std::string variant = "standard";
+  /// Gram variant: iterations (1..steps-1) at which X is rebuilt as Q·X and R recomputed from it,
+  /// bounding the error that iterating on R alone accumulates (the reference's default: {2}).
+  std::vector<int> gram_restarts = {2};
 };
 
 /// Orthogonalises the 2-D `g` (the Newton–Schulz iteration of torch/optim/_muon.py, after
@@ -62,7 +70,7 @@ struct MuonOptions {
 };
 
 /// The Muon optimizer. Group keys: lr, weight_decay, momentum, nesterov, adjust_lr_fn, ns_a,
-/// ns_b, ns_c, ns_steps, eps, ns_schedule. State: "momentum_buffer".
+/// ns_b, ns_c, ns_steps, eps, ns_schedule, ns_variant. State: "momentum_buffer".
 class Muon : public Optimizer {
  public:
   /// One group holding `params` (each must be 2-D).

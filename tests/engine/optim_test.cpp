@@ -272,6 +272,73 @@ TEST(NewtonSchulz, SymmetricAndPlainFormsAgreeAndPolarExpressConverges) {
   EXPECT_EQ(optim::ns_coefficients("polar_express", 20, {})[0], 1.875);
 }
 
+// Gram Newton–Schulz (NewtonSchulzOptions::variant = "gram") is the standard iteration
+// reassociated: in float64 the two agree to rounding; in float32, on a Muon-sized update
+// (256×784, the MLP's first layer), their distance from orthogonality is the same to 1e-4.
+TEST(NewtonSchulz, GramVariantIsTheStandardIterationReassociated) {
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(11);
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{24, 40}, std::vector<std::int64_t>{40, 24}}) {
+    const Tensor g = ops::randn(shape, gen.get(), ScalarType::Float64);
+    const auto want = optim::newton_schulz(g, ns64(5)).to_vector<double>();
+    for (const std::vector<int>& restarts :
+         {std::vector<int>{2}, std::vector<int>{}, std::vector<int>{1, 3}, std::vector<int>{9}}) {
+      for (const char* schedule : {"default", "polar_express"}) {
+        auto o = ns64(5);
+        o.schedule = schedule;
+        auto gram = o;
+        gram.variant = "gram";
+        gram.gram_restarts = restarts;
+        const auto want_s = optim::newton_schulz(g, o).to_vector<double>();
+        const auto got = optim::newton_schulz(g, gram).to_vector<double>();
+        ASSERT_EQ(got.size(), want_s.size());
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want_s[i], 1e-10) << schedule << " restarts " << restarts.size();
+      }
+    }
+    (void)want;
+  }
+  // The spec's tall vector through the Gram form (3×2: iterates on the 2×2 Gram matrix).
+  auto gram64 = ns64(5);
+  gram64.variant = "gram";
+  const Tensor tall = tb::core::from_vector(std::vector<double>{1, 0, 0, 2, 0, 0}, {3, 2});
+  expect_matrix(optim::newton_schulz(tall, gram64), {1.114164, 0, 0, 0.688763, 0, 0}, 1e-6,
+                "11.1.3 gram");
+  // A square matrix runs the standard form: the same bits.
+  const Tensor sq = ops::randn({16, 16}, gen.get(), ScalarType::Float64);
+  EXPECT_EQ(optim::newton_schulz(sq, gram64).to_vector<double>(),
+            optim::newton_schulz(sq, ns64(5)).to_vector<double>());
+
+  // float32 at the MLP's shape: max |σ² − 1| over the rows of X·Xᵀ, standard vs Gram.
+  const Tensor u = ops::randn({256, 784}, gen.get(), ScalarType::Float32);
+  optim::NewtonSchulzOptions f32;
+  f32.dtype = ScalarType::Float32;
+  auto f32_gram = f32;
+  f32_gram.variant = "gram";
+  auto off_orthogonal = [](const Tensor& x) {
+    const auto v = ops::mm(x, x.t()).to(ScalarType::Float64).to_vector<double>();
+    const std::int64_t n = x.size(0);
+    double worst = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::abs(v[static_cast<std::size_t>(i * (n + 1))] - 1.0));
+    return worst;
+  };
+  const Tensor xs = optim::newton_schulz(u, f32);
+  const Tensor xg = optim::newton_schulz(u, f32_gram);
+  EXPECT_NEAR(off_orthogonal(xg), off_orthogonal(xs), 1e-4);
+  const auto a = xs.to_vector<float>();
+  const auto b = xg.to_vector<float>();
+  double diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+  EXPECT_LT(diff, 1e-4);
+  auto bad = f32;
+  bad.variant = "fast";
+  EXPECT_EQ(error_of([&] { optim::newton_schulz(u, bad); }),
+            "[muon] unknown Newton-Schulz variant 'fast' (choose standard or gram)");
+}
+
 TEST(MuonVectors, FullStepsAndAdjustedLr) {
   Tensor p = param({1, 2, 3, 4}, {2, 2});
   optim::MuonOptions o;
