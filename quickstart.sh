@@ -76,6 +76,10 @@ cmd_test() {
 # (tests/cuda_emu): the CUDA tests and the parity test run for real on machines without a GPU.
 # Needs only the CUDA headers.
 test_cuda_emulation() {
+  if [ -x build/ci/tests/tb_cuda_emu_tests ]; then
+    log "The CUDA tests ran on the emulated device with the ci build (ctest label cuda-emu)"
+    return 0
+  fi
   if [ ! -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ] && ! command -v nvcc >/dev/null; then
     log "No CUDA headers: skipping the CUDA emulation tests"
     return 0
