@@ -19,26 +19,19 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
 config=$1; shift
 rounds=3 steps=60 warmup=10 threads=1 build=""
+# shellcheck source=bench/common.sh
+. "$here/bench/common.sh"
 while [ $# -gt 0 ]; do
+  bench_option variants.sh "$@"
+  if [ "$bench_shift" -gt 0 ]; then shift "$bench_shift"; continue; fi
   case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "variants.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ $# -ge 2 ] || { echo "variants.sh: give at least two variants after --" >&2; exit 2; }
-if [ -z "$build" ]; then
-  for d in build/release build/ci; do
-    if [ -x "$here/$d/bench/step_bench" ]; then build=$here/$d; break; fi
-  done
-fi
-tb="$build/bench/step_bench"
-[ -x "$tb" ] || { echo "variants.sh: no step_bench under build/release or build/ci" >&2; exit 2; }
+bench_step_bench variants.sh
 variants=("$@")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-variants.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -12,29 +12,18 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 rounds=3 steps=60 warmup=10 threads="1 2" only="" build=""
+# shellcheck source=bench/common.sh
+. "$here/bench/common.sh"
 while [ $# -gt 0 ]; do
+  bench_option vs_torch.sh "$@"
+  if [ "$bench_shift" -gt 0 ]; then shift "$bench_shift"; continue; fi
   case "$1" in
-    --rounds) rounds=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
-    --threads) threads=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "vs_torch.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-if [ -z "$build" ]; then
-  for d in build/release build/ci; do
-    if [ -x "$here/$d/bench/step_bench" ]; then build=$here/$d; break; fi
-  done
-fi
-tb="$build/bench/step_bench"
-if [ ! -x "$tb" ]; then
-  echo "vs_torch.sh: no step_bench under build/release or build/ci; build one first" \
-       "(cmake --preset release && cmake --build --preset release --target step_bench)" >&2
-  exit 2
-fi
+bench_step_bench vs_torch.sh
 py=/usr/bin/python3
 if ! "$py" -c 'import torch' 2>/dev/null; then
   echo "vs_torch.sh: $py cannot import torch; install Debian's python3-torch" >&2

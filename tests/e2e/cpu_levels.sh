@@ -6,20 +6,16 @@
 # Prints one PASS line (exit 0) or a FAIL line saying what was wrong (exit 1).
 # Usage: cpu_levels.sh CLI REPO_ROOT        (ctest: e2e.cpu_levels)
 set -u
-fail() {
-  echo "FAIL: cpu_levels: $*"
-  exit 1
-}
-[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start cpu_levels "CLI REPO_ROOT" 2 2 "$@"
 cli=$1
 root=$2
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-levels.XXXXXX") || fail "mktemp -d failed"
-trap 'rm -rf "$tmp"' EXIT
+e2e_tmpdir
 runs_line=$("$cli" devices | sed -n 's/.*this CPU runs: \([^;]*\);.*/\1/p')
 [ -n "$runs_line" ] || fail "'devices' printed no 'this CPU runs:' list"
 levels=$(echo "$runs_line" | tr -d ',')
 case " $levels " in *" baseline "*) ;; *) fail "baseline missing from '$runs_line'" ;; esac
-run_id=0
 summary=""
 for config in fmnist-mlp-adamw qwen-tiny-fortunes-muon; do
   first=""

@@ -6,15 +6,14 @@
 # Prints one PASS line (exit 0) or a FAIL line naming the functions (exit 1).
 # Usage: cpu_levels_private.sh BINARY        (ctest: build.cpu_levels_private)
 set -u
-fail() {
-  echo "FAIL: cpu_levels_private: $*"
-  exit 1
-}
-[ $# -eq 1 ] || { echo "usage: $0 BINARY" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start cpu_levels_private "BINARY" 1 1 "$@"
 bin=$1
-command -v objdump >/dev/null && command -v nm >/dev/null || fail "objdump and nm (binutils) are needed"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-private.XXXXXX") || fail "mktemp -d failed"
-trap 'rm -rf "$tmp"' EXIT
+if ! command -v objdump >/dev/null || ! command -v nm >/dev/null; then
+  fail "objdump and nm (binutils) are needed"
+fi
+e2e_tmpdir
 # Start addresses of functions using a ymm/zmm register.
 objdump -d --no-show-raw-insn "$bin" |
   awk '/^[0-9a-f]+ <.*>:$/ {addr=$1; next} /%[yz]mm/ {if (!(addr in seen)) {seen[addr]=1; print addr}}' |

@@ -6,15 +6,12 @@
 # Prints one PASS line (exit 0) or a FAIL line (exit 1).
 # Usage: disk_full.sh CLI REPO_ROOT        (ctest: e2e.disk_full)
 set -u
-fail() {
-  echo "FAIL: disk_full: $*"
-  exit 1
-}
-[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start disk_full "CLI REPO_ROOT" 2 2 "$@"
 cli=$1
 config=$2/resources/configs/fmnist-mlp-adamw.toml
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-diskfull.XXXXXX") || fail "mktemp -d failed"
-trap 'rm -rf "$tmp"' EXIT
+e2e_tmpdir
 db=$tmp/runs.sqlite
 "$cli" --db "$db" runs >/dev/null || fail "creating the store failed"
 (

@@ -12,13 +12,9 @@
 # start, e.g. under a sanitizer, still leaves something to check).
 # Needs python3 with its sqlite3 module (Debian 12: /usr/bin/python3).
 set -u
-
-fail() {
-  echo "FAIL: kill9_run: $*"
-  exit 1
-}
-
-[ $# -ge 2 ] && [ $# -le 3 ] || { echo "usage: $0 CLI REPO_ROOT [ROUNDS]" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start kill9_run "CLI REPO_ROOT [ROUNDS]" 2 3 "$@"
 cli=$1
 repo=$2
 rounds=${3:-1}

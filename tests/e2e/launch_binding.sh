@@ -9,16 +9,13 @@
 #   - each run recorded its binding ("bound to CPUs <set>") in its events.
 # Usage: launch_binding.sh CLI REPO_ROOT        (ctest: e2e.launch_binding)
 set -u
-fail() {
-  echo "FAIL: launch_binding: $*"
-  exit 1
-}
-[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start launch_binding "CLI REPO_ROOT" 2 2 "$@"
 cli=$1
 repo=$2
 config=$repo/tests/ui/data/blobs.toml
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-launch.XXXXXX") || fail "mktemp -d failed"
-trap 'rm -rf "$tmp"' EXIT
+e2e_tmpdir
 
 for mode in node exclusive; do
   db=$tmp/$mode.sqlite

@@ -6,15 +6,12 @@
 # Prints one PASS line (exit 0) or a FAIL line saying what was wrong (exit 1).
 # Usage: openreg_run.sh CLI REPO_ROOT        (ctest: e2e.openreg_run)
 set -u
-fail() {
-  echo "FAIL: openreg_run: $*"
-  exit 1
-}
-[ $# -eq 2 ] || { echo "usage: $0 CLI REPO_ROOT" >&2; exit 2; }
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start openreg_run "CLI REPO_ROOT" 2 2 "$@"
 cli=$1
 config=$2/resources/configs/fmnist-mlp-adamw.toml
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-openreg.XXXXXX") || fail "mktemp -d failed"
-trap 'rm -rf "$tmp"' EXIT
+e2e_tmpdir
 for dev in cpu openreg:0; do
   "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.device="$dev" --set run.steps=12 \
     --set run.log_interval=1 --set eval.interval=12 --set eval.batches=2 >"$tmp/$dev.log" 2>&1 ||
