@@ -6,6 +6,9 @@
 #                              # variable of that name, bench_shift=2; anything else: bench_shift=0
 #   bench_step_bench SCRIPT    # sets tb to BUILD/bench/step_bench (build defaults to build/release,
 #                              # else build/ci), or says how to build one and exits 2
+#   bench_openblas_coretype    # when OpenBLAS does not recognise this CPU (trainbench-cli devices
+#                              # says so) and OPENBLAS_CORETYPE is unset, exports the core it names,
+#                              # so both sides of a comparison get OpenBLAS's real kernels
 
 # shellcheck disable=SC2034  # the variables belong to the sourcing script
 bench_option() {
@@ -43,5 +46,15 @@ bench_step_bench() {
     echo "$script: no step_bench under build/release or build/ci; build one first" \
          "(cmake --preset release && cmake --build --preset release --target step_bench)" >&2
     exit 2
+  fi
+}
+
+bench_openblas_coretype() {
+  local cli="$build/app/cli/trainbench-cli" core
+  [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -x "$cli" ] || return 0
+  core=$("$cli" devices 2>/dev/null | sed -n 's/^note: OpenBLAS did not recognise.*OPENBLAS_CORETYPE=\([A-Za-z0-9]*\).*/\1/p')
+  if [ -n "$core" ]; then
+    export OPENBLAS_CORETYPE=$core
+    echo "# OpenBLAS does not recognise this CPU: OPENBLAS_CORETYPE=$core for both sides"
   fi
 }

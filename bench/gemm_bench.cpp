@@ -1,15 +1,19 @@
-// GEMM / SYRK throughput: raw cblas_sgemm vs tb::cpu::gemm (OpenBLAS and reference backends),
-// and X·Xᵀ through syrk vs gemm, at 1 and 2 threads.
+// GEMM / SYRK throughput: raw cblas_sgemm vs tb::cpu::gemm (OpenBLAS, oneDNN and reference
+// backends), X·Xᵀ through syrk vs gemm, and every backend on the products the shipped workloads
+// run (BM_workload_gemm / BM_workload_syrk: the table Auto's choice rests on), at 1 and 2 threads.
 //
 // Every benchmark reports GFLOP/s as the counter "flops" (Google Benchmark prints it scaled,
 // e.g. "95.1G/s"). For X·Xᵀ both variants count the full GEMM's 2·r·r·c flops, so the counter
 // ratio syrk/gemm is the speed-up of the symmetric product.
 //
-// Run: gemm_bench --benchmark_min_time=0.2 (compare figures as ratios within one run).
+// Run: gemm_bench --benchmark_min_time=0.2 (compare figures as ratios within one run; add
+// --benchmark_enable_random_interleaving=true --benchmark_repetitions=5 to interleave them).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
@@ -152,6 +156,85 @@ void BM_xxt_gemm(benchmark::State& state) {
   set_flops(state, 2.0 * r * r * c);
 }
 BENCHMARK(BM_xxt_gemm)->Apply(xxt_args);
+
+// The float products of the shipped workloads (resources/configs): the Fashion-MNIST MLP at batch
+// 128 (784-256-256-10: forward x·Wᵀ, weight gradients gᵀ·x, input gradients g·W), Muon's
+// Newton–Schulz on its 256×784 and 256×256 matrices, and qwen-tiny (d 128, 16×64 tokens, MLP
+// 512) projections and their weight gradients.
+struct WorkloadShape {
+  const char* name;
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+};
+constexpr WorkloadShape kWorkloadShapes[] = {
+    {"mlp.fc1", false, true, 128, 256, 784},     {"mlp.fc2", false, true, 128, 256, 256},
+    {"mlp.fc1.dW", true, false, 256, 784, 128},  {"mlp.fc2.dW", true, false, 256, 256, 128},
+    {"mlp.fc2.dX", false, false, 128, 256, 256}, {"ns.X.Xt", false, true, 256, 256, 784},
+    {"ns.B.X", false, false, 256, 784, 256},     {"ns.256^3", false, false, 256, 256, 256},
+    {"qwen.qkv", false, true, 1024, 128, 128},   {"qwen.up", false, true, 1024, 512, 128},
+    {"qwen.down", false, true, 1024, 128, 512},  {"qwen.dW", true, false, 128, 128, 1024},
+    {"qwen.up.dW", true, false, 512, 128, 1024}, {"qwen.head", false, true, 1024, 256, 128},
+};
+constexpr GemmBackend kCompared[] = {GemmBackend::OpenBlas, GemmBackend::OneDnn,
+                                     GemmBackend::Reference};
+
+// Args: {shape, backend (index into kCompared), threads}; backends this build lacks are left out.
+void workload_args(benchmark::internal::Benchmark* b, int64_t shapes) {
+  for (int64_t s = 0; s < shapes; ++s) {
+    for (int64_t bi = 0; bi < 3; ++bi) {
+      if (!tb::cpu::gemm_backend_available_on_cpu(kCompared[bi])) continue;
+      for (int64_t threads : {1, 2})
+        b->Args({s, bi, threads});
+    }
+  }
+  b->ArgNames({"shape", "backend", "threads"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+void BM_workload_gemm(benchmark::State& state) {
+  const WorkloadShape& sh = kWorkloadShapes[state.range(0)];
+  const GemmBackend backend = kCompared[state.range(1)];
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
+  const GemmBackend previous = tb::cpu::current_gemm_backend();
+  tb::cpu::set_gemm_backend(backend);
+  const std::vector<float> a = random_vector(sh.m * sh.k, 4), b = random_vector(sh.k * sh.n, 5);
+  std::vector<float> c(static_cast<size_t>(sh.m * sh.n));
+  for (auto _ : state) {
+    tb::cpu::gemm(sh.trans_a, sh.trans_b, sh.m, sh.n, sh.k, 1.0f, a.data(),
+                  sh.trans_a ? sh.m : sh.k, b.data(), sh.trans_b ? sh.k : sh.n, 0.0f, c.data(),
+                  sh.n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  tb::cpu::set_gemm_backend(previous);
+  state.SetLabel(std::string(sh.name) + " " + std::string(tb::cpu::gemm_backend_name(backend)));
+  set_flops(state, 2.0 * sh.m * sh.n * sh.k);
+}
+BENCHMARK(BM_workload_gemm)->Apply([](auto* b) {
+  workload_args(b, static_cast<int64_t>(std::size(kWorkloadShapes)));
+});
+
+// Newton–Schulz's symmetric products X·Xᵀ (X 256×784 and 256×256, qwen-tiny's 128×512) through
+// syrk on each backend; flops counted as SYRK's n·n·k.
+constexpr int64_t kSyrkShapes[][2] = {{256, 784}, {256, 256}, {128, 512}};
+
+void BM_workload_syrk(benchmark::State& state) {
+  const int64_t r = kSyrkShapes[state.range(0)][0], c = kSyrkShapes[state.range(0)][1];
+  const GemmBackend backend = kCompared[state.range(1)];
+  tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
+  const GemmBackend previous = tb::cpu::current_gemm_backend();
+  tb::cpu::set_gemm_backend(backend);
+  XxtOperands ops(r, c);
+  for (auto _ : state) {
+    tb::cpu::syrk(false, r, c, 1.0f, ops.x.data(), c, 0.0f, ops.out.data(), r);
+    benchmark::DoNotOptimize(ops.out.data());
+  }
+  tb::cpu::set_gemm_backend(previous);
+  state.SetLabel(std::to_string(r) + "x" + std::to_string(c) + " " +
+                 std::string(tb::cpu::gemm_backend_name(backend)));
+  set_flops(state, 1.0 * r * r * c);
+}
+BENCHMARK(BM_workload_syrk)->Apply([](auto* b) {
+  workload_args(b, static_cast<int64_t>(std::size(kSyrkShapes)));
+});
 
 }  // namespace
 

@@ -2,7 +2,8 @@
 // prints the medians of the trainer's own per-step timings (time.step_ms and its phases) after a
 // warm-up, in the one-line format bench/torch_train_step.py prints for PyTorch.
 //
-//   step_bench CONFIG [--steps N] [--warmup W] [--threads T] [--set key.path=value]...
+//   step_bench CONFIG [--steps N] [--warmup W] [--threads T] [--gemm-backend NAME]
+//              [--set key.path=value]...
 //
 // The step is the trainer's whole step: the batch from the loader, forward + loss, backward,
 // gradient norm, optimizers and schedulers. Metrics are logged every step (the sink only keeps
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/blas.h"
 #include "engine/core/metric_names.h"
 #include "engine/core/thread_pool.h"
 #include "engine/train/run_config.h"
@@ -47,7 +49,7 @@ double median(std::vector<double> v) {
 
 int usage() {
   std::cerr << "usage: step_bench CONFIG [--steps N] [--warmup W] [--threads T] "
-               "[--set key.path=value]...\n";
+               "[--gemm-backend NAME] [--set key.path=value]...\n";
   return 2;
 }
 
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   std::string config_path = argv[1];
   long steps = 100, warmup = 10, threads = 0;
   std::vector<std::string> overrides;
+  std::string gemm = "auto";
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return usage();
@@ -70,12 +73,16 @@ int main(int argc, char** argv) {
       threads = std::strtol(v, nullptr, 10);
     } else if (a == "--set") {
       overrides.emplace_back(v);
+    } else if (a == "--gemm-backend") {
+      gemm = v;
     } else {
       return usage();
     }
   }
   if (steps < 1 || warmup < 0 || threads < 0) return usage();
   try {
+    const tb::cpu::GemmSelection sel = tb::cpu::set_gemm_backend(tb::cpu::parse_gemm_backend(gemm));
+    if (!sel.warning.empty()) std::cerr << "step_bench: warning: " << sel.warning << "\n";
     overrides.push_back("run.steps=" + std::to_string(steps + warmup));
     overrides.emplace_back("run.epochs=0");
     overrides.emplace_back("run.log_interval=1");
@@ -93,7 +100,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     namespace metric = tb::core::metric;
-    std::printf("tb threads=%d steps=%ld", tb::core::num_threads(), steps);
+    std::printf("tb threads=%d gemm=%s steps=%ld", tb::core::num_threads(),
+                std::string(tb::cpu::gemm_backend_name(tb::cpu::current_gemm_backend())).c_str(),
+                steps);
     for (const char* k : {metric::kStepMs, metric::kDataMs, metric::kForwardMs, metric::kBackwardMs,
                           metric::kOptimizerMs, metric::kNewtonSchulzMs}) {
       auto it = sink->series.find(k);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Two or more settings of TrainBench itself, side by side on one config: each round runs every
 # variant once (the order reversed every other round, A B / B A), then prints the median of each
-# variant's per-run median step and the ratio to the first. A variant is either an environment
-# assignment (TB_CPU_CAPABILITY=avx2) or --set overrides (optimizer.muon.ns_variant=gram), or both,
+# variant's per-run median step and the ratio to the first. A variant is an environment
+# assignment (TB_CPU_CAPABILITY=avx2, OPENBLAS_CORETYPE=SkylakeX), a step_bench option
+# (--gemm-backend=openblas) or --set overrides (optimizer.muon.ns_variant=gram), or several,
 # separated by spaces inside one argument.
 #
 #   bench/variants.sh CONFIG [--rounds R] [--steps N] [--warmup W] [--threads T] [--build DIR]
@@ -10,13 +11,15 @@
 #
 #   bench/variants.sh resources/configs/fmnist-mlp-adamw.toml --threads 1 -- \
 #       TB_CPU_CAPABILITY=baseline TB_CPU_CAPABILITY=avx2
+#   bench/variants.sh resources/configs/fmnist-mlp-adamw.toml -- \
+#       --gemm-backend=onednn --gemm-backend=openblas
 #   bench/variants.sh resources/configs/fmnist-mlp-muon.toml -- \
 #       optimizer.muon.ns_variant=standard optimizer.muon.ns_variant=gram
 #
 # Uses DIR/bench/step_bench (default build/release, else build/ci). Results: docs/benchmarks.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-[ $# -ge 1 ] || { sed -n '2,16p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,19p' "$0"; exit 2; }
 config=$1; shift
 rounds=3 steps=60 warmup=10 threads=1 build=""
 # shellcheck source=bench/common.sh
@@ -26,7 +29,7 @@ while [ $# -gt 0 ]; do
   if [ "$bench_shift" -gt 0 ]; then shift "$bench_shift"; continue; fi
   case "$1" in
     --) shift; break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "variants.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -39,7 +42,8 @@ run_variant() {  # index
   local v=${variants[$1]} envs=() sets=()
   for word in $v; do
     case "$word" in
-      TB_*=*) envs+=("$word") ;;
+      TB_*=* | OPENBLAS_*=* | OMP_*=*) envs+=("$word") ;;
+      --*=*) sets+=("${word%%=*}" "${word#*=}") ;;
       *=*) sets+=(--set "$word") ;;
       *) echo "variants.sh: '$word' is neither NAME=value nor key=value" >&2; exit 2 ;;
     esac

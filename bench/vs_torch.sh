@@ -41,6 +41,7 @@ trap 'rm -f "$out"' EXIT
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) CPUs: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
+bench_openblas_coretype
 echo "# $("$py" -c 'import torch; print("torch", torch.__version__)'), TrainBench ${build#"$here"/}," \
      "rounds $rounds, $steps steps after $warmup warm-up"
 for r in $(seq 1 "$rounds"); do

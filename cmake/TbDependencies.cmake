@@ -3,6 +3,26 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# oneDNN's matmul for the CPU's float GEMMs (engine/backends/cpu/onednn_gemm.cpp). AUTO uses it
+# when Debian's libdnnl-dev is installed (its CMake package needs ocl-icd-opencl-dev for OpenCL);
+# OpenMP is linked to keep oneDNN's own OpenMP threads at one per call.
+set(TB_ONEDNN "AUTO" CACHE STRING "Use oneDNN for CPU float GEMMs: AUTO (when found), ON, OFF")
+set_property(CACHE TB_ONEDNN PROPERTY STRINGS AUTO ON OFF)
+set(TB_HAVE_ONEDNN OFF)
+if(NOT TB_ONEDNN STREQUAL "OFF")
+  if(TB_ONEDNN STREQUAL "ON")
+    set(_tb_dnnl_required REQUIRED)
+  else()
+    set(_tb_dnnl_required QUIET)
+  endif()
+  find_package(dnnl 2.6 CONFIG ${_tb_dnnl_required})
+  find_package(OpenMP ${_tb_dnnl_required} COMPONENTS CXX)
+  if(dnnl_FOUND AND OpenMP_CXX_FOUND)
+    set(TB_HAVE_ONEDNN ON)
+  elseif(TB_ONEDNN STREQUAL "AUTO")
+    message(STATUS "oneDNN: not used (libdnnl-dev, ocl-icd-opencl-dev or OpenMP missing)")
+  endif()
+endif()
 # CPU topology (engine/numa): hwloc for the machine model, libnuma for memory policy/placement.
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)

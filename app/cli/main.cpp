@@ -111,6 +111,8 @@ int cmd_devices() {
   };
   std::cout << "CPU kernels: " << level.level << " (compiled: " << join(level.compiled)
             << "; this CPU runs: " << join(level.supported) << "; TB_CPU_CAPABILITY chooses one)\n";
+  if (const std::string note = tb::api::openblas_note(); !note.empty())
+    std::cout << "note: " << note << "\n";
   return 0;
 }
 
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "kernel and BLAS threads (default: the CPUs this process may use)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--gemm-backend", gemm, "auto, openblas, reference, cublas or cublaslt");
+  app.add_option("--gemm-backend", gemm, "auto, onednn, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
   app.add_flag("--tf32", tf32,
                "let float32 products on CUDA devices use TF32 tensor cores (runs: amp.tf32)");
@@ -430,6 +432,9 @@ int main(int argc, char** argv) {
     if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
     if (const auto level = tb::api::cpu_kernel_level(); !level.note.empty())
       std::cerr << "warning: " << level.note << "\n";
+    if (const std::string note = tb::api::openblas_note();
+        !note.empty() && tb::api::current_gemm_backend() == "openblas")
+      std::cerr << "warning: " << note << "\n";
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) {
       if (!dispatch_device.empty()) return cmd_dispatch_device(dispatch_device, op_filter);

@@ -10,10 +10,6 @@
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
 
-#if defined(TB_HAVE_OPENBLAS)
-#include <cblas.h>
-#endif
-
 namespace tb::api {
 
 std::string version() {
@@ -36,10 +32,8 @@ std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
   std::string cpu_detail = std::to_string(core::num_threads()) + " kernel threads, kernels " +
                            cpu_kernel_level().level + ", GEMM " +
-                           std::string(cpu::gemm_backend_name(cpu::current_gemm_backend()));
-#if defined(TB_HAVE_OPENBLAS)
-  cpu_detail += std::string(" (") + openblas_get_config() + ")";
-#endif
+                           std::string(cpu::gemm_backend_name(cpu::current_gemm_backend())) + " (" +
+                           cpu::gemm_libraries() + ")";
   out.push_back({"cpu", true, cpu_detail});
   const backends::CudaStatus cs = backends::cuda_status();
   if (cs.device_count > 0) {
@@ -124,6 +118,10 @@ GemmBackendChoice set_gemm_backend(const std::string& name) {
 
 void set_allow_tf32(bool allow) {
   core::set_allow_tf32(allow);
+}
+
+std::string openblas_note() {
+  return cpu::openblas_core_note();
 }
 
 std::string current_gemm_backend() {

@@ -58,14 +58,17 @@ void set_num_threads(int n);
 /// Result of choosing a GEMM backend: what was asked, what is used, and why they differ.
 struct GemmBackendChoice {
   std::string requested;  ///< the name asked for ("auto", "openblas", ...)
-  std::string used;       ///< the backend that runs ("openblas" or "reference" on the CPU)
-  std::string warning;    ///< empty when the request was honoured
+  std::string used;     ///< the backend that runs ("onednn", "openblas" or "reference" on the CPU)
+  std::string warning;  ///< empty when the request was honoured
 };
-/// Selects "auto", "openblas", "reference", "cublas" or "cublaslt". A choice this build or
-/// machine cannot run falls back to the default with a warning; an unknown name throws.
+/// Selects "auto", "openblas", "onednn", "reference", "cublas" or "cublaslt". A choice this build
+/// or machine cannot run falls back to the default with a warning; an unknown name throws.
 GemmBackendChoice set_gemm_backend(const std::string& name);
-/// Name of the GEMM backend in use: "openblas" or "reference".
+/// Name of the GEMM backend in use: "onednn", "openblas" or "reference".
 std::string current_gemm_backend();
+/// Empty, or why OpenBLAS runs slow kernels on this CPU and the OPENBLAS_CORETYPE setting that
+/// fixes it (it matters for the openblas backend and for double-precision products).
+std::string openblas_note();
 /// Lets float32 products on CUDA devices use TF32 tensor cores (inputs rounded to 10 mantissa
 /// bits, float32 accumulation; PyTorch's allow_tf32). Off by default; no effect elsewhere.
 void set_allow_tf32(bool allow);

@@ -5,7 +5,9 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -43,8 +45,9 @@ void apply_num_threads_locked(int n) {
 }
 
 // One parallel_for call. Lives on the caller's stack; every field below `ctx` is guarded by the
-// pool mutex. The caller destroys it only after `pending` reached 0 under that mutex, and no
-// worker touches a job after its own decrement of `pending`, so there is no use after free.
+// pool mutex (`pending` is also read without it, hence atomic). The caller destroys it only after
+// seeing `pending` reach 0, and no worker touches a job after its own decrement of `pending`, so
+// there is no use after free.
 struct Job {
   detail::ChunkFn fn;
   const void* ctx;
@@ -52,8 +55,8 @@ struct Job {
   int64_t base;       // every chunk has `base` elements,
   int64_t remainder;  // the first `remainder` chunks one more
   int num_chunks;
-  int next_chunk = 1;  // chunk 0 is reserved for the calling thread
-  int pending = 0;     // chunks not finished yet
+  int next_chunk = 1;           // chunk 0 is reserved for the calling thread
+  std::atomic<int> pending{0};  // chunks not finished yet
   std::exception_ptr error;
 
   int64_t chunk_begin(int c) const { return begin + c * base + std::min<int64_t>(c, remainder); }
@@ -73,6 +76,7 @@ class Pool {
         // Out of threads: carry on with the workers there are; the caller can finish alone.
       }
       queue_.push_back(job);
+      queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
     }
     for (int i = 1; i < job->num_chunks; ++i)
       work_cv_.notify_one();
@@ -87,13 +91,15 @@ class Pool {
     if (job->next_chunk >= job->num_chunks) return -1;
     const int next = job->next_chunk++;
     if (job->next_chunk == job->num_chunks) {
-      queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+      erase_locked(job);
     }
     return next;
   }
 
-  // Blocks until every chunk of `job` has finished.
+  // Blocks until every chunk of `job` has finished: spins a little first (the other chunks are
+  // usually about as long as the caller's own), then sleeps.
   void wait(Job* job) {
+    if (spin_until([job] { return job->pending.load(std::memory_order_acquire) == 0; })) return;
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [job] { return job->pending == 0; });
   }
@@ -116,7 +122,7 @@ class Pool {
       if (unclaimed > 0) {
         job->pending -= unclaimed;
         job->next_chunk = job->num_chunks;
-        queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+        erase_locked(job);
       }
     }
     if (--job->pending == 0) done_cv_.notify_all();
@@ -176,6 +182,36 @@ class Pool {
     return mask;
   }
 
+  void erase_locked(Job* job) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), job));
+    queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
+  }
+  void pop_front_locked() {
+    queue_.pop_front();
+    queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
+  }
+
+  // How long a worker keeps looking for the next job, and the caller for its job's end, before
+  // sleeping on a condition variable. A kernel follows the previous one within microseconds in a
+  // training step; waking a sleeping thread costs tens of microseconds on a virtual machine (more
+  // than a whole small GEMM's share), which is what made a second thread slower than one.
+  // OpenMP runtimes and OpenBLAS spin the same way; bounded, so an idle pool sleeps.
+  static constexpr std::chrono::microseconds kSpin{100};
+
+  template <typename Pred>
+  static bool spin_until(Pred&& done) {
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+      if (std::chrono::steady_clock::now() >= until) return done();
+    }
+  }
+
   void worker_loop() {
     detail::t_in_parallel = true;  // anything a worker calls runs nested, i.e. inline
     std::unique_lock<std::mutex> lock(mu_);
@@ -184,10 +220,15 @@ class Pool {
       pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
     }
     for (;;) {
+      if (queue_.empty()) {
+        lock.unlock();
+        spin_until([this] { return queued_.load(std::memory_order_relaxed) > 0; });
+        lock.lock();
+      }
       work_cv_.wait(lock, [this] { return !queue_.empty(); });
       Job* job = queue_.front();
       const int c = job->next_chunk++;
-      if (job->next_chunk == job->num_chunks) queue_.pop_front();
+      if (job->next_chunk == job->num_chunks) pop_front_locked();
       lock.unlock();
       std::exception_ptr error = run_chunk(job, c);
       lock.lock();
@@ -199,6 +240,7 @@ class Pool {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::deque<Job*> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), for spinning workers (written under mu_)
   std::vector<std::thread> workers_;
   std::vector<int> pin_;    // CPUs the workers are pinned to (empty = not pinned)
   cpu_set_t initial_mask_;  // the mask to return to when unpinned

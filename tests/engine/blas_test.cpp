@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <random>
@@ -39,11 +40,18 @@ class ScopedBackend {
 };
 
 std::vector<GemmBackend> cpu_backends() {
-#ifdef TB_HAVE_OPENBLAS
-  return {GemmBackend::OpenBlas, GemmBackend::Reference};
-#else
-  return {GemmBackend::Reference};
-#endif
+  std::vector<GemmBackend> backends;
+  for (GemmBackend b : {GemmBackend::OneDnn, GemmBackend::OpenBlas, GemmBackend::Reference}) {
+    if (gemm_backend_available_on_cpu(b)) backends.push_back(b);
+  }
+  return backends;
+}
+
+// The backend Auto resolves to in this build.
+GemmBackend default_backend() {
+  if (gemm_backend_available_on_cpu(GemmBackend::OneDnn)) return GemmBackend::OneDnn;
+  if (gemm_backend_available_on_cpu(GemmBackend::OpenBlas)) return GemmBackend::OpenBlas;
+  return GemmBackend::Reference;
 }
 
 // A row-major rows×cols matrix inside a buffer with leading dimension ld >= cols; the padding
@@ -436,30 +444,85 @@ TEST(Syrk, LargeParallelAndMirror) {
   }
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// oneDNN's float products are split by rows over the kernel pool (GEMM) or into fixed row blocks
+// (SYRK); neither split changes a bit, so a run's numbers do not depend on its thread count.
+TEST(OneDnn, SameBitsForEveryThreadCount) {
+  if (!gemm_backend_available_on_cpu(GemmBackend::OneDnn)) GTEST_SKIP() << "built without oneDNN";
+  ScopedBackend scoped(GemmBackend::OneDnn);
+  std::mt19937 rng(8);
+  struct Shape {
+    bool ta, tb;
+    int64_t m, n, k;
+  };
+  // The shipped workloads' products (MLP layers and their gradients, Newton–Schulz on 256×784,
+  // qwen-tiny's projections) and ragged sizes.
+  const Shape shapes[] = {{false, true, 128, 256, 784},  {true, false, 256, 784, 128},
+                          {false, true, 256, 256, 784},  {false, false, 256, 784, 256},
+                          {false, true, 1024, 512, 128}, {true, true, 100, 37, 333},
+                          {false, false, 201, 259, 317}};
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(testing::Message() << "ta=" << sh.ta << " tb=" << sh.tb << " m=" << sh.m
+                                    << " n=" << sh.n << " k=" << sh.k);
+    const Matrix<float> a =
+        sh.ta ? random_matrix<float>(sh.k, sh.m, 3, rng) : random_matrix<float>(sh.m, sh.k, 3, rng);
+    const Matrix<float> b =
+        sh.tb ? random_matrix<float>(sh.n, sh.k, 1, rng) : random_matrix<float>(sh.k, sh.n, 1, rng);
+    const Matrix<float> c_in = random_matrix<float>(sh.m, sh.n, 2, rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      core::ScopedNumThreads scoped_threads(threads);
+      Matrix<float> c = c_in;
+      gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 0.5f, a.data.data(), a.ld, b.data.data(), b.ld, -1.0f,
+           c.data.data(), c.ld);
+      results.push_back(c.data);
+    }
+    // Bitwise (C's padding holds NaN, which == would call unequal).
+    EXPECT_TRUE(same_bits(results[0], results[1])) << "2 threads differ from 1";
+    EXPECT_TRUE(same_bits(results[0], results[2])) << "3 threads differ from 1";
+  }
+  for (bool trans : {false, true}) {
+    const int64_t n = 256, k = 784;
+    const Matrix<float> a =
+        trans ? random_matrix<float>(k, n, 0, rng) : random_matrix<float>(n, k, 0, rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      core::ScopedNumThreads scoped_threads(threads);
+      std::vector<float> c(static_cast<size_t>(n * n));
+      syrk(trans, n, k, 1.0f, a.data.data(), a.ld, 0.0f, c.data(), n);
+      results.push_back(c);
+    }
+    EXPECT_TRUE(same_bits(results[0], results[1]))
+        << "syrk trans=" << trans << ": 2 threads differ from 1";
+    EXPECT_TRUE(same_bits(results[0], results[2]))
+        << "syrk trans=" << trans << ": 3 threads differ from 1";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backend names and selection
 
 TEST(GemmBackendSelection, NamesRoundTrip) {
-  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OpenBlas, GemmBackend::Reference,
-                        GemmBackend::Cublas, GemmBackend::CublasLt}) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OpenBlas, GemmBackend::OneDnn,
+                        GemmBackend::Reference, GemmBackend::Cublas, GemmBackend::CublasLt}) {
     EXPECT_EQ(parse_gemm_backend(gemm_backend_name(b)), b);
   }
   EXPECT_EQ(parse_gemm_backend("OpenBLAS"), GemmBackend::OpenBlas);
+  EXPECT_EQ(parse_gemm_backend("oneDNN"), GemmBackend::OneDnn);
   EXPECT_EQ(parse_gemm_backend("cuBLASLt"), GemmBackend::CublasLt);
   EXPECT_EQ(error_message([] { parse_gemm_backend("mkl"); }),
-            "[gemm] unknown gemm_backend 'mkl' (expected auto, openblas, reference, cublas, "
-            "cublaslt)");
+            "[gemm] unknown gemm_backend 'mkl' (expected auto, openblas, onednn, reference, "
+            "cublas, cublaslt)");
   EXPECT_EQ(error_message([] { parse_gemm_backend(""); }),
-            "[gemm] unknown gemm_backend '' (expected auto, openblas, reference, cublas, "
+            "[gemm] unknown gemm_backend '' (expected auto, openblas, onednn, reference, cublas, "
             "cublaslt)");
 }
 
 TEST(GemmBackendSelection, ValidatesUpFront) {
-#ifdef TB_HAVE_OPENBLAS
-  const GemmBackend def = GemmBackend::OpenBlas;
-#else
-  const GemmBackend def = GemmBackend::Reference;
-#endif
+  const GemmBackend def = default_backend();
   GemmSelection s = select_gemm_backend(GemmBackend::Auto);
   EXPECT_EQ(s.requested, GemmBackend::Auto);
   EXPECT_EQ(s.used, def);
@@ -468,6 +531,18 @@ TEST(GemmBackendSelection, ValidatesUpFront) {
   s = select_gemm_backend(GemmBackend::Reference);
   EXPECT_EQ(s.used, GemmBackend::Reference);
   EXPECT_EQ(s.warning, "");
+
+  s = select_gemm_backend(GemmBackend::OneDnn);
+  if (gemm_backend_available_on_cpu(GemmBackend::OneDnn)) {
+    EXPECT_EQ(s.used, GemmBackend::OneDnn);
+    EXPECT_EQ(s.warning, "");
+  } else {
+    EXPECT_EQ(s.used, def);
+    EXPECT_EQ(s.warning,
+              std::string("[gemm] gemm_backend 'onednn' is not available: this build "
+                          "has no oneDNN (install libdnnl-dev and reconfigure); using '") +
+                  std::string(gemm_backend_name(def)) + "' instead");
+  }
 
   s = select_gemm_backend(GemmBackend::OpenBlas);
 #ifdef TB_HAVE_OPENBLAS

@@ -11,7 +11,10 @@
 #include <cstring>
 #include <initializer_list>
 #include <new>
+#include <type_traits>
 
+#include "engine/backends/cpu/capability.h"
+#include "engine/backends/cpu/onednn_gemm.h"
 #include "engine/core/error.h"
 #include "engine/core/thread_pool.h"
 
@@ -25,8 +28,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Backend selection
 
+// oneDNN's float matmul is at least as fast as OpenBLAS's sgemm on every product the shipped
+// workloads run (docs/benchmarks.md, bench/gemm_bench), and much faster where OpenBLAS does not
+// recognise the CPU; double GEMMs, which oneDNN lacks, then run on OpenBLAS.
 constexpr GemmBackend kDefaultBackend =
-#ifdef TB_HAVE_OPENBLAS
+#if defined(TB_HAVE_ONEDNN)
+    GemmBackend::OneDnn;
+#elif defined(TB_HAVE_OPENBLAS)
     GemmBackend::OpenBlas;
 #else
     GemmBackend::Reference;
@@ -456,6 +464,41 @@ void blas_syrk(bool trans, int n, int k, double alpha, const double* a, int lda,
 // ---------------------------------------------------------------------------------------------
 // Dispatch (arguments already validated)
 
+// oneDNN, float: C's rows in blocks whose size depends on the shape only (at least 64 rows, at
+// most 8 blocks, a multiple of 16), the blocks spread over the pool, each a single-threaded oneDNN
+// call. oneDNN's kernels may block the k loop differently for different row counts, so the blocks
+// must not follow the thread count: this way the result is the same at every thread count.
+// (Blocks of columns instead, for short wide products, measured slower.)
+constexpr int64_t kOneDnnMinRows = 64;
+constexpr int64_t kOneDnnMaxBlocks = 8;
+
+void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  if (2.0 * m * n * k < kParallelFlops || m < 2 * kOneDnnMinRows) {
+    onednn::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t rows = std::max(kOneDnnMinRows, (m + kOneDnnMaxBlocks - 1) / kOneDnnMaxBlocks);
+  const int64_t block_rows = (rows + 15) / 16 * 16;
+  const int64_t blocks = (m + block_rows - 1) / block_rows;
+  auto run = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r0 = i * block_rows;
+      const int64_t r1 = std::min(m, r0 + block_rows);
+      // Rows r0..r1 of op(A): rows of A, or columns of the stored Aᵀ.
+      const float* a_rows = trans_a ? a + r0 : a + r0 * lda;
+      onednn::sgemm(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta, c + r0 * ldc,
+                    ldc);
+    }
+  };
+  if (usable_threads() <= 1) {
+    run(0, blocks);
+  } else {
+    core::parallel_for(0, blocks, 1, run);
+  }
+}
+
 template <typename T>
 void gemm_unchecked(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n,
                     int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb, T beta,
@@ -465,9 +508,17 @@ void gemm_unchecked(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, 
     scale_c(m, n, beta, c, ldc);
     return;
   }
+  if constexpr (std::is_same_v<T, float>) {
+    if (backend == GemmBackend::OneDnn) {
+      onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
 #ifdef TB_HAVE_OPENBLAS
   // OpenBLAS takes 32-bit sizes; a larger problem (never seen in practice) uses the reference.
-  if (backend == GemmBackend::OpenBlas && fits_blas_int({m, n, k, lda, ldb, ldc})) {
+  // It also serves the oneDNN backend's double products (oneDNN has no double matmul).
+  if ((backend == GemmBackend::OpenBlas || backend == GemmBackend::OneDnn) &&
+      fits_blas_int({m, n, k, lda, ldb, ldc})) {
     blas_gemm(trans_a, trans_b, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
               alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
               static_cast<int>(ldc));
@@ -526,13 +577,13 @@ void gemm_batched_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kBatchTaskFlops / flops));
   if (threads > 1 && batch >= threads && batch > grain) {
 #ifdef TB_HAVE_OPENBLAS
-    if (backend == GemmBackend::OpenBlas) {
+    if (backend != GemmBackend::Reference) {
       core::ScopedSingleThreadedBlas one_thread;  // batches already run in parallel
       core::parallel_for(0, batch, grain, run);
       return;
     }
 #endif
-    core::parallel_for(0, batch, grain, run);  // the reference kernels run serially inside
+    core::parallel_for(0, batch, grain, run);  // the other kernels run serially inside
     return;
   }
   run(0, batch);
@@ -549,7 +600,7 @@ void parallel_gemm_items(int64_t count, int64_t grain,
     return;
   }
 #ifdef TB_HAVE_OPENBLAS
-  if (current_gemm_backend() == GemmBackend::OpenBlas) {
+  if (current_gemm_backend() != GemmBackend::Reference) {
     core::ScopedSingleThreadedBlas one_thread;  // batches already run in parallel
     core::parallel_for(0, count, grain, body);
     return;
@@ -560,13 +611,57 @@ void parallel_gemm_items(int64_t count, int64_t grain,
 
 namespace {
 
+// Rows per block of the oneDNN SYRK's lower triangle.
+constexpr int64_t kOneDnnSyrkBlock = 64;
+
+// oneDNN SYRK, float (oneDNN has no SYRK): the lower triangle in fixed row blocks, block i the
+// product of its rows of op(A) with rows 0..end of block i (the strip left of and including the
+// diagonal), then mirrored. About (blocks + 1) / (2 · blocks) of a full product's work; the blocks
+// do not depend on the thread count, so neither does the result.
+void onednn_syrk(bool trans, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 float beta, float* c, int64_t ldc) {
+  const int64_t blocks = (n + kOneDnnSyrkBlock - 1) / kOneDnnSyrkBlock;
+  auto block = [&](int64_t i) {
+    const int64_t r0 = i * kOneDnnSyrkBlock;
+    const int64_t r1 = std::min(n, r0 + kOneDnnSyrkBlock);
+    // !trans: A is n×k and C = A·Aᵀ; trans: A is k×n and C = Aᵀ·A. Rows r0..r1 of op(A) are rows
+    // of A (!trans) or columns of A (trans); op(B) = op(A)ᵀ restricted to columns 0..r1.
+    const float* a_rows = trans ? a + r0 : a + r0 * lda;
+    onednn::sgemm(trans, !trans, r1 - r0, r1, k, alpha, a_rows, lda, a, lda, beta, c + r0 * ldc,
+                  ldc);
+  };
+  const int threads = 1.0 * n * n * k >= kParallelFlops ? usable_threads() : 1;
+  if (threads <= 1 || blocks <= 1) {
+    for (int64_t i = 0; i < blocks; ++i)
+      block(i);
+  } else {
+    // Pair the longest strip with the shortest so each task has about the same work.
+    const int64_t pairs = (blocks + 1) / 2;
+    core::parallel_for(0, pairs, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        block(blocks - 1 - p);
+        if (p != blocks - 1 - p) block(p);
+      }
+    });
+  }
+  mirror_unchecked(c, n, ldc);
+}
+
 template <typename T>
 void syrk_checked(bool trans, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, T beta, T* c,
                   int64_t ldc) {
   check_syrk_args(trans, n, k, a, lda, c, ldc);
   (void)core::num_threads();
+  if constexpr (std::is_same_v<T, float>) {
+    if (current_gemm_backend() == GemmBackend::OneDnn && n > 0 && k > 0 && alpha != 0.0f) {
+      onednn_syrk(trans, n, k, alpha, a, lda, beta, c, ldc);
+      return;
+    }
+  }
 #ifdef TB_HAVE_OPENBLAS
-  if (current_gemm_backend() == GemmBackend::OpenBlas && fits_blas_int({n, k, lda, ldc})) {
+  const GemmBackend backend = current_gemm_backend();
+  if ((backend == GemmBackend::OpenBlas || backend == GemmBackend::OneDnn) &&
+      fits_blas_int({n, k, lda, ldc})) {
     if (n == 0) return;
     if (k == 0 || alpha == T(0)) {
       scale_c(n, n, beta, c, ldc);
@@ -594,6 +689,8 @@ std::string_view gemm_backend_name(GemmBackend backend) {
       return "openblas";
     case GemmBackend::Reference:
       return "reference";
+    case GemmBackend::OneDnn:
+      return "onednn";
     case GemmBackend::Cublas:
       return "cublas";
     case GemmBackend::CublasLt:
@@ -607,12 +704,13 @@ GemmBackend parse_gemm_backend(std::string_view name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OpenBlas, GemmBackend::Reference,
-                        GemmBackend::Cublas, GemmBackend::CublasLt}) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::OpenBlas, GemmBackend::OneDnn,
+                        GemmBackend::Reference, GemmBackend::Cublas, GemmBackend::CublasLt}) {
     if (lower == gemm_backend_name(b)) return b;
   }
-  throw ValueError(tb::detail::str_cat("[gemm] unknown gemm_backend '", name,
-                                       "' (expected auto, openblas, reference, cublas, cublaslt)"));
+  throw ValueError(
+      tb::detail::str_cat("[gemm] unknown gemm_backend '", name,
+                          "' (expected auto, openblas, onednn, reference, cublas, cublaslt)"));
 }
 
 bool gemm_backend_available_on_cpu(GemmBackend backend) {
@@ -626,6 +724,8 @@ bool gemm_backend_available_on_cpu(GemmBackend backend) {
 #else
       return false;
 #endif
+    case GemmBackend::OneDnn:
+      return onednn::compiled();
     case GemmBackend::Cublas:
     case GemmBackend::CublasLt:
       return false;
@@ -645,6 +745,10 @@ GemmSelection select_gemm_backend(GemmBackend requested) {
       s.warning = tb::detail::str_cat(
           "[gemm] gemm_backend 'openblas' is not available: this build ",
           "has no OpenBLAS (compiled without TB_HAVE_OPENBLAS); using '", fallback, "' instead");
+    } else if (requested == GemmBackend::OneDnn) {
+      s.warning = tb::detail::str_cat(
+          "[gemm] gemm_backend 'onednn' is not available: this build has no oneDNN (install ",
+          "libdnnl-dev and reconfigure); using '", fallback, "' instead");
     } else {
       s.warning = tb::detail::str_cat(
           "[gemm] gemm_backend '", name,
@@ -653,6 +757,40 @@ GemmSelection select_gemm_backend(GemmBackend requested) {
     }
   }
   return s;
+}
+
+std::string gemm_libraries() {
+  std::string out;
+  if (onednn::compiled()) out = onednn::describe();
+#ifdef TB_HAVE_OPENBLAS
+  out += tb::detail::str_cat(out.empty() ? "" : "; ", openblas_get_config(), " (core ",
+                             openblas_get_corename(), ")");
+#endif
+  return out.empty() ? "reference kernels only" : out;
+}
+
+std::string openblas_core_note() {
+#ifdef TB_HAVE_OPENBLAS
+  // OpenBLAS's pre-AVX x86 cores, what its DYNAMIC_ARCH build picks for a CPU model it does not
+  // know (OpenBLAS 0.3.21 does not know Emerald Rapids, for one).
+  const std::string core = openblas_get_corename();
+  static constexpr std::string_view kOld[] = {"Prescott",  "Core2",  "Penryn",  "Dunnington",
+                                              "Nehalem",   "Atom",   "Opteron", "Opteron_SSE3",
+                                              "Barcelona", "Bobcat", "Katmai",  "Northwood"};
+  bool old = false;
+  for (std::string_view o : kOld)
+    old = old || core == o;
+  if (!old) return {};
+  const char* fix = cpu_supports(CpuCapability::Avx512) ? "SkylakeX"
+                    : cpu_supports(CpuCapability::Avx2) ? "Haswell"
+                                                        : nullptr;
+  if (fix == nullptr) return {};
+  return tb::detail::str_cat("OpenBLAS did not recognise this CPU and runs its ", core,
+                             " kernels (no AVX); start with OPENBLAS_CORETYPE=", fix,
+                             " in the environment for its ", fix, " kernels");
+#else
+  return {};
+#endif
 }
 
 GemmSelection set_gemm_backend(GemmBackend requested) {

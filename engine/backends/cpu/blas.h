@@ -1,9 +1,10 @@
 // Raw-pointer GEMM / SYRK layer of the CPU backend (row-major), with selectable implementation.
 //
-// Backends: OpenBLAS (when the build defines TB_HAVE_OPENBLAS) or a portable cache-blocked
-// reference implementation that needs no BLAS. The choice is process-wide and validated up front
-// by select_gemm_backend: a request that cannot run here falls back to the default with a
-// warning instead of failing at the first matmul.
+// Backends: oneDNN's matmul for float products (when the build defines TB_HAVE_ONEDNN; the
+// default then), OpenBLAS (TB_HAVE_OPENBLAS; it also serves the oneDNN backend's double
+// products) or a portable cache-blocked reference implementation that needs no BLAS. The choice
+// is process-wide and validated up front by select_gemm_backend: a request that cannot run here
+// falls back to the default with a warning instead of failing at the first matmul.
 //
 // Shapes use BLAS conventions: op(X) is X or Xᵀ, every matrix is row-major with a leading
 // dimension (distance in elements between consecutive rows as stored), so sub-matrix views are
@@ -18,31 +19,33 @@
 namespace tb::cpu {
 
 /// Implementation used for GEMM-family calls. The enumeration is the vocabulary of the
-/// `gemm_backend` setting for every device; the CPU runs Auto, OpenBlas and Reference, and
-/// knows the cuBLAS names only to say clearly that they apply to CUDA devices.
+/// `gemm_backend` setting for every device; the CPU runs Auto, OpenBlas, OneDnn and Reference,
+/// and knows the cuBLAS names only to say clearly that they apply to CUDA devices.
 enum class GemmBackend {
-  Auto,       // OpenBlas when compiled in, else Reference
+  Auto,       // OneDnn when compiled in, else OpenBlas when compiled in, else Reference
   OpenBlas,   // cblas_sgemm / dgemm / ssyrk / dsyrk
+  OneDnn,     // float: oneDNN matmul, split by rows over the kernel pool; double: OpenBLAS
   Reference,  // portable blocked kernels in this file's .cpp, parallel with parallel_for
   Cublas,     // CUDA devices only
   CublasLt,   // CUDA devices only
 };
 
-/// The setting's spelling of `backend`: "auto", "openblas", "reference", "cublas", "cublaslt".
+/// The setting's spelling of `backend`: "auto", "openblas", "onednn", "reference", "cublas",
+/// "cublaslt".
 std::string_view gemm_backend_name(GemmBackend backend);
 
-/// Parses a backend name (case-insensitive). Throws tb::ValueError
-/// "[gemm] unknown gemm_backend 'x' (expected auto, openblas, reference, cublas, cublaslt)".
+/// Parses a backend name (case-insensitive). Throws tb::ValueError "[gemm] unknown gemm_backend
+/// 'x' (expected auto, openblas, onednn, reference, cublas, cublaslt)".
 GemmBackend parse_gemm_backend(std::string_view name);
 
 /// True when `backend` can run CPU GEMMs in this build (Auto and Reference always; OpenBlas
-/// only with TB_HAVE_OPENBLAS; the cuBLAS backends never).
+/// only with TB_HAVE_OPENBLAS, OneDnn only with TB_HAVE_ONEDNN; the cuBLAS backends never).
 bool gemm_backend_available_on_cpu(GemmBackend backend);
 
 /// Outcome of choosing a CPU GEMM backend.
 struct GemmSelection {
   GemmBackend requested;  // what was asked for
-  GemmBackend used;       // what runs: OpenBlas or Reference, never Auto
+  GemmBackend used;       // what runs: OneDnn, OpenBlas or Reference, never Auto
   std::string warning;    // empty, or why `requested` could not be honoured and what is used
 };
 
@@ -54,18 +57,29 @@ GemmSelection select_gemm_backend(GemmBackend requested);
 /// selection (the caller shows its warning). Thread-safe; affects calls that start afterwards.
 GemmSelection set_gemm_backend(GemmBackend requested);
 
-/// The backend CPU GEMM calls use now (OpenBlas or Reference). Defaults to Auto's choice.
+/// The backend CPU GEMM calls use now (OneDnn, OpenBlas or Reference). Defaults to Auto's choice.
 GemmBackend current_gemm_backend();
 
 /// The backend last requested with set_gemm_backend (Auto by default): CUDA devices use cuBLASLt
 /// when it is CublasLt, cuBLAS otherwise.
 GemmBackend requested_gemm_backend();
 
+/// The GEMM libraries as they run here: "oneDNN 2.6.3 (brg:avx512_core); OpenBLAS 0.3.21 ...
+/// (core SkylakeX)", naming only those this build has.
+std::string gemm_libraries();
+
+/// Empty, or a note that OpenBLAS did not recognise this CPU and runs kernels older than the CPU
+/// supports (it then falls back to SSE3 "Prescott" kernels, about a fifth of the AVX-512 rate),
+/// with the OPENBLAS_CORETYPE setting that fixes it. OpenBLAS reads that variable when it loads,
+/// so it has to be set before the program starts.
+std::string openblas_core_note();
+
 /// C[m×n] = alpha·op(A)·op(B) + beta·C, row-major, with the current backend.
 /// op(A) is m×k: A is stored m×k (lda >= k) or, with trans_a, k×m (lda >= m); likewise op(B) is
 /// k×n from B stored k×n (ldb >= n) or, with trans_b, n×k (ldb >= k); ldc >= n. Every leading
 /// dimension must also be >= 1. With beta == 0, C's prior contents (even NaN) are not read; with
-/// alpha == 0 or k == 0, A and B are not read. C must not overlap A or B.
+/// alpha == 0 or k == 0, A and B are not read. C must not overlap A or B. On the OneDnn backend
+/// the result does not depend on the thread count (OpenBLAS's may).
 /// Throws tb::ValueError "[gemm] ..." naming the argument and the numbers for negative sizes,
 /// too-small leading dimensions or null pointers to non-empty matrices.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
