@@ -1,5 +1,6 @@
 // Run store benchmarks: batched metric ingest (rows/s through RunWriter into SQLite, commits
-// included) and the producer-side cost of logging one training step (what the step loop pays).
+// included), reading one metric's 1M-point series back (what the GUI does when it opens a run),
+// and the producer-side cost of logging one training step (what the step loop pays).
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -71,6 +72,40 @@ void BM_IngestBatched(benchmark::State& state) {
   state.counters["largest_batch"] = static_cast<double>(stats.largest_batch);
 }
 BENCHMARK(BM_IngestBatched)->Arg(4096)->Arg(65536)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Reads one metric's whole 1M-point series (RunStore::series) from a run of 4 metrics logged for
+// 1M steps, committed every `range(0)` steps (a commit is one chunk per metric: 256 steps is a
+// 200 ms commit interval at 1.3k steps/s, 4096 at 20k steps/s). Target: <= 50 ms.
+void BM_ReadSeries(benchmark::State& state) {
+  TempDb tmp;
+  constexpr std::int64_t kSteps = 1 << 20;
+  std::int64_t run = 0;
+  {
+    auto store = RunStore::open(tmp.db());
+    run = store.create_run({.name = "bench"});
+    RunWriter writer(tmp.db(), run);
+    std::vector<KeyedValue> values;
+    for (int i = 0; i < 4; ++i)
+      values.push_back({writer.key(step_keys()[static_cast<std::size_t>(i)]), 0.0});
+    for (std::int64_t step = 0; step < kSteps; ++step) {
+      for (KeyedValue& v : values)
+        v.value = static_cast<double>(step) * 1e-3;
+      writer.log_metrics(step, values);
+      if ((step + 1) % state.range(0) == 0) writer.flush();
+    }
+    writer.set_status(tb::store::RunStatus::kFinished);
+  }
+  auto store = RunStore::open(tmp.db());
+  std::size_t points = 0;
+  for (auto _ : state) {
+    const auto series = store.series(run, step_keys()[0]);
+    points = series.size();
+    benchmark::DoNotOptimize(series.data());
+  }
+  if (points != static_cast<std::size_t>(kSteps)) state.SkipWithError("short series");
+  state.counters["points"] = static_cast<double>(points);
+}
+BENCHMARK(BM_ReadSeries)->Arg(256)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // What the step loop pays per step: one log_metrics call of 16 values (string keys or interned
 // handles) while the writer thread commits in the background every 200 ms. Steps are paced at

@@ -402,11 +402,7 @@ Series StoreReader::series(std::int64_t run, const std::string& key, std::int64_
   // The run's first point: the earliest first point over its metric keys (one index seek per
   // key), so that every series of a run, and every poll of one, share the origin.
   double origin = points.front().time;
-  store::detail::Statement st = impl_->store.connection().prepare(
-      "SELECT MIN(t) FROM (SELECT (SELECT m.time FROM metrics m WHERE m.run_id = ?1 AND "
-      "m.key_id = k.id ORDER BY m.step LIMIT 1) AS t FROM metric_keys k)");
-  st.bind(1, run);
-  if (st.step() && !st.is_null(0)) origin = std::min(origin, st.real(0));
+  if (const auto first = impl_->store.first_point_time(run)) origin = std::min(origin, *first);
   out.step.reserve(points.size());
   out.wall_s.reserve(points.size());
   out.value.reserve(points.size());

@@ -93,6 +93,18 @@ Statement& Statement::bind(int i, std::string_view value) {
   return *this;
 }
 
+Statement& Statement::bind_blob(int i, const void* data, std::size_t bytes) {
+  sqlite3_bind_blob64(stmt_, i, data, bytes, SQLITE_TRANSIENT);
+  return *this;
+}
+
+std::span<const unsigned char> Statement::blob(int i) const {
+  const auto* p = static_cast<const unsigned char*>(sqlite3_column_blob(stmt_, i));
+  const int n = sqlite3_column_bytes(stmt_, i);
+  return p != nullptr ? std::span<const unsigned char>(p, static_cast<std::size_t>(n))
+                      : std::span<const unsigned char>();
+}
+
 Statement& Statement::bind_null(int i) {
   sqlite3_bind_null(stmt_, i);
   return *this;

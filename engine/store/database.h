@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,8 @@ class Statement {
   Statement& bind(int i, double value);
   /// Binds text (copied by SQLite).
   Statement& bind(int i, std::string_view value);
+  /// Binds a blob of `bytes` bytes (copied by SQLite).
+  Statement& bind_blob(int i, const void* data, std::size_t bytes);
   /// Binds NULL.
   Statement& bind_null(int i);
   /// Binds an optional integer (NULL when empty).
@@ -51,6 +54,8 @@ class Statement {
   double real(int i) const;
   /// Column `i` as text ("" for NULL).
   std::string text(int i) const;
+  /// Column `i` as a blob: its bytes, valid until the next step/reset (empty for NULL).
+  std::span<const unsigned char> blob(int i) const;
   /// Whether column `i` is NULL.
   bool is_null(int i) const;
   /// Column `i` as an optional integer (nullopt for NULL).

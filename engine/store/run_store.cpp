@@ -2,11 +2,14 @@
 #include "engine/store/run_store.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "engine/store/metric_chunks.h"
 #include "engine/store/process_info.h"
 #include "engine/store/run_ops.h"
 
@@ -255,7 +258,8 @@ void RunStore::delete_run(std::int64_t run) {
                              " is running; cancel it before deleting it"));
   }
   for (const char* sql :
-       {"DELETE FROM metrics WHERE run_id = ?", "DELETE FROM events WHERE run_id = ?",
+       {"DELETE FROM metrics WHERE run_id = ?", "DELETE FROM metric_chunks WHERE run_id = ?",
+        "DELETE FROM events WHERE run_id = ?",
         "DELETE FROM checkpoints WHERE run_id = ?", "DELETE FROM runs WHERE id = ?"}) {
     detail::Statement st = db_->prepare(sql);
     st.bind(1, run);
@@ -304,68 +308,50 @@ RunDetails RunStore::get_run(std::int64_t run) const {
   d.writer_host = st.text(17);
   d.writer_start_time = st.opt_int64(18);
 
-  // Per key: count and extremes in one grouped scan (SQLite's bare columns with MIN/MAX give the
-  // step of the extreme), the final point from the end of the key's range.
-  detail::Statement agg = db_->prepare(
-      "SELECT k.id, k.name, COUNT(*), MAX(m.step) FROM metrics m JOIN metric_keys k "
-      "ON k.id = m.key_id WHERE m.run_id = ? GROUP BY k.id ORDER BY k.name");
-  detail::Statement lo = db_->prepare(
-      "SELECT value, step FROM metrics WHERE run_id = ? AND key_id = ? AND value IS NOT NULL "
-      "ORDER BY value ASC, step ASC LIMIT 1");
-  detail::Statement hi = db_->prepare(
-      "SELECT value, step FROM metrics WHERE run_id = ? AND key_id = ? AND value IS NOT NULL "
-      "ORDER BY value DESC, step ASC LIMIT 1");
-  detail::Statement last =
-      db_->prepare("SELECT value FROM metrics WHERE run_id = ? AND key_id = ? AND step = ?");
-  agg.bind(1, run);
-  while (agg.step()) {
+  // Per key: the whole series (both metric tables, later writes winning), then count, final
+  // point and extremes (the earliest step among equal extremes; NaN points are skipped).
+  for (const auto& [key_id, name] : detail::run_metric_keys(*db_, run)) {
+    const std::vector<SeriesPoint> points = detail::read_series(*db_, run, key_id, std::numeric_limits<std::int64_t>::min());
+    if (points.empty()) continue;
     MetricSummary m;
-    const std::int64_t key_id = agg.int64(0);
-    m.key = agg.text(1);
-    m.count = agg.int64(2);
-    m.last_step = agg.int64(3);
-    last.bind(1, run).bind(2, key_id).bind(3, m.last_step);
-    m.last_value = last.step() ? last.real(0) : std::numeric_limits<double>::quiet_NaN();
-    last.reset();
+    m.key = name;
+    m.count = static_cast<std::int64_t>(points.size());
+    m.last_step = points.back().step;
+    m.last_value = points.back().value;
     m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
-    lo.bind(1, run).bind(2, key_id);
-    if (lo.step()) {
-      m.min_value = lo.real(0);
-      m.min_step = lo.int64(1);
+    for (const SeriesPoint& p : points) {
+      if (std::isnan(p.value)) continue;
+      if (std::isnan(m.min_value) || p.value < m.min_value) {
+        m.min_value = p.value;
+        m.min_step = p.step;
+      }
+      if (std::isnan(m.max_value) || p.value > m.max_value) {
+        m.max_value = p.value;
+        m.max_step = p.step;
+      }
     }
-    lo.reset();
-    hi.bind(1, run).bind(2, key_id);
-    if (hi.step()) {
-      m.max_value = hi.real(0);
-      m.max_step = hi.int64(1);
-    }
-    hi.reset();
     d.metrics.push_back(std::move(m));
   }
   return d;
 }
 
 std::vector<std::string> RunStore::metric_keys(std::int64_t run) const {
-  detail::Statement st = db_->prepare(
-      "SELECT name FROM metric_keys k WHERE EXISTS (SELECT 1 FROM metrics m WHERE m.run_id = ? "
-      "AND m.key_id = k.id) ORDER BY name");
-  st.bind(1, run);
   std::vector<std::string> out;
-  while (st.step())
-    out.push_back(st.text(0));
+  for (auto& [id, name] : detail::run_metric_keys(*db_, run))
+    out.push_back(std::move(name));
   return out;
 }
 
 std::vector<SeriesPoint> RunStore::series(std::int64_t run, std::string_view key,
                                           std::int64_t from_step) const {
-  detail::Statement st = db_->prepare(
-      "SELECT m.step, m.value, m.time FROM metrics m WHERE m.run_id = ? AND m.key_id = "
-      "(SELECT id FROM metric_keys WHERE name = ?) AND m.step >= ? ORDER BY m.step");
-  st.bind(1, run).bind(2, key).bind(3, from_step);
-  std::vector<SeriesPoint> out;
-  while (st.step())
-    out.push_back({st.int64(0), st.real(1), st.real(2)});
-  return out;
+  detail::Statement id = db_->prepare("SELECT id FROM metric_keys WHERE name = ?");
+  id.bind(1, key);
+  if (!id.step()) return {};
+  return detail::read_series(*db_, run, id.int64(0), from_step);
+}
+
+std::optional<double> RunStore::first_point_time(std::int64_t run) const {
+  return detail::first_point_time(*db_, run);
 }
 
 std::optional<std::int64_t> RunStore::latest_step(std::int64_t run) const {

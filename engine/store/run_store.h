@@ -102,6 +102,9 @@ class RunStore {
   std::vector<SeriesPoint> series(
       std::int64_t run, std::string_view key,
       std::int64_t from_step = std::numeric_limits<std::int64_t>::min()) const;
+  /// The wall time (Unix seconds) of the run's earliest metric point, over all its metrics
+  /// (nullopt without points): the common origin of its series' time axes.
+  std::optional<double> first_point_time(std::int64_t run) const;
   /// The largest committed step of `run` (nullopt when it has no metrics yet).
   std::optional<std::int64_t> latest_step(std::int64_t run) const;
   /// Status and largest committed step of every run: one cheap query to poll for live updates.

@@ -35,6 +35,7 @@
 #include "engine/store/process_info.h"
 #include "engine/store/status.h"
 #include "engine/store/store_error.h"
+#include "engine/store/types.h"
 
 namespace tb::store {
 
@@ -190,6 +191,7 @@ class RunWriter {
   WriterStats stats_;
 
   std::vector<std::int64_t> db_key_ids_;  // writer thread: MetricKeyId -> metric_keys.id
+  std::vector<SeriesPoint> points_;       // writer thread: one key's points of a commit
   std::thread thread_;
 };
 

@@ -84,9 +84,27 @@ CREATE TABLE store_info (
 INSERT INTO store_info (key, value) VALUES ('store_id', lower(hex(randomblob(8))));
 )sql";
 
-constexpr std::array<Migration, 2> kLadder = {{
+// Version 3: metric points as packed chunks, one row per metric per commit (see metric_chunks.h).
+// `id` is the write order: a later chunk's point replaces an earlier one's for the same step. The
+// index finds a series' chunks from a step on (a live plot's poll reads only the newest). Rows of
+// `metrics` written before stay and are read alongside, so nothing is converted or lost.
+constexpr std::string_view kSchemaV3 = R"sql(
+CREATE TABLE metric_chunks (
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL,
+  key_id INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  points BLOB NOT NULL
+);
+CREATE INDEX metric_chunks_series ON metric_chunks (run_id, key_id, last_step);
+)sql";
+
+constexpr std::array<Migration, 3> kLadder = {{
     {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
     {2, "add store_info with the store's id", kSchemaV2},
+    {3, "add metric_chunks (metric points packed per metric and commit)", kSchemaV3},
 }};
 
 constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL

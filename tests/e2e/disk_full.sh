@@ -27,13 +27,15 @@ grep -q "is the disk full" "$tmp/run.log" || fail "no disk-full message: $(tail 
 grep -Eq "^1 .* crashed .* [0-9]+ " "$tmp/runs.txt" || fail "run 1 not shown crashed: $(cat "$tmp/runs.txt")"
 "$cli" --db "$db" show 1 >/dev/null 2>&1 || fail "show 1 failed"
 python3 - "$db" <<'PY' || exit 1
-import sqlite3, sys
+import sqlite3, struct, sys
 c = sqlite3.connect(sys.argv[1])
 if c.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
     print("FAIL: disk_full: integrity_check"); sys.exit(1)
-steps = [r[0] for r in c.execute(
-    "SELECT step FROM metrics m JOIN metric_keys k ON k.id = m.key_id "
-    "WHERE m.run_id = 1 AND k.name = 'loss' ORDER BY step")]
+# metric_chunks rows pack (step int64, value float64, time float64) records, little-endian.
+steps = sorted({s for (blob,) in c.execute(
+    "SELECT m.points FROM metric_chunks m JOIN metric_keys k ON k.id = m.key_id "
+    "WHERE m.run_id = 1 AND k.name = 'loss' ORDER BY m.id")
+    for s, _, _ in struct.iter_unpack("<qdd", blob)})
 if not steps or steps != list(range(steps[0], steps[0] + len(steps))):
     print(f"FAIL: disk_full: committed loss steps are not contiguous ({len(steps)} rows)"); sys.exit(1)
 print(f"PASS: disk_full: run stopped with a disk-full error, {len(steps)} committed steps kept")

@@ -55,7 +55,7 @@ t0 = time.time()
 while time.time() - t0 < 120:
     try:
         con = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True, timeout=1)
-        if con.execute("SELECT MAX(step) FROM metrics").fetchone()[0]:
+        if con.execute("SELECT MAX(last_step) FROM metric_chunks").fetchone()[0]:
             sys.exit(0)
         con.close()
     except sqlite3.Error:
@@ -82,10 +82,22 @@ echo "kill9_run: killed; last progress: $(tr '\r' '\n' <"$tmp/run.log" | grep -a
 
 # The file as the killed process left it (nothing else has opened it yet).
 check_db='
-import sqlite3, sys
+import sqlite3, struct, sys
 def fail(msg):
     print("FAIL: kill9_run: " + msg)
     sys.exit(1)
+def series_steps(con, run, key_id):
+    # metric_chunks: per row, count records of (step int64, value float64, time float64),
+    # little-endian; a later row (higher id) replaces an earlier one for the same step.
+    steps = {}
+    for count, blob in con.execute(
+            "SELECT count, points FROM metric_chunks WHERE run_id = ? AND key_id = ? ORDER BY id",
+            (run, key_id)):
+        if len(blob) != 24 * count:
+            fail("a chunk of key %d holds %d bytes for %d points" % (key_id, len(blob), count))
+        for step, value, t in struct.iter_unpack("<qdd", blob):
+            steps[step] = value
+    return sorted(steps)
 try:
     con = sqlite3.connect(sys.argv[1])
     rows = con.execute("PRAGMA integrity_check").fetchall()
@@ -100,8 +112,7 @@ try:
     key = con.execute("SELECT id FROM metric_keys WHERE name = ?", ("loss",)).fetchone()
     if key is None:
         fail("no \"loss\" metric key: no step was committed")
-    steps = [s for (s,) in con.execute(
-        "SELECT step FROM metrics WHERE run_id = ? AND key_id = ? ORDER BY step", (run, key[0]))]
+    steps = series_steps(con, run, key[0])
     k = len(steps)
     if k < 1:
         fail("no \"loss\" step was committed")
@@ -109,14 +120,16 @@ try:
         missing = sorted(set(range(1, steps[-1] + 1)) - set(steps))
         fail("\"loss\" steps are not 1..%d: first %r, last %r, missing %r"
              % (k, steps[:3], steps[-3:], missing[:10]))
-    max_step = con.execute("SELECT MAX(step) FROM metrics WHERE run_id = ?", (run,)).fetchone()[0]
+    max_step = con.execute("SELECT MAX(last_step) FROM metric_chunks WHERE run_id = ?",
+                           (run,)).fetchone()[0]
     if max_step != k:
         fail("metrics hold step %r beyond the last \"loss\" step %d (a step was split)"
              % (max_step, k))
+    key_names = dict(con.execute("SELECT id, name FROM metric_keys").fetchall())
+    key_steps = {key_names[kid]: set(series_steps(con, run, kid)) for (kid,) in con.execute(
+        "SELECT DISTINCT key_id FROM metric_chunks WHERE run_id = ?", (run,)).fetchall()}
     def keys_at(step):
-        return {n for (n,) in con.execute(
-            "SELECT k.name FROM metrics m JOIN metric_keys k ON k.id = m.key_id "
-            "WHERE m.run_id = ? AND m.step = ?", (run, step))}
+        return {n for n, st in key_steps.items() if step in st}
     partial = keys_at(1) - keys_at(k)
     if partial:
         fail("step %d lacks metrics %r that step 1 has (a step was split)" % (k, sorted(partial)))

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -242,6 +243,99 @@ TEST_F(StoreTest, StoreIdIsMadeOnceKeptAndGivenToMigratedStores) {
   EXPECT_EQ(migrated.size(), 16u);
   EXPECT_EQ(RawDb(old).integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(RunStore::open(old).store_id(), migrated);
+}
+
+// Metric points are packed per metric and commit (metric_chunks); a later write of a step
+// replaces the earlier one wherever it is, within a commit, across commits, or in the per-row
+// table a version-2 store wrote (kept and read alongside after the migration).
+TEST_F(StoreTest, PackedChunksMergeWithRowsOfVersionTwoAndLaterWritesWin) {
+  const fs::path old = db().parent_path() / "v2.sqlite";
+  {
+    const auto all = detail::migrations();
+    const std::vector<detail::Migration> v2(all.begin(), all.begin() + 2);  // o.ladder views it
+    detail::OpenOptions o;
+    o.ladder = v2;
+    detail::open_database(old, o);
+  }
+  {
+    RawDb raw(old);
+    raw.exec(
+        "INSERT INTO runs (id, name, status, created_at, last_step) VALUES (1, 'old', 'finished', "
+        "1000, 4);"
+        "INSERT INTO metric_keys (id, name) VALUES (1, 'loss'), (2, 'lr');"
+        "INSERT INTO metrics (run_id, key_id, step, value, time) VALUES "
+        "(1, 1, 0, 5.0, 1001), (1, 1, 1, 4.0, 1002), (1, 1, 2, NULL, 1003), (1, 1, 3, 3.0, 1004),"
+        "(1, 1, 4, 2.5, 1005), (1, 2, 0, 0.1, 1001);");
+  }
+  auto store = RunStore::open(old);
+  EXPECT_EQ(RawDb(old).integer("PRAGMA user_version"), kSchemaVersion);
+  ASSERT_EQ(store.series(1, "loss").size(), 5u);
+  EXPECT_TRUE(std::isnan(store.series(1, "loss")[2].value));
+  EXPECT_EQ(*store.first_point_time(1), 1001.0);
+  {
+    RunWriter w(old, 1);  // resumed from step 3: steps 3 and 4 again, then new ones
+    const auto loss = w.key("loss");
+    for (std::int64_t step = 3; step < 8; ++step)
+      w.log_metrics(step, std::array{KeyedValue{loss, 10.0 * static_cast<double>(step)}});
+    w.log_metrics(6, std::array{KeyedValue{loss, -1.0}});  // the same step twice in one commit
+    w.flush();
+    w.log_metrics(7, std::array{KeyedValue{loss, 0.5}});  // and in a later commit
+    w.set_status(RunStatus::kFinished);
+  }
+  const std::vector<SeriesPoint> s = store.series(1, "loss");
+  std::vector<std::int64_t> steps;
+  std::vector<double> values;
+  for (const SeriesPoint& p : s) {
+    steps.push_back(p.step);
+    values.push_back(p.value);
+  }
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(values[0], 5.0);
+  EXPECT_EQ(values[3], 30.0);  // the chunk replaced the row
+  EXPECT_EQ(values[6], -1.0);
+  EXPECT_EQ(values[7], 0.5);
+  const std::vector<SeriesPoint> tail = store.series(1, "loss", 6);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].step, 6);
+  EXPECT_EQ(tail[1].value, 0.5);
+  EXPECT_EQ(store.metric_keys(1), (std::vector<std::string>{"loss", "lr"}));
+  const RunDetails d = store.get_run(1);
+  ASSERT_EQ(d.metrics.size(), 2u);
+  EXPECT_EQ(d.metrics[0].key, "loss");
+  EXPECT_EQ(d.metrics[0].count, 8);
+  EXPECT_EQ(d.metrics[0].last_step, 7);
+  EXPECT_EQ(d.metrics[0].last_value, 0.5);
+  EXPECT_EQ(d.metrics[0].min_value, -1.0);
+  EXPECT_EQ(d.metrics[0].min_step, 6);
+  EXPECT_EQ(d.metrics[0].max_value, 50.0);
+  EXPECT_EQ(d.metrics[0].max_step, 5);
+  EXPECT_EQ(d.metrics[1].count, 1);
+  EXPECT_EQ(d.summary.last_step, 7);
+  store.delete_run(1);
+  RawDb raw(old);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metric_chunks"), 0);
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metrics"), 0);
+}
+
+// A damaged chunk (its blob shorter than its count says) is an error naming the file, not a
+// crash or a silently short series.
+TEST_F(StoreTest, DamagedChunkIsReportedWithTheFile) {
+  auto store = RunStore::open(db());
+  const auto run = store.create_run({.name = "r"});
+  {
+    RunWriter w(db(), run);
+    w.log_metrics(0, {{"loss", 1.0}});
+    w.set_status(RunStatus::kFinished);
+  }
+  RawDb(db()).exec("UPDATE metric_chunks SET count = 2");
+  try {
+    (void)store.series(run, "loss");
+    ADD_FAILURE() << "no error";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find(db().string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds 24 bytes for 2 points"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(StoreTest, RefusesDatabaseFromNewerVersionUnchanged) {
@@ -538,13 +632,13 @@ TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
     EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok");
     EXPECT_EQ(raw.text("SELECT status FROM runs WHERE id = 1"), "running");
     // Per key: steps 0..k without gaps, and the same k for every key (calls are never split).
-    k = raw.integer("SELECT MAX(step) FROM metrics WHERE run_id = 1");
+    k = raw.integer("SELECT MAX(last_step) FROM metric_chunks WHERE run_id = 1");
     EXPECT_GE(k, threshold);
-    EXPECT_EQ(raw.integer("SELECT COUNT(DISTINCT key_id) FROM metrics"), 3);
-    EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metrics GROUP BY key_id "
-                          "HAVING COUNT(*) = " +
-                          std::to_string(k + 1) +
-                          " AND MIN(step) = 0 AND MAX(step) = " + std::to_string(k) + ")"),
+    EXPECT_EQ(raw.integer("SELECT COUNT(DISTINCT key_id) FROM metric_chunks"), 3);
+    EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metric_chunks GROUP BY "
+                          "key_id HAVING SUM(count) = " +
+                          std::to_string(k + 1) + " AND MIN(first_step) = 0 AND MAX(last_step) = " +
+                          std::to_string(k) + ")"),
               3);
   }
   auto store = RunStore::open(db());
@@ -560,13 +654,13 @@ TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
 std::int64_t expect_consistent_prefix(const fs::path& db, int keys) {
   RawDb raw(db);
   EXPECT_EQ(raw.text("PRAGMA integrity_check"), "ok");
-  const std::string max = raw.text("SELECT MAX(step) FROM metrics WHERE run_id = 1");
+  const std::string max = raw.text("SELECT MAX(last_step) FROM metric_chunks WHERE run_id = 1");
   if (max.empty()) return -1;
   const std::int64_t k = std::stoll(max);
-  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metrics GROUP BY key_id "
-                        "HAVING COUNT(*) = " +
-                        std::to_string(k + 1) +
-                        " AND MIN(step) = 0 AND MAX(step) = " + std::to_string(k) + ")"),
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metric_chunks GROUP BY key_id "
+                        "HAVING SUM(count) = " +
+                        std::to_string(k + 1) + " AND MIN(first_step) = 0 AND MAX(last_step) = " +
+                        std::to_string(k) + ")"),
             keys);
   return k;
 }
