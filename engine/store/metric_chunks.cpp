@@ -86,10 +86,9 @@ void decode_chunk(std::span<const unsigned char> blob, std::int64_t count, std::
     }
   }
   if (count > 0 && dst[0].step < from_step) {  // only the chunk that straddles from_step
-    const auto first = std::lower_bound(dst, dst + count, from_step,
-                                        [](const SeriesPoint& p, std::int64_t s) {
-                                          return p.step < s;
-                                        });
+    const auto first =
+        std::lower_bound(dst, dst + count, from_step,
+                         [](const SeriesPoint& p, std::int64_t s) { return p.step < s; });
     const std::size_t drop = static_cast<std::size_t>(first - dst);
     std::memmove(static_cast<void*>(dst), first, (count - drop) * sizeof(SeriesPoint));
     out.resize(out.size() - drop);

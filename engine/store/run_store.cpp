@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -259,8 +259,8 @@ void RunStore::delete_run(std::int64_t run) {
   }
   for (const char* sql :
        {"DELETE FROM metrics WHERE run_id = ?", "DELETE FROM metric_chunks WHERE run_id = ?",
-        "DELETE FROM events WHERE run_id = ?",
-        "DELETE FROM checkpoints WHERE run_id = ?", "DELETE FROM runs WHERE id = ?"}) {
+        "DELETE FROM events WHERE run_id = ?", "DELETE FROM checkpoints WHERE run_id = ?",
+        "DELETE FROM runs WHERE id = ?"}) {
     detail::Statement st = db_->prepare(sql);
     st.bind(1, run);
     st.run();
@@ -311,7 +311,8 @@ RunDetails RunStore::get_run(std::int64_t run) const {
   // Per key: the whole series (both metric tables, later writes winning), then count, final
   // point and extremes (the earliest step among equal extremes; NaN points are skipped).
   for (const auto& [key_id, name] : detail::run_metric_keys(*db_, run)) {
-    const std::vector<SeriesPoint> points = detail::read_series(*db_, run, key_id, std::numeric_limits<std::int64_t>::min());
+    const std::vector<SeriesPoint> points =
+        detail::read_series(*db_, run, key_id, std::numeric_limits<std::int64_t>::min());
     if (points.empty()) continue;
     MetricSummary m;
     m.key = name;

@@ -659,8 +659,8 @@ std::int64_t expect_consistent_prefix(const fs::path& db, int keys) {
   const std::int64_t k = std::stoll(max);
   EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM (SELECT key_id FROM metric_chunks GROUP BY key_id "
                         "HAVING SUM(count) = " +
-                        std::to_string(k + 1) + " AND MIN(first_step) = 0 AND MAX(last_step) = " +
-                        std::to_string(k) + ")"),
+                        std::to_string(k + 1) +
+                        " AND MIN(first_step) = 0 AND MAX(last_step) = " + std::to_string(k) + ")"),
             keys);
   return k;
 }
