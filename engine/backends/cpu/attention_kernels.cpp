@@ -9,10 +9,12 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/capability_kernels.h"
+#include "engine/backends/cpu/vec_math.h"
 #include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu::TB_CPU_CAPABILITY {
@@ -95,11 +97,17 @@ void probabilities(const Dims& n, bool causal, C scale, HeadRows<C> q, HeadRows<
       for (std::int64_t j = 0; j < jend; ++j)
         m = std::max(m, row[j]);
     }
-    C l = 0;
+    // The exponentials first (a loop the compiler vectorises), then their sum in order.
     for (std::int64_t j = 0; j < jend; ++j) {
-      row[j] = std::exp(row[j] - m);
-      l += row[j];
+      if constexpr (std::is_same_v<C, float>) {
+        row[j] = exp_f32(row[j] - m);
+      } else {
+        row[j] = std::exp(row[j] - m);
+      }
     }
+    C l = 0;
+    for (std::int64_t j = 0; j < jend; ++j)
+      l += row[j];
     std::fill(row + jend, row + kend, C(0));
     if (l_out != nullptr) {
       l_out[r] = l;

@@ -2,8 +2,10 @@
 // where and masked_fill. Inputs arrive in one dtype (the ops layer promotes); kernels broadcast.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/backends/cpu/capability_kernels.h"
+#include "engine/backends/cpu/vec_math.h"
 #include "engine/dispatch/op_signatures.h"
 
 namespace tb::cpu::TB_CPU_CAPABILITY {
@@ -49,7 +51,11 @@ C abs_fn(C x) {
 
 template <typename C>
 C sigmoid_fn(C x) {
-  return C(1) / (C(1) + std::exp(-x));
+  if constexpr (std::is_same_v<C, float>) {
+    return 1.0f / (1.0f + exp_f32(-x));  // vectorisable (vec_math.h)
+  } else {
+    return C(1) / (C(1) + std::exp(-x));
+  }
 }
 
 template <typename C>
@@ -91,7 +97,11 @@ struct ReluOp {
 struct ExpOp {
   template <typename C>
   C operator()(C x) const {
-    return std::exp(x);
+    if constexpr (std::is_same_v<C, float>) {
+      return exp_f32(x);  // vectorisable (vec_math.h)
+    } else {
+      return std::exp(x);
+    }
   }
 };
 struct LogOp {
