@@ -1,20 +1,28 @@
 # Third-party dependencies, all from Debian packages (see packaging/debian-build-deps.txt).
 find_package(PkgConfig REQUIRED)
+
+# An AUTO/ON/OFF cache setting VAR (default AUTO) with DOC; sets <out_required> to REQUIRED (ON),
+# QUIET (AUTO) or OFF (OFF) for the find_package calls that follow.
+function(tb_auto_option var doc out_required)
+  set(${var} "AUTO" CACHE STRING "${doc}")
+  set_property(CACHE ${var} PROPERTY STRINGS AUTO ON OFF)
+  if(${var} STREQUAL "ON")
+    set(${out_required} REQUIRED PARENT_SCOPE)
+  elseif(${var} STREQUAL "OFF")
+    set(${out_required} OFF PARENT_SCOPE)
+  else()
+    set(${out_required} QUIET PARENT_SCOPE)
+  endif()
+endfunction()
 find_package(Threads REQUIRED)
 
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # oneDNN's matmul for the CPU's float GEMMs (engine/backends/cpu/onednn_gemm.cpp). AUTO uses it
 # when Debian's libdnnl-dev is installed (its CMake package needs ocl-icd-opencl-dev for OpenCL);
 # OpenMP is linked to keep oneDNN's own OpenMP threads at one per call.
-set(TB_ONEDNN "AUTO" CACHE STRING "Use oneDNN for CPU float GEMMs: AUTO (when found), ON, OFF")
-set_property(CACHE TB_ONEDNN PROPERTY STRINGS AUTO ON OFF)
+tb_auto_option(TB_ONEDNN "Use oneDNN for CPU float GEMMs: AUTO (when found), ON, OFF" _tb_dnnl_required)
 set(TB_HAVE_ONEDNN OFF)
-if(NOT TB_ONEDNN STREQUAL "OFF")
-  if(TB_ONEDNN STREQUAL "ON")
-    set(_tb_dnnl_required REQUIRED)
-  else()
-    set(_tb_dnnl_required QUIET)
-  endif()
+if(_tb_dnnl_required)
   find_package(dnnl 2.6 CONFIG ${_tb_dnnl_required})
   find_package(OpenMP ${_tb_dnnl_required} COMPONENTS CXX)
   if(dnnl_FOUND AND OpenMP_CXX_FOUND)
@@ -45,15 +53,9 @@ endif()
 # The GUI (ui/, app/gui): Qt 6 Widgets/PrintSupport/Svg/Test and QCustomPlot (Debian's
 # libqcustomplot-dev, target QCustomPlotQt6). AUTO builds it when they are found, so
 # trainbench-cli still builds on a headless box without Qt; the ci preset asks for ON.
-set(TB_GUI "AUTO" CACHE STRING "Build the Qt 6 GUI: AUTO (when Qt 6 + QCustomPlot are found), ON, OFF")
-set_property(CACHE TB_GUI PROPERTY STRINGS AUTO ON OFF)
+tb_auto_option(TB_GUI "Build the Qt 6 GUI: AUTO (when Qt 6 + QCustomPlot are found), ON, OFF" _tb_qt_required)
 set(TB_HAVE_GUI OFF)
-if(NOT TB_GUI STREQUAL "OFF")
-  if(TB_GUI STREQUAL "ON")
-    set(_tb_qt_required REQUIRED)
-  else()
-    set(_tb_qt_required QUIET)
-  endif()
+if(_tb_qt_required)
   find_package(Qt6 6.2 ${_tb_qt_required} COMPONENTS Widgets PrintSupport Svg Test)
   find_package(QCustomPlotQt6 ${_tb_qt_required})
   if(Qt6_FOUND AND QCustomPlotQt6_FOUND)
