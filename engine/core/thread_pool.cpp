@@ -55,7 +55,9 @@ struct Job {
   int64_t base;       // every chunk has `base` elements,
   int64_t remainder;  // the first `remainder` chunks one more
   int num_chunks;
+  int threads;                  // threads that may work on it, the caller included
   int next_chunk = 1;           // chunk 0 is reserved for the calling thread
+  int helpers = 0;              // workers working on it now (at most threads - 1)
   std::atomic<int> pending{0};  // chunks not finished yet
   std::exception_ptr error;
 
@@ -68,7 +70,7 @@ class Pool {
   void submit(Job* job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const size_t wanted = static_cast<size_t>(job->num_chunks - 1);
+      const size_t wanted = static_cast<size_t>(std::min(job->num_chunks, job->threads) - 1);
       try {
         while (workers_.size() < wanted)
           workers_.emplace_back([this] { worker_loop(); });
@@ -78,7 +80,8 @@ class Pool {
       queue_.push_back(job);
       queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
     }
-    for (int i = 1; i < job->num_chunks; ++i)
+    const int wake = std::min(job->num_chunks, job->threads) - 1;
+    for (int i = 0; i < wake; ++i)
       work_cv_.notify_one();
   }
 
@@ -186,10 +189,6 @@ class Pool {
     queue_.erase(std::find(queue_.begin(), queue_.end(), job));
     queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
   }
-  void pop_front_locked() {
-    queue_.pop_front();
-    queued_.store(static_cast<int>(queue_.size()), std::memory_order_relaxed);
-  }
 
   // How long a worker keeps looking for the next job, and the caller for its job's end, before
   // sleeping on a condition variable. A kernel follows the previous one within microseconds in a
@@ -212,6 +211,15 @@ class Pool {
     }
   }
 
+  // The first queued job that still has an unclaimed chunk and room for another helper: a job
+  // takes at most threads - 1 workers besides its caller, whatever the pool's size (it may have
+  // grown for an earlier, wider job), so a run's thread count is never exceeded.
+  Job* joinable_locked() const {
+    for (Job* job : queue_)
+      if (job->helpers < job->threads - 1) return job;
+    return nullptr;
+  }
+
   void worker_loop() {
     detail::t_in_parallel = true;  // anything a worker calls runs nested, i.e. inline
     std::unique_lock<std::mutex> lock(mu_);
@@ -220,19 +228,34 @@ class Pool {
       pthread_setaffinity_np(pthread_self(), sizeof(mask), &mask);
     }
     for (;;) {
-      if (queue_.empty()) {
+      if (joinable_locked() == nullptr) {
         lock.unlock();
         spin_until([this] { return queued_.load(std::memory_order_relaxed) > 0; });
         lock.lock();
       }
-      work_cv_.wait(lock, [this] { return !queue_.empty(); });
-      Job* job = queue_.front();
-      const int c = job->next_chunk++;
-      if (job->next_chunk == job->num_chunks) pop_front_locked();
-      lock.unlock();
-      std::exception_ptr error = run_chunk(job, c);
-      lock.lock();
-      finish_locked(job, error);
+      Job* job = nullptr;
+      work_cv_.wait(lock, [this, &job] { return (job = joinable_locked()) != nullptr; });
+      if (job == nullptr) continue;
+      ++job->helpers;
+      int c = job->next_chunk++;
+      if (job->next_chunk == job->num_chunks) erase_locked(job);
+      // Chunk after chunk of the same job while it has unclaimed ones. The next chunk is claimed
+      // before this one counts as finished, so the job (on its caller's stack) outlives the
+      // claim; nothing touches it after the last finish_locked.
+      for (;;) {
+        lock.unlock();
+        std::exception_ptr error = run_chunk(job, c);
+        lock.lock();
+        int next = -1;
+        if (!error && job->next_chunk < job->num_chunks) {
+          next = job->next_chunk++;
+          if (job->next_chunk == job->num_chunks) erase_locked(job);
+        }
+        if (next < 0) --job->helpers;
+        finish_locked(job, error);
+        if (next < 0) break;
+        c = next;
+      }
     }
   }
 
@@ -361,19 +384,28 @@ int resolve_num_threads() {
   return n;
 }
 
+// Chunks per thread a loop is cut into when its grain allows. Kernels give the same bits for
+// any chunking (their reductions use fixed blocks of their own), so this is a load-balancing
+// choice only; each chunk costs one claim under the pool's mutex (well under a microsecond).
+constexpr int kChunksPerThread = 4;
+
 void parallel_for_pooled(int64_t begin, int64_t end, int64_t grain, int threads, ChunkFn fn,
                          const void* ctx) {
   if (begin >= end) return;  // reachable with a negative grain
   const int64_t range = end - begin;
   const int64_t g = std::max<int64_t>(grain, 1);
   const int64_t wanted = range / g + (range % g != 0 ? 1 : 0);
-  const int chunks = static_cast<int>(std::min<int64_t>(threads, wanted));
+  // More chunks than threads, claimed one at a time by whoever is free: a thread preempted by
+  // another process (the GUI, a loader thread, the OS) then delays only the chunk it holds, not
+  // a whole 1/threads share of the loop, which the others could have taken over meanwhile.
+  const int chunks =
+      static_cast<int>(std::min<int64_t>(int64_t{threads} * kChunksPerThread, wanted));
   ParallelRegionGuard region;
   if (chunks <= 1) {
     fn(ctx, begin, end);
     return;
   }
-  Job job{fn, ctx, begin, range / chunks, range % chunks, chunks, 1, chunks, nullptr};
+  Job job{fn, ctx, begin, range / chunks, range % chunks, chunks, threads, 1, 0, chunks, nullptr};
   Pool& p = pool();
   p.submit(&job);
   // The caller runs chunk 0, then helps with any chunk no worker has claimed yet.

@@ -111,8 +111,10 @@ inline bool in_parallel_region() {
 /// Calls fn(chunk_begin, chunk_end) over disjoint chunks that cover [begin, end) exactly once.
 /// - Runs fn(begin, end) inline on the caller (no pool hop) when end - begin <= grain, when
 ///   num_threads() == 1, or when called from inside a parallel region (nested: no deadlock).
-/// - Otherwise uses min(num_threads(), ceil((end - begin) / grain)) chunks of near-equal size;
-///   the calling thread runs one of them and waits for the rest.
+/// - Otherwise uses min(4 * num_threads(), ceil((end - begin) / grain)) chunks of near-equal
+///   size, claimed one at a time by the calling thread and up to num_threads() - 1 workers (so a
+///   preempted thread holds back one chunk, not its whole share); the caller returns when all
+///   are done. Kernels must not let their results depend on the chunk boundaries.
 /// - An empty range (begin >= end) calls nothing. A grain <= 0 behaves like 1.
 /// - The first exception thrown by any chunk is rethrown on the calling thread after every
 ///   started chunk has finished; chunks not yet started when it was thrown are skipped.

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -618,11 +619,13 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
         });
         for (int64_t i = 0; i < size; ++i)
           ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1);
-        EXPECT_LE(chunks.load(), threads);
+        EXPECT_LE(chunks.load(), 4 * threads);
+        EXPECT_LE(ids.size(), static_cast<size_t>(threads));
         if (size > 0) {
           const int64_t g = std::max<int64_t>(grain, 1);
-          const int64_t expected =
-              size <= grain ? 1 : std::min<int64_t>(threads, (size + g - 1) / g);
+          const int64_t expected = size <= grain || threads == 1
+                                       ? 1
+                                       : std::min<int64_t>(4 * threads, (size + g - 1) / g);
           EXPECT_EQ(chunks.load(), expected);
           EXPECT_EQ(ids.count(std::this_thread::get_id()), 1u) << "caller ran no chunk";
         } else {
@@ -632,6 +635,51 @@ TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
     }
   }
   EXPECT_FALSE(core::in_parallel_region());
+}
+
+// A thread that stalls inside its chunk (preempted by another process, say) holds back that
+// chunk only: the others are taken by whoever is free. Here a worker's chunk waits until every
+// other chunk has finished, which completes only if the caller took them all; with one chunk per
+// thread it would wait for the caller's whole share and time out.
+// The pool first grows to 7 workers, which must not all join a later two-thread loop.
+TEST(ThreadPool, AStalledThreadHoldsBackOnlyItsOwnChunk) {
+  {
+    core::ScopedNumThreads wide(8);
+    std::atomic<int64_t> count{0};
+    core::parallel_for(0, 1 << 16, 1, [&](int64_t b, int64_t e) { count.fetch_add(e - b); });
+    ASSERT_EQ(count.load(), 1 << 16);
+  }
+  core::ScopedNumThreads scoped(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<int> done{0};
+    std::atomic<int> chunks{0};
+    std::atomic<bool> timed_out{false};
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    core::parallel_for(0, 8, 1, [&](int64_t, int64_t) {
+      const int total = 8;
+      chunks.fetch_add(1);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.insert(std::this_thread::get_id());
+      }
+      if (std::this_thread::get_id() != caller) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (done.load() < total - 1) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            timed_out = true;
+            break;
+          }
+          std::this_thread::yield();
+        }
+      }
+      done.fetch_add(1);
+    });
+    EXPECT_EQ(chunks.load(), 8);
+    EXPECT_LE(ids.size(), 2u) << "more threads than the thread count worked on the loop";
+    ASSERT_FALSE(timed_out.load()) << "the caller did not take over the stalled worker's share";
+  }
 }
 
 TEST(ThreadPool, StdFunctionOverload) {

@@ -2,6 +2,7 @@
 // the HTML/PDF report: well-formed, one row per selected run, user text escaped.
 #include <QtTest>
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QProcess>
 #include <QPushButton>
@@ -11,7 +12,10 @@
 #include <QTemporaryDir>
 #include <QXmlStreamReader>
 
+#include <cmath>
 #include <set>
+
+#include <qcustomplot.h>
 
 #include "engine/api/workbench_api.h"
 #include "tests/ui/ui_test_util.h"
@@ -42,6 +46,38 @@ class TestRunsReport : public QObject {
 
  private Q_SLOTS:
   void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+  void liveRedrawsKeepToTheirShareOfTheMachine() {
+    // A plot's redraws of new points take at most 0.3 % of the machine's CPU time, and come at
+    // most 10 times a second: on 2 CPUs a 3 ms redraw is drawn twice a second.
+    using P = ui::MetricPlot;
+    QCOMPARE(P::liveRedrawIntervalMs(0.0, 2), 100);
+    QCOMPARE(P::liveRedrawIntervalMs(0.5, 2), 100);
+    QCOMPARE(P::liveRedrawIntervalMs(3.0, 2), 500);
+    QCOMPARE(P::liveRedrawIntervalMs(3.0, 16), 100);
+    QCOMPARE(P::liveRedrawIntervalMs(6.0, 8), 250);
+    QCOMPARE(P::liveRedrawIntervalMs(30.0, 2), 2000);
+    QCOMPARE(P::liveRedrawIntervalMs(3.0, 0), 1000);  // an unknown CPU count counts as one
+    // A shown plot fed 100 times a second redraws no more often than its interval allows, and
+    // measures what its redraws cost.
+    ui::MetricPlot plot(QStringLiteral("loss"), QStringLiteral("loss"));
+    plot.resize(600, 300);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    plot.ensureCurve(QStringLiteral("a"), QStringLiteral("a"), Qt::blue);
+    int redraws = 0;
+    connect(plot.plot(), &QCustomPlot::afterReplot, this, [&redraws] { ++redraws; });
+    QElapsedTimer clock;
+    clock.start();
+    double step = 0;
+    while (clock.elapsed() < 1000) {
+      plot.append(QStringLiteral("a"), {step}, {step}, {std::sin(step)});
+      step += 1;
+      QTest::qWait(10);
+    }
+    QVERIFY2(redraws >= 1 && redraws <= 12, qPrintable(QString::number(redraws)));
+    QVERIFY(plot.lastRedrawMs() > 0.0);
+  }
 
   void queueAsBoundProcessesUsesTheLauncher() {
     // The GUI queue's "N at a time" as separate processes: the same launcher as

@@ -1,5 +1,6 @@
 #include "ui/live_plots/metric_plot.h"
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileDialog>
 #include <QMenu>
@@ -8,6 +9,7 @@
 #include <QPainter>
 #include <QSvgGenerator>
 #include <QTextStream>
+#include <QThread>
 #include <QToolTip>
 #include <QVBoxLayout>
 
@@ -104,8 +106,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     menu.addAction(tr("Reset view"), this, [this] { resetView(); });
     menu.exec(m_plot->mapToGlobal(pos));
   });
-  m_replotTimer.setSingleShot(true);
-  m_replotTimer.setInterval(100);  // live data: at most 10 redraws a second per plot
+  m_replotTimer.setSingleShot(true);  // started by scheduleReplot with the interval it needs
   connect(&m_replotTimer, &QTimer::timeout, this, &MetricPlot::replotNow);
 }
 
@@ -176,7 +177,7 @@ void MetricPlot::append(const QString& id, const std::vector<double>& step,
   }
   c.rawIndex.update(c.raw);
   c.smoothIndex.update(c.smooth);
-  scheduleReplot();
+  scheduleReplot(Redraw::LiveData);
 }
 
 void MetricPlot::clear() {
@@ -242,8 +243,23 @@ void MetricPlot::resetView() {
   replotNow();
 }
 
-void MetricPlot::scheduleReplot() {
-  if (!m_replotTimer.isActive()) m_replotTimer.start();
+int MetricPlot::liveRedrawIntervalMs(double redrawMs, int cpus) {
+  const double share = kLiveRedrawCpuShare * std::max(cpus, 1);
+  const double interval = redrawMs / share;
+  return static_cast<int>(
+      std::clamp(interval, double{kMinLiveIntervalMs}, double{kMaxLiveIntervalMs}));
+}
+
+void MetricPlot::scheduleReplot(Redraw why) {
+  if (why == Redraw::Soon) {
+    // The user changed something (or drags and zooms): draw within a frame, coalesced.
+    if (!m_replotTimer.isActive() || m_replotTimer.remainingTime() > kSoonMs)
+      m_replotTimer.start(kSoonMs);
+    return;
+  }
+  if (m_replotTimer.isActive()) return;
+  static const int cpus = std::max(QThread::idealThreadCount(), 1);
+  m_replotTimer.start(liveRedrawIntervalMs(m_lastRedrawMs, cpus));
 }
 
 const std::vector<double>& MetricPlot::xs(const Curve& c) const {
@@ -409,12 +425,16 @@ void MetricPlot::redecimate() {
 
 void MetricPlot::replotNow() {
   m_replotTimer.stop();
+  QElapsedTimer clock;
+  clock.start();
   redecimate();
   // A hidden plot (another tab, a collapsed dock) is painted when it is shown again.
-  if (isVisible())
-    m_plot->replot(QCustomPlot::rpQueuedRefresh);
-  else
+  if (isVisible()) {
+    m_plot->replot(QCustomPlot::rpQueuedRefresh);  // draws into the buffer now; blits later
+    m_lastRedrawMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+  } else {
     m_stale = true;
+  }
 }
 
 void MetricPlot::showEvent(QShowEvent* event) {

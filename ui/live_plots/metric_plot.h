@@ -77,8 +77,26 @@ class MetricPlot : public QWidget {
   void resetView();
   /// Redraws now (normally coalesced on a timer).
   void replotNow();
-  /// Redraws soon (at most every 100 ms).
-  void scheduleReplot();
+  /// Why a redraw is wanted: new points of a training run, or a change the user made.
+  enum class Redraw { LiveData, Soon };
+  /// Coalesces redraws. A user's change (Soon) is drawn within kSoonMs (one frame). New
+  /// points (LiveData) wait for liveRedrawIntervalMs(): at most 10 redraws a second, fewer when
+  /// a redraw is costly for the machine, so that a plot's redraws take no more than
+  /// kLiveRedrawCpuShare of the machine's CPU time (what a run training on every CPU gives up
+  /// to the GUI; on a 2-CPU machine a 3 ms redraw is drawn twice a second).
+  void scheduleReplot(Redraw why = Redraw::Soon);
+  /// The share of the machine's CPU time one plot may spend redrawing live data.
+  static constexpr double kLiveRedrawCpuShare = 0.003;
+  /// The delay of a redraw the user asked for, in ms.
+  static constexpr int kSoonMs = 16;
+  /// Bounds of the live redraw interval, in ms.
+  static constexpr int kMinLiveIntervalMs = 100;
+  static constexpr int kMaxLiveIntervalMs = 2000;
+  /// The live redraw interval for a redraw that took `redrawMs` on a machine with `cpus` CPUs:
+  /// redrawMs / (kLiveRedrawCpuShare * cpus), within [kMinLiveIntervalMs, kMaxLiveIntervalMs].
+  static int liveRedrawIntervalMs(double redrawMs, int cpus);
+  /// How long the last redraw took (reduction and painting into the buffer), in ms.
+  double lastRedrawMs() const { return m_lastRedrawMs; }
 
   /// Vertices drawn for curve `id` in the last redraw (raw layer); for tests and benchmarks.
   int drawnVertices(const QString& id) const;
@@ -123,6 +141,7 @@ class MetricPlot : public QWidget {
   bool m_userView = false;  // the user zoomed or panned: do not auto-rescale
   bool m_inRedecimate = false;
   bool m_stale = false;  // data changed while hidden
+  double m_lastRedrawMs = 0.0;
   QTimer m_replotTimer;
 };
 
