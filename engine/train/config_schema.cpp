@@ -49,7 +49,7 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "folder or file; \"\" = the kind's default location (Debian's "
                   "dataset-fashion-mnist, fortunes)"),
         FieldSpec("batch_size", FieldType::kInt, 128, "samples per step").at_least(1),
-        FieldSpec("workers", FieldType::kInt, 2, "loader threads (0 = in the run thread)")
+        FieldSpec("workers", FieldType::kInt, 1, "loader threads (0 = in the run thread)")
             .at_least(0),
         FieldSpec("shuffle", FieldType::kBool, true, "new order every epoch"),
         FieldSpec("drop_last", FieldType::kBool, false, "drop a last partial batch"),

@@ -34,7 +34,7 @@ struct DataSection {
   std::string kind = "fashion-mnist";  ///< a name in data::dataset_registry()
   std::string path;                    ///< folder or file; "" = the kind's default location
   std::int64_t batch_size = 128;       ///< samples per batch
-  std::int64_t workers = 2;            ///< loader threads (0 = in the run thread)
+  std::int64_t workers = 1;            ///< loader threads (0 = in the run thread)
   bool shuffle = true;                 ///< shuffle every epoch
   bool drop_last = false;              ///< drop a last partial batch
   std::int64_t context_length = 64;    ///< text: tokens per sample
