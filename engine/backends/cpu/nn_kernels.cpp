@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backends/cpu/capability_kernels.h"
@@ -211,12 +212,26 @@ std::tuple<Tensor, Tensor> row_norm_kernel(const Tensor& x, const Tensor& weight
                            const auto rstd =
                                static_cast<C>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
                            T* yr = yp + r * n;
-                           for (std::int64_t j = 0; j < n; ++j) {
-                             C v = (static_cast<C>(xr[j]) - m) * rstd;
-                             if (wp != nullptr) v *= static_cast<C>(wp[j]);
-                             if (bp != nullptr) v += static_cast<C>(bp[j]);
-                             yr[j] = convert<T>(v);
-                           }
+                           // Weight and bias as compile-time cases: with `if (bp)` inside the
+                           // loop GCC vectorises it into masked loads from the null pointer,
+                           // each a fault-suppression assist on AMD Zen (RMSNorm, which has no
+                           // bias, ran 5x slower). Same operations in the same order.
+                           auto normalize = [&](auto with_w, auto with_b) {
+                             for (std::int64_t j = 0; j < n; ++j) {
+                               C v = (static_cast<C>(xr[j]) - m) * rstd;
+                               if constexpr (decltype(with_w)::value) v *= static_cast<C>(wp[j]);
+                               if constexpr (decltype(with_b)::value) v += static_cast<C>(bp[j]);
+                               yr[j] = convert<T>(v);
+                             }
+                           };
+                           if (wp != nullptr && bp != nullptr)
+                             normalize(std::true_type{}, std::true_type{});
+                           else if (wp != nullptr)
+                             normalize(std::true_type{}, std::false_type{});
+                           else if (bp != nullptr)
+                             normalize(std::false_type{}, std::true_type{});
+                           else
+                             normalize(std::false_type{}, std::false_type{});
                            sp[2 * r] = m;
                            sp[2 * r + 1] = rstd;
                          }

@@ -2,11 +2,13 @@
 //
 // glibc's expf is a call per element (an eighth of qwen-tiny's step went to it: softmax in
 // attention, sigmoid/SiLU). exp_f32 is branch-free float arithmetic the vectoriser turns into
-// SIMD at every capability level; the kernels are compiled with -ffp-contract=off, so each level
-// computes the same bits. Accuracy: Cephes' expf (S. L. Moshier, "Methods and Programs for
-// Mathematical Functions", https://www.netlib.org/cephes/): range reduction by ln 2 in two parts
-// and a degree-5 polynomial, within 2 ulp of the true exp over the whole float range (checked
-// against double exp in tests/engine/ops_test.cpp), as PyTorch's vectorised exp (Sleef, 1 ulp).
+// SIMD at every capability level — when it is inlined, hence always_inline: GCC left it a call
+// per element inside sigmoid, which kept SiLU's loops scalar (12 % of qwen-tiny's step). The
+// kernels are compiled with -ffp-contract=off, so each level computes the same bits. Accuracy:
+// Cephes' expf (S. L. Moshier, "Methods and Programs for Mathematical Functions",
+// https://www.netlib.org/cephes/): range reduction by ln 2 in two parts and a degree-5 polynomial,
+// within 2 ulp of the true exp over the whole float range (checked against double exp in
+// tests/engine/ops_test.cpp), as PyTorch's vectorised exp (Sleef, 1 ulp).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +18,7 @@
 namespace tb::cpu {
 
 /// 2^k as a float for k in [-126, 127] (the exponent field set directly).
-inline float exp2_int_f32(std::int32_t k) {
+[[gnu::always_inline]] inline float exp2_int_f32(std::int32_t k) {
   const std::uint32_t bits = static_cast<std::uint32_t>(k + 127) << 23;
   float f;
   std::memcpy(&f, &bits, sizeof(f));
@@ -25,7 +27,7 @@ inline float exp2_int_f32(std::int32_t k) {
 
 /// c ? a : b as bit operations (no branch, so loops around it vectorise even under the default
 /// -ftrapping-math, which keeps GCC from if-converting float selects).
-inline float select_f32(bool c, float a, float b) {
+[[gnu::always_inline]] inline float select_f32(bool c, float a, float b) {
   const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
   std::uint32_t ai, bi;
   std::memcpy(&ai, &a, sizeof(a));
@@ -38,7 +40,7 @@ inline float select_f32(bool c, float a, float b) {
 
 /// e^x in float: exp(-inf) = 0, exp(+inf) = inf, NaN stays NaN, underflows to denormals and 0
 /// and overflows to inf as expf does.
-inline float exp_f32(float x) {
+[[gnu::always_inline]] inline float exp_f32(float x) {
   constexpr float kMax = 88.72283935546875f;       // above: inf
   constexpr float kMin = -103.97208404541015625f;  // below: 0
   constexpr float kLog2e = 1.44269504088896341f;
