@@ -91,11 +91,11 @@ class MetricPlot : public QWidget {
   static constexpr int kSoonMs = 16;
   /// Bounds of the live redraw interval, in ms.
   static constexpr int kMinLiveIntervalMs = 100;
-  static constexpr int kMaxLiveIntervalMs = 2000;
+  static constexpr int kMaxLiveIntervalMs = 1000;
   /// The live redraw interval for a redraw that took `redrawMs` on a machine with `cpus` CPUs:
   /// redrawMs / (kLiveRedrawCpuShare * cpus), within [kMinLiveIntervalMs, kMaxLiveIntervalMs].
   static int liveRedrawIntervalMs(double redrawMs, int cpus);
-  /// How long the last redraw took (reduction and painting into the buffer), in ms.
+  /// The GUI thread's CPU time for the last redraw (reduction and painting into the buffer), ms.
   double lastRedrawMs() const { return m_lastRedrawMs; }
 
   /// Vertices drawn for curve `id` in the last redraw (raw layer); for tests and benchmarks.
