@@ -31,6 +31,21 @@ if(_tb_dnnl_required)
     message(STATUS "oneDNN: not used (libdnnl-dev, ocl-icd-opencl-dev or OpenMP missing)")
   endif()
 endif()
+# Open MPI for distributed data-parallel training on CPUs (engine/dist/mpi_group.cpp). AUTO uses
+# it when Debian's libopenmpi-dev is installed; without it the "mpi" backend reports so.
+tb_auto_option(TB_MPI "Distributed training over MPI: AUTO (when found), ON, OFF" _tb_mpi_required)
+set(TB_HAVE_MPI OFF)
+if(_tb_mpi_required)
+  # The C API, called from C++ (the project enables no C compiler; MPI's C++ bindings are not
+  # used).
+  set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "Skip MPI's deprecated C++ bindings")
+  find_package(MPI ${_tb_mpi_required} COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(TB_HAVE_MPI ON)
+  elseif(TB_MPI STREQUAL "AUTO")
+    message(STATUS "MPI: not used (libopenmpi-dev missing)")
+  endif()
+endif()
 # CPU topology (engine/numa): hwloc for the machine model, libnuma for memory policy/placement.
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)

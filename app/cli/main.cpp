@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -209,9 +210,25 @@ int cmd_run(const std::string& config, const std::vector<std::string>& overrides
       last_line_step = p.step;
     }
   };
-  const auto out = tb::api::run_training(req, on_start, on_progress);
+  // A rank of a distributed run: a termination request (mpirun stops the job when a rank
+  // fails) makes the waiting collective fail, so the run is recorded as failed with the reason;
+  // a rank that fails stops the others instead of leaving them waiting.
+  const bool rank = tb::api::started_as_rank();
+  if (rank) {
+    std::signal(SIGTERM, [](int sig) { tb::api::notify_termination(sig); });
+    std::signal(SIGINT, [](int sig) { tb::api::notify_termination(sig); });
+  }
+  tb::api::RunOutcomeInfo out;
+  try {
+    out = tb::api::run_training(req, on_start, on_progress);
+  } catch (...) {
+    if (rank) tb::api::end_distributed(true);
+    throw;
+  }
   if (tty) std::cout << "\n";
-  std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n";
+  std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n"
+            << std::flush;
+  if (rank) tb::api::end_distributed(out.status == "failed");
   return out.status == "finished" ? 0 : 2;
 }
 
@@ -334,6 +351,14 @@ int main(int argc, char** argv) {
   launch->add_flag("--fallback", launch_req.fallback,
                    "a slot that cannot be bound runs unbound with a warning");
   launch->add_option("--set", launch_req.overrides, "key.path=value for every process");
+  launch->add_flag("--ddp", launch_req.ddp,
+                   "one data-parallel run over --nproc ranks started by mpirun (data.batch_size "
+                   "is per rank); rank 0 writes the store");
+  launch
+      ->add_option("--hosts", launch_req.hosts,
+                   "--ddp: hosts (host or host:slots), comma-separated")
+      ->delimiter(',');
+  launch->add_option("--hostfile", launch_req.hostfile, "--ddp: an Open MPI hostfile");
 
   auto* model = app.add_subcommand(
       "model", "build a model from its defaults and settings; print its config and parameters");
@@ -449,6 +474,18 @@ int main(int argc, char** argv) {
       exe[n] = '\0';
       launch_req.program = exe;
       launch_req.db_path = db_path;
+      if (launch_req.ddp) {
+        const int rc = tb::api::launch_ddp(launch_req, [](int pid, const tb::api::DdpLaunch& plan) {
+          for (const auto& note : plan.notes)
+            std::cout << "note: " << note << "\n";
+          std::cout << "mpirun pid " << pid << ":";
+          for (const auto& a : plan.argv)
+            std::cout << " " << a;
+          std::cout << "\n" << std::flush;
+        });
+        std::cout << "the job exited with " << rc << "\n";
+        return rc == 0 ? 0 : 2;
+      }
       int failed = 0;
       const auto procs = tb::api::launch_runs(launch_req, [](const tb::api::LaunchedProcess& p) {
         std::cout << "slot " << p.slot << ": pid " << p.pid << " "

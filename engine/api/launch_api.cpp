@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -130,6 +131,86 @@ std::vector<LaunchedProcess> launch_runs(
     p.exit_code = wait_for(p.pid);
   if (!spawn_error.empty()) throw ValueError(spawn_error);
   return procs;
+}
+
+DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
+  TB_CHECK(req.nproc >= 1, "[launch] --nproc must be >= 1, got ", req.nproc);
+  TB_CHECK(req.configs.size() == 1, "[launch] --ddp runs one config over its ranks, got ",
+           req.configs.size());
+  TB_CHECK(!req.program.empty(), "[launch] no program to run");
+  TB_CHECK(req.hosts.empty() || req.hostfile.empty(),
+           "[launch] give --hosts or --hostfile, not both");
+  (void)numa::parse_binding_mode(req.binding);  // a bad mode fails here, not in every rank
+  DdpLaunch p;
+  p.argv = {req.mpirun, "-np", std::to_string(req.nproc), "--bind-to", "none"};
+  const bool remote = !req.hosts.empty() || !req.hostfile.empty();
+  if (!req.hosts.empty()) {
+    std::string list;
+    for (const auto& h : req.hosts)
+      list += (list.empty() ? "" : ",") + h;
+    p.argv.insert(p.argv.end(), {"--host", list});
+  } else if (!req.hostfile.empty()) {
+    p.argv.insert(p.argv.end(), {"--hostfile", req.hostfile});
+  } else {
+    // One machine: ranks may outnumber its CPUs (mpirun counts one slot per core), and no
+    // socket listens beyond loopback.
+    p.argv.push_back("--oversubscribe");
+    p.argv.insert(p.argv.end(),
+                  {"--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"});
+    p.notes.push_back("one machine: Open MPI's sockets on loopback only");
+  }
+  // When a rank fails, mpirun stops the others: SIGTERM, then SIGKILL after this many seconds
+  // (Open MPI's default of 1 s is short for a rank recording the failure in the store).
+  if (std::getenv("OMPI_MCA_odls_base_sigkill_timeout") == nullptr)
+    p.env.emplace_back("OMPI_MCA_odls_base_sigkill_timeout=2");
+  if (geteuid() == 0) {
+    p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+    p.notes.push_back(
+        "running as root: OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 set for "
+        "mpirun (Open MPI refuses root otherwise)");
+  }
+  p.argv.push_back(req.program);
+  if (!req.db_path.empty()) p.argv.insert(p.argv.end(), {"--db", req.db_path});
+  p.argv.insert(p.argv.end(), {"run", req.configs.front()});
+  std::vector<std::string> sets = {"distributed.backend=\"mpi\"",
+                                   "distributed.world_size=" + std::to_string(req.nproc),
+                                   "binding.mode=\"" + req.binding + "\""};
+  if (req.fallback) sets.emplace_back("binding.fallback=true");
+  sets.insert(sets.end(), req.overrides.begin(), req.overrides.end());
+  for (const auto& s : sets)
+    p.argv.insert(p.argv.end(), {"--set", s});
+  if (remote)
+    p.notes.push_back(
+        "several hosts: every host needs this program, the config and the data "
+        "at the same paths; rank 0 (the first host) writes the store");
+  return p;
+}
+
+int launch_ddp(const LaunchRequest& req,
+               const std::function<void(int pid, const DdpLaunch& plan)>& on_started) {
+  DdpLaunch plan = plan_ddp_launch(req);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e)
+    env_strings.emplace_back(*e);
+  for (const auto& kv : plan.env)
+    env_strings.push_back(kv);
+  std::vector<char*> envp;
+  for (auto& e : env_strings)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = plan.argv;
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int pid = 0;
+  const int rc =
+      posix_spawnp(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), envp.data());
+  TB_CHECK(rc == 0, "[launch] cannot start ", args.front(), ": ", std::strerror(rc),
+           rc == ENOENT ? " (install Debian's openmpi-bin)" : "");
+  if (on_started) on_started(pid, plan);
+  return wait_for(pid);
 }
 
 }  // namespace tb::api

@@ -20,7 +20,29 @@ struct LaunchRequest {
   bool fallback = false;               ///< an unsatisfiable binding: unbound + warning
   std::string db_path;                 ///< the store every process writes ("" = default)
   std::vector<std::string> overrides;  ///< "key.path=value", for every process
+  bool ddp = false;                    ///< one data-parallel run over nproc ranks (mpirun)
+  std::vector<std::string> hosts;      ///< ddp: "host" or "host:slots" (none = this machine)
+  std::string hostfile;                ///< ddp: an Open MPI hostfile instead of hosts
+  std::string mpirun = "mpirun";       ///< ddp: the launcher program
 };
+
+/// A data-parallel launch: the mpirun command line and what the launcher set up for it.
+struct DdpLaunch {
+  std::vector<std::string> argv;   ///< mpirun and its arguments
+  std::vector<std::string> env;    ///< NAME=value added to mpirun's environment
+  std::vector<std::string> notes;  ///< what was set and why (running as root, loopback only)
+};
+
+/// The mpirun command of a --ddp request (no process is started): `nproc` ranks of
+/// `program [--db DB] run CONFIG --set distributed.backend="mpi" --set
+/// distributed.world_size=N --set binding.mode=MODE ...`, mpirun's own binding off (each rank
+/// binds itself to its local slot), Open MPI's TCP traffic on loopback unless hosts are given,
+/// and the settings Open MPI needs to run as root when the caller is root.
+DdpLaunch plan_ddp_launch(const LaunchRequest& request);
+/// Runs plan_ddp_launch's command, printing nothing itself; returns mpirun's exit status
+/// (128 + signal when it was killed). `on_started` gets mpirun's pid and command line.
+int launch_ddp(const LaunchRequest& request,
+               const std::function<void(int pid, const DdpLaunch& plan)>& on_started);
 
 /// One launched process.
 struct LaunchedProcess {

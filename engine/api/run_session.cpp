@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <mutex>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
+#include "engine/dist/process_group.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "engine/train/run_config.h"
@@ -159,9 +162,98 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
 
 }  // namespace
 
+namespace {
+
+// A distributed rank's CPU slot: its rank on its host, among the ranks there.
+void place_rank(train::RunConfig& c, const std::shared_ptr<dist::ProcessGroup>& group) {
+  if (!group || group->size() == 1 || c.binding.mode == "none" || !c.binding.cpus.empty()) return;
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  c.binding.slot = env.local_rank;
+  c.binding.slots = env.local_size;
+}
+
+// The process group when this process is a rank of a distributed run (the config's
+// distributed.backend; with a stored config, the launcher's environment), else null.
+std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  dist::GroupOptions o;
+  o.backend = "none";
+  if (!spec.config_text.empty()) {
+    const auto c = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
+    o.backend = c.distributed.backend;
+    o.timeout_s = c.distributed.timeout_s;
+  } else if (env.launcher == "mpirun") {
+    o.backend = "mpi";
+  }
+  if (o.backend == "none") {
+    TB_CHECK(env.size <= 1, "[run] this process is rank ", env.rank, " of ", env.size,
+             " (started by ", env.launcher, ") but distributed.backend is none: set ",
+             "distributed.backend = \"mpi\" (trainbench-cli launch --ddp does)");
+    return nullptr;
+  }
+  return dist::make_process_group(o);
+}
+
+// A rank other than 0: no store; the config, checkpoint and owner come from rank 0.
+RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::ProcessGroup>& group) {
+  RunOutcomeInfo out;
+  const nlohmann::json start =
+      nlohmann::json::parse(group->broadcast_string("", 0, "the run's start"));
+  out.run_id = start.value("run_id", std::int64_t{0});
+  if (!start.value("ok", false)) {
+    out.status = "failed";
+    out.message = "rank 0 could not start the run: " + start.value("error", std::string());
+    return out;
+  }
+  std::unique_ptr<train::Trainer> trainer;
+  try {
+    train::RunConfig config =
+        train::parse_run_config(start.at("config").get<std::string>(), "rank 0's effective config");
+    place_rank(config, group);
+    trainer = std::make_unique<train::Trainer>(config, std::filesystem::path(), group);
+    trainer->set_checkpoint_owner(start.at("owner_key").get<std::string>(),
+                                  start.at("owner").get<std::string>());
+    const std::string checkpoint = start.value("checkpoint", std::string());
+    if (!checkpoint.empty()) {
+      trainer->resume_from(checkpoint);
+      out.resumed = true;
+      out.from_step = trainer->steps_done();
+    }
+  } catch (const std::exception& e) {
+    out.status = "failed";
+    out.message = e.what();
+    return out;
+  }
+  out.description = trainer->describe();
+  train::TrainResult r;
+  {
+    ControlBinding binding(spec.control.get(), *trainer);
+    r = trainer->run();
+  }
+  out.status = train::outcome_name(r.outcome);
+  out.message = r.message;
+  return out;
+}
+
+}  // namespace
+
 RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
+  const std::shared_ptr<dist::ProcessGroup> group = make_group(spec);
+  if (group && group->rank() != 0) return execute_rank(spec, group);
   const auto db = detail::store_path(spec.db_path);
-  const Start start = prepare(spec, db);
+  Start start;
+  try {
+    start = prepare(spec, db);
+  } catch (const std::exception& e) {
+    if (group) {  // the other ranks wait for the start: tell them why there is none
+      nlohmann::json j = {{"ok", false}, {"error", e.what()}};
+      group->broadcast_string(j.dump(), 0, "the run's start");
+    }
+    throw;
+  }
+  const std::string owner_key = start.store_id + "/" + std::to_string(start.run_id);
+  const std::string owner = "run " + std::to_string(start.run_id) + " of store " +
+                            start.store_name + " (id " + start.store_id + ")";
   const bool resuming = spec.resume.has_value();
   RunOutcomeInfo out;
   out.run_id = start.run_id;
@@ -175,12 +267,24 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   // From here on every failure ends the run failed (a created run is never left queued).
   std::unique_ptr<train::Trainer> trainer;
   try {
+    train::RunConfig config = start.config;
+    if (group) {
+      // Every other rank builds its trainer from this: the effective config, the owner of the
+      // checkpoints and the checkpoint to resume.
+      const nlohmann::json j = {{"ok", true},
+                                {"run_id", start.run_id},
+                                {"config", train::to_toml(start.config)},
+                                {"owner_key", owner_key},
+                                {"owner", owner},
+                                {"checkpoint", start.checkpoint.string()}};
+      group->broadcast_string(j.dump(), 0, "the run's start");
+      place_rank(config, group);
+    }
     trainer = std::make_unique<train::Trainer>(
-        start.config,
-        detail::checkpoint_dir(start.config, db, start.store_name, start.store_id, start.run_id));
-    trainer->set_checkpoint_owner(start.store_id + "/" + std::to_string(start.run_id),
-                                  "run " + std::to_string(start.run_id) + " of store " +
-                                      start.store_name + " (id " + start.store_id + ")");
+        config,
+        detail::checkpoint_dir(start.config, db, start.store_name, start.store_id, start.run_id),
+        group);
+    trainer->set_checkpoint_owner(owner_key, owner);
     if (resuming) {
       trainer->resume_from(start.checkpoint);
       out.from_step = trainer->steps_done();
@@ -225,6 +329,25 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
     out.message = std::string("the run store failed: ") + e.what();
   }
   return out;
+}
+
+bool started_as_rank() {
+  return !dist::detect_launch_env().launcher.empty();
+}
+
+void notify_termination(int signal_number) noexcept {
+  dist::notify_termination(signal_number);
+}
+
+void end_distributed(bool failed) noexcept {
+  if (failed) {
+    dist::abort_world(2);
+  } else {
+    try {
+      dist::finalize();
+    } catch (...) {  // nothing left to report to
+    }
+  }
 }
 
 }  // namespace tb::api

@@ -91,6 +91,20 @@ struct RunObserver {
 /// 5. ends the run with its status (finished, failed, diverged, cancelled).
 /// From step 2 on no failure throws: it returns status "failed" with the message, a created run
 /// is marked failed, and a resumed run that could not restart keeps the status it had.
+///
+/// Distributed runs (distributed.backend != none, every rank started by mpirun or `trainbench-cli
+/// launch --ddp`): rank 0 does all of the above; the other ranks build their trainer from rank
+/// 0's effective config (and checkpoint), train with it and write nothing.
 RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer = {});
+
+/// Whether this process was started as a rank of a distributed job (mpirun's or torchrun's
+/// environment).
+bool started_as_rank();
+/// For a rank's SIGTERM/SIGINT handler (async-signal-safe): the collective it waits in, or the
+/// next, fails naming the signal, so the run ends failed and says why.
+void notify_termination(int signal_number) noexcept;
+/// The end of a process that may be a rank: MPI finalised; or, when `failed` and there are
+/// other ranks, the whole job stopped (MPI_Abort) so that no rank waits for this one.
+void end_distributed(bool failed) noexcept;
 
 }  // namespace tb::api

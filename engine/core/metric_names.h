@@ -11,6 +11,9 @@ inline constexpr const char* kDataMs = "time.data_ms";            ///< waiting f
 inline constexpr const char* kForwardMs = "time.forward_ms";      ///< forward pass + loss
 inline constexpr const char* kBackwardMs = "time.backward_ms";    ///< backward pass
 inline constexpr const char* kOptimizerMs = "time.optimizer_ms";  ///< unscale, clip, step
+inline constexpr const char* kCommMs = "time.comm_ms";  ///< data-parallel: gradient all-reduce
+/// Data-parallel: "rank<r>/" + a time.* name, each rank's own phase times.
+inline constexpr const char* kRankPrefix = "rank";
 inline constexpr const char* kNewtonSchulzMs = "time.newton_schulz_ms";     ///< Muon's share
 inline constexpr const char* kStepMs = "time.step_ms";                      ///< the whole step
 inline constexpr const char* kEvalMs = "time.eval_ms";                      ///< an evaluation

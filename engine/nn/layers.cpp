@@ -143,21 +143,46 @@ Dropout::Dropout(double p, rng::Generator* gen) : Module("Dropout"), p_(p), gen_
   TB_CHECK(p >= 0.0 && p <= 1.0, "[nn] Dropout: p must be in [0, 1], got ", p);
 }
 
+namespace {
+thread_local const BatchShard* t_batch_shard = nullptr;
+}  // namespace
+
+ScopedBatchShard::ScopedBatchShard(const BatchShard& shard)
+    : previous_(t_batch_shard), shard_(shard) {
+  t_batch_shard = &shard_;
+}
+
+ScopedBatchShard::~ScopedBatchShard() {
+  t_batch_shard = previous_;
+}
+
+const BatchShard* current_batch_shard() {
+  return t_batch_shard;
+}
+
 Tensor Dropout::forward(const Tensor& x) {
   if (!is_training() || p_ == 0.0) return x;
   if (p_ == 1.0) return ops::mul(x, 0.0);
   Tensor mask;
   {
     autograd::NoGradGuard no_grad;
+    // Data-parallel: the global batch's mask, this process's rows of it.
+    const BatchShard* shard = current_batch_shard();
+    const bool sliced = shard != nullptr && x.dim() >= 1 && x.size(0) == shard->rows &&
+                        shard->global_rows != shard->rows;
+    DimVector shape(x.sizes());
+    if (sliced) shape[0] = shard->global_rows;
     if (gen_ != nullptr && gen_->device() != x.device()) {
       // The model's generator is a CPU one (so a run draws the same masks on every device):
       // draw the mask where the generator lives, then move it.
-      Tensor host = ops::empty(x.sizes(), x.dtype(), gen_->device());
+      Tensor host = ops::empty(shape, x.dtype(), gen_->device());
       ops::bernoulli_(host, 1.0 - p_, gen_);
+      if (sliced) host = host.narrow(0, shard->offset, shard->rows).contiguous();
       mask = host.to(x.device());
     } else {
-      mask = ops::empty(x.sizes(), x.dtype(), x.device());
+      mask = ops::empty(shape, x.dtype(), x.device());
       ops::bernoulli_(mask, 1.0 - p_, gen_);
+      if (sliced) mask = mask.narrow(0, shard->offset, shard->rows).contiguous();
     }
   }
   return ops::mul(x, ops::mul(mask, 1.0 / (1.0 - p_)));

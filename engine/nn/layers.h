@@ -100,8 +100,37 @@ class RMSNorm : public Module {
   Tensor weight_;
 };
 
+/// The rows of a global batch this process computes, in data-parallel training: rows
+/// [offset, offset + rows) of a batch of global_rows. While a ScopedBatchShard is active on a
+/// thread, Dropout draws the mask of the whole global batch and keeps this process's rows, so
+/// every rank draws the same numbers from its (equally seeded) generator and a data-parallel run
+/// masks each sample as the one-process run does.
+struct BatchShard {
+  std::int64_t offset = 0;       ///< first row of this process
+  std::int64_t rows = 0;         ///< rows of this process
+  std::int64_t global_rows = 0;  ///< rows of the global batch
+};
+
+/// Makes `shard` the current thread's batch shard until destroyed (the previous one again then).
+class ScopedBatchShard {
+ public:
+  explicit ScopedBatchShard(const BatchShard& shard);
+  ~ScopedBatchShard();
+  ScopedBatchShard(const ScopedBatchShard&) = delete;
+  ScopedBatchShard& operator=(const ScopedBatchShard&) = delete;
+
+ private:
+  const BatchShard* previous_;
+  BatchShard shard_;
+};
+
+/// The current thread's batch shard, or null outside a ScopedBatchShard.
+const BatchShard* current_batch_shard();
+
 /// In training, zeroes each element with probability p (mask drawn from `gen`, null = default
-/// generator) and scales the rest by 1/(1 − p); the identity in eval mode or for p = 0.
+/// generator) and scales the rest by 1/(1 − p); the identity in eval mode or for p = 0. Under a
+/// ScopedBatchShard whose rows match the input's first dimension, the mask is drawn for the
+/// global batch and sliced to this process's rows.
 class Dropout : public Module {
  public:
   /// p in [0, 1].

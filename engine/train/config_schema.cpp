@@ -108,6 +108,24 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "when the binding cannot be satisfied: run unbound with a warning"),
         FieldSpec("cpus", FieldType::kString, "",
                   "bind to exactly these CPUs (\"0-3,8\") instead of planning the slot")}});
+  out.push_back(
+      {"distributed",
+       {FieldSpec("backend", FieldType::kString, "none",
+                  "data-parallel training over ranks started by mpirun (trainbench-cli launch "
+                  "--ddp): mpi = Open MPI, CPU tensors; none = one process")
+            .one_of({"none", "mpi"}),
+        FieldSpec("world_size", FieldType::kInt, 0,
+                  "ranks expected; 0 = as many as the launcher started (a mismatch is an error)")
+            .at_least(0),
+        FieldSpec("timeout_s", FieldType::kFloat, 300.0,
+                  "deadline of every collective: a rank later than this fails the job, naming it")
+            .above(0),
+        FieldSpec("bucket_mb", FieldType::kFloat, 25.0,
+                  "gradients are all-reduced in buckets of this many MiB")
+            .above(0),
+        FieldSpec("check_replicas", FieldType::kBool, false,
+                  "compare the ranks' parameters bit for bit at every logged step (a mismatch "
+                  "fails the run)")}});
   return out;
 }
 

@@ -137,6 +137,13 @@ std::string to_toml(const RunConfig& c) {
   w.integer("slots", c.binding.slots);
   w.flag("fallback", c.binding.fallback);
   w.str("cpus", c.binding.cpus);
+
+  w.header("distributed");
+  w.str("backend", c.distributed.backend);
+  w.integer("world_size", c.distributed.world_size);
+  w.num("timeout_s", c.distributed.timeout_s);
+  w.num("bucket_mb", c.distributed.bucket_mb);
+  w.flag("check_replicas", c.distributed.check_replicas);
   return w.text();
 }
 

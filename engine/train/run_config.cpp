@@ -34,9 +34,9 @@ using namespace detail;  // NOLINT(google-build-using-namespace): the reader's i
 // ---------------------------------------------------------------------------------------------
 // Sections.
 
-const std::vector<std::string> kSections = {"run",        "model",   "data",   "optimizer",
-                                            "scheduler",  "amp",     "swa",    "eval",
-                                            "checkpoint", "binding", "threads"};
+const std::vector<std::string> kSections = {"run",        "model",   "data",        "optimizer",
+                                            "scheduler",  "amp",     "swa",         "eval",
+                                            "checkpoint", "binding", "distributed", "threads"};
 const std::vector<std::string> kBindingModes = {"none", "node", "socket", "exclusive",
                                                 "core-complex"};
 
@@ -408,6 +408,23 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
                                        std::to_string(c.binding.slot));
     s.read("fallback", c.binding.fallback);
     s.read("cpus", c.binding.cpus);
+    s.finish();
+  }
+  {
+    Section s = section("distributed");
+    s.read("backend", c.distributed.backend);
+    s.check_enum("backend", c.distributed.backend, {"none", "mpi"});
+    s.read("world_size", c.distributed.world_size);
+    s.check_min("world_size", c.distributed.world_size, 0);
+    s.read("timeout_s", c.distributed.timeout_s);
+    if (!(c.distributed.timeout_s > 0))
+      s.ctx().fail("distributed.timeout_s", "expected a number of seconds > 0, found " +
+                                                std::to_string(c.distributed.timeout_s));
+    s.read("bucket_mb", c.distributed.bucket_mb);
+    if (!(c.distributed.bucket_mb > 0))
+      s.ctx().fail("distributed.bucket_mb",
+                   "expected a size in MiB > 0, found " + std::to_string(c.distributed.bucket_mb));
+    s.read("check_replicas", c.distributed.check_replicas);
     s.finish();
   }
   top.read("threads", c.threads);

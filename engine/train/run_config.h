@@ -119,19 +119,31 @@ struct BindingSection {
                               ///< (what `trainbench-cli launch` passes to its children)
 };
 
+/// [distributed]: data-parallel training over several processes ("ranks"), each training on its
+/// slice of every global batch (data.batch_size is per rank, as in PyTorch), gradients averaged
+/// every step. Ranks are started by `trainbench-cli launch --ddp` (mpirun) or by mpirun directly.
+struct DistributedSection {
+  std::string backend = "none";  ///< none (one process), mpi (CPU tensors)
+  std::int64_t world_size = 0;   ///< ranks expected (0 = as many as the launcher started)
+  double timeout_s = 300;       ///< deadline of every collective; a rank late by more fails the job
+  double bucket_mb = 25;        ///< gradients are all-reduced in buckets of this size
+  bool check_replicas = false;  ///< compare every rank's parameters at each logged step
+};
+
 /// The whole run configuration.
 struct RunConfig {
-  RunSection run;                ///< [run]
-  nn::ModelConfig model;         ///< [model] (kind = "mlp" | "qwen-tiny" and its fields)
-  DataSection data;              ///< [data]
-  OptimizerSection optimizer;    ///< [optimizer]
-  SchedulerSection scheduler;    ///< [scheduler]
-  AmpSection amp;                ///< [amp]
-  SwaSection swa;                ///< [swa]
-  EvalSection eval;              ///< [eval]
-  CheckpointSection checkpoint;  ///< [checkpoint]
-  BindingSection binding;        ///< [binding]
-  std::int64_t threads = 0;      ///< top-level `threads`: kernel/BLAS threads (0 = default)
+  RunSection run;                  ///< [run]
+  nn::ModelConfig model;           ///< [model] (kind = "mlp" | "qwen-tiny" and its fields)
+  DataSection data;                ///< [data]
+  OptimizerSection optimizer;      ///< [optimizer]
+  SchedulerSection scheduler;      ///< [scheduler]
+  AmpSection amp;                  ///< [amp]
+  SwaSection swa;                  ///< [swa]
+  EvalSection eval;                ///< [eval]
+  CheckpointSection checkpoint;    ///< [checkpoint]
+  BindingSection binding;          ///< [binding]
+  DistributedSection distributed;  ///< [distributed]
+  std::int64_t threads = 0;        ///< top-level `threads`: kernel/BLAS threads (0 = default)
 };
 
 /// Parses TOML text (`source` names the file in messages), applies `overrides` ("key.path=value",

@@ -109,6 +109,18 @@ void append_step_metrics(const Trainer::State& s, const StepTimes& t, double gra
   m.emplace_back(metric::kForwardMs, t.forward_ms);
   m.emplace_back(metric::kBackwardMs, t.backward_ms);
   m.emplace_back(metric::kOptimizerMs, t.optimizer_ms);
+  if (s.ddp) {
+    m.emplace_back(metric::kCommMs, t.comm_ms);
+    // Every rank's phases, so that a straggler shows: data, forward, backward of this step; the
+    // exchange and optimizer phases of the step before (known when the times were exchanged).
+    static constexpr const char* kNames[] = {metric::kDataMs, metric::kForwardMs,
+                                             metric::kBackwardMs, metric::kCommMs,
+                                             metric::kOptimizerMs};
+    for (std::size_t r = 0; r < s.ddp_times.size(); ++r)
+      for (std::size_t k = 0; k < s.ddp_times[r].size(); ++k)
+        m.emplace_back(std::string(metric::kRankPrefix) + std::to_string(r) + "/" + kNames[k],
+                       s.ddp_times[r][k]);
+  }
   for (const auto& [k, v] : o.optimizer_metrics)
     if (v > 0.0) m.emplace_back(k, v);
   m.emplace_back(metric::kStepMs, step_ms);

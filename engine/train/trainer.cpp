@@ -18,6 +18,7 @@
 #include "engine/core/math_mode.h"
 #include "engine/core/metric_names.h"
 #include "engine/core/thread_pool.h"
+#include "engine/dist/process_group.h"
 #include "engine/numa/memory.h"
 #include "engine/ops/ops.h"
 #include "engine/train/applied_binding.h"
@@ -51,9 +52,16 @@ double ms_since(Clock::time_point t) {
 
 }  // namespace
 
-Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir)
+Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
+                 std::shared_ptr<dist::ProcessGroup> group)
     : config_(std::move(config)), checkpoint_dir_(std::move(checkpoint_dir)) {
   s_ = std::make_unique<State>();
+  if (config_.distributed.backend != "none") {
+    s_->ddp = std::make_unique<detail::DataParallel>(std::move(group), config_);
+  } else {
+    TB_CHECK(group == nullptr, "[trainer] a process group was given but distributed.backend is ",
+             "none");
+  }
   if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
   detail::plan_binding(config_, *s_);
@@ -81,6 +89,14 @@ void Trainer::set_checkpoint_owner(std::string key, std::string description) {
 
 std::int64_t Trainer::steps_done() const {
   return s_->step;
+}
+
+int Trainer::rank() const {
+  return s_->ddp ? s_->ddp->rank() : 0;
+}
+
+int Trainer::world_size() const {
+  return s_->ddp ? s_->ddp->world() : 1;
 }
 
 void Trainer::add_sink(std::shared_ptr<MetricSink> sink) {
@@ -120,6 +136,20 @@ void Trainer::report_placement() {
     os << " node " << node << " " << std::fixed << std::setprecision(1)
        << 100.0 * static_cast<double>(n) / static_cast<double>(total) << "%";
   if (absent > 0) os << ", not resident " << absent;
+  emit_event("info", os.str());
+}
+
+void Trainer::report_ranks() {
+  // Every rank's host, pid and CPUs, recorded with the run (rank 0's sinks).
+  dist::ProcessGroup& g = s_->ddp->group();
+  const std::string mine = s_->binding.bound ? "CPUs " + s_->binding.cpus.to_string() : "unbound";
+  const std::vector<std::string> all = g.all_gather_strings(mine, "every rank's binding");
+  std::ostringstream os;
+  os << "data-parallel: " << g.size() << " ranks over " << g.backend() << ", "
+     << config_.data.batch_size << " samples per rank and step ("
+     << config_.data.batch_size * g.size() << " global)";
+  for (int r = 0; r < g.size(); ++r)
+    os << "; " << g.describe_rank(r) << " " << all[static_cast<std::size_t>(r)];
   emit_event("info", os.str());
 }
 
@@ -173,7 +203,8 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   autograd::NoGradGuard no_grad;
   model.eval();
   data::DataLoaderOptions lo;
-  lo.batch_size = config_.data.batch_size;
+  // Data-parallel: the one-process evaluation's batches, each rank computing its rows.
+  lo.batch_size = config_.data.batch_size * world_size();
   lo.seed = config_.run.seed + 2;
   data::DataLoader loader(s_->eval_set, lo);
   const std::int64_t limit =
@@ -185,6 +216,13 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   while (batches < limit) {
     auto b = loader.next();
     if (!b) break;
+    if (s_->ddp) {
+      b = s_->ddp->take_shard(*b);
+      if (b->input.size(0) == 0) {
+        ++batches;
+        continue;
+      }
+    }
     const Tensor input = b->input.to(s_->device);
     const Tensor target = b->target.to(s_->device);
     const Tensor logits = model.forward(input);
@@ -201,6 +239,13 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
     ++batches;
   }
   model.train();
+  if (s_->ddp) {
+    double n = static_cast<double>(items);
+    double hits = static_cast<double>(correct);
+    s_->ddp->reduce_eval(loss_sum, n, hits);
+    items = static_cast<std::int64_t>(n);
+    correct = static_cast<std::int64_t>(hits);
+  }
   Metrics m;
   if (items == 0) return m;
   const double mean = loss_sum / static_cast<double>(items);
@@ -231,10 +276,15 @@ TrainResult Trainer::run() {
         emit_event(n.substr(0, colon), n.substr(colon + 2));
       }
     }
+    if (s_->ddp) report_ranks();
     r = loop();
   } catch (const std::exception& e) {
     r.outcome = RunOutcome::kFailed;
     r.message = e.what();
+    const auto* lost = dynamic_cast<const dist::DistError*>(&e);
+    if (lost != nullptr && lost->missing_rank() >= 0 && s_->ddp)
+      r.message = s_->ddp->group().describe_rank(lost->missing_rank()) + " lost at step " +
+                  std::to_string(s_->step + 1) + ": " + e.what();
     r.steps = s_->step;
     try {
       emit_event("error", r.message);
@@ -290,6 +340,25 @@ void Trainer::checkpoint_if_due(TrainResult& r) {
   detail::prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep, owner_key_);
 }
 
+bool Trainer::hold_with_ranks() {
+  // Data-parallel pause: every rank holds until no rank asks for it any longer, exchanging the
+  // requests a few times a second so that no rank's collective deadline runs out meanwhile.
+  for (;;) {
+    bool pause = false;
+    bool cancel = false;
+    {
+      std::unique_lock<std::mutex> lock(pause_mutex_);
+      pause_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                         [&] { return !paused_ || cancel_.load(); });
+      pause = paused_;
+      cancel = cancel_.load();
+    }
+    const auto [any_pause, any_cancel] = s_->ddp->pause_round(pause && !cancel, cancel);
+    if (any_cancel) return false;
+    if (!any_pause) return true;
+  }
+}
+
 TrainResult Trainer::loop() {
   TrainResult r;
   State& s = *s_;
@@ -304,32 +373,74 @@ TrainResult Trainer::loop() {
   auto mark = [&] {
     if (timer) timer->mark();
   };
+  // Data-parallel: the requests every rank learnt from the last exchange.
+  bool ranks_cancel = false;
+  bool ranks_pause = false;
   while (s.step < total_steps_) {
-    if (!wait_while_paused()) {
+    const bool go_on =
+        !s.ddp ? wait_while_paused() : !ranks_cancel && (!ranks_pause || hold_with_ranks());
+    if (!go_on) {
       r.outcome = RunOutcome::kCancelled;
       r.message = "cancelled at step " + std::to_string(s.step);
       break;
     }
+    ranks_pause = false;
+    if (s.ddp) s.ddp->group().set_context("step " + std::to_string(s.step + 1));
     detail::StepTimes times;
     const auto t0 = Clock::now();
-    const data::Batch batch = detail::next_batch(s);
+    const data::Batch global = detail::next_batch(s);
+    const data::Batch batch = s.ddp ? s.ddp->take_shard(global) : global;
     times.data_ms = ms_since(t0);
     const auto t1 = Clock::now();
     mark();
-    const Tensor loss = detail::forward_loss(config_, s, batch);
+    // A rank whose share of a short last batch is empty computes nothing and adds zeros.
+    const bool has_rows = batch.input.size(0) > 0;
+    Tensor loss;
+    double loss_value = 0.0;
+    if (has_rows) {
+      std::optional<nn::ScopedBatchShard> shard;
+      if (s.ddp) shard.emplace(s.ddp->shard());
+      loss = detail::forward_loss(config_, s, batch);
+    }
     mark();
-    const double loss_value = loss.item();
+    if (has_rows) loss_value = loss.item();
     times.forward_ms = ms_since(t1);
-    if (!std::isfinite(loss_value)) {
+    const bool finite = std::isfinite(loss_value);
+    if (!s.ddp && !finite) {
       if (timer) (void)timer->elapsed_ms();  // forget this step's marks
       if (skip_nonfinite_step(loss_value, r)) break;
       continue;
     }
-    s.nonfinite_in_row = 0;
     const auto t2 = Clock::now();
-    autograd::backward(s.scaler ? s.scaler->scale(loss) : loss);
+    if (has_rows && finite) autograd::backward(s.scaler ? s.scaler->scale(loss) : loss);
     mark();
     times.backward_ms = ms_since(t2);
+    if (s.ddp) {
+      // One exchange: the averaged gradients and every rank's loss, flags and times.
+      bool pause_requested = false;
+      {
+        std::lock_guard<std::mutex> lock(pause_mutex_);
+        pause_requested = paused_;
+      }
+      const detail::RankTimes mine = {times.data_ms, times.forward_ms, times.backward_ms,
+                                      s.last_comm_ms, s.last_optimizer_ms};
+      const detail::StepExchange ex =
+          s.ddp->exchange(all_params, loss_value, finite, cancel_.load(), pause_requested, mine);
+      ranks_cancel = ex.cancel;
+      ranks_pause = ex.pause;
+      times.comm_ms = ex.comm_ms;
+      s.last_comm_ms = ex.comm_ms;
+      loss_value = ex.loss;
+      s.ddp_times = ex.times;
+      if (ex.nonfinite) {  // some rank's loss was not finite: every rank skips the step
+        if (timer) (void)timer->elapsed_ms();
+        for (auto& o : s.opts)
+          o->zero_grad();
+        if (skip_nonfinite_step(loss_value, r)) break;
+        continue;
+      }
+    }
+    s.nonfinite_in_row = 0;
     const auto t3 = Clock::now();
     const double grad_norm = detail::unscale_and_clip(config_, s, all_params);
     // Metrics are assembled only for a step that is logged (or evaluated): the others cost
@@ -350,13 +461,20 @@ TrainResult Trainer::loop() {
                                 std::to_string(opt.loss_scale) + ", optimizer step skipped");
     }
     times.optimizer_ms = ms_since(t3);
+    s.last_optimizer_ms = times.optimizer_ms;
     if (timer) {
       mark();
       const std::vector<double> d = timer->elapsed_ms();  // forward, backward, optimizer
-      if (d.size() == 3) times = {times.data_ms, d[0], d[1], d[2]};
+      if (d.size() == 3) {
+        times.forward_ms = d[0];
+        times.backward_ms = d[1];
+        times.optimizer_ms = d[2];
+      }
     }
     after_optimizer_step();
-    if (log_now) detail::append_step_metrics(s, times, grad_norm, opt, batch, ms_since(t0), m);
+    if (s.ddp && config_.distributed.check_replicas && log_now)
+      s.ddp->check_replicas(all_params, s.step);
+    if (log_now) detail::append_step_metrics(s, times, grad_norm, opt, global, ms_since(t0), m);
     if (eval_now) {
       const auto te = Clock::now();
       s.last_eval = evaluate();

@@ -18,6 +18,10 @@
 
 #include "engine/train/run_config.h"
 
+namespace tb::dist {
+class ProcessGroup;
+}  // namespace tb::dist
+
 namespace tb::train {
 
 /// Named values of one step, e.g. {"loss", 0.41}, {"lr.adamw.0", 1e-3}, {"time.step_ms", 3.2}.
@@ -61,8 +65,11 @@ struct TrainResult {
 /// throws tb::ValueError naming the problem before any step runs.
 class Trainer {
  public:
-  /// A run of `config`. Checkpoints go to `checkpoint_dir` ("" = none are written).
-  explicit Trainer(RunConfig config, std::filesystem::path checkpoint_dir = {});
+  /// A run of `config`. Checkpoints go to `checkpoint_dir` ("" = none are written). With
+  /// distributed.backend != none, `group` is the process group of the ranks (every rank builds
+  /// its Trainer; rank 0's weights are broadcast here, so construction is collective).
+  explicit Trainer(RunConfig config, std::filesystem::path checkpoint_dir = {},
+                   std::shared_ptr<dist::ProcessGroup> group = nullptr);
   /// Cancels a running loop and joins its thread.
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -95,6 +102,10 @@ class Trainer {
 
   /// Optimizer steps done so far (after resume_from(): the checkpoint's step).
   std::int64_t steps_done() const;
+  /// Data-parallel: this process's rank (0 without).
+  int rank() const;
+  /// Data-parallel: the number of ranks (1 without).
+  int world_size() const;
   /// Steps the run will do in total.
   std::int64_t total_steps() const { return total_steps_; }
   /// The parameter split table (Muon runs) or the parameter table.
@@ -114,9 +125,11 @@ class Trainer {
   void emit_event(const std::string& level, const std::string& text);
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
   void report_placement();
+  void report_ranks();
   TrainResult loop();
   // Step phases of loop() that need the trainer (the others are in train_step.cpp).
-  bool wait_while_paused();                                     // false when cancelled
+  bool wait_while_paused();  // false when cancelled
+  bool hold_with_ranks();    // data-parallel pause; false when cancelled
   bool skip_nonfinite_step(double loss_value, TrainResult& r);  // true: diverged, stop
   void after_optimizer_step();                                  // step count, placement, average
   void checkpoint_if_due(TrainResult& r);

@@ -96,7 +96,9 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   s.eval_set = std::move(splits.eval);
   s.language_model = kind->task == core::kTaskLanguageModel;
   data::DataLoaderOptions lo;
-  lo.batch_size = d.batch_size;
+  // Data-parallel: every rank draws the same global batches (data.batch_size per rank) and
+  // keeps its rows, so the union of the ranks' k-th batches is the one-process k-th batch.
+  lo.batch_size = d.batch_size * (s.ddp ? s.ddp->world() : 1);
   lo.shuffle = d.shuffle;
   lo.drop_last = d.drop_last;
   lo.num_workers = static_cast<int>(d.workers);
@@ -112,6 +114,9 @@ void setup_model(const RunConfig& c, Trainer::State& s) {
            ")");
   s.gen.manual_seed(c.run.seed);
   s.model = nn::build_model(c.model, &s.gen);
+  // Data-parallel: every rank initialises from the same seed; rank 0's weights are broadcast
+  // anyway, so the replicas start equal whatever the initialisation did.
+  if (s.ddp) s.ddp->broadcast_model(*s.model);
   // Initialised on the CPU from the run's CPU generator (so every device starts from the same
   // weights), then moved; parameters keep their identity.
   if (!s.device.is_cpu()) s.model->to(s.device);

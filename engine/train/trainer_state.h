@@ -20,6 +20,7 @@
 #include "engine/rng/cpu_generator.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/swa/swa_utils.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/trainer.h"
 
 namespace tb::train {
@@ -50,6 +51,10 @@ struct Trainer::State {
   std::int64_t nonfinite_in_row = 0;            ///< consecutive non-finite losses
   std::int64_t skipped = 0;                     ///< steps skipped for a non-finite loss
   Metrics last_eval;                            ///< the last evaluation
+  std::unique_ptr<detail::DataParallel> ddp;    ///< distributed.backend != none
+  double last_comm_ms = 0;                      ///< data-parallel: the previous step's exchange
+  double last_optimizer_ms = 0;                 ///< data-parallel: the previous optimizer phase
+  std::vector<detail::RankTimes> ddp_times;     ///< data-parallel: every rank's, last exchange
 };
 
 namespace detail {
@@ -78,6 +83,7 @@ struct StepTimes {
   double forward_ms = 0;
   double backward_ms = 0;
   double optimizer_ms = 0;
+  double comm_ms = 0;  ///< data-parallel: the gradient exchange
 };
 
 /// The next training batch (across an epoch boundary).

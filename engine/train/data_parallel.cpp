@@ -1,0 +1,210 @@
+// The data-parallel part of a run: see data_parallel.h.
+#include "engine/train/data_parallel.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/models.h"
+
+namespace tb::train::detail {
+
+using core::ScalarType;
+using core::Tensor;
+
+namespace {
+
+// The extras after the gradients: loss, non-finite, cancel, pause; then one "has a gradient"
+// flag per parameter; then kTimes values per rank.
+constexpr std::int64_t kLossSlot = 0;
+constexpr std::int64_t kNonfiniteSlot = 1;
+constexpr std::int64_t kCancelSlot = 2;
+constexpr std::int64_t kPauseSlot = 3;
+constexpr std::int64_t kFixedExtras = 4;
+constexpr std::int64_t kTimes = static_cast<std::int64_t>(std::tuple_size_v<RankTimes>);
+
+std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(std::shared_ptr<dist::ProcessGroup> group, const RunConfig& c)
+    : group_(std::move(group)) {
+  TB_CHECK(group_ != nullptr, "[trainer] distributed.backend '", c.distributed.backend,
+           "' needs a process group: start the ranks with trainbench-cli launch --ddp (or mpirun)");
+  TB_CHECK(c.distributed.world_size == 0 || c.distributed.world_size == group_->size(),
+           "[trainer] distributed.world_size is ", c.distributed.world_size, " but ",
+           group_->size(), " ranks were started");
+  TB_CHECK(core::Device::parse(c.run.device).is_cpu(), "[trainer] distributed.backend '",
+           c.distributed.backend, "' trains on the CPU; run.device is '", c.run.device, "'");
+  group_->set_timeout(c.distributed.timeout_s);
+  bucket_elems_ = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(c.distributed.bucket_mb * 1024.0 * 1024.0 / sizeof(float)));
+}
+
+void DataParallel::broadcast_model(nn::Model& model) {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, t] : model.state_dict()) {
+    Tensor view = t;
+    TB_CHECK(view.is_contiguous(), "[trainer] cannot broadcast ", name, ": not contiguous");
+    group_->broadcast(view, 0, name);
+  }
+}
+
+data::Batch DataParallel::take_shard(const data::Batch& global) {
+  const std::int64_t n = global.input.size(0);
+  const std::int64_t w = world();
+  const std::int64_t r = rank();
+  const std::int64_t base = n / w;
+  const std::int64_t extra = n % w;
+  shard_.rows = base + (r < extra ? 1 : 0);
+  shard_.offset = r * base + std::min(r, extra);
+  shard_.global_rows = n;
+  if (w == 1) return global;
+  data::Batch b;
+  b.input = global.input.narrow(0, shard_.offset, shard_.rows).contiguous();
+  b.target = global.target.narrow(0, shard_.offset, shard_.rows).contiguous();
+  return b;
+}
+
+void DataParallel::build_layout(const std::vector<Tensor>& params) {
+  offsets_.clear();
+  std::int64_t at = 0;
+  for (const auto& p : params) {
+    TB_CHECK(p.dtype() == ScalarType::Float32, "[trainer] data-parallel training averages float32 ",
+             "gradients; a parameter is ", core::scalar_type_name(p.dtype()));
+    offsets_.push_back(at);
+    at += p.numel();
+  }
+  grad_elems_ = at;
+  const std::int64_t extras =
+      kFixedExtras + static_cast<std::int64_t>(params.size()) + kTimes * world();
+  flat_ = Tensor::empty({grad_elems_ + extras}, ScalarType::Float32);
+}
+
+StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double loss,
+                                    bool loss_finite, bool cancel, bool pause,
+                                    const RankTimes& times) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!flat_.defined() || offsets_.size() != params.size()) build_layout(params);
+  float* flat = flat_.data_ptr<float>();
+  float* extras = flat + grad_elems_;
+  const std::int64_t np = static_cast<std::int64_t>(params.size());
+  const std::int64_t total = flat_.numel();
+  std::memset(extras, 0, static_cast<std::size_t>(total - grad_elems_) * sizeof(float));
+  // This rank's share of the global batch weighs its gradients and loss: the sum over the ranks
+  // is then the gradient and loss of the global batch's mean (exact for one rank, w = 1).
+  const double w = shard_.global_rows > 0
+                       ? static_cast<double>(shard_.rows) / static_cast<double>(shard_.global_rows)
+                       : 1.0;
+  const auto wf = static_cast<float>(w);
+  for (std::int64_t i = 0; i < np; ++i) {
+    const Tensor& p = params[static_cast<std::size_t>(i)];
+    float* dst = flat + offsets_[static_cast<std::size_t>(i)];
+    const std::int64_t n = p.numel();
+    const Tensor g = loss_finite ? autograd::grad(p) : Tensor();
+    if (!g.defined()) {
+      std::memset(dst, 0, static_cast<std::size_t>(n) * sizeof(float));
+      continue;
+    }
+    TB_CHECK(g.device().is_cpu() && g.dtype() == ScalarType::Float32, "[trainer] the gradient of ",
+             "parameter ", i, " is not a float32 CPU tensor");
+    const Tensor gc = g.contiguous();
+    const float* src = gc.data_ptr<float>();
+    if (wf == 1.0f) {
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+    } else {
+      for (std::int64_t k = 0; k < n; ++k)
+        dst[k] = src[k] * wf;
+    }
+    extras[kFixedExtras + i] = 1.0f;
+  }
+  extras[kLossSlot] = loss_finite ? static_cast<float>(loss * w) : 0.0f;
+  extras[kNonfiniteSlot] = loss_finite ? 0.0f : 1.0f;
+  extras[kCancelSlot] = cancel ? 1.0f : 0.0f;
+  extras[kPauseSlot] = pause ? 1.0f : 0.0f;
+  float* my_times = extras + kFixedExtras + np + kTimes * rank();
+  for (std::int64_t k = 0; k < kTimes; ++k)
+    my_times[k] = static_cast<float>(times[static_cast<std::size_t>(k)]);
+
+  for (std::int64_t start = 0; start < total; start += bucket_elems_) {
+    Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, total - start));
+    group_->all_reduce(bucket, dist::ReduceOp::kSum, "gradients");
+  }
+
+  StepExchange ex;
+  ex.nonfinite = extras[kNonfiniteSlot] > 0.0f;
+  ex.loss = ex.nonfinite ? std::numeric_limits<double>::quiet_NaN()
+                         : static_cast<double>(extras[kLossSlot]);
+  ex.cancel = extras[kCancelSlot] > 0.0f;
+  ex.pause = extras[kPauseSlot] > 0.0f;
+  ex.times.resize(static_cast<std::size_t>(world()));
+  for (int r = 0; r < world(); ++r)
+    for (std::int64_t k = 0; k < kTimes; ++k)
+      ex.times[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] =
+          extras[kFixedExtras + np + kTimes * r + k];
+  if (!ex.nonfinite) {
+    autograd::NoGradGuard no_grad;
+    for (std::int64_t i = 0; i < np; ++i) {
+      if (extras[kFixedExtras + i] == 0.0f) continue;  // no rank has a gradient for it
+      const Tensor& p = params[static_cast<std::size_t>(i)];
+      Tensor g = autograd::grad(p);
+      if (!g.defined() || !g.is_contiguous()) {
+        g = Tensor::empty(p.sizes(), ScalarType::Float32);
+        autograd::set_grad(p, g);
+        g = autograd::grad(p);
+      }
+      std::memcpy(g.data_ptr<float>(), flat + offsets_[static_cast<std::size_t>(i)],
+                  static_cast<std::size_t>(p.numel()) * sizeof(float));
+    }
+  }
+  ex.comm_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return ex;
+}
+
+std::pair<bool, bool> DataParallel::pause_round(bool pause, bool cancel) {
+  Tensor t = Tensor::empty({2}, ScalarType::Float32);
+  t.data_ptr<float>()[0] = pause ? 1.0f : 0.0f;
+  t.data_ptr<float>()[1] = cancel ? 1.0f : 0.0f;
+  group_->all_reduce(t, dist::ReduceOp::kMax, "pause and cancel requests");
+  return {t.data_ptr<float>()[0] > 0.0f, t.data_ptr<float>()[1] > 0.0f};
+}
+
+void DataParallel::reduce_eval(double& loss_sum, double& items, double& correct) {
+  Tensor t = Tensor::empty({3}, ScalarType::Float64);
+  double* v = t.data_ptr<double>();
+  v[0] = loss_sum;
+  v[1] = items;
+  v[2] = correct;
+  group_->all_reduce(t, dist::ReduceOp::kSum, "evaluation");
+  loss_sum = v[0];
+  items = v[1];
+  correct = v[2];
+}
+
+void DataParallel::check_replicas(const std::vector<Tensor>& params, std::int64_t step) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const auto& p : params) {
+    const Tensor c = p.contiguous();
+    h = fnv1a(c.data_ptr(), c.nbytes(), h);
+  }
+  Tensor mine = Tensor::empty({1}, ScalarType::Int64);
+  std::memcpy(mine.data_ptr(), &h, sizeof(h));
+  const Tensor all = group_->all_gather(mine, "parameter checksums");
+  const auto* sums = all.data_ptr<std::int64_t>();
+  for (int r = 1; r < world(); ++r)
+    TB_CHECK(sums[r] == sums[0], "[trainer] distributed.check_replicas: the parameters of ",
+             group_->describe_rank(r), " differ from rank 0's after step ", step);
+}
+
+}  // namespace tb::train::detail

@@ -1,0 +1,82 @@
+// (internal) The data-parallel part of a run (distributed.backend != none): rank 0's weights
+// broadcast at the start, each rank's rows of every global batch, and one exchange per step — a
+// flat, persistent float32 buffer holding every gradient (weighted by the rank's share of the
+// batch) followed by the loss, the non-finite flag, cancel/pause requests, which parameters have
+// gradients and every rank's phase times — summed over the ranks in buckets. After it every rank
+// holds the same gradients and the same decisions (skip, cancel, pause), so logging, clipping,
+// GradScaler's inf check and step skipping agree on every rank and a request can never leave one
+// rank waiting for the others. As PyTorch's DistributedDataParallel with one bucket view per
+// step (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/data/dataset.h"
+#include "engine/dist/process_group.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/module.h"
+#include "engine/train/run_config.h"
+
+namespace tb::train::detail {
+
+/// One rank's phase times of a step, milliseconds: data, forward, backward, and the previous
+/// step's communication and optimizer phases.
+using RankTimes = std::array<double, 5>;
+
+/// What every rank learns from a step's exchange.
+struct StepExchange {
+  double loss = 0;               ///< the global batch's loss (NaN when a rank's was not finite)
+  bool nonfinite = false;        ///< some rank's loss was not finite: every rank skips the step
+  bool cancel = false;           ///< some rank was asked to stop
+  bool pause = false;            ///< some rank was asked to pause
+  std::vector<RankTimes> times;  ///< by rank
+  double comm_ms = 0;            ///< this rank's time in the exchange
+};
+
+/// The data-parallel state of a run.
+class DataParallel {
+ public:
+  /// Checks the group against the config (distributed.world_size) and the device (CPU).
+  DataParallel(std::shared_ptr<dist::ProcessGroup> group, const RunConfig& config);
+
+  int rank() const { return group_->rank(); }
+  int world() const { return group_->size(); }
+  dist::ProcessGroup& group() { return *group_; }
+
+  /// Copies rank 0's parameters and buffers into every rank's model.
+  void broadcast_model(nn::Model& model);
+  /// This rank's rows of `global` (a global batch: data.batch_size x world rows), remembered
+  /// as shard() for Dropout and the gradient weight.
+  data::Batch take_shard(const data::Batch& global);
+  /// The shard of the last take_shard().
+  const nn::BatchShard& shard() const { return shard_; }
+
+  /// The step's exchange (see the file comment). `loss` is this rank's loss over its rows
+  /// (ignored when `loss_finite` is false or the rank has no rows).
+  StepExchange exchange(const std::vector<core::Tensor>& params, double loss, bool loss_finite,
+                        bool cancel, bool pause, const RankTimes& times);
+  /// While paused: one small exchange of the pause and cancel requests. Returns {pause, cancel}
+  /// over all ranks.
+  std::pair<bool, bool> pause_round(bool pause, bool cancel);
+  /// Sums evaluation counts over the ranks (float64).
+  void reduce_eval(double& loss_sum, double& items, double& correct);
+  /// Compares the ranks' parameters bit for bit (a checksum each); throws tb::ValueError naming
+  /// the first rank that differs from rank 0.
+  void check_replicas(const std::vector<core::Tensor>& params, std::int64_t step);
+
+ private:
+  void build_layout(const std::vector<core::Tensor>& params);
+
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::int64_t bucket_elems_ = 0;
+  nn::BatchShard shard_;
+  core::Tensor flat_;                  // gradients, then the extras
+  std::vector<std::int64_t> offsets_;  // each parameter's place in flat_
+  std::int64_t grad_elems_ = 0;
+};
+
+}  // namespace tb::train::detail

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Data-parallel training over Open MPI (`trainbench-cli launch --ddp`), 2 ranks on loopback with
+# one compute thread each:
+#   equivalence  world size 1 through the distributed path logs the plain run's losses bit for
+#                bit; 2 ranks x batch b log the losses of 1 process x batch 2b (same seed) within
+#                rtol 1e-5 for 10 steps (SGD, AdamW, Muon; and with dropout) and 1e-4 for 50
+#                steps; distributed.check_replicas compares the ranks' parameters bit for bit at
+#                every step (a difference fails the run).
+#   kill         kill -9 of rank 1 mid-run: the launch exits non-zero within 10 s and the stored
+#                run is failed, naming rank 1.
+#   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
+#                failed naming rank 1.
+# Usage: ddp.sh CLI REPO_ROOT MODE        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop)
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start ddp "CLI REPO_ROOT MODE" 3 3 "$@"
+cli=$1
+repo=$2
+mode=$3
+config=$repo/tests/ui/data/blobs.toml
+e2e_tmpdir
+# The same run with Muon for the hidden matrices and AdamW for the rest.
+muon=$tmp/muon.toml
+sed -e '/^\[optimizer\]/,$d' "$config" > "$muon"
+cat >> "$muon" << 'EOF'
+[optimizer]
+kind = "muon"
+
+[optimizer.muon]
+lr = 0.02
+
+[optimizer.adamw]
+lr = 0.01
+EOF
+command -v mpirun > /dev/null || fail "mpirun not found (Debian's openmpi-bin)"
+
+# The losses of run 1 of store $1, one per line.
+losses() {
+  "$cli" --db "$1" export 1 --format csv |
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "loss") c = i; next } { print $c }'
+}
+
+# compare NAME A B RTOL: the same number of losses, each pair within RTOL (0 = identical text).
+compare() {
+  local name=$1 a=$2 b=$3 rtol=$4
+  [ "$(wc -l < "$a")" -eq "$(wc -l < "$b")" ] && [ -s "$a" ] ||
+    fail "$name: $(wc -l < "$a") vs $(wc -l < "$b") logged losses"
+  if [ "$rtol" = 0 ]; then
+    cmp -s "$a" "$b" || fail "$name: losses differ: $(paste -d' ' "$a" "$b" | head -5 | tr '\n' ';')"
+    echo "$name: $(wc -l < "$a") losses identical"
+    return
+  fi
+  worst=$(paste -d' ' "$a" "$b" | awk -v r="$rtol" '
+    { d = $1 - $2; if (d < 0) d = -d; m = $1 < 0 ? -$1 : $1; rel = m > 0 ? d / m : d
+      if (rel > worst) worst = rel; if (rel > r) bad = bad " step " NR ": " $1 " vs " $2 }
+    END { printf "%.3g%s\n", worst, bad }')
+  case $worst in
+    *step*) fail "$name: beyond rtol $rtol:${worst#* }" ;;
+  esac
+  echo "$name: $(wc -l < "$a") losses, max relative difference $worst (rtol $rtol)"
+}
+
+# run_pair NAME CONFIG STEPS RTOL SETTINGS...: 1 process x 2b against 2 ranks x b.
+run_pair() {
+  local name=$1 config=$2 steps=$3 rtol=$4
+  shift 4
+  local sets=(--set threads=1 --set run.steps="$steps" --set data.workers=0)
+  for s in "$@"; do sets+=(--set "$s"); done
+  "$cli" --db "$tmp/$name-1.sqlite" run "$config" "${sets[@]}" --set data.batch_size=64 \
+    > "$tmp/$name-1.log" 2>&1 || fail "$name: the one-process run failed: $(tail -3 "$tmp/$name-1.log")"
+  "$cli" --db "$tmp/$name-2.sqlite" launch --ddp --nproc 2 "$config" "${sets[@]}" \
+    --set data.batch_size=32 --set distributed.check_replicas=true > "$tmp/$name-2.log" 2>&1 ||
+    fail "$name: the 2-rank run failed: $(grep -a 'run 1\|error' "$tmp/$name-2.log" | tail -3)"
+  losses "$tmp/$name-1.sqlite" > "$tmp/$name-1.txt"
+  losses "$tmp/$name-2.sqlite" > "$tmp/$name-2.txt"
+  compare "$name" "$tmp/$name-1.txt" "$tmp/$name-2.txt" "$rtol"
+}
+
+# rank_pid STORE RANK: the pid of that rank of the job writing STORE.
+rank_pid() {
+  for p in $(pgrep -f "$1 run"); do
+    if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
+# lose_rank SIGNAL LIMIT_S TIMEOUT_S: starts a long 2-rank run, sends SIGNAL to rank 1 once it
+# trains, and checks the job's end.
+lose_rank() {
+  local sig=$1 limit=$2 timeout=$3 db=$tmp/lost.sqlite
+  "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
+    --set run.log_interval=50 --set distributed.timeout_s="$timeout" > "$tmp/lost.log" 2>&1 &
+  local launcher=$! pid="" i
+  for i in $(seq 1 100); do
+    pid=$(rank_pid "$db" 1)
+    [ -n "$pid" ] && "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
+    sleep 0.2
+  done
+  [ -n "$pid" ] || fail "$sig: rank 1 never started: $(tail -5 "$tmp/lost.log")"
+  sleep "0.$((RANDOM % 9 + 1))"
+  local t0 rc t1
+  t0=$(date +%s%N)
+  kill "-$sig" "$pid"
+  wait "$launcher"
+  rc=$?
+  t1=$(date +%s%N)
+  local ms=$(((t1 - t0) / 1000000))
+  [ "$rc" -ne 0 ] || fail "$sig: the launch exited 0 after rank 1 was lost"
+  [ "$ms" -le $((limit * 1000)) ] || fail "$sig: the job took $ms ms to end (limit $limit s)"
+  local row
+  row=$("$cli" --db "$db" runs | awk '$1 == 1')
+  case $row in
+    *failed*"rank 1 ("*"lost at step"*) ;;
+    *) fail "$sig: the run is not failed naming rank 1: $row" ;;
+  esac
+  echo "$sig: the job ended $ms ms after rank 1 was hit, exit $rc; run: ${row#*failed}"
+}
+
+case $mode in
+  equivalence)
+    # World size 1 through the distributed path: the plain run, bit for bit.
+    "$cli" --db "$tmp/w1-plain.sqlite" run "$config" --set threads=1 --set run.steps=20 \
+      > "$tmp/w1-plain.log" 2>&1 || fail "plain run failed"
+    "$cli" --db "$tmp/w1-ddp.sqlite" launch --ddp --nproc 1 "$config" --set threads=1 \
+      --set run.steps=20 > "$tmp/w1-ddp.log" 2>&1 ||
+      fail "world size 1 failed: $(tail -3 "$tmp/w1-ddp.log")"
+    losses "$tmp/w1-plain.sqlite" > "$tmp/w1-plain.txt"
+    losses "$tmp/w1-ddp.sqlite" > "$tmp/w1-ddp.txt"
+    compare world_size_1 "$tmp/w1-plain.txt" "$tmp/w1-ddp.txt" 0
+    run_pair sgd "$config" 10 1e-5 'optimizer.kind="sgd"' optimizer.lr=0.05
+    run_pair adamw "$config" 10 1e-5
+    run_pair muon "$muon" 10 1e-5 'model.hidden=[32, 32]'
+    run_pair dropout "$config" 10 1e-5 model.dropout=0.3
+    run_pair muon_50 "$muon" 50 1e-4 'model.hidden=[32, 32]' model.dropout=0.1
+    "$cli" --db "$tmp/adamw-2.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
+      fail "the run did not record its ranks"
+    ;;
+  kill) lose_rank KILL 10 60 ;;
+  stop) lose_rank STOP 8 3 ;;
+  *) fail "unknown mode '$mode' (equivalence, kill, stop)" ;;
+esac
+echo "PASS: ddp $mode"
