@@ -340,8 +340,8 @@ int main(int argc, char** argv) {
       "run N training processes in parallel, process k bound to CPU slot k (its children inherit "
       "the slot's mask; each run pins its own threads to it)");
   tb::api::LaunchRequest launch_req;
-  launch->add_option("configs", launch_req.configs, "run configs; process k runs config k % count")
-      ->required();
+  auto* launch_configs = launch->add_option("configs", launch_req.configs,
+                                            "run configs; process k runs config k % count");
   launch->add_option("--nproc", launch_req.nproc, "number of processes (= slots)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -354,11 +354,20 @@ int main(int argc, char** argv) {
   launch->add_flag("--ddp", launch_req.ddp,
                    "one data-parallel run over --nproc ranks started by mpirun (data.batch_size "
                    "is per rank); rank 0 writes the store");
-  launch
-      ->add_option("--hosts", launch_req.hosts,
-                   "--ddp: hosts (host or host:slots), comma-separated")
-      ->delimiter(',');
+  std::string launch_hosts;
+  launch->add_option("--hosts", launch_hosts, "--ddp: hosts (host or host:slots), comma-separated");
   launch->add_option("--hostfile", launch_req.hostfile, "--ddp: an Open MPI hostfile");
+  launch
+      ->add_option("--resume", launch_req.resume,
+                   "--ddp: continue stored run N from its newest checkpoint (same number of ranks)")
+      ->check(CLI::PositiveNumber);
+  launch->callback([&] {
+    if (launch_configs->count() == 0 && launch_req.resume == 0)
+      throw CLI::RequiredError("configs (or --ddp --resume RUN)");
+    if (launch_req.resume > 0 && !launch_req.ddp)
+      throw CLI::ValidationError("--resume",
+                                 "needs --ddp (without it, resume each run with run --resume)");
+  });
 
   auto* model = app.add_subcommand(
       "model", "build a model from its defaults and settings; print its config and parameters");
@@ -474,6 +483,11 @@ int main(int argc, char** argv) {
       exe[n] = '\0';
       launch_req.program = exe;
       launch_req.db_path = db_path;
+      for (std::size_t at = 0; at < launch_hosts.size();) {
+        const std::size_t comma = std::min(launch_hosts.find(',', at), launch_hosts.size());
+        if (comma > at) launch_req.hosts.push_back(launch_hosts.substr(at, comma - at));
+        at = comma + 1;
+      }
       if (launch_req.ddp) {
         const int rc = tb::api::launch_ddp(launch_req, [](int pid, const tb::api::DdpLaunch& plan) {
           for (const auto& note : plan.notes)

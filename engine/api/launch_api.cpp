@@ -135,8 +135,8 @@ std::vector<LaunchedProcess> launch_runs(
 
 DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   TB_CHECK(req.nproc >= 1, "[launch] --nproc must be >= 1, got ", req.nproc);
-  TB_CHECK(req.configs.size() == 1, "[launch] --ddp runs one config over its ranks, got ",
-           req.configs.size());
+  TB_CHECK(req.configs.size() == 1 || (req.resume > 0 && req.configs.empty()),
+           "[launch] --ddp runs one config over its ranks, got ", req.configs.size());
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
   TB_CHECK(req.hosts.empty() || req.hostfile.empty(),
            "[launch] give --hosts or --hostfile, not both");
@@ -172,7 +172,9 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   }
   p.argv.push_back(req.program);
   if (!req.db_path.empty()) p.argv.insert(p.argv.end(), {"--db", req.db_path});
-  p.argv.insert(p.argv.end(), {"run", req.configs.front()});
+  p.argv.push_back("run");
+  if (req.resume > 0) p.argv.insert(p.argv.end(), {"--resume", std::to_string(req.resume)});
+  if (!req.configs.empty()) p.argv.push_back(req.configs.front());
   std::vector<std::string> sets = {"distributed.backend=\"mpi\"",
                                    "distributed.world_size=" + std::to_string(req.nproc),
                                    "binding.mode=\"" + req.binding + "\""};

@@ -24,6 +24,7 @@ struct LaunchRequest {
   std::vector<std::string> hosts;      ///< ddp: "host" or "host:slots" (none = this machine)
   std::string hostfile;                ///< ddp: an Open MPI hostfile instead of hosts
   std::string mpirun = "mpirun";       ///< ddp: the launcher program
+  std::int64_t resume = 0;             ///< ddp: continue this stored run (0 = a new run)
 };
 
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.
@@ -34,7 +35,7 @@ struct DdpLaunch {
 };
 
 /// The mpirun command of a --ddp request (no process is started): `nproc` ranks of
-/// `program [--db DB] run CONFIG --set distributed.backend="mpi" --set
+/// `program [--db DB] run CONFIG|--resume RUN [CONFIG] --set distributed.backend="mpi" --set
 /// distributed.world_size=N --set binding.mode=MODE ...`, mpirun's own binding off (each rank
 /// binds itself to its local slot), Open MPI's TCP traffic on loopback unless hosts are given,
 /// and the settings Open MPI needs to run as root when the caller is root.

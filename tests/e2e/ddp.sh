@@ -10,7 +10,11 @@
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
 #                failed naming rank 1.
-# Usage: ddp.sh CLI REPO_ROOT MODE        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop)
+#   resume       a 2-rank run (Muon, dropout) killed after its first checkpoint and resumed with
+#                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
+#                bit.
+# Usage: ddp.sh CLI REPO_ROOT MODE
+#        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_resume)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
@@ -35,10 +39,13 @@ lr = 0.01
 EOF
 command -v mpirun > /dev/null || fail "mpirun not found (Debian's openmpi-bin)"
 
-# The losses of run 1 of store $1, one per line.
+# The losses of run 1 of store $1, one per line (a step logged twice, before a crash and after
+# the resume: the last one).
 losses() {
   "$cli" --db "$1" export 1 --format csv |
-    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "loss") c = i; next } { print $c }'
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "loss") c = i; next }
+             { if (!($1 in v)) order[n++] = $1; v[$1] = $c }
+             END { for (i = 0; i < n; i++) print v[order[i]] }'
 }
 
 # compare NAME A B RTOL: the same number of losses, each pair within RTOL (0 = identical text).
@@ -139,6 +146,32 @@ case $mode in
       fail "the run did not record its ranks"
     ;;
   kill) lose_rank KILL 10 60 ;;
+  resume)
+    sets=(--set threads=1 --set run.steps=6000 --set run.log_interval=100 --set eval.interval=2000
+      --set checkpoint.interval=1000 --set 'model.hidden=[32, 32]' --set model.dropout=0.1)
+    "$cli" --db "$tmp/whole.sqlite" launch --ddp --nproc 2 "$muon" "${sets[@]}" \
+      > "$tmp/whole.log" 2>&1 || fail "the uninterrupted run failed: $(tail -3 "$tmp/whole.log")"
+    mkdir -p "$tmp/cut"
+    db=$tmp/cut/cut.sqlite
+    "$cli" --db "$db" launch --ddp --nproc 2 "$muon" "${sets[@]}" > "$tmp/cut.log" 2>&1 &
+    launcher=$!
+    for i in $(seq 1 300); do
+      [ -n "$(find "$tmp/cut/checkpoints" -maxdepth 3 -name 'step-00001000' 2> /dev/null)" ] && break
+      sleep 0.05
+    done
+    pid=$(rank_pid "$db" 1)
+    [ -n "$pid" ] || fail "rank 1 is gone before the kill: $(tail -3 "$tmp/cut.log")"
+    kill -KILL "$pid"
+    wait "$launcher" && fail "the launch exited 0 after rank 1 was killed"
+    cut_at=$("$cli" --db "$db" runs | awk '$1 == 1 { print $0 }')
+    case $cut_at in *failed*) ;; *) fail "the cut run is not failed: $cut_at" ;; esac
+    "$cli" --db "$db" launch --ddp --nproc 2 --resume 1 > "$tmp/resume.log" 2>&1 ||
+      fail "the resume failed: $(grep -a 'run 1\|error' "$tmp/resume.log" | tail -3)"
+    grep -aq 'resuming run 1' "$tmp/resume.log" || fail "no resume: $(tail -3 "$tmp/resume.log")"
+    losses "$tmp/whole.sqlite" > "$tmp/whole.txt"
+    losses "$db" > "$tmp/cut.txt"
+    compare resumed_after_kill "$tmp/whole.txt" "$tmp/cut.txt" 0
+    ;;
   stop) lose_rank STOP 8 3 ;;
   *) fail "unknown mode '$mode' (equivalence, kill, stop)" ;;
 esac

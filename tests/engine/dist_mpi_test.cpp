@@ -1,6 +1,7 @@
 // The MPI process group's collectives on 2+ ranks (ctest runs it under mpirun -np 2 and -np 3):
 // values of every collective and reduce op, bit-identical float sums on every rank, strings, and
-// a collective that one rank joins late: the others fail with a DistError naming it, within the
+// a NaN loss on one rank only (every rank skips the step, as the one-process run does), and a
+// collective that one rank joins late: the others fail with a DistError naming it, within the
 // deadline. Prints "rank R: PASS (N checks)" per rank; any failed check prints "FAILED: ...".
 #include <unistd.h>
 
@@ -11,7 +12,12 @@
 #include <string>
 #include <thread>
 
+#include "engine/core/data_shape.h"
+#include "engine/data/registry.h"
+#include "engine/data/synthetic.h"
 #include "engine/dist/process_group.h"
+#include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
 
 namespace {
 
@@ -100,6 +106,104 @@ void collectives(dist::ProcessGroup& g) {
   g.barrier("end of the collectives");
 }
 
+// Blobs whose training sample 44 has NaN features: with 2 ranks x 8 samples and no shuffle it
+// is row 12 of global batch 2 (samples 32..47), i.e. rank 1's only.
+void register_nan_blobs() {
+  tb::data::DatasetKind k;
+  k.name = "test-nan-blobs";
+  k.help = "synthetic-blobs with NaN features in training sample 44 (tests only)";
+  k.task = tb::core::kTaskClassification;
+  k.shape = [](const nlohmann::json&) {
+    tb::core::DataShape s;
+    s.kind = "test-nan-blobs";
+    s.task = tb::core::kTaskClassification;
+    s.features = 16;
+    s.classes = 4;
+    return s;
+  };
+  k.make = [](const nlohmann::json&, std::uint64_t seed) {
+    tb::data::GaussianBlobsOptions o;
+    o.num_samples = 640;
+    o.num_classes = 4;
+    o.num_features = 16;
+    o.seed = seed;
+    const tb::data::TensorDataset all = tb::data::make_gaussian_blobs(o);
+    Tensor input = all.input().narrow(0, 0, 512).contiguous();
+    for (int f = 0; f < 16; ++f)
+      input.data_ptr<float>()[44 * 16 + f] = NAN;
+    tb::data::DataSplits d;
+    d.train = std::make_shared<tb::data::TensorDataset>(input, all.target().narrow(0, 0, 512));
+    d.eval = std::make_shared<tb::data::TensorDataset>(all.input().narrow(0, 512, 128),
+                                                       all.target().narrow(0, 512, 128));
+    return d;
+  };
+  tb::data::dataset_registry().add(k);
+}
+
+struct Recorder final : tb::train::MetricSink {
+  std::vector<std::pair<std::int64_t, double>> losses;
+  std::vector<std::string> warnings;
+  void on_metrics(std::int64_t step, const tb::train::Metrics& m) override {
+    for (const auto& [k, v] : m)
+      if (k == "loss") losses.emplace_back(step, v);
+  }
+  void on_event(const std::string& level, const std::string& text) override {
+    if (level == "warning") warnings.push_back(text);
+  }
+};
+
+// A NaN loss on one rank only: every rank skips that step, like the one-process run whose batch
+// holds the NaN sample; the logged losses agree.
+void nan_on_one_rank(const std::shared_ptr<dist::ProcessGroup>& g) {
+  if (g->size() != 2) return;  // the sample's rank is worked out for two
+  register_nan_blobs();
+  const std::string base = R"(
+[run]
+seed = 4
+steps = 8
+[model]
+kind = "mlp"
+input = 16
+hidden = [32]
+classes = 4
+[data]
+kind = "test-nan-blobs"
+shuffle = false
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 4
+)";
+  auto one_cfg = tb::train::parse_run_config(base, "one", {"data.batch_size=16"});
+  auto two_cfg = tb::train::parse_run_config(
+      base, "two",
+      {"data.batch_size=8", "distributed.backend=\"mpi\"", "distributed.check_replicas=true"});
+  auto one_rec = std::make_shared<Recorder>();
+  auto two_rec = std::make_shared<Recorder>();
+  tb::train::Trainer one(one_cfg);
+  one.add_sink(one_rec);
+  const auto r1 = one.run();
+  tb::train::Trainer two(two_cfg, {}, g);
+  two.add_sink(two_rec);
+  const auto r2 = two.run();
+  check(r1.outcome == tb::train::RunOutcome::kFinished, "one-process run: " + r1.message);
+  check(r2.outcome == tb::train::RunOutcome::kFinished, "2-rank run: " + r2.message);
+  check(two_rec->warnings.size() == 1 && two_rec->warnings[0].find("step 3: non-finite loss") == 0,
+        "every rank skips step 3: " +
+            (two_rec->warnings.empty() ? std::string("no warning") : two_rec->warnings[0]));
+  check(one_rec->warnings.size() == 1, "the one-process run skips one step");
+  check(one_rec->losses.size() == two_rec->losses.size() && one_rec->losses.size() == 8,
+        "8 logged steps each");
+  for (std::size_t i = 0; i < std::min(one_rec->losses.size(), two_rec->losses.size()); ++i) {
+    const double a = one_rec->losses[i].second;
+    const double b = two_rec->losses[i].second;
+    check(std::fabs(a - b) <= 1e-5 * std::fabs(a),
+          "loss " + std::to_string(i) + ": " + std::to_string(a) + " vs " + std::to_string(b));
+  }
+}
+
 // The last rank joins a barrier 1.5 s late; the others' deadline is 0.5 s: they fail naming it.
 // (The others did enter the barrier, so the late rank's own barrier may still complete; it is
 // not checked.)
@@ -142,6 +246,7 @@ int main() {
     g_rank = g->rank();
     check(g->size() >= 2, "run under mpirun -np 2 or more");
     collectives(*g);
+    nan_on_one_rank(g);
     late_rank(*g);
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());
