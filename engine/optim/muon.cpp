@@ -226,6 +226,7 @@ void Muon::step() {
       Tensor grad = autograd::grad(p);
       if (!grad.defined()) continue;
       TB_CHECK(grad.dim() == 2, "Param gradient must be a 2D matrix");
+      if (!owner_of_.empty() && owner_of_.at(p.impl()) != partition_.rank) continue;
       ParamState& st = state(p);
       auto it = st.find("momentum_buffer");
       if (it == st.end()) it = st.emplace("momentum_buffer", ops::zeros_like(grad)).first;
@@ -289,7 +290,48 @@ void Muon::step() {
     }
   }
   last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count() + device_ns_ms;
+  if (partition_.sync) partition_.sync(all_params(), partition_.owner);
   count_step();
+}
+
+std::vector<Tensor> Muon::all_params() const {
+  std::vector<Tensor> out;
+  for (const auto& g : param_groups())
+    out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+void Muon::set_partition(MuonPartition partition) {
+  const std::vector<Tensor> params = all_params();
+  TB_CHECK(partition.owner.size() == params.size(), "[optimizer.muon] the partition names ",
+           partition.owner.size(), " owners for ", params.size(), " parameters");
+  TB_CHECK(static_cast<bool>(partition.sync), "[optimizer.muon] the partition has no sync");
+  owner_of_.clear();
+  for (std::size_t i = 0; i < params.size(); ++i)
+    owner_of_[params[i].impl()] = partition.owner[i];
+  partition_ = std::move(partition);
+}
+
+std::vector<int> assign_muon_owners(const std::vector<Tensor>& params, int world) {
+  TB_CHECK(world >= 1, "[optimizer.muon] world size must be >= 1, got ", world);
+  std::vector<std::size_t> order(params.size());
+  std::vector<double> cost(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    order[i] = i;
+    const auto m = static_cast<double>(params[i].dim() >= 1 ? params[i].size(0) : 1);
+    const auto n = static_cast<double>(params[i].dim() >= 2 ? params[i].size(1) : 1);
+    cost[i] = m * n * std::min(m, n);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<std::size_t>(world), 0.0);
+  std::vector<int> owner(params.size(), 0);
+  for (std::size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = static_cast<int>(least);
+    load[static_cast<std::size_t>(least)] += cost[i];
+  }
+  return owner;
 }
 
 void Muon::append_step_metrics(std::vector<std::pair<std::string, double>>& out) {

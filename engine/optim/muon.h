@@ -10,6 +10,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +71,25 @@ struct MuonOptions {
   NewtonSchulzOptions ns;                 ///< orthogonalisation settings
 };
 
+/// Distributed Muon, as KellerJordan/Muon's distributed `Muon` (muon.py): in data-parallel
+/// training, whose gradients are already averaged and equal on every process, each process
+/// updates only the matrices it owns — momentum, Newton–Schulz, weight decay, the update — and
+/// `sync` then copies every matrix from its owner to every process. The result is the
+/// replicated optimizer's, bit for bit; the Newton–Schulz work is divided, and a matrix's
+/// momentum lives on its owner only.
+struct MuonPartition {
+  int rank = 0;            ///< this process
+  std::vector<int> owner;  ///< the owning process of each parameter, groups flattened in order
+  /// Called at the end of every step() on every process with all the parameters (same order as
+  /// `owner`): must give every process each owner's values.
+  std::function<void(const std::vector<Tensor>& params, const std::vector<int>& owner)> sync;
+};
+
+/// Owners for distributed Muon: the matrices by decreasing Newton–Schulz cost (m·n·min(m, n)),
+/// each to the process with the least cost so far (lowest rank on ties) — the same on every
+/// process.
+std::vector<int> assign_muon_owners(const std::vector<Tensor>& params, int world);
+
 /// The Muon optimizer. Group keys: lr, weight_decay, momentum, nesterov, adjust_lr_fn, ns_a,
 /// ns_b, ns_c, ns_steps, eps, ns_schedule, ns_variant. State: "momentum_buffer".
 class Muon : public Optimizer {
@@ -84,6 +105,13 @@ class Muon : public Optimizer {
   double last_newton_schulz_ms();
   /// Appends "time.newton_schulz_ms": last_newton_schulz_ms().
   void append_step_metrics(std::vector<std::pair<std::string, double>>& out) override;
+  /// Makes this optimizer distributed (see MuonPartition); `owner` must have one entry per
+  /// parameter. Throws tb::ValueError otherwise.
+  void set_partition(MuonPartition partition);
+  /// The partition (owner empty: replicated).
+  const MuonPartition& partition() const { return partition_; }
+  /// All parameters, groups flattened in order (MuonPartition::owner's order).
+  std::vector<Tensor> all_params() const;
 
  protected:
   void validate_group(const ParamGroup& group) const override;
@@ -95,6 +123,8 @@ class Muon : public Optimizer {
   core::Device ns_timer_device_;
   bool ns_marks_pending_ = false;  // marks of the last step not read yet
   double pending_ns_ms();          // reads (waits for) and sums the pending marks
+  MuonPartition partition_;
+  std::map<const core::TensorImpl*, int> owner_of_;  // from partition_
 };
 
 }  // namespace tb::optim

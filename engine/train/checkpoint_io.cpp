@@ -215,7 +215,21 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
              owner_description_.empty() ? owner_key_ : owner_description_,
              "; resume that run from its own store");
   }
-  TB_CHECK(state.at("config") == to_toml(config_), "[checkpoint] ", dir.string(),
+  // The config must match; a data-parallel rank's own CPU slot (binding.slot) may differ from
+  // rank 0's, which wrote the checkpoint.
+  auto same_run = [](RunConfig c) {
+    c.binding.slot = 0;
+    return to_toml(c);
+  };
+  bool same = state.at("config") == to_toml(config_);
+  if (!same && s.ddp) {
+    try {
+      same = same_run(parse_run_config(state.at("config").get<std::string>(), "checkpoint")) ==
+             same_run(config_);
+    } catch (const ValueError&) {  // not a config this build reads: not the same run
+    }
+  }
+  TB_CHECK(same, "[checkpoint] ", dir.string(),
            " was written by a run with another config; resume with that config");
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
@@ -275,6 +289,7 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   s.step = state.at("step").get<std::int64_t>();
   s.skipped = state.at("skipped").get<std::int64_t>();
   s.nonfinite_in_row = state.at("nonfinite_in_row").get<std::int64_t>();
+  if (s.ddp) release_unowned_state();  // distributed Muon keeps its own matrices' momentum only
   emit_event("info", "resumed from " + dir.string() + " at step " + std::to_string(s.step));
 }
 

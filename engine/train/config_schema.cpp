@@ -125,7 +125,12 @@ std::vector<SectionSchema> make_fixed_sections() {
             .above(0),
         FieldSpec("check_replicas", FieldType::kBool, false,
                   "compare the ranks' parameters bit for bit at every logged step (a mismatch "
-                  "fails the run)")}});
+                  "fails the run)"),
+        FieldSpec("muon", FieldType::kString, "distributed",
+                  "Muon over ranks: distributed = each rank orthogonalises a share of the "
+                  "matrices (by Newton-Schulz cost) and the updated matrices are gathered; "
+                  "replicated = every rank does all of them")
+            .one_of({"distributed", "replicated"})}});
   return out;
 }
 

@@ -1,6 +1,7 @@
 // The data-parallel part of a run: see data_parallel.h.
 #include "engine/train/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -190,6 +191,74 @@ void DataParallel::reduce_eval(double& loss_sum, double& items, double& correct)
   loss_sum = v[0];
   items = v[1];
   correct = v[2];
+}
+
+void DataParallel::sync_owned(const std::vector<Tensor>& tensors, const std::vector<int>& owner,
+                              const std::string& what) {
+  if (world() == 1) return;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(world()), 0);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    TB_CHECK(t.dtype() == ScalarType::Float32 && t.device().is_cpu() && t.is_contiguous(),
+             "[trainer] ", what, ": tensor ", i, " is not a contiguous float32 CPU tensor");
+    count[static_cast<std::size_t>(owner[i])] += t.numel();
+  }
+  const std::int64_t longest =
+      std::max<std::int64_t>(1, *std::max_element(count.begin(), count.end()));
+  Tensor mine = Tensor::empty({longest}, ScalarType::Float32);
+  float* out = mine.data_ptr<float>();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (owner[i] != rank()) continue;
+    std::memcpy(out, tensors[i].data_ptr<float>(),
+                static_cast<std::size_t>(tensors[i].numel()) * sizeof(float));
+    out += tensors[i].numel();
+  }
+  const Tensor all = group_->all_gather(mine, what);
+  std::vector<const float*> from(static_cast<std::size_t>(world()));
+  for (int r = 0; r < world(); ++r)
+    from[static_cast<std::size_t>(r)] = all.data_ptr<float>() + r * longest;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto r = static_cast<std::size_t>(owner[i]);
+    if (owner[i] != rank())
+      std::memcpy(tensors[i].data_ptr<float>(), from[r],
+                  static_cast<std::size_t>(tensors[i].numel()) * sizeof(float));
+    from[r] += tensors[i].numel();
+  }
+}
+
+void DataParallel::partition_muon(optim::Muon& muon) {
+  optim::MuonPartition part;
+  part.rank = rank();
+  part.owner = optim::assign_muon_owners(muon.all_params(), world());
+  part.sync = [this](const std::vector<Tensor>& params, const std::vector<int>& owner) {
+    sync_owned(params, owner, "Muon's updated matrices");
+  };
+  muon.set_partition(std::move(part));
+}
+
+void DataParallel::gather_muon_state(optim::Muon& muon) {
+  const std::vector<Tensor> params = muon.all_params();
+  const std::vector<int>& owner = muon.partition().owner;
+  std::vector<Tensor> bufs;
+  for (const auto& p : params) {
+    optim::ParamState& st = muon.state(p);
+    auto it = st.find("momentum_buffer");
+    if (it == st.end()) {
+      Tensor z = Tensor::empty(p.sizes(), ScalarType::Float32);
+      std::memset(z.data_ptr(), 0, z.nbytes());
+      it = st.emplace("momentum_buffer", z).first;
+    }
+    bufs.push_back(it->second);
+  }
+  sync_owned(bufs, owner, "Muon's momentum for the checkpoint");
+}
+
+void DataParallel::release_muon_state(optim::Muon& muon) {
+  const std::vector<Tensor> params = muon.all_params();
+  const std::vector<int>& owner = muon.partition().owner;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (owner[i] != rank() && muon.has_state(params[i]))
+      muon.state(params[i]).erase("momentum_buffer");
 }
 
 void DataParallel::check_replicas(const std::vector<Tensor>& params, std::int64_t step) {

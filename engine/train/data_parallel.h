@@ -19,6 +19,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/module.h"
+#include "engine/optim/muon.h"
 #include "engine/train/run_config.h"
 
 namespace tb::train::detail {
@@ -64,6 +65,19 @@ class DataParallel {
   std::pair<bool, bool> pause_round(bool pause, bool cancel);
   /// Sums evaluation counts over the ranks (float64).
   void reduce_eval(double& loss_sum, double& items, double& correct);
+  /// Gives every rank each owner's values of `tensors` (float32, contiguous, CPU; owner[i] owns
+  /// tensors[i]): each rank's owned tensors packed into one buffer, one all-gather.
+  void sync_owned(const std::vector<core::Tensor>& tensors, const std::vector<int>& owner,
+                  const std::string& what);
+  /// Distributed Muon: makes `muon` update only the matrices this rank owns (assigned by
+  /// Newton–Schulz cost) and gather them after every step.
+  void partition_muon(optim::Muon& muon);
+  /// Distributed Muon before a checkpoint: every rank gets every matrix's momentum from its owner
+  /// (a collective: every rank calls it), so rank 0 saves the whole state.
+  void gather_muon_state(optim::Muon& muon);
+  /// Distributed Muon after a checkpoint is saved or loaded: drops the momentum of the matrices
+  /// this rank does not own.
+  void release_muon_state(optim::Muon& muon);
   /// Compares the ranks' parameters bit for bit (a checksum each); throws tb::ValueError naming
   /// the first rank that differs from rank 0.
   void check_replicas(const std::vector<core::Tensor>& params, std::int64_t step);

@@ -425,6 +425,8 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
       s.ctx().fail("distributed.bucket_mb",
                    "expected a size in MiB > 0, found " + std::to_string(c.distributed.bucket_mb));
     s.read("check_replicas", c.distributed.check_replicas);
+    s.read("muon", c.distributed.muon);
+    s.check_enum("muon", c.distributed.muon, {"distributed", "replicated"});
     s.finish();
   }
   top.read("threads", c.threads);

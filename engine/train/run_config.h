@@ -128,6 +128,8 @@ struct DistributedSection {
   double timeout_s = 300;       ///< deadline of every collective; a rank late by more fails the job
   double bucket_mb = 25;        ///< gradients are all-reduced in buckets of this size
   bool check_replicas = false;  ///< compare every rank's parameters at each logged step
+  std::string muon =
+      "distributed";  ///< distributed (each rank a share of the matrices) or replicated
 };
 
 /// The whole run configuration.

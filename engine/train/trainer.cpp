@@ -21,6 +21,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/numa/memory.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
 #include "engine/train/applied_binding.h"
 #include "engine/train/trainer_state.h"
 
@@ -150,6 +151,20 @@ void Trainer::report_ranks() {
      << config_.data.batch_size * g.size() << " global)";
   for (int r = 0; r < g.size(); ++r)
     os << "; " << g.describe_rank(r) << " " << all[static_cast<std::size_t>(r)];
+  for (const auto& o : s_->opts) {
+    const auto* m = dynamic_cast<const optim::Muon*>(o.get());
+    if (m == nullptr) continue;
+    if (m->partition().owner.empty()) {
+      os << "; Muon replicated (every rank orthogonalises every matrix)";
+      continue;
+    }
+    std::vector<int> owned(static_cast<std::size_t>(g.size()), 0);
+    for (int owner : m->partition().owner)
+      ++owned[static_cast<std::size_t>(owner)];
+    os << "; Muon distributed, matrices per rank:";
+    for (int n : owned)
+      os << " " << n;
+  }
   emit_event("info", os.str());
 }
 
@@ -327,17 +342,29 @@ void Trainer::after_optimizer_step() {
 }
 
 void Trainer::checkpoint_if_due(TrainResult& r) {
-  const State& s = *s_;
-  const bool due =
-      !checkpoint_dir_.empty() &&
-      ((config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
-       s.step == total_steps_);
-  if (!due) return;
-  const auto dir = save_checkpoint(checkpoint_dir_ / detail::checkpoint_name(s.step));
-  r.last_checkpoint = dir.string();
-  for (auto& sink : sinks_)
-    sink->on_checkpoint(s.step, dir.string());
-  detail::prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep, owner_key_);
+  State& s = *s_;
+  const bool due = (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
+                   s.step == total_steps_;
+  // Data-parallel: only rank 0 writes, but distributed Muon's momentum comes from every rank.
+  const bool gather = s.ddp && due && (!checkpoint_dir_.empty() || s.ddp->rank() != 0);
+  if (gather)
+    for (auto& o : s.opts)
+      if (auto* m = dynamic_cast<optim::Muon*>(o.get()); m && !m->partition().owner.empty())
+        s.ddp->gather_muon_state(*m);
+  if (due && !checkpoint_dir_.empty()) {
+    const auto dir = save_checkpoint(checkpoint_dir_ / detail::checkpoint_name(s.step));
+    r.last_checkpoint = dir.string();
+    for (auto& sink : sinks_)
+      sink->on_checkpoint(s.step, dir.string());
+    detail::prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep, owner_key_);
+  }
+  if (gather) release_unowned_state();
+}
+
+void Trainer::release_unowned_state() {
+  for (auto& o : s_->opts)
+    if (auto* m = dynamic_cast<optim::Muon*>(o.get()); m && !m->partition().owner.empty())
+      s_->ddp->release_muon_state(*m);
 }
 
 bool Trainer::hold_with_ranks() {

@@ -133,6 +133,7 @@ class Trainer {
   bool skip_nonfinite_step(double loss_value, TrainResult& r);  // true: diverged, stop
   void after_optimizer_step();                                  // step count, placement, average
   void checkpoint_if_due(TrainResult& r);
+  void release_unowned_state();  // distributed Muon: momentum of others' matrices
   void finish(TrainResult& r, std::int64_t steps_run);
 
   RunConfig config_;

@@ -5,6 +5,7 @@
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
 #include "engine/numa/topology_hwloc.h"
+#include "engine/optim/muon.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
 #include "engine/train/trainer_state.h"
@@ -143,6 +144,10 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
     s.opt_names.push_back(os.main.kind);
     s.split_table = nn::parameter_table(*s.model);
   }
+  // Data-parallel Muon: each rank orthogonalises its share of the matrices.
+  if (s.ddp && c.distributed.muon == "distributed")
+    for (auto& o : s.opts)
+      if (auto* m = dynamic_cast<optim::Muon*>(o.get())) s.ddp->partition_muon(*m);
   if (c.scheduler.config.is_null()) return;
   for (auto& o : s.opts)
     s.scheds.push_back(sched::make_scheduler(*o, c.scheduler.config));

@@ -3,14 +3,14 @@
 # one compute thread each:
 #   equivalence  world size 1 through the distributed path logs the plain run's losses bit for
 #                bit; 2 ranks x batch b log the losses of 1 process x batch 2b (same seed) within
-#                rtol 1e-5 for 10 steps (SGD, AdamW, Muon; and with dropout) and 1e-4 for 50
-#                steps; distributed.check_replicas compares the ranks' parameters bit for bit at
+#                rtol 1e-5 for 10 steps (SGD, AdamW, Muon distributed and replicated — and
+#                the two bit for bit; with dropout) and 1e-4 for 50 steps; distributed.check_replicas compares the ranks' parameters bit for bit at
 #                every step (a difference fails the run).
 #   kill         kill -9 of rank 1 mid-run: the launch exits non-zero within 10 s and the stored
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
 #                failed naming rank 1.
-#   resume       a 2-rank run (Muon, dropout) killed after its first checkpoint and resumed with
+#   resume       a 2-rank run (distributed Muon, dropout) killed after its first checkpoint and resumed with
 #                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
 #                bit.
 # Usage: ddp.sh CLI REPO_ROOT MODE
@@ -139,16 +139,22 @@ case $mode in
     compare world_size_1 "$tmp/w1-plain.txt" "$tmp/w1-ddp.txt" 0
     run_pair sgd "$config" 10 1e-5 'optimizer.kind="sgd"' optimizer.lr=0.05
     run_pair adamw "$config" 10 1e-5
-    run_pair muon "$muon" 10 1e-5 'model.hidden=[32, 32]'
+    # Muon: distributed (each rank a share of the matrices; the default) and replicated.
+    run_pair muon "$muon" 10 1e-5 'model.hidden=[32, 32, 32]'
+    run_pair muon_replicated "$muon" 10 1e-5 'model.hidden=[32, 32, 32]' \
+      'distributed.muon="replicated"'
+    compare muon_distributed_vs_replicated "$tmp/muon-2.txt" "$tmp/muon_replicated-2.txt" 0
     run_pair dropout "$config" 10 1e-5 model.dropout=0.3
-    run_pair muon_50 "$muon" 50 1e-4 'model.hidden=[32, 32]' model.dropout=0.1
+    run_pair muon_50 "$muon" 50 1e-4 'model.hidden=[32, 32, 32]' model.dropout=0.1
     "$cli" --db "$tmp/adamw-2.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
       fail "the run did not record its ranks"
+    "$cli" --db "$tmp/muon-2.sqlite" show 1 | grep -q 'Muon distributed, matrices per rank: 2 1' ||
+      fail "distributed Muon did not split its three matrices 2 + 1: $("$cli" --db "$tmp/muon-2.sqlite" show 1 | grep data-parallel)"
     ;;
   kill) lose_rank KILL 10 60 ;;
   resume)
     sets=(--set threads=1 --set run.steps=6000 --set run.log_interval=100 --set eval.interval=2000
-      --set checkpoint.interval=1000 --set 'model.hidden=[32, 32]' --set model.dropout=0.1)
+      --set checkpoint.interval=1000 --set 'model.hidden=[32, 32, 32]' --set model.dropout=0.1)
     "$cli" --db "$tmp/whole.sqlite" launch --ddp --nproc 2 "$muon" "${sets[@]}" \
       > "$tmp/whole.log" 2>&1 || fail "the uninterrupted run failed: $(tail -3 "$tmp/whole.log")"
     mkdir -p "$tmp/cut"

@@ -9,6 +9,7 @@
 #include "engine/dist/process_group.h"
 #include "engine/nn/layers.h"
 #include "engine/ops/ops.h"
+#include "engine/optim/muon.h"
 #include "engine/rng/cpu_generator.h"
 
 namespace {
@@ -154,6 +155,15 @@ TEST(Dist, DropoutMaskOfAShardIsTheGlobalMasksRows) {
   for (std::size_t i = 0; i < mine.size(); ++i)
     EXPECT_EQ(mine[i], full[8 + i]) << i;
   EXPECT_EQ(tb::nn::current_batch_shard(), nullptr);
+}
+
+// Distributed Muon's owners: by decreasing Newton-Schulz cost, each to the least-loaded rank.
+TEST(Dist, MuonOwnersBalanceNewtonSchulzCost) {
+  const std::vector<Tensor> params = {tb::ops::zeros({32, 32}), tb::ops::zeros({64, 64}),
+                                      tb::ops::zeros({32, 32}), tb::ops::zeros({16, 16})};
+  EXPECT_EQ(tb::optim::assign_muon_owners(params, 2), (std::vector<int>{1, 0, 1, 1}));
+  EXPECT_EQ(tb::optim::assign_muon_owners(params, 1), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(tb::optim::assign_muon_owners(params, 4), (std::vector<int>{1, 0, 2, 3}));
 }
 
 }  // namespace
