@@ -178,12 +178,21 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
   const dist::LaunchEnv env = dist::detect_launch_env();
   dist::GroupOptions o;
   o.backend = "none";
+  std::int64_t world_size = 0;
   if (!spec.config_text.empty()) {
     const auto c = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
     o.backend = c.distributed.backend;
     o.timeout_s = c.distributed.timeout_s;
+    world_size = c.distributed.world_size;
   } else if (env.launcher == "mpirun") {
     o.backend = "mpi";
+  }
+  if (o.backend != "none" && env.launcher.empty()) {
+    // Not started as a rank (the GUI, a plain `trainbench-cli run`): one rank, in process.
+    TB_CHECK(world_size <= 1, "[run] distributed.world_size = ", world_size,
+             ": start the ranks with trainbench-cli launch CONFIG --ddp --nproc ", world_size,
+             " (a process started on its own is one rank)");
+    o.backend = "single";
   }
   if (o.backend == "none") {
     TB_CHECK(env.size <= 1, "[run] this process is rank ", env.rank, " of ", env.size,

@@ -62,6 +62,7 @@ struct GroupOptions {
 /// Not thread-safe: one thread at a time issues a group's collectives.
 class ProcessGroup {
  public:
+  /// Frees the group's communicators (a broken group leaves them to MPI's end).
   virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -112,13 +113,15 @@ class ProcessGroup {
   /// Sets the peers (called once by the implementation's factory).
   void set_peers(std::vector<PeerInfo> peers) { peers_ = std::move(peers); }
 
-  /// What an implementation does; arguments are checked (contiguous, CPU, dtype) before.
-  /// `label` is "all_reduce #12 (gradients, step 7)" for messages.
+  /// All-reduce of `n` elements at `data` in place. Arguments are checked (contiguous, CPU,
+  /// dtype) before any do_* call; `label` ("all_reduce #12 (gradients, step 7)") is for messages.
   virtual void do_all_reduce(void* data, std::int64_t n, core::ScalarType dtype, ReduceOp op,
                              const std::string& label) = 0;
   virtual void do_broadcast(void* data, std::int64_t bytes, int root, const std::string& label) = 0;
   virtual void do_all_gather(const void* in, void* out, std::int64_t bytes,
                              const std::string& label) = 0;
+  /// Reduce-scatter: `in` holds size() x `n_per_rank` elements; this rank's reduced slice to
+  /// `out`.
   virtual void do_reduce_scatter(const void* in, void* out, std::int64_t n_per_rank,
                                  core::ScalarType dtype, ReduceOp op, const std::string& label) = 0;
   virtual void do_barrier(const std::string& label) = 0;

@@ -114,7 +114,9 @@ struct BatchShard {
 /// Makes `shard` the current thread's batch shard until destroyed (the previous one again then).
 class ScopedBatchShard {
  public:
+  /// Makes a copy of `shard` current on this thread.
   explicit ScopedBatchShard(const BatchShard& shard);
+  /// Restores the previous shard (or none).
   ~ScopedBatchShard();
   ScopedBatchShard(const ScopedBatchShard&) = delete;
   ScopedBatchShard& operator=(const ScopedBatchShard&) = delete;

@@ -44,8 +44,11 @@ class DataParallel {
   /// Checks the group against the config (distributed.world_size) and the device (CPU).
   DataParallel(std::shared_ptr<dist::ProcessGroup> group, const RunConfig& config);
 
+  /// This process's rank.
   int rank() const { return group_->rank(); }
+  /// The number of ranks.
   int world() const { return group_->size(); }
+  /// The process group.
   dist::ProcessGroup& group() { return *group_; }
 
   /// Copies rank 0's parameters and buffers into every rank's model.
