@@ -44,8 +44,8 @@ median() {
   "$cli" --db "$2" export 1 --format csv |
     awk -F, -v col="$1" -v w="$warmup" '
       NR == 1 { for (i = 1; i <= NF; i++) if ($i == col) c = i; next }
-      $1 > w && c && $c != "" { v[n++] = $c }
-      END { if (n == 0) { print "nan"; exit } asort(v); print v[int((n + 1) / 2)] }'
+      $1 > w && c && $c != "" { print $c }' |
+    sort -g | awk '{ v[n++] = $1 } END { if (n == 0) print "nan"; else print v[int((n - 1) / 2)] }'
 }
 
 one() {

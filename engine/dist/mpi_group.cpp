@@ -249,9 +249,12 @@ class MpiGroup final : public ProcessGroup {
         if (const int sig = termination_signal()) fail("stopped by signal " + std::to_string(sig));
         const auto now = Clock::now();
         if (now > deadline_) fail("");
+        // MPI's non-blocking collectives advance only inside MPI calls: test often while the
+        // data moves (a large all-reduce is many rounds), yield the CPU between tests, and nap
+        // only once a peer is clearly late.
         const auto waited = now - start;
         if (waited < std::chrono::microseconds(50)) continue;
-        if (waited < std::chrono::milliseconds(2)) {
+        if (waited < std::chrono::milliseconds(kYieldMs)) {
           sched_yield();
         } else {
           std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -274,6 +277,7 @@ class MpiGroup final : public ProcessGroup {
 
    private:
     static constexpr int kTag = 7001;
+    static constexpr int kYieldMs = 200;
 
     static Clock::duration to_duration(double s) {
       return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

@@ -78,6 +78,8 @@ MetricRoute routeMetric(const QString& key) {
     return {PlotsPanel::StepTime, 3, QStringLiteral("optimizer"), Qt::SolidLine};
   if (key == QLatin1String(kNsKey))
     return {PlotsPanel::StepTime, 4, QStringLiteral("Newton–Schulz"), Qt::DashDotDotLine};
+  if (key == QLatin1String(api::metric::kCommMs))  // data-parallel: the gradient exchange
+    return {PlotsPanel::StepTime, 5, QStringLiteral("communication"), Qt::DotLine};
   if (key == QLatin1String(api::metric::kSamplesPerS))
     return {PlotsPanel::Throughput, 0, QStringLiteral("samples/s")};
   if (key == QLatin1String(api::metric::kTokensPerS))

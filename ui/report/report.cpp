@@ -60,6 +60,7 @@ const QList<QPair<QString, QString>> kPhases = {
     {QStringLiteral("backward"), QLatin1String(api::metric::kBackwardMs)},
     {QStringLiteral("optimizer"), QLatin1String(api::metric::kOptimizerMs)},
     {QStringLiteral("Newton–Schulz"), QLatin1String(api::metric::kNewtonSchulzMs)},
+    {QStringLiteral("communication"), QLatin1String(api::metric::kCommMs)},
     {QStringLiteral("step"), QLatin1String(api::metric::kStepMs)}};
 
 QString num(const std::optional<double>& v, int precision = 5) {
