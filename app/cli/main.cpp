@@ -4,13 +4,17 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <exception>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "app/cli/reference.h"
 #include "engine/api/config_api.h"
@@ -218,6 +222,27 @@ int cmd_run(const std::string& config, const std::vector<std::string>& overrides
     std::signal(SIGTERM, [](int sig) { tb::api::notify_termination(sig); });
     std::signal(SIGINT, [](int sig) { tb::api::notify_termination(sig); });
   }
+  // SIGUSR1 asks the run to stop after its current step (status cancelled). mpirun forwards it to
+  // every rank, and the ranks agree on it in the step's exchange: `kill -USR1 <mpirun pid>` ends
+  // a distributed run cleanly. The handler only sets a flag; a watcher thread acts on it.
+  static std::atomic<bool> cancel_requested{false};
+  std::signal(SIGUSR1, [](int) { cancel_requested.store(true); });
+  req.control = std::make_shared<tb::api::RunControl>();
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      if (cancel_requested.exchange(false)) req.control->cancel();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~Join() {
+      done.store(true);
+      t.join();
+    }
+  } join{done, watcher};
   tb::api::RunOutcomeInfo out;
   try {
     out = tb::api::run_training(req, on_start, on_progress);

@@ -57,6 +57,7 @@ RunOutcomeInfo run_training(const RunRequest& req,
   spec.db_path = req.db_path;
   spec.resume = req.resume;
   spec.resume_checkpoint = req.resume_checkpoint;
+  spec.control = req.control;
   // Progress for the CLI: loss, first LR, eval metrics, rate since the first logged step.
   RunObserver obs;
   obs.on_start = on_start;

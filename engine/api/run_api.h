@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,11 +17,12 @@ namespace tb::api {
 
 /// What `trainbench-cli run` asks for.
 struct RunRequest {
-  std::string config_path;             ///< the TOML run config
-  std::vector<std::string> overrides;  ///< "key.path=value"
-  std::string db_path;                 ///< "" = the default store
-  std::optional<std::int64_t> resume;  ///< run id to resume from its newest checkpoint
-  std::string resume_checkpoint;       ///< with resume: this checkpoint folder instead
+  std::string config_path;              ///< the TOML run config
+  std::vector<std::string> overrides;   ///< "key.path=value"
+  std::string db_path;                  ///< "" = the default store
+  std::optional<std::int64_t> resume;   ///< run id to resume from its newest checkpoint
+  std::string resume_checkpoint;        ///< with resume: this checkpoint folder instead
+  std::shared_ptr<RunControl> control;  ///< optional: cancel / pause the run from elsewhere
 };
 
 /// One progress report (every logged step).

@@ -10,11 +10,12 @@
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
 #                failed naming rank 1.
+#   cancel       SIGUSR1 to mpirun: every rank stops after the same step, the run is cancelled.
 #   resume       a 2-rank run (distributed Muon, dropout) killed after its first checkpoint and resumed with
 #                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
 #                bit.
 # Usage: ddp.sh CLI REPO_ROOT MODE
-#        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_resume)
+#        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_cancel, e2e.ddp_resume)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
@@ -152,6 +153,32 @@ case $mode in
       fail "distributed Muon did not split its three matrices 2 + 1: $("$cli" --db "$tmp/muon-2.sqlite" show 1 | grep data-parallel)"
     ;;
   kill) lose_rank KILL 10 60 ;;
+  cancel)
+    # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.
+    db=$tmp/cancel.sqlite
+    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
+      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/cancel.log" 2>&1 &
+    launcher=$!
+    for i in $(seq 1 100); do
+      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
+      sleep 0.2
+    done
+    mpirun_pid=$(pgrep -f "mpirun .*$db" | head -1)
+    [ -n "$mpirun_pid" ] || fail "cancel: no mpirun for the job: $(tail -3 "$tmp/cancel.log")"
+    kill -USR1 "$mpirun_pid"
+    t0=$(date +%s)
+    wait "$launcher"
+    t1=$(date +%s)
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *cancelled*"cancelled at step"*) ;;
+      *) fail "cancel: the run is not cancelled: $row; $(grep -a 'run 1' "$tmp/cancel.log" | tail -2)" ;;
+    esac
+    [ $((t1 - t0)) -le 10 ] || fail "cancel: the job took $((t1 - t0)) s to end"
+    [ "$(grep -a -c '^run 1 cancelled: cancelled at step' "$tmp/cancel.log")" -eq 2 ] ||
+      fail "cancel: both ranks should say cancelled: $(grep -a 'run 1' "$tmp/cancel.log")"
+    echo "cancel: ${row#*cancelled}, both ranks at the same step, $((t1 - t0)) s"
+    ;;
   resume)
     sets=(--set threads=1 --set run.steps=6000 --set run.log_interval=100 --set eval.interval=2000
       --set checkpoint.interval=1000 --set 'model.hidden=[32, 32, 32]' --set model.dropout=0.1)
