@@ -225,13 +225,31 @@ int cmd_run(const std::string& config, const std::vector<std::string>& overrides
   // SIGUSR1 asks the run to stop after its current step (status cancelled). mpirun forwards it to
   // every rank, and the ranks agree on it in the step's exchange: `kill -USR1 <mpirun pid>` ends
   // a distributed run cleanly. The handler only sets a flag; a watcher thread acts on it.
+  // SIGUSR2 toggles a pause (held before the next step; a distributed run's ranks hold
+  // together).
   static std::atomic<bool> cancel_requested{false};
+  static std::atomic<int> pause_toggles{0};
   std::signal(SIGUSR1, [](int) { cancel_requested.store(true); });
+  std::signal(SIGUSR2, [](int) { pause_toggles.fetch_add(1); });
+  {  // a launcher may have left them blocked
+    sigset_t handled;
+    sigemptyset(&handled);
+    for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT})
+      sigaddset(&handled, sig);
+    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
+  }
   req.control = std::make_shared<tb::api::RunControl>();
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load()) {
       if (cancel_requested.exchange(false)) req.control->cancel();
+      for (int n = pause_toggles.exchange(0); n > 0; --n) {
+        if (req.control->paused()) {
+          req.control->resume();
+        } else {
+          req.control->pause();
+        }
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });

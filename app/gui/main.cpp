@@ -139,7 +139,11 @@ int main(int argc, char** argv) {
     const QString file = parser.value(screenshotOpt);
     QTimer::singleShot(parser.value(delayOpt).toInt(), &window, [&window, file] {
       window.grab().save(file);
-      QApplication::quit();
+      // exit(), not quit(): Qt 6's quit() closes the windows first, and the main window asks
+      // before cancelling runs that still train — a question nobody answers here. The window's
+      // destructor cancels them (an in-process run after its step; a distributed one through
+      // SIGUSR1 to its mpirun).
+      QCoreApplication::exit(0);
     });
   }
   return QApplication::exec();

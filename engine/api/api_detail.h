@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/api/run_session.h"
 #include "engine/api/schedule_api.h"
 #include "engine/store/run_writer.h"
 #include "engine/train/run_config.h"
@@ -60,5 +61,13 @@ std::map<std::string, std::string> flatten_toml(const std::string& text);
 /// The schedule of a parsed run config (see preview_run_config()).
 ScheduleTable preview_config(const train::RunConfig& config, int steps,
                              std::vector<std::string>& group_names);
+
+/// A distributed run (distributed.world_size >= 2) started by a process that is not a rank (the
+/// workbench): `trainbench-cli launch --ddp` in a child process, the run followed through rank
+/// 0's output (its id) and the store (its metrics) and reported to `observer` like an in-process
+/// run; spec.control's cancel becomes SIGUSR1 to mpirun. A launch that never creates its run is
+/// a tb::ValueError with the launcher's last lines (ddp_follow.cpp).
+RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& observer,
+                                      const train::RunConfig& config);
 
 }  // namespace tb::api::detail

@@ -235,6 +235,20 @@ RunOutcomeInfo start_training(const TrainRequest& request,
   spec.db_path = request.db_path;
   spec.control = request.control;
   spec.resume = request.resume;
+  // A distributed run: its ranks are other processes (trainbench-cli launch --ddp), followed here.
+  if (!started_as_rank()) {
+    std::optional<train::RunConfig> config;
+    if (!spec.config_text.empty()) {
+      config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
+    } else if (spec.resume) {
+      StoreReader store(spec.db_path);
+      config = train::parse_run_config(store.config_text(*spec.resume),
+                                       "run " + std::to_string(*spec.resume) + "'s stored config",
+                                       spec.overrides);
+    }
+    if (config && config->distributed.backend != "none" && config->distributed.world_size >= 2)
+      return detail::follow_distributed_run(spec, {on_start, on_metrics}, *config);
+  }
   return execute_run(spec, {on_start, on_metrics});
 }
 

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -286,7 +287,7 @@ class MpiGroup final : public ProcessGroup {
     // Ends the collective with a DistError: `why` = "" for the deadline.
     [[noreturn]] void fail(const std::string& why) {
       std::vector<int> missing;
-      std::vector<int> gone;
+      std::vector<std::pair<int, std::string>> unwell;  // same-host peers: gone, stopped
       const std::string me = detail::host_name();
       for (int p = 0; p < g_.size(); ++p) {
         if (p == g_.rank()) continue;
@@ -297,11 +298,13 @@ class MpiGroup final : public ProcessGroup {
           if (!arrived) MPI_Test(&r, &arrived, MPI_STATUS_IGNORE);
           if (!arrived) missing.push_back(p);
         }
-        if (i < g_.peers().size() && g_.peers()[i].host == me && g_.peers()[i].pid > 0 &&
-            kill(g_.peers()[i].pid, 0) != 0 && errno == ESRCH)
-          gone.push_back(p);
+        if (i < g_.peers().size() && g_.peers()[i].host == me && g_.peers()[i].pid > 0) {
+          const std::string state = process_state(g_.peers()[i].pid);
+          if (!state.empty()) unwell.emplace_back(p, state);
+        }
       }
-      int culprit = !gone.empty() ? gone.front() : (!missing.empty() ? missing.front() : -1);
+      int culprit =
+          !unwell.empty() ? unwell.front().first : (!missing.empty() ? missing.front() : -1);
       std::ostringstream os;
       os << "[dist] ";
       if (why.empty()) {
@@ -309,16 +312,41 @@ class MpiGroup final : public ProcessGroup {
       } else {
         os << label_ << ": " << why;
       }
+      auto state_of = [&](int p) -> std::string {
+        for (const auto& [q, st] : unwell)
+          if (q == p) return st;
+        return "";
+      };
       for (int p : missing) {
         os << "; " << g_.describe_rank(p) << " did not arrive";
-        if (std::find(gone.begin(), gone.end(), p) != gone.end()) os << " (its process is gone)";
+        if (const std::string st = state_of(p); !st.empty()) os << " (its process " << st << ")";
       }
-      for (int p : gone)
+      for (const auto& [p, st] : unwell)
         if (std::find(missing.begin(), missing.end(), p) == missing.end())
-          os << "; the process of " << g_.describe_rank(p) << " is gone";
-      if (missing.empty() && gone.empty() && why.empty())
+          os << "; the process of " << g_.describe_rank(p) << " " << st;
+      if (missing.empty() && unwell.empty() && g_.size() == 2) {
+        // Two ranks, both arrived, this one still waits: the other stopped doing its part.
+        culprit = 1 - g_.rank();
+        os << "; " << g_.describe_rank(culprit) << " arrived but did not finish its part";
+      } else if (missing.empty() && unwell.empty() && why.empty()) {
         os << "; every rank arrived, the transfer itself stalled";
+      }
       throw DistError(os.str(), culprit);
+    }
+
+    // "is gone" (no such process, or a zombie), "is stopped" (SIGSTOP, a debugger), or "" when
+    // it runs or sleeps: the state letter of /proc/PID/stat (proc(5)).
+    static std::string process_state(int pid) {
+      if (kill(pid, 0) != 0 && errno == ESRCH) return "is gone";
+      std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+      std::string stat;
+      std::getline(in, stat);
+      const auto paren = stat.rfind(')');
+      if (paren == std::string::npos || paren + 2 >= stat.size()) return "";
+      const char st = stat[paren + 2];
+      if (st == 'Z' || st == 'X') return "is gone";
+      if (st == 'T' || st == 't') return "is stopped";
+      return "";
     }
 
     MpiGroup& g_;

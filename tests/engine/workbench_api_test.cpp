@@ -779,3 +779,63 @@ TEST(WorkbenchRun, HundredRapidStartStopCyclesLeaveNothingBehind) {
 }
 
 }  // namespace
+
+// A distributed run started from the workbench: its 2 ranks run in other processes (trainbench-cli
+// launch --ddp), this process follows the run rank 0 writes, and cancel reaches every rank.
+TEST(WorkbenchRun, DistributedRunIsFollowedLikeAnInProcessOne) {
+#ifndef TB_CLI_PATH
+  GTEST_SKIP() << "this build has no MPI";
+#else
+  setenv("TB_CLI", TB_CLI_PATH, 1);
+  TempDir dir;
+  api::TrainRequest req;
+  req.config_text = kBlobs + "\n[distributed]\nbackend = \"mpi\"\nworld_size = 2\n";
+  req.db_path = dir.db();
+  req.overrides = {"threads=1"};
+  std::int64_t started = 0;
+  std::vector<api::StepMetrics> seen;
+  auto out = api::start_training(
+      req, [&](std::int64_t id, const std::string&) { started = id; },
+      [&](const api::StepMetrics& m) { seen.push_back(m); });
+  EXPECT_EQ(out.status, "finished") << out.message;
+  EXPECT_EQ(started, out.run_id);
+  ASSERT_EQ(seen.size(), 20u);
+  EXPECT_EQ(seen.back().step, 20);
+  bool rank1 = false;
+  for (const auto& [k, v] : seen.back().values)
+    rank1 = rank1 || k == "rank1/time.forward_ms";
+  EXPECT_TRUE(rank1) << "rank 1's phase times are logged";
+
+  // Pause once it trains (the ranks hold: no new step for a while), resume, then cancel: every
+  // rank stops after the same step, the run is cancelled.
+  auto control = std::make_shared<api::RunControl>();
+  req.control = control;
+  req.overrides = {"threads=1", "run.steps=100000000", "eval.interval=0"};
+  std::atomic<std::int64_t> last{0};
+  std::int64_t held_at = 0;
+  std::int64_t at_1s = -1;
+  std::int64_t at_2s = -2;
+  std::thread driver;
+  out = api::start_training(req, nullptr, [&](const api::StepMetrics& m) {
+    last = m.step;
+    if (held_at != 0) return;
+    held_at = m.step;
+    control->pause();
+    driver = std::thread([&] {
+      // Steps under way when the pause arrives still log; then nothing until the resume.
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      at_1s = last.load();
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      at_2s = last.load();
+      control->resume();
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      control->cancel();
+    });
+  });
+  if (driver.joinable()) driver.join();
+  EXPECT_EQ(out.status, "cancelled") << out.message;
+  EXPECT_EQ(at_1s, at_2s) << "the ranks did not hold while paused";
+  EXPECT_GT(last.load(), at_2s) << "the ranks did not resume";
+  unsetenv("TB_CLI");
+#endif
+}

@@ -1,0 +1,315 @@
+// A distributed run started from a process that is not a rank (the workbench's Start button):
+// `trainbench-cli launch --ddp` runs the ranks through mpirun, and this process follows the run
+// rank 0 writes — its id from rank 0's first line, its metrics from the store — reporting both
+// through the observer as an in-process run would. Cancel and pause reach the ranks as SIGUSR1
+// and SIGUSR2 to mpirun (forwarded to every rank; they agree in the step's exchange, so all stop
+// or hold after the same step).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <thread>
+
+#include "engine/api/api_detail.h"
+#include "engine/api/launch_api.h"
+#include "engine/api/workbench_api.h"
+#include "engine/core/error.h"
+
+extern char** environ;
+
+namespace tb::api::detail {
+
+namespace {
+
+bool executable(const std::filesystem::path& p) {
+  return !p.empty() && access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
+}
+
+// What runs the ranks: $TB_CLI, else trainbench-cli beside this program (installed: bin/; the
+// build tree: app/gui -> app/cli), else on the PATH.
+std::string find_cli() {
+  if (const char* env = std::getenv("TB_CLI"); env != nullptr && *env != '\0') {
+    TB_CHECK(executable(env), "[run] TB_CLI='", env, "' is not an executable");
+    return env;
+  }
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const auto& c : {self.parent_path() / "trainbench-cli",
+                          self.parent_path().parent_path() / "cli" / "trainbench-cli"})
+      if (executable(c)) return c.string();
+  }
+  if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    for (std::size_t at = 0; at <= dirs.size();) {
+      const std::size_t colon = std::min(dirs.find(':', at), dirs.size());
+      const std::filesystem::path c =
+          std::filesystem::path(dirs.substr(at, colon - at)) / "trainbench-cli";
+      if (colon > at && executable(c)) return c.string();
+      at = colon + 1;
+    }
+  }
+  throw ValueError(
+      "[run] a distributed run needs trainbench-cli to start its ranks; it is neither beside "
+      "this program nor on the PATH (set TB_CLI to its path)");
+}
+
+// The launcher's output, read on a thread: rank 0's "run N (store ...)" line names the run.
+class OutputReader {
+ public:
+  explicit OutputReader(int fd) : fd_(fd), thread_([this] { read_all(); }) {}
+  ~OutputReader() {
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  OutputReader(const OutputReader&) = delete;
+  OutputReader& operator=(const OutputReader&) = delete;
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::int64_t run_id() const { return run_id_.load(); }
+  /// The run's total steps from rank 0's progress lines ("step 12/2345"), 0 until one came.
+  std::int64_t total() const { return total_.load(); }
+  std::string description() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return description_;
+  }
+  std::string tail() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string out;
+    for (const auto& l : last_)
+      out += (out.empty() ? "" : "\n") + l;
+    return out;
+  }
+
+ private:
+  void read_all() {
+    static const std::regex kRunLine(R"(^(resuming )?run (\d+) \(store .*\)$)");
+    static const std::regex kStepLine(R"(step \d+/(\d+) )");
+    std::string pending;
+    char buf[4096];
+    bool in_table = false;
+    for (;;) {
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      pending.append(buf, static_cast<std::size_t>(n));
+      for (std::size_t nl; (nl = pending.find_first_of("\n\r")) != std::string::npos;) {
+        const std::string line = pending.substr(0, nl);
+        pending.erase(0, nl + 1);
+        if (line.empty()) continue;
+        std::smatch m;
+        if (std::regex_search(line, m, kStepLine)) total_.store(std::stoll(m[1].str()));
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (run_id_.load() == 0 && std::regex_match(line, m, kRunLine)) {
+          in_table = true;
+          run_id_.store(std::stoll(m[2].str()));
+          continue;
+        }
+        if (in_table) {
+          if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) {
+            in_table = false;
+          } else {
+            description_ += line + "\n";
+          }
+        }
+        if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) continue;  // progress
+        last_.push_back(line);
+        if (last_.size() > 12) last_.pop_front();
+      }
+    }
+  }
+
+  int fd_;
+  std::atomic<std::int64_t> run_id_{0};
+  std::atomic<std::int64_t> total_{0};
+  std::mutex mutex_;
+  std::string description_;
+  std::deque<std::string> last_;
+  std::thread thread_;
+};
+
+int wait_nohang(int pid, bool& exited) {
+  int status = 0;
+  const int r = waitpid(pid, &status, WNOHANG);
+  if (r == 0) return 0;
+  exited = true;
+  if (r < 0) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& observer,
+                                      const train::RunConfig& config) {
+  const auto db = store_path(spec.db_path);
+  // The ranks read the config from a file of their own.
+  static std::atomic<int> counter{0};
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("trainbench-ddp-" + std::to_string(getpid()) + "-" + std::to_string(counter.fetch_add(1)));
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  LaunchRequest req;
+  req.program = find_cli();
+  req.ddp = true;
+  req.nproc = static_cast<int>(config.distributed.world_size);
+  req.binding = config.binding.mode;
+  req.fallback = config.binding.fallback;
+  req.db_path = db.string();
+  req.overrides = spec.overrides;
+  if (spec.resume) {
+    req.resume = *spec.resume;
+  } else {
+    const auto file = dir / "config.toml";
+    std::ofstream(file) << spec.config_text;
+    req.configs = {file.string()};
+  }
+  const DdpLaunch plan = plan_ddp_launch(req);
+
+  int pipefd[2];
+  TB_CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "[run] pipe: ", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDERR_FILENO);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e)
+    env_strings.emplace_back(*e);
+  env_strings.insert(env_strings.end(), plan.env.begin(), plan.env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_strings)
+    envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = plan.argv;
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // mpirun starts with no blocked signals and default dispositions, whatever this thread has
+  // (a GUI's threads may block some): SIGUSR1 must reach the ranks' handlers.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigset_t defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGPIPE, SIGCHLD})
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  int pid = 0;
+  const int rc =
+      posix_spawnp(&pid, args.front().c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipefd[1]);
+  if (rc != 0) {
+    close(pipefd[0]);
+    throw ValueError("[run] cannot start " + args.front() + ": " + std::strerror(rc) +
+                     (rc == ENOENT ? " (install Debian's openmpi-bin)" : ""));
+  }
+  OutputReader output(pipefd[0]);
+
+  RunOutcomeInfo out;
+  std::int64_t run = 0;
+  std::int64_t last_step = 0;
+  bool cancel_sent = false;
+  bool paused = false;
+  std::optional<StoreReader> store;
+  double first_wall = -1;
+  auto poll_metrics = [&] {
+    if (run == 0) return;
+    if (!store) store.emplace(db.string());
+    std::map<std::int64_t, StepMetrics> steps;
+    for (const auto& key : store->metric_keys(run)) {
+      const Series s = store->series(run, key, last_step + 1);
+      for (std::size_t i = 0; i < s.step.size(); ++i) {
+        StepMetrics& m = steps[static_cast<std::int64_t>(s.step[i])];
+        m.run_id = run;
+        m.total = output.total();
+        m.step = static_cast<std::int64_t>(s.step[i]);
+        m.wall_s = s.wall_s[i];
+        m.values.emplace_back(key, s.value[i]);
+      }
+    }
+    for (auto& [step, m] : steps) {
+      if (first_wall < 0) first_wall = m.wall_s;
+      m.wall_s -= first_wall;
+      if (observer.on_metrics) observer.on_metrics(m);
+      last_step = step;
+    }
+  };
+  bool exited = false;
+  int code = 0;
+  while (!exited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    code = wait_nohang(pid, exited);
+    if (run == 0 && output.run_id() != 0) {
+      run = output.run_id();
+      out.run_id = run;
+      out.description = output.description();
+      if (observer.on_start) observer.on_start(run, out.description);
+    }
+    // Only once rank 0 runs: before their handlers are in place SIGUSR1/2 would end the ranks.
+    // mpirun forwards both to every rank: SIGUSR1 cancels, SIGUSR2 toggles the pause.
+    if (!cancel_sent && run != 0 && spec.control && spec.control->cancelled()) {
+      kill(pid, SIGUSR1);
+      cancel_sent = true;
+    }
+    if (!cancel_sent && run != 0 && spec.control && spec.control->paused() != paused) {
+      kill(pid, SIGUSR2);
+      paused = !paused;
+    }
+    try {
+      poll_metrics();
+    } catch (const Error&) {  // the store is busy or not there yet: the next poll reads it
+    }
+  }
+  output.join();
+  if (run == 0 && output.run_id() != 0) {
+    run = output.run_id();
+    out.run_id = run;
+    if (observer.on_start) observer.on_start(run, output.description());
+  }
+  if (run == 0) {
+    out.status = "failed";
+    out.message = "the distributed run did not start (launcher exit " + std::to_string(code) +
+                  "): " + output.tail();
+    if (!spec.resume) throw ValueError("[run] " + out.message);
+    return out;
+  }
+  poll_metrics();
+  for (const auto& r : store->runs()) {
+    if (r.id != run) continue;
+    out.status = r.status;
+    out.message = r.message;
+  }
+  out.resumed = spec.resume.has_value();
+  return out;
+}
+
+}  // namespace tb::api::detail
