@@ -345,8 +345,9 @@ void Trainer::checkpoint_if_due(TrainResult& r) {
   State& s = *s_;
   const bool due = (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
                    s.step == total_steps_;
-  // Data-parallel: only rank 0 writes, but distributed Muon's momentum comes from every rank.
-  const bool gather = s.ddp && due && (!checkpoint_dir_.empty() || s.ddp->rank() != 0);
+  // Data-parallel: only rank 0 writes, but distributed Muon's momentum comes from every rank —
+  // a collective, so every rank decides alike (whether or not it writes).
+  const bool gather = s.ddp && due;
   if (gather)
     for (auto& o : s.opts)
       if (auto* m = dynamic_cast<optim::Muon*>(o.get()); m && !m->partition().owner.empty())
