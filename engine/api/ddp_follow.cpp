@@ -6,7 +6,6 @@
 // or hold after the same step).
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,8 +27,6 @@
 #include "engine/api/launch_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/core/error.h"
-
-extern char** environ;
 
 namespace tb::api::detail {
 
@@ -191,47 +188,15 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
 
   int pipefd[2];
   TB_CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "[run] pipe: ", std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDERR_FILENO);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e)
-    env_strings.emplace_back(*e);
-  env_strings.insert(env_strings.end(), plan.env.begin(), plan.env.end());
-  std::vector<char*> envp;
-  for (auto& e : env_strings)
-    envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = plan.argv;
-  std::vector<char*> argv;
-  for (auto& a : args)
-    argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // mpirun starts with no blocked signals and default dispositions, whatever this thread has
-  // (a GUI's threads may block some): SIGUSR1 must reach the ranks' handlers.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigset_t defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGPIPE, SIGCHLD})
-    sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   int pid = 0;
-  const int rc =
-      posix_spawnp(&pid, args.front().c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&actions);
-  close(pipefd[1]);
-  if (rc != 0) {
+  try {
+    pid = spawn_ddp(plan, pipefd[1]);
+  } catch (...) {
     close(pipefd[0]);
-    throw ValueError("[run] cannot start " + args.front() + ": " + std::strerror(rc) +
-                     (rc == ENOENT ? " (install Debian's openmpi-bin)" : ""));
+    close(pipefd[1]);
+    throw;
   }
+  close(pipefd[1]);
   OutputReader output(pipefd[0]);
 
   RunOutcomeInfo out;

@@ -1,5 +1,6 @@
 #include "engine/api/launch_api.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -189,14 +190,12 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   return p;
 }
 
-int launch_ddp(const LaunchRequest& req,
-               const std::function<void(int pid, const DdpLaunch& plan)>& on_started) {
-  DdpLaunch plan = plan_ddp_launch(req);
+int spawn_ddp(const DdpLaunch& plan, int output_fd) {
+  TB_CHECK(!plan.argv.empty(), "[launch] no program to run");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e)
     env_strings.emplace_back(*e);
-  for (const auto& kv : plan.env)
-    env_strings.push_back(kv);
+  env_strings.insert(env_strings.end(), plan.env.begin(), plan.env.end());
   std::vector<char*> envp;
   for (auto& e : env_strings)
     envp.push_back(e.data());
@@ -206,11 +205,37 @@ int launch_ddp(const LaunchRequest& req,
   for (auto& a : args)
     argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (output_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, output_fd, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, output_fd, STDERR_FILENO);
+  }
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigset_t defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGPIPE, SIGCHLD})
+    sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   int pid = 0;
   const int rc =
-      posix_spawnp(&pid, args.front().c_str(), nullptr, nullptr, argv.data(), envp.data());
+      posix_spawnp(&pid, args.front().c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
   TB_CHECK(rc == 0, "[launch] cannot start ", args.front(), ": ", std::strerror(rc),
            rc == ENOENT ? " (install Debian's openmpi-bin)" : "");
+  return pid;
+}
+
+int launch_ddp(const LaunchRequest& req,
+               const std::function<void(int pid, const DdpLaunch& plan)>& on_started) {
+  const DdpLaunch plan = plan_ddp_launch(req);
+  const int pid = spawn_ddp(plan);
   if (on_started) on_started(pid, plan);
   return wait_for(pid);
 }

@@ -40,6 +40,11 @@ struct DdpLaunch {
 /// binds itself to its local slot), Open MPI's TCP traffic on loopback unless hosts are given,
 /// and the settings Open MPI needs to run as root when the caller is root.
 DdpLaunch plan_ddp_launch(const LaunchRequest& request);
+/// Starts `plan`'s mpirun: this process's environment plus plan.env, no blocked signals and
+/// default dispositions for the ones the ranks handle (a GUI thread may block some; mpirun must
+/// forward SIGUSR1/SIGUSR2 to the ranks' handlers), its stdout and stderr on `output_fd` (-1: this
+/// process's). Returns its pid; a failed start is a tb::ValueError naming the program.
+int spawn_ddp(const DdpLaunch& plan, int output_fd = -1);
 /// Runs plan_ddp_launch's command, printing nothing itself; returns mpirun's exit status
 /// (128 + signal when it was killed). `on_started` gets mpirun's pid and command line.
 int launch_ddp(const LaunchRequest& request,
