@@ -303,8 +303,16 @@ class MpiGroup final : public ProcessGroup {
           if (!state.empty()) unwell.emplace_back(p, state);
         }
       }
-      int culprit =
-          !unwell.empty() ? unwell.front().first : (!missing.empty() ? missing.front() : -1);
+      // The culprit is the rank that did not arrive (one whose process is gone or stopped first);
+      // a rank that arrived and has exited since (it finished its part and left) is named but
+      // not blamed unless nobody is missing.
+      int culprit = !missing.empty() ? missing.front() : -1;
+      for (const auto& [p, st] : unwell)
+        if (std::find(missing.begin(), missing.end(), p) != missing.end()) {
+          culprit = p;
+          break;
+        }
+      if (culprit < 0 && !unwell.empty()) culprit = unwell.front().first;
       std::ostringstream os;
       os << "[dist] ";
       if (why.empty()) {
