@@ -347,6 +347,49 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
       return {dx, c.needs[1] ? dw : Tensor(), c.needs[2] ? db : Tensor(), Tensor()};
     };
   }
+  // ---- convolutional networks -------------------------------------------------------------
+  t["conv2d"] = [](const GradContext& c) -> Grads {
+    auto [dx, dw, db] =
+        ops::conv2d_backward(c.grad(), c.tensor(0), c.tensor(1), c.ints(3), c.ints(4), c.ints(5),
+                             c.integer(6), c.tensor(2).defined() && c.needs[2]);
+    return {c.needs[0] ? dx : Tensor(),
+            c.needs[1] ? dw : Tensor(),
+            c.needs[2] ? db : Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
+  };
+  t["max_pool2d"] = [](const GradContext& c) -> Grads {
+    // Output 1 (the indices) is not differentiable.
+    return {ops::max_pool2d_backward(c.grad(), c.tensor(0), c.outputs[1]), Tensor(), Tensor(),
+            Tensor()};
+  };
+  t["avg_pool2d"] = [](const GradContext& c) -> Grads {
+    return {
+        ops::avg_pool2d_backward(c.grad(), c.tensor(0), c.ints(1), c.ints(2), c.ints(3), c.flag(4)),
+        Tensor(), Tensor(), Tensor(), Tensor()};
+  };
+  t["adaptive_avg_pool2d"] = [](const GradContext& c) -> Grads {
+    return {ops::adaptive_avg_pool2d_backward(c.grad(), c.tensor(0)), Tensor()};
+  };
+  t["batch_norm"] = [](const GradContext& c) -> Grads {
+    // From the statistics the forward used (outputs 1 and 2, not differentiated); the running
+    // statistics (args 3, 4) get none.
+    const bool wb = c.needs[1] || c.needs[2];
+    auto [dx, dw, db] = ops::batch_norm_backward(c.grad(), c.tensor(0), c.tensor(1), c.outputs[1],
+                                                 c.outputs[2], c.flag(5), wb);
+    if (c.needs[2] && db.defined() && db.dtype() != c.tensor(2).dtype())
+      db = db.to(c.tensor(2).dtype());
+    return {c.needs[0] ? dx : Tensor(),
+            c.needs[1] ? dw : Tensor(),
+            c.needs[2] ? db : Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor(),
+            Tensor()};
+  };
   t["scaled_dot_product_attention"] = [](const GradContext& c) -> Grads {
     // The fused backward recomputes the probabilities from the forward's log-sum-exp (outputs
     // 1); the log-sum-exp itself is not differentiated.

@@ -105,6 +105,44 @@ using ForeachLerp = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
 using MuonMomentum = void(const std::vector<Tensor>&, const std::vector<Tensor>&,
                           const std::vector<Tensor>&, double);
 
+// ---- convolutional networks (contiguous NCHW float32/float64 tensors; the public ops check the
+// arguments, convert other float dtypes and make the tensors contiguous) ----
+/// conv2d(x [N,C,H,W], weight [O, C/groups, kh, kw], bias [O] or undefined, stride [2],
+/// padding [2], dilation [2], groups) -> y [N, O, OH, OW], as torch.nn.functional.conv2d.
+using Conv2d = Tensor(const Tensor&, const Tensor&, const Tensor&, IntList, IntList, IntList,
+                      std::int64_t);
+/// conv2d_backward(dy, x, weight, stride, padding, dilation, groups, with_bias) -> (dx, dweight,
+/// dbias; dbias undefined unless with_bias).
+using Conv2dBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
+                                                          const Tensor&, IntList, IntList, IntList,
+                                                          std::int64_t, bool);
+/// max_pool2d(x [N,C,H,W], kernel [2], stride [2], padding [2]) -> (y, indices: int64 positions
+/// ih·W + iw of each maximum within its H×W plane, as PyTorch's return_indices).
+using MaxPool2d = std::tuple<Tensor, Tensor>(const Tensor&, IntList, IntList, IntList);
+/// max_pool2d_backward(dy, x, indices) -> dx (dy summed into the positions of the maxima).
+using MaxPool2dBackward = Tensor(const Tensor&, const Tensor&, const Tensor&);
+/// avg_pool2d(x [N,C,H,W], kernel, stride, padding, count_include_pad) -> y.
+using AvgPool2d = Tensor(const Tensor&, IntList, IntList, IntList, bool);
+/// avg_pool2d_backward(dy, x, kernel, stride, padding, count_include_pad) -> dx.
+using AvgPool2dBackward = Tensor(const Tensor&, const Tensor&, IntList, IntList, IntList, bool);
+/// adaptive_avg_pool2d(x [N,C,H,W], output size [2]) -> y [N,C,OH,OW] (PyTorch's windows:
+/// rows floor(i·H/OH) to ceil((i+1)·H/OH)).
+using AdaptiveAvgPool2d = Tensor(const Tensor&, IntList);
+/// batch_norm(x [N,C,...], weight [C] or undefined, bias [C] or undefined, running_mean [C] or
+/// undefined, running_var [C] or undefined, training, momentum, eps) -> (y, mean [C],
+/// invstd [C]): training normalises with the batch's statistics (biased variance) and updates
+/// the running ones in place (unbiased variance); otherwise the running statistics normalise.
+/// mean/invstd are those used (float32, float64 for float64).
+using BatchNorm = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                     const Tensor&, const Tensor&, bool, double,
+                                                     double);
+/// batch_norm_backward(dy, x, weight, mean, invstd, training, with_weight_bias) -> (dx, dweight,
+/// dbias; the last two undefined unless with_weight_bias). `training`: the statistics were the
+/// batch's (their gradient flows into dx).
+using BatchNormBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
+                                                             const Tensor&, const Tensor&,
+                                                             const Tensor&, bool, bool);
+
 }  // namespace tb::ops::sig
 
 // X-macros listing the elementwise families (name, differentiable) so that definitions, public

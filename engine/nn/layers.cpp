@@ -69,6 +69,136 @@ std::string Linear::extra_repr() const {
                              ", bias=", bias_.defined() ? "true" : "false");
 }
 
+// ---- convolutional layers -----------------------------------------------------------------------
+
+Conv2d::Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel,
+               std::int64_t stride, std::int64_t padding, bool bias, rng::Generator* gen,
+               std::int64_t dilation, std::int64_t groups)
+    : Module("Conv2d"),
+      in_(in_channels),
+      out_(out_channels),
+      kernel_(kernel),
+      stride_(stride),
+      padding_(padding),
+      dilation_(dilation),
+      groups_(groups) {
+  check_positive("Conv2d", "in_channels", in_channels);
+  check_positive("Conv2d", "out_channels", out_channels);
+  check_positive("Conv2d", "kernel_size", kernel);
+  check_positive("Conv2d", "stride", stride);
+  check_positive("Conv2d", "dilation", dilation);
+  check_positive("Conv2d", "groups", groups);
+  TB_CHECK(padding >= 0, "[nn] Conv2d: padding must be >= 0, got ", padding);
+  TB_CHECK(in_channels % groups == 0 && out_channels % groups == 0, "[nn] Conv2d: in_channels ",
+           in_channels, " and out_channels ", out_channels, " must be divisible by groups ",
+           groups);
+  weight_ = register_parameter("weight", ops::empty({out_, in_ / groups_, kernel_, kernel_}));
+  init::kaiming_uniform_(weight_, std::sqrt(5.0), gen);
+  if (bias) {
+    bias_ = register_parameter("bias", ops::empty({out_}));
+    const double bound =
+        1.0 / std::sqrt(static_cast<double>(init::fan_in_and_fan_out(weight_).first));
+    init::uniform_(bias_, -bound, bound, gen);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  TB_CHECK(x.defined(), "[nn] ", describe(), ": input is an undefined tensor");
+  TB_CHECK((x.dim() == 4 || x.dim() == 3) && x.size(x.dim() - 3) == in_, "[nn] ", describe(),
+           ": input of shape ", shape_str(x), " should be [N, ", in_,
+           ", H, W] (in_channels = ", in_, ")");
+  return ops::conv2d(x, weight_, bias_, {stride_}, {padding_}, {dilation_}, groups_);
+}
+
+std::string Conv2d::extra_repr() const {
+  std::string s = tb::detail::str_cat(in_, ", ", out_, ", kernel_size=", kernel_,
+                                      ", stride=", stride_, ", padding=", padding_);
+  if (dilation_ != 1) s += tb::detail::str_cat(", dilation=", dilation_);
+  if (groups_ != 1) s += tb::detail::str_cat(", groups=", groups_);
+  if (!bias_.defined()) s += ", bias=false";
+  return s;
+}
+
+BatchNorm2d::BatchNorm2d(std::int64_t channels, double eps, double momentum, bool affine)
+    : Module("BatchNorm2d"), channels_(channels), eps_(eps), momentum_(momentum) {
+  check_positive("BatchNorm2d", "num_features", channels);
+  TB_CHECK(eps >= 0 && std::isfinite(eps), "[nn] BatchNorm2d: eps must be >= 0, got ", eps);
+  TB_CHECK(momentum >= 0 && momentum <= 1, "[nn] BatchNorm2d: momentum must be in [0, 1], got ",
+           momentum);
+  if (affine) {
+    weight_ = register_parameter("weight", ops::ones({channels_}));
+    bias_ = register_parameter("bias", ops::zeros({channels_}));
+  }
+  running_mean_ = register_buffer("running_mean", ops::zeros({channels_}));
+  running_var_ = register_buffer("running_var", ops::ones({channels_}));
+  num_batches_tracked_ =
+      register_buffer("num_batches_tracked", ops::zeros({}, core::ScalarType::Int64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  TB_CHECK(x.defined(), "[nn] ", describe(), ": input is an undefined tensor");
+  TB_CHECK(x.dim() >= 2 && x.size(1) == channels_, "[nn] ", describe(), ": input of shape ",
+           shape_str(x), " should be [N, ", channels_, ", ...] (num_features = ", channels_, ")");
+  if (is_training()) {
+    autograd::NoGradGuard no_grad;
+    ops::add_(num_batches_tracked_, ops::ones({}, core::ScalarType::Int64));
+  }
+  return ops::batch_norm(x, running_mean_, running_var_, weight_, bias_, is_training(), momentum_,
+                         eps_);
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return tb::detail::str_cat(channels_, ", eps=", eps_, ", momentum=", momentum_,
+                             weight_.defined() ? "" : ", affine=false");
+}
+
+Pool2d::Pool2d(bool max, std::int64_t kernel, std::int64_t stride, std::int64_t padding)
+    : Module(max ? "MaxPool2d" : "AvgPool2d"),
+      max_(max),
+      kernel_(kernel),
+      stride_(stride == 0 ? kernel : stride),
+      padding_(padding) {
+  check_positive(max ? "MaxPool2d" : "AvgPool2d", "kernel_size", kernel);
+  check_positive(max ? "MaxPool2d" : "AvgPool2d", "stride", stride_);
+}
+
+Tensor Pool2d::forward(const Tensor& x) {
+  TB_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 3), "[nn] ", describe(),
+           ": expects an input [N, C, H, W], got shape ",
+           x.defined() ? shape_str(x) : std::string("undefined"));
+  return max_ ? ops::max_pool2d(x, {kernel_}, {stride_}, {padding_})
+              : ops::avg_pool2d(x, {kernel_}, {stride_}, {padding_});
+}
+
+std::string Pool2d::extra_repr() const {
+  return tb::detail::str_cat("kernel_size=", kernel_, ", stride=", stride_, ", padding=", padding_);
+}
+
+AdaptiveAvgPool2d::AdaptiveAvgPool2d(std::int64_t out_h, std::int64_t out_w)
+    : Module("AdaptiveAvgPool2d"), out_h_(out_h), out_w_(out_w) {
+  check_positive("AdaptiveAvgPool2d", "output height", out_h);
+  check_positive("AdaptiveAvgPool2d", "output width", out_w);
+}
+
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  TB_CHECK(x.defined() && (x.dim() == 4 || x.dim() == 3), "[nn] ", describe(),
+           ": expects an input [N, C, H, W], got shape ",
+           x.defined() ? shape_str(x) : std::string("undefined"));
+  return ops::adaptive_avg_pool2d(x, {out_h_, out_w_});
+}
+
+std::string AdaptiveAvgPool2d::extra_repr() const {
+  return tb::detail::str_cat("output_size=(", out_h_, ", ", out_w_, ")");
+}
+
+Flatten::Flatten() : Module("Flatten") {}
+
+Tensor Flatten::forward(const Tensor& x) {
+  TB_CHECK(x.defined() && x.dim() >= 1, "[nn] ", describe(),
+           ": expects an input with a batch dimension");
+  return x.reshape({x.size(0), -1});
+}
+
 // ---- Embedding ----------------------------------------------------------------------------------
 
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, rng::Generator* gen)

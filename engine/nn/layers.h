@@ -1,4 +1,5 @@
-// Basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout and activations. Initialisation
+// Basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout, activations, and the
+// convolutional ones (Conv2d, BatchNorm2d, pooling, Flatten). Initialisation
 // follows PyTorch's defaults and draws from the generator passed in (null = default generator).
 // Shape errors name the layer (type and path) and the numbers involved.
 #pragma once
@@ -168,6 +169,95 @@ class Activation : public Module {
 
  private:
   ActivationKind kind_;
+};
+
+/// 2-D convolution (torch.nn.Conv2d): x [N, in, H, W] -> [N, out, OH, OW]. weight
+/// [out, in/groups, k, k]: Kaiming-uniform (a = √5); bias [out]: U(−1/√fan_in, 1/√fan_in) with
+/// fan_in = in/groups·k² — PyTorch's initialisation, draw for draw.
+class Conv2d : public Module {
+ public:
+  /// A square kernel of size `kernel`; stride, padding and dilation the same in both directions.
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel,
+         std::int64_t stride = 1, std::int64_t padding = 0, bool bias = true,
+         rng::Generator* gen = nullptr, std::int64_t dilation = 1, std::int64_t groups = 1);
+  /// x [N, in, H, W] (or [in, H, W]) -> [N, out, OH, OW].
+  Tensor forward(const Tensor& x) override;
+  /// The weight [out, in/groups, k, k].
+  const Tensor& weight() const { return weight_; }
+  /// The bias [out] (undefined without bias).
+  const Tensor& bias() const { return bias_; }
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t in_, out_, kernel_, stride_, padding_, dilation_, groups_;
+  Tensor weight_;
+  Tensor bias_;
+};
+
+/// Batch normalisation over the channels of [N, C, ...] inputs (torch.nn.BatchNorm2d, also for
+/// [N, C]): weight = 1, bias = 0; buffers running_mean = 0, running_var = 1 and
+/// num_batches_tracked (int64), as in PyTorch's state_dict. Training normalises with the batch's
+/// statistics and updates the running ones; eval mode uses the running ones.
+class BatchNorm2d : public Module {
+ public:
+  /// `channels` features; momentum of the running statistics, eps added to the variance.
+  explicit BatchNorm2d(std::int64_t channels, double eps = 1e-5, double momentum = 0.1,
+                       bool affine = true);
+  /// x [N, C, ...] -> same shape.
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t channels_;
+  double eps_;
+  double momentum_;
+  Tensor weight_, bias_;
+  Tensor running_mean_, running_var_, num_batches_tracked_;
+};
+
+/// Max or average pooling over square windows (torch.nn.MaxPool2d / AvgPool2d); no parameters.
+class Pool2d : public Module {
+ public:
+  /// Max (true) or average pooling with a `kernel`×`kernel` window; stride 0 = the kernel.
+  Pool2d(bool max, std::int64_t kernel, std::int64_t stride = 0, std::int64_t padding = 0);
+  /// x [N, C, H, W] -> [N, C, OH, OW].
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  bool max_;
+  std::int64_t kernel_, stride_, padding_;
+};
+
+/// Average pooling to a fixed output size (torch.nn.AdaptiveAvgPool2d): [N, C, H, W] ->
+/// [N, C, OH, OW]; output size 1 is global average pooling.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  /// The output height and width.
+  AdaptiveAvgPool2d(std::int64_t out_h, std::int64_t out_w);
+  /// x [N, C, H, W] -> [N, C, out_h, out_w].
+  Tensor forward(const Tensor& x) override;
+
+ protected:
+  std::string extra_repr() const override;
+
+ private:
+  std::int64_t out_h_, out_w_;
+};
+
+/// Flattens every dimension after the first: [N, ...] -> [N, features] (torch.nn.Flatten).
+class Flatten : public Module {
+ public:
+  /// No parameters.
+  Flatten();
+  /// x [N, ...] -> [N, product of the rest].
+  Tensor forward(const Tensor& x) override;
 };
 
 /// Mean cross-entropy of logits [..., C] against int64 targets [...] (flattened to [N, C]):

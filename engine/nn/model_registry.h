@@ -34,7 +34,7 @@ struct ModelKind {
   std::function<std::shared_ptr<Model>(const nlohmann::json&, rng::Generator*)> make;
 };
 
-/// The registry of model kinds, with the built-in ones (mlp, qwen-tiny) added on first use.
+/// The registry of model kinds, with the built-in ones (mlp, qwen-tiny, cnn) added on first use.
 core::Registry<ModelKind>& model_registry();
 
 /// The built-in kinds' entries (beside their implementations in models.cpp).

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/nn/cnn.h"
 #include "engine/nn/init.h"
 #include "engine/nn/model_registry.h"
 #include "engine/ops/ops.h"
@@ -427,6 +428,7 @@ core::Registry<ModelKind>& model_registry() {
     auto* r = new core::Registry<ModelKind>("model");
     r->add(mlp_kind());
     r->add(qwen_tiny_kind());
+    r->add(cnn_kind());
     return r;
   }();
   return *registry;

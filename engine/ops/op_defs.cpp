@@ -62,6 +62,18 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::Attention>("scaled_dot_product_attention", diff);
   d.define<sig::AttentionBackward>("scaled_dot_product_attention_backward", plain);
 
+  d.define<sig::Conv2d>("conv2d", diff);
+  d.define<sig::Conv2dBackward>("conv2d_backward", plain);
+  d.define<sig::MaxPool2d>("max_pool2d", diff);
+  d.define<sig::MaxPool2dBackward>("max_pool2d_backward", plain);
+  d.define<sig::AvgPool2d>("avg_pool2d", diff);
+  d.define<sig::AvgPool2dBackward>("avg_pool2d_backward", plain);
+  d.define<sig::AdaptiveAvgPool2d>("adaptive_avg_pool2d", diff);
+  d.define<sig::Binary>("adaptive_avg_pool2d_backward", plain);
+  // Updates the running statistics (args 3, 4) in place; differentiable in x, weight, bias.
+  d.define<sig::BatchNorm>("batch_norm", OpSchema{{3, 4}, true, ""});
+  d.define<sig::BatchNormBackward>("batch_norm_backward", plain);
+
   d.define<sig::RandomFill>("uniform_", mutates0);
   d.define<sig::RandomFill>("normal_", mutates0);
   d.define<sig::BernoulliScalar>("bernoulli_", mutates0);

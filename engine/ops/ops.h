@@ -190,6 +190,59 @@ std::tuple<Tensor, Tensor, Tensor> scaled_dot_product_attention_backward(
     const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
     const Tensor& lse, double scale, bool causal);
 
+// ---- convolutional networks (PyTorch's torch.nn.functional conventions) -----------------------
+/// 2-D cross-correlation of x [N, C, H, W] (or unbatched [C, H, W]) with weight
+/// [O, C/groups, kh, kw], plus bias [O] when defined: y [N, O, OH, OW] with
+/// OH = (H + 2·padding − dilation·(kh − 1) − 1) / stride + 1. stride, padding and dilation are
+/// one int (both sides) or two (height, width); empty lists mean 1, 0 and 1. Differentiable in x,
+/// weight and bias. CPU: im2col + the GEMM backend, one thread per sample; the weight gradient is
+/// summed in a fixed order (deterministic at any thread count).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              IntList stride = {}, IntList padding = {}, IntList dilation = {},
+              std::int64_t groups = 1);
+/// conv2d's gradients (dx, dweight, dbias) given the output's gradient; dbias undefined unless
+/// with_bias.
+std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad, const Tensor& x,
+                                                   const Tensor& weight, IntList stride,
+                                                   IntList padding, IntList dilation,
+                                                   std::int64_t groups, bool with_bias);
+/// Max pooling over kernel windows of x [N, C, H, W] (or [C, H, W]); stride defaults to the
+/// kernel, padding (at most half the kernel) to 0; padded positions never win. A NaN in a window
+/// is its maximum (as in PyTorch). Differentiable in x.
+Tensor max_pool2d(const Tensor& x, IntList kernel, IntList stride = {}, IntList padding = {});
+/// max_pool2d and the int64 position (row·W + column within its plane) of each maximum.
+std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, IntList kernel,
+                                                   IntList stride = {}, IntList padding = {});
+/// max_pool2d's gradient: grad summed into the positions `indices` names.
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& x, const Tensor& indices);
+/// Average pooling; with count_include_pad the divisor counts padded positions (PyTorch's
+/// default), otherwise only those inside the image. Differentiable in x.
+Tensor avg_pool2d(const Tensor& x, IntList kernel, IntList stride = {}, IntList padding = {},
+                  bool count_include_pad = true);
+/// avg_pool2d's gradient.
+Tensor avg_pool2d_backward(const Tensor& grad, const Tensor& x, IntList kernel, IntList stride,
+                           IntList padding, bool count_include_pad);
+/// Average pooling to a fixed output size (one int or two): output (i, j) averages rows
+/// floor(i·H/OH) .. ceil((i+1)·H/OH) − 1 and likewise columns. Differentiable in x.
+Tensor adaptive_avg_pool2d(const Tensor& x, IntList output_size);
+/// adaptive_avg_pool2d's gradient (the output size is grad's).
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad, const Tensor& x);
+/// Batch normalisation of x [N, C, ...] per channel, as torch.nn.functional.batch_norm: in
+/// training (or without running statistics) with the batch's mean and biased variance, and the
+/// running statistics (when given) updated in place: running = (1 − momentum)·running +
+/// momentum·batch, with the unbiased variance; otherwise with the running statistics. Then
+/// ·weight + bias when given. Statistics accumulated in float64. Differentiable in x, weight and
+/// bias.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, bool training, double momentum = 0.1,
+                  double eps = 1e-5);
+/// batch_norm's gradients (dx, dweight, dbias) given the mean and 1/sqrt(var + eps) the forward
+/// used; `training`: they were the batch's. dweight/dbias undefined unless with_weight_bias.
+std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad, const Tensor& x,
+                                                       const Tensor& weight, const Tensor& mean,
+                                                       const Tensor& invstd, bool training,
+                                                       bool with_weight_bias);
+
 // ---- multi-tensor updates (optimizer state; in place, not differentiable) ----------------------
 /// selfs[i] = lerp(selfs[i], ends[i], weight) for every i, torch.lerp's formula (exact at both
 /// ends) in float32 for the 16-bit dtypes: `self + w·(end − self)` for |w| < 0.5,

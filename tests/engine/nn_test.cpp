@@ -742,8 +742,8 @@ TEST(NnModels, ConfigJsonRoundTripAndErrors) {
             }),
             "mlp: field 'input' has the wrong type (string): \"x\"");
   EXPECT_EQ(
-      error_of([] { nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"cnn"})")); }),
-      "model config: unknown kind 'cnn' (choose mlp or qwen-tiny)");
+      error_of([] { nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"vit"})")); }),
+      "model config: unknown kind 'vit' (choose mlp, qwen-tiny or cnn)");
   EXPECT_EQ(
       error_of([] {
         nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mlp","activation":"swish"})"));

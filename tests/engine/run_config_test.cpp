@@ -18,9 +18,9 @@ using ::testing::HasSubstr;
 
 const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
 
-const std::vector<std::string> kExamples = {"fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml",
-                                            "qwen-tiny-fortunes-adamw.toml",
-                                            "qwen-tiny-fortunes-muon.toml"};
+const std::vector<std::string> kExamples = {
+    "fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml", "fmnist-cnn-adamw.toml",
+    "qwen-tiny-fortunes-adamw.toml", "qwen-tiny-fortunes-muon.toml"};
 
 // The message of the tb::ValueError that parsing `text` (with `overrides`) throws.
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
@@ -190,8 +190,9 @@ TEST(RunConfigTest, EnumErrors) {
   EXPECT_THAT(error_of("[binding]\nmode = \"numa\"\n"),
               HasSubstr("binding.mode: expected one of \"none\", \"node\", \"socket\""));
   EXPECT_THAT(error_of("[data]\nkind = \"mnist\"\n"), HasSubstr("data.kind: expected one of"));
-  EXPECT_THAT(error_of("[model]\nkind = \"gpt\"\n"),
-              HasSubstr("model.kind: expected one of \"mlp\", \"qwen-tiny\", found \"gpt\""));
+  EXPECT_THAT(
+      error_of("[model]\nkind = \"gpt\"\n"),
+      HasSubstr("model.kind: expected one of \"mlp\", \"qwen-tiny\", \"cnn\", found \"gpt\""));
   EXPECT_THAT(
       error_of("[run]\ndevice = \"tpu\"\n"),
       HasSubstr("run.device: expected \"cpu\", \"cuda[:N]\" or \"openreg[:N]\", found \"tpu\""));
