@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
+#include "engine/backends/cpu/float_or_double.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/op_signatures.h"
@@ -27,19 +28,6 @@ using dispatch::DispatchKey;
 namespace sig = ops::sig;
 
 namespace {
-
-// Calls f(float{}) or f(double{}) (the public ops convert other dtypes first).
-template <typename F>
-void float_or_double(ScalarType dt, const char* op, F&& f) {
-  if (dt == ScalarType::Float32) {
-    f(float{});
-  } else if (dt == ScalarType::Float64) {
-    f(double{});
-  } else {
-    throw InternalError(
-        tb::detail::str_cat("[", op, "] unexpected dtype ", dt, " in the CPU kernel (a bug)"));
-  }
-}
 
 ScalarType stat_dtype(ScalarType dt) {
   return dt == ScalarType::Float64 ? ScalarType::Float64 : ScalarType::Float32;

@@ -3,6 +3,7 @@
 // transposes, never copied; 16-bit floats compute in float32.
 #include "engine/backends/common/mat_arg.h"
 #include "engine/backends/cpu/blas.h"
+#include "engine/backends/cpu/float_or_double.h"
 #include "engine/backends/cpu/kernels.h"
 #include "engine/dispatch/op_signatures.h"
 
@@ -16,19 +17,6 @@ namespace {
 
 using backends::mat_arg;
 using backends::MatArg;
-
-// Calls f(float{}) or f(double{}) for the compute dtype (16-bit inputs were converted before).
-template <typename F>
-void float_or_double(ScalarType dt, const char* op, F&& f) {
-  if (dt == ScalarType::Float32) {
-    f(float{});
-  } else if (dt == ScalarType::Float64) {
-    f(double{});
-  } else {
-    throw InternalError(
-        tb::detail::str_cat("[", op, "] unexpected compute dtype ", dt, " (a bug)"));
-  }
-}
 
 // 16-bit floats are multiplied in float32.
 Tensor compute_copy(const Tensor& t) {
