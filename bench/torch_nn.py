@@ -119,7 +119,8 @@ def newton_schulz5(g, steps=5, eps=1e-7, dtype=None):
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon for 2-D hidden matrices (https://github.com/KellerJordan/Muon, muon.py): Nesterov
+    """Muon for hidden matrices and conv filters viewed as [out, in*kh*kw]
+    (https://github.com/KellerJordan/Muon, muon.py): Nesterov
     momentum, Newton-Schulz (in `ns_dtype`, default the parameter's), decoupled weight decay,
     shape scaling max(1, rows/cols)^0.5."""
 
@@ -136,9 +137,10 @@ class Muon(torch.optim.Optimizer):
                 buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
                 buf.lerp_(p.grad, 1 - group["momentum"])
                 g = p.grad.lerp(buf, group["momentum"])  # Nesterov
+                g = g.view(len(g), -1)  # a conv filter as [out, in*kh*kw] (muon.py)
                 u = newton_schulz5(g, dtype=self.ns_dtype)
                 p.mul_(1 - group["lr"] * group["weight_decay"])
-                p.add_(u, alpha=-group["lr"] * max(1.0, p.size(0) / p.size(1)) ** 0.5)
+                p.add_(u.view_as(p), alpha=-group["lr"] * max(1.0, g.size(0) / g.size(1)) ** 0.5)
 
 
 def time_steps(model, x, y, seconds, repeats=5):

@@ -3,7 +3,7 @@
 number of steps; prints the median step time after a warm-up in the line format of
 bench/step_bench.cpp (the TrainBench side).
 
-  /usr/bin/python3 bench/torch_train_step.py --model mlp|qwen-tiny --optimizer adamw|muon
+  /usr/bin/python3 bench/torch_train_step.py --model mlp|cnn|qwen-tiny --optimizer adamw|muon
       [--threads T] [--steps N] [--warmup W] [--foreach auto|on|off]
 
 A step is what TrainBench's trainer times as time.step_ms: the batch (drawn from the data in
@@ -51,12 +51,30 @@ def fortunes():
     return torch.frombuffer(data, dtype=torch.uint8).long()
 
 
+def fmnist_cnn():
+    """resources/configs/fmnist-cnn-*.toml: two blocks of 3x3 convolution (no bias), batch norm,
+    ReLU and 2x2 max pooling (32 and 64 channels), flatten, dropout 0.25, Linear 3136-128, ReLU,
+    dropout 0.25, Linear 128-10; flat 784-value inputs reshaped to 1x28x28."""
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Dropout(0.25), nn.Linear(3136, 128), nn.ReLU(),
+        nn.Dropout(0.25), nn.Linear(128, 10))
+
+
 def build(model_kind, optimizer, foreach):
     if model_kind == "mlp":
         model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                               nn.Linear(256, 10))
         adamw_lr, betas = 1e-3, (0.9, 0.999)
         hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and not n.startswith("4.")]
+    elif model_kind == "cnn":
+        model = fmnist_cnn()
+        adamw_lr, betas = 1e-3, (0.9, 0.999)
+        # fmnist-cnn-muon.toml: the conv filters (flattened) and the hidden Linear to Muon.
+        hidden = [p for n, p in model.named_parameters()
+                  if p.ndim >= 2 and not n.startswith("14.")]
     else:
         model = QwenTiny()
         adamw_lr, betas = 3e-3, (0.9, 0.95)
@@ -74,7 +92,7 @@ def build(model_kind, optimizer, foreach):
 
 
 def batches(model_kind, gen):
-    if model_kind == "mlp":
+    if model_kind in ("mlp", "cnn"):
         x, y = read_fmnist("train")
         while True:
             perm = torch.randperm(len(x), generator=gen)
@@ -120,7 +138,7 @@ def run(model_kind, optimizer, foreach, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=("mlp", "qwen-tiny"), required=True)
+    ap.add_argument("--model", choices=("mlp", "cnn", "qwen-tiny"), required=True)
     ap.add_argument("--optimizer", choices=("adamw", "muon"), required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=100)

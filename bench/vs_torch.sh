@@ -33,6 +33,8 @@ fi
 # name | TrainBench config | PyTorch model | PyTorch optimizer
 workloads="mlp-adamw|fmnist-mlp-adamw.toml|mlp|adamw
 mlp-muon|fmnist-mlp-muon.toml|mlp|muon
+cnn-adamw|fmnist-cnn-adamw.toml|cnn|adamw
+cnn-muon|fmnist-cnn-muon.toml|cnn|muon
 qwen-tiny-adamw|qwen-tiny-fortunes-adamw.toml|qwen-tiny|adamw
 qwen-tiny-muon|qwen-tiny-fortunes-muon.toml|qwen-tiny|muon"
 

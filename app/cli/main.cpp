@@ -481,6 +481,23 @@ int main(int argc, char** argv) {
   std::string export_format = "csv";
   exp->add_option("run", export_id, "run id")->required();
   exp->add_option("--format", export_format, "csv or json")->capture_default_str();
+  auto* weights = app.add_subcommand(
+      "weights", "a run's trained weights as a safetensors file PyTorch loads (load_state_dict)");
+  std::int64_t weights_id = 0;
+  std::string weights_out;
+  std::string weights_layout = "trainbench";
+  std::string weights_checkpoint;
+  weights->add_option("run", weights_id, "run id")->required();
+  weights->add_option("-o,--output", weights_out, "the .safetensors file to write")->required();
+  weights
+      ->add_option("--layout", weights_layout,
+                   "trainbench (the model's own names = torch.nn's) or hf-gpt2 (a gpt run as "
+                   "transformers' GPT2LMHeadModel)")
+      ->capture_default_str();
+  weights
+      ->add_option("--checkpoint", weights_checkpoint,
+                   "this checkpoint folder instead of the run's newest")
+      ->check(CLI::ExistingDirectory);
 
   auto* reference = app.add_subcommand(
       "reference",
@@ -588,6 +605,11 @@ int main(int argc, char** argv) {
     }
     if (exp->parsed()) {
       std::cout << tb::api::export_run(db_path, export_id, export_format);
+      return 0;
+    }
+    if (weights->parsed()) {
+      std::cout << tb::api::export_weights(db_path, weights_id, weights_out, weights_layout,
+                                           weights_checkpoint);
       return 0;
     }
     if (reference->parsed()) {

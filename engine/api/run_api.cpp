@@ -15,8 +15,12 @@
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
+#include "engine/nn/models.h"
+#include "engine/rng/cpu_generator.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/train/run_config.h"
+#include "engine/train/weights_io.h"
 
 namespace tb::api {
 
@@ -221,6 +225,33 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
       return std::string("-");
     });
   }
+  return os.str();
+}
+
+std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
+                           const std::string& layout, const std::string& checkpoint) {
+  auto st = store::RunStore::open(detail::store_path(db_path));
+  TB_CHECK(st.has_run(run_id), "[weights] the store has no run ", run_id);
+  const train::RunConfig config = train::parse_run_config(
+      st.get_run(run_id).config, "run " + std::to_string(run_id) + "'s stored config");
+  std::filesystem::path dir = checkpoint;
+  std::string from = dir.string();
+  if (dir.empty()) {
+    const auto cks = st.checkpoints(run_id);
+    TB_CHECK(!cks.empty(), "[weights] run ", run_id,
+             " has no checkpoint (checkpoints are written at the end of each epoch/eval "
+             "and at the end of the run)");
+    dir = cks.back().path;
+    from = "checkpoint of step " + std::to_string(cks.back().step);
+  }
+  rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
+  const auto model = nn::build_model(config.model, &gen);
+  (void)train::load_weights(*model, dir / "model.safetensors");
+  train::save_weights(*model, out, layout);
+  std::ostringstream os;
+  os << "wrote " << out << ": " << model->state_dict().size() << " tensors ("
+     << model->num_parameters() << " parameters) of run " << run_id << " (" << from << "), layout "
+     << layout << "\n";
   return os.str();
 }
 

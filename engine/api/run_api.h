@@ -63,6 +63,15 @@ std::string show_run(const std::string& db_path, std::int64_t run_id);
 /// The run's metrics as "csv" or "json" text.
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);
 
+/// Writes the weights of stored run `run_id` — its newest checkpoint, or the checkpoint folder
+/// `checkpoint` — to the safetensors file `out` in `layout` ("trainbench": the model's own names,
+/// which torch.nn modules of the same structure load; "hf-gpt2": a gpt run as transformers'
+/// GPT2LMHeadModel). Returns one line saying what was written. Throws tb::ValueError for a run
+/// without checkpoints, a layout that does not fit, or a file that cannot be written.
+std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
+                           const std::string& layout = "trainbench",
+                           const std::string& checkpoint = "");
+
 /// Runs side by side: the config keys whose values differ (from the stored effective configs)
 /// and, per run, status, steps, duration and the final value of the main metrics. Needs at least
 /// two run ids; an unknown id is an error naming it.

@@ -196,7 +196,8 @@ std::vector<SplitRow> parameter_split(const ParsedConfig& config) {
   const auto model = nn::build_model(c.model, &gen);
   std::vector<SplitRow> out;
   if (!optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind.empty()) {
-    const auto split = optim::split_params(*model, c.optimizer.split);
+    const auto split =
+        optim::split_params(*model, c.optimizer.split, c.optimizer.flattens_conv_filters());
     for (const auto& r : split.table) {
       const core::IntList shape(r.shape);
       out.push_back({r.name, shape_text(shape), numel_of(shape), r.optimizer, r.reason});

@@ -38,6 +38,7 @@ FashionMnist::FashionMnist(const FashionMnistOptions& options) : options_(option
   TB_CHECK(std::isfinite(options.mean), "[fashion-mnist] mean must be finite, got ", options.mean);
   TB_CHECK(std::isfinite(options.std) && options.std > 0.0f,
            "[fashion-mnist] std must be a finite value > 0, got ", options.std);
+  options.augment.check("fashion-mnist", kRows, kCols);
   const std::filesystem::path images_path = images_file(options.dir, options.split);
   const std::filesystem::path labels_path = labels_file(options.dir, options.split);
 
@@ -68,7 +69,7 @@ FashionMnist::FashionMnist(const FashionMnistOptions& options) : options_(option
 }
 
 Batch FashionMnist::get_batch(std::span<const std::int64_t> indices,
-                              const BatchContext& /*ctx*/) const {
+                              const BatchContext& ctx) const {
   const std::int64_t n = size();
   const auto b = static_cast<std::int64_t>(indices.size());
   core::Tensor input = core::Tensor::empty({b, kPixels}, core::ScalarType::Float32);
@@ -82,6 +83,12 @@ Batch FashionMnist::get_batch(std::span<const std::int64_t> indices,
     TB_CHECK_T(IndexError, i >= 0 && i < n, "[fashion-mnist] sample index ", i,
                " is out of range for a split of ", n, " images");
     const std::uint8_t* row = pixels + i * kPixels;
+    std::array<std::uint8_t, kPixels> augmented;
+    if (options_.augment.enabled()) {
+      augment_image_u8(row, augmented.data(), 1, kRows, kCols, options_.augment,
+                       sample_seed(ctx.seed, j));
+      row = augmented.data();
+    }
     float* out = in + j * kPixels;
     for (std::int64_t p = 0; p < kPixels; ++p) {
       out[p] = lut_[row[p]];

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "engine/core/tensor.h"
+#include "engine/data/augment.h"
 #include "engine/data/dataset.h"
 
 namespace tb::data {
@@ -32,6 +33,9 @@ struct FashionMnistOptions {
   bool normalize = true;
   float mean = 0.2860f;  ///< mean of the training pixels scaled to [0, 1]
   float std = 0.3530f;   ///< their standard deviation; must be > 0
+  /// Random crop / flip of each image in get_batch (for a training split; the registry never
+  /// sets it on the test split).
+  ImageAugment augment;
 };
 
 /// One split of Fashion-MNIST in memory. Sample i is (image i flattened to 784 pixels, label i).
@@ -65,8 +69,8 @@ class FashionMnist final : public Dataset {
 
   /// Number of images (60000 train, 10000 test for the real files).
   std::int64_t size() const override { return labels_.size(0); }
-  /// input: float32 [B, 784] (normalised per the options); target: int64 [B] labels. Throws
-  /// tb::IndexError for an index outside [0, size()).
+  /// input: float32 [B, 784] (normalised per the options, augmented per options().augment from
+  /// ctx.seed); target: int64 [B] labels. Throws tb::IndexError for an index outside [0, size()).
   Batch get_batch(std::span<const std::int64_t> indices, const BatchContext& ctx) const override;
 
   /// The raw pixels, uint8 [N, 784] (row-major 28x28 per image); reshape a view with
@@ -74,8 +78,8 @@ class FashionMnist final : public Dataset {
   const core::Tensor& raw_images() const { return raw_images_; }
   /// The labels, int64 [N].
   const core::Tensor& labels() const { return labels_; }
-  /// Every image converted like get_batch() does: float32 [N, 784] (a new tensor, 4 bytes per
-  /// pixel).
+  /// Every image converted like get_batch() does (without augmentation): float32 [N, 784] (a new
+  /// tensor, 4 bytes per pixel).
   core::Tensor images() const;
   /// The options this split was loaded with.
   const FashionMnistOptions& options() const { return options_; }

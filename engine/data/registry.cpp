@@ -1,9 +1,12 @@
 // The data-set registry and the built-in kinds.
 #include "engine/data/registry.h"
 
+#include "engine/core/error.h"
+#include "engine/data/cifar.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
+#include "engine/data/token_file.h"
 
 namespace tb::data {
 
@@ -11,6 +14,25 @@ namespace {
 
 std::string path_of(const nlohmann::json& d) {
   return d.value("path", std::string());
+}
+
+// Training-split augmentation keys of the image kinds.
+std::vector<core::FieldSpec> augment_fields() {
+  using core::FieldSpec;
+  using core::FieldType;
+  return {FieldSpec("random_crop", FieldType::kInt, 0,
+                    "training images: pad each side with this many zero pixels and crop back at "
+                    "a random offset (torchvision RandomCrop(padding=...)); 0 = off")
+              .at_least(0),
+          FieldSpec("random_flip", FieldType::kBool, false,
+                    "training images: mirror left-right with probability 1/2")};
+}
+
+ImageAugment augment_of(const nlohmann::json& d) {
+  ImageAugment a;
+  a.crop_padding = d.value("random_crop", std::int64_t{0});
+  a.horizontal_flip = d.value("random_flip", false);
+  return a;
 }
 
 DatasetKind fashion_mnist_kind() {
@@ -27,14 +49,62 @@ DatasetKind fashion_mnist_kind() {
     s.classes = FashionMnist::kNumClasses;
     return s;
   };
+  k.fields = augment_fields();
   k.make = [](const nlohmann::json& d, std::uint64_t) {
     FashionMnistOptions o;
     if (!path_of(d).empty()) o.dir = path_of(d);
     o.normalize = d.value("normalize", true);
+    o.augment = augment_of(d);
     DataSplits s;
     s.train = std::make_shared<FashionMnist>(o);
+    o.augment = ImageAugment{};  // evaluation sees the images as they are
     o.split = FashionMnistSplit::kTest;
     s.eval = std::make_shared<FashionMnist>(o);
+    return s;
+  };
+  return k;
+}
+
+std::int64_t cifar_classes(CifarVariant v, const nlohmann::json& d) {
+  if (v == CifarVariant::kCifar10) return 10;
+  return d.value("labels", std::string("fine")) == "coarse" ? 20 : 100;
+}
+
+DatasetKind cifar_kind(CifarVariant v) {
+  DatasetKind k;
+  k.name = cifar_name(v);
+  k.help = v == CifarVariant::kCifar10
+               ? "CIFAR-10's 32x32 colour images, 10 classes (binary version: data.path = the "
+                 "cifar-10-batches-bin folder)"
+               : "CIFAR-100's 32x32 colour images, 100 fine or 20 coarse classes (binary "
+                 "version: data.path = the cifar-100-binary folder)";
+  k.task = core::kTaskClassification;
+  k.shape = [v](const nlohmann::json& d) {
+    core::DataShape s;
+    s.kind = cifar_name(v);
+    s.task = core::kTaskClassification;
+    s.features = 3 * 32 * 32;
+    s.features_note = "3x32x32 pixels";
+    s.classes = cifar_classes(v, d);
+    return s;
+  };
+  k.fields = augment_fields();
+  if (v == CifarVariant::kCifar100)
+    k.fields.push_back(core::FieldSpec("labels", core::FieldType::kString, "fine",
+                                       "which labels: fine (100 classes) or coarse (20)")
+                           .one_of({"fine", "coarse"}));
+  k.make = [v](const nlohmann::json& d, std::uint64_t) {
+    CifarOptions o;
+    o.dir = path_of(d);
+    o.variant = v;
+    o.fine_labels = cifar_classes(v, d) != 20;
+    o.image.normalize = d.value("normalize", true);
+    o.image.augment = augment_of(d);
+    DataSplits s;
+    s.train = load_cifar(o);
+    o.train = false;
+    o.image.augment = ImageAugment{};
+    s.eval = load_cifar(o);
     return s;
   };
   return k;
@@ -70,6 +140,57 @@ DatasetKind text_kind() {
     const TextCorpus corpus =
         path_of(d).empty() ? load_text_corpus() : load_text_corpus(path_of(d));
     return text_splits(corpus, d);
+  };
+  return k;
+}
+
+DatasetKind tokens_kind() {
+  using core::FieldSpec;
+  using core::FieldType;
+  DatasetKind k;
+  k.name = "tokens";
+  k.help =
+      "token files, memory-mapped: llm.c .bin shards or nanoGPT's raw uint16 train.bin "
+      "(data.path: a file or a pattern such as fineweb_train_*.bin)";
+  k.task = core::kTaskLanguageModel;
+  k.fields = {
+      FieldSpec("val_path", FieldType::kString, "",
+                "validation token file or pattern; \"\" = the last val_fraction of data.path"),
+      FieldSpec("format", FieldType::kString, "auto",
+                "auto (llm.c when the file starts with its magic number, else raw uint16), "
+                "llmc, uint16")
+          .one_of({"auto", "llmc", "uint16"}),
+      FieldSpec("vocab", FieldType::kInt, 50257,
+                "vocabulary size; every token must be below it (GPT-2: 50257)")
+          .at_least(1)};
+  k.shape = [](const nlohmann::json& d) {
+    core::DataShape s = text_shape("tokens", d);
+    s.vocab = d.value("vocab", std::int64_t{50257});
+    return s;
+  };
+  k.make = [](const nlohmann::json& d, std::uint64_t) {
+    const TokenFormat format = token_format_from_name(d.value("format", std::string("auto")));
+    const std::string val_path = d.value("val_path", std::string());
+    TokenDatasetOptions o;
+    o.context_length = d.value("context_length", std::int64_t{64});
+    o.vocab = d.value("vocab", std::int64_t{50257});
+    TokenStream train = open_token_stream(path_of(d), format);
+    DataSplits s;
+    if (val_path.empty()) {
+      o.val_fraction = d.value("val_fraction", 0.1);
+      TB_CHECK(o.val_fraction > 0.0,
+               "[tokens] data.val_fraction is 0 and data.val_path is "
+               "empty: there is no validation split");
+      s.train = std::make_shared<TokenDataset>(train, o);
+      o.split = TextSplit::kValidation;
+      o.sampling = TextSampling::kSequential;
+      s.eval = std::make_shared<TokenDataset>(std::move(train), o);
+    } else {
+      s.train = std::make_shared<TokenDataset>(std::move(train), o);
+      o.sampling = TextSampling::kSequential;
+      s.eval = std::make_shared<TokenDataset>(open_token_stream(val_path, format), o);
+    }
+    return s;
   };
   return k;
 }
@@ -122,7 +243,10 @@ core::Registry<DatasetKind>& dataset_registry() {
   static core::Registry<DatasetKind>* registry = [] {
     auto* r = new core::Registry<DatasetKind>("data");
     r->add(fashion_mnist_kind());
+    r->add(cifar_kind(CifarVariant::kCifar10));
+    r->add(cifar_kind(CifarVariant::kCifar100));
     r->add(text_kind());
+    r->add(tokens_kind());
     r->add(synthetic_blobs_kind());
     r->add(synthetic_text_kind());
     return r;

@@ -38,8 +38,8 @@ struct DatasetKind {
   std::function<DataSplits(const nlohmann::json&, std::uint64_t seed)> make;
 };
 
-/// The registry of data kinds, with the built-in ones (fashion-mnist, text, synthetic-blobs,
-/// synthetic-text) added on first use.
+/// The registry of data kinds, with the built-in ones (fashion-mnist, cifar-10, cifar-100, text,
+/// tokens, synthetic-blobs, synthetic-text) added on first use.
 core::Registry<DatasetKind>& dataset_registry();
 
 }  // namespace tb::data

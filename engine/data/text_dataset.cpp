@@ -44,7 +44,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Draws uniformly from [0, range) without modulo bias. Caller holds gen.mutex().
+const char* split_name(TextSplit split) {
+  return split == TextSplit::kTrain ? "train" : "validation";
+}
+
+}  // namespace
+
+namespace {
+
+// A uniform draw from [0, range) without modulo bias. Caller holds gen.mutex().
 std::uint64_t uniform_below(rng::CpuGenerator& gen, std::uint64_t range) {
   const std::uint64_t limit = UINT64_MAX - (UINT64_MAX % range);
   while (true) {
@@ -53,11 +61,29 @@ std::uint64_t uniform_below(rng::CpuGenerator& gen, std::uint64_t range) {
   }
 }
 
-const char* split_name(TextSplit split) {
-  return split == TextSplit::kTrain ? "train" : "validation";
-}
-
 }  // namespace
+
+std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
+                                        const BatchContext& ctx, TextSampling sampling,
+                                        std::int64_t length, std::int64_t t, std::int64_t size,
+                                        const char* what) {
+  std::optional<rng::CpuGenerator> gen;
+  std::unique_lock<std::mutex> lock;
+  if (sampling == TextSampling::kRandom) {
+    gen.emplace(ctx.seed);
+    lock = std::unique_lock(gen->mutex());
+  }
+  std::vector<std::int64_t> starts;
+  starts.reserve(indices.size());
+  for (const std::int64_t i : indices) {
+    TB_CHECK_T(IndexError, i >= 0 && i < size, "[", what, "] sample index ", i,
+               " is out of range for a dataset of ", size, " samples");
+    starts.push_back(
+        gen ? static_cast<std::int64_t>(uniform_below(*gen, static_cast<std::uint64_t>(length - t)))
+            : i * t);
+  }
+  return starts;
+}
 
 TextCorpus load_text_corpus(const fs::path& path) {
   std::error_code ec;
@@ -173,21 +199,10 @@ Batch TextDataset::get_batch(std::span<const std::int64_t> indices, const BatchC
   auto* in = input.data_ptr<std::int64_t>();
   auto* tg = target.data_ptr<std::int64_t>();
   const std::uint8_t* bytes = corpus_.bytes->data() + begin_;
-
-  std::optional<rng::CpuGenerator> gen;
-  std::unique_lock<std::mutex> lock;
-  if (options_.sampling == TextSampling::kRandom) {
-    gen.emplace(ctx.seed);
-    lock = std::unique_lock(gen->mutex());
-  }
+  const std::vector<std::int64_t> starts =
+      window_starts(indices, ctx, options_.sampling, length_, t, size_, "text dataset");
   for (std::int64_t j = 0; j < b; ++j) {
-    const std::int64_t i = indices[static_cast<std::size_t>(j)];
-    TB_CHECK_T(IndexError, i >= 0 && i < size_, "[text dataset] sample index ", i,
-               " is out of range for a dataset of ", size_, " samples");
-    const std::int64_t start = gen ? static_cast<std::int64_t>(uniform_below(
-                                         *gen, static_cast<std::uint64_t>(length_ - t)))
-                                   : i * t;
-    const std::uint8_t* window = bytes + start;
+    const std::uint8_t* window = bytes + starts[static_cast<std::size_t>(j)];
     for (std::int64_t k = 0; k < t; ++k) {
       in[j * t + k] = window[k];
       tg[j * t + k] = window[k + 1];

@@ -118,6 +118,15 @@ class TextDataset final : public Dataset {
   std::int64_t size_ = 0;
 };
 
+/// Where the windows of a batch start within a split of `length` tokens, `t` per window: with
+/// kRandom a uniform draw in [0, length − t − 1] per sample (rejection sampling, no modulo bias)
+/// from a generator seeded with ctx.seed; with kSequential index·t. An index outside [0, size)
+/// is a tb::IndexError naming `what`. TextDataset's and TokenDataset's sampling.
+std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
+                                        const BatchContext& ctx, TextSampling sampling,
+                                        std::int64_t length, std::int64_t t, std::int64_t size,
+                                        const char* what);
+
 /// The bytes of an integer token tensor (values 0..255, any shape, row-major) as a string, e.g.
 /// to show a batch row or generated text. Throws tb::ValueError for a value outside 0..255 or a
 /// non-integer dtype.

@@ -154,7 +154,9 @@ using BatchNormBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, cons
   _(exp)                      \
   _(log)                      \
   _(log1p)                    \
-  _(expm1) _(sqrt) _(rsqrt) _(reciprocal) _(sin) _(cos) _(tanh) _(sigmoid) _(erf) _(silu) _(gelu)
+  _(expm1)                    \
+  _(sqrt)                     \
+  _(rsqrt) _(reciprocal) _(sin) _(cos) _(tanh) _(sigmoid) _(erf) _(silu) _(gelu) _(gelu_tanh)
 #define TB_BINARY_OPS(_) _(mul) _(div) _(pow) _(maximum) _(minimum)
 #define TB_COMPARE_OPS(_) _(eq) _(ne) _(lt) _(le) _(gt) _(ge)
 

@@ -1,6 +1,7 @@
 #include "engine/nn/cnn.h"
 
 #include "engine/core/error.h"
+#include "engine/nn/config_fields.h"
 #include "engine/ops/ops.h"
 
 namespace tb::nn {
@@ -11,19 +12,12 @@ namespace {
 
 template <typename... Args>
 void check_field(bool cond, const char* field, Args&&... args) {
-  if (!cond) throw FieldError(field, tb::detail::str_cat("cnn: ", std::forward<Args>(args)...));
+  fields::check(cond, field, "cnn: ", std::forward<Args>(args)...);
 }
 
 template <typename T>
 void read(const nlohmann::json& j, const char* key, T& out) {
-  auto it = j.find(key);
-  if (it == j.end()) return;
-  try {
-    out = it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw FieldError(key, tb::detail::str_cat("cnn: field '", key, "' has the wrong type (",
-                                              it->type_name(), "): ", it->dump()));
-  }
+  fields::read(j, "cnn", key, out);
 }
 
 // Spatial size after one block (padding k/2 keeps it for odd k; pooling halves it, rounding down).

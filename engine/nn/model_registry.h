@@ -34,11 +34,18 @@ struct ModelKind {
   std::function<std::shared_ptr<Model>(const nlohmann::json&, rng::Generator*)> make;
 };
 
-/// The registry of model kinds, with the built-in ones (mlp, qwen-tiny, cnn) added on first use.
+/// The registry of model kinds, with the built-in ones (mlp, qwen-tiny, cnn, gpt) added on first
+/// use.
 core::Registry<ModelKind>& model_registry();
 
 /// The built-in kinds' entries (beside their implementations in models.cpp).
 ModelKind mlp_kind();
 ModelKind qwen_tiny_kind();
+
+/// The fit of a language model with `context_length` positions and `vocab` tokens to a data set:
+/// the data's windows must fit the context (a problem at data.context_length) and its tokens
+/// the vocabulary (at model.vocab). Shared by the decoder kinds.
+std::optional<core::FieldProblem> language_model_fit(std::int64_t context_length,
+                                                     std::int64_t vocab, const core::DataShape& d);
 
 }  // namespace tb::nn

@@ -7,6 +7,8 @@
 
 #include "engine/core/error.h"
 #include "engine/nn/cnn.h"
+#include "engine/nn/config_fields.h"
+#include "engine/nn/gpt.h"
 #include "engine/nn/init.h"
 #include "engine/nn/model_registry.h"
 #include "engine/ops/ops.h"
@@ -22,10 +24,9 @@ std::int64_t default_ffn_hidden(std::int64_t d_model) {
   return (raw + 31) / 32 * 32;
 }
 
-// Throws tb::FieldError naming `field` when `cond` is false (message as the kind words it).
 template <typename... Args>
 void check_field(bool cond, const char* field, Args&&... args) {
-  if (!cond) throw FieldError(field, tb::detail::str_cat(std::forward<Args>(args)...));
+  fields::check(cond, field, std::forward<Args>(args)...);
 }
 
 void check_pos(const char* model, const char* field, std::int64_t v) {
@@ -73,17 +74,9 @@ void validate_qwen(const QwenTinyConfig& c) {
   check_field(c.init_std >= 0, "init_std", "qwen-tiny: init_std must be >= 0, got ", c.init_std);
 }
 
-// Reads field `key` of `j` into `out` when present, naming the field on a type error.
 template <typename T>
 void read_field(const nlohmann::json& j, const char* model, const char* key, T& out) {
-  auto it = j.find(key);
-  if (it == j.end()) return;
-  try {
-    out = it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw ValueError(tb::detail::str_cat(model, ": field '", key, "' has the wrong type (",
-                                         it->type_name(), "): ", it->dump()));
-  }
+  fields::read(j, model, key, out);
 }
 
 // The one list of each typed config's fields: the JSON conversions come from it.
@@ -375,6 +368,20 @@ ModelKind mlp_kind() {
   return k;
 }
 
+std::optional<core::FieldProblem> language_model_fit(std::int64_t context_length,
+                                                     std::int64_t vocab, const core::DataShape& d) {
+  if (d.context_length > context_length)
+    return core::FieldProblem{
+        "data.context_length",
+        "expected at most model.context_length = " + std::to_string(context_length) + ", found " +
+            std::to_string(d.context_length)};
+  if (d.vocab > vocab)
+    return core::FieldProblem{"model.vocab", "expected at least " + std::to_string(d.vocab) +
+                                                 " for data.kind = " + core::quote_string(d.kind) +
+                                                 ", found " + std::to_string(vocab)};
+  return std::nullopt;
+}
+
 ModelKind qwen_tiny_kind() {
   ModelKind k;
   k.name = "qwen-tiny";
@@ -403,19 +410,9 @@ ModelKind qwen_tiny_kind() {
   k.validate = [](const nlohmann::json& f) {
     validate_qwen(typed_config<QwenTinyConfig>(f, "qwen-tiny"));
   };
-  k.fit = [](const nlohmann::json& f,
-             const core::DataShape& d) -> std::optional<core::FieldProblem> {
+  k.fit = [](const nlohmann::json& f, const core::DataShape& d) {
     const auto c = typed_config<QwenTinyConfig>(f, "qwen-tiny");
-    if (d.context_length > c.context_length)
-      return core::FieldProblem{
-          "data.context_length",
-          "expected at most model.context_length = " + std::to_string(c.context_length) +
-              ", found " + std::to_string(d.context_length)};
-    if (d.vocab > c.vocab)
-      return core::FieldProblem{
-          "model.vocab", "expected at least " + std::to_string(d.vocab) + " for data.kind = " +
-                             core::quote_string(d.kind) + ", found " + std::to_string(c.vocab)};
-    return std::nullopt;
+    return language_model_fit(c.context_length, c.vocab, d);
   };
   k.make = [](const nlohmann::json& f, rng::Generator* gen) -> std::shared_ptr<Model> {
     return std::make_shared<QwenTiny>(typed_config<QwenTinyConfig>(f, "qwen-tiny"), gen);
@@ -429,6 +426,7 @@ core::Registry<ModelKind>& model_registry() {
     r->add(mlp_kind());
     r->add(qwen_tiny_kind());
     r->add(cnn_kind());
+    r->add(gpt_kind());
     return r;
   }();
   return *registry;

@@ -110,6 +110,13 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  for (const auto& [path, m] : const_cast<Module*>(this)->named_modules())
+    out.emplace_back(path, m);
+  return out;
+}
+
 std::int64_t Module::num_parameters() const {
   std::set<const core::TensorImpl*> seen;
   std::int64_t n = 0;

@@ -56,6 +56,8 @@ class Module {
   NamedTensors named_buffers(bool recurse = true) const;
   /// This module ("") and every descendant with its path, depth first.
   std::vector<std::pair<std::string, Module*>> named_modules();
+  /// The same, read-only.
+  std::vector<std::pair<std::string, const Module*>> named_modules() const;
   /// Direct children with their local names.
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const {
     return children_;

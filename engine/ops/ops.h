@@ -91,6 +91,9 @@ Tensor erf(const Tensor& a);
 Tensor silu(const Tensor& a);
 /// GELU with the exact erf form.
 Tensor gelu(const Tensor& a);
+/// GELU with the tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): GPT-2's
+/// activation (torch.nn.functional.gelu(x, approximate="tanh")).
+Tensor gelu_tanh(const Tensor& a);
 
 /// In place: a += alpha * b (b broadcast to a's shape; result cast to a's dtype).
 Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);

@@ -151,7 +151,21 @@ HyperMap muon_defaults(const MuonOptions& o) {
           {"ns_steps", static_cast<double>(o.ns.steps)},
           {"eps", o.ns.eps},
           {"ns_schedule", o.ns.schedule},
-          {"ns_variant", o.ns.variant}};
+          {"ns_variant", o.ns.variant},
+          {"flatten_conv", o.flatten_conv}};
+}
+
+// Whether the group orthogonalises filters of more than 2 dimensions flattened to
+// [out, in·kh·kw]. A group restored from a checkpoint written before the option existed has no
+// such key: 2-D only.
+bool flattens_conv(const ParamGroup& g) {
+  return g.options.count("flatten_conv") != 0 && g.flag("flatten_conv");
+}
+
+// The matrix Muon orthogonalises for `t` (a parameter, its gradient or update): `t` itself when
+// 2-D, else [size(0), numel / size(0)] (a conv filter [out, in, kh, kw] as [out, in·kh·kw]).
+Tensor as_matrix(const Tensor& t) {
+  return t.dim() == 2 ? t : t.reshape({t.size(0), t.numel() / t.size(0)});
 }
 }  // namespace
 
@@ -177,10 +191,14 @@ void Muon::validate_group(const ParamGroup& g) const {
   const std::string& variant = g.text("ns_variant");
   TB_CHECK(variant == "standard" || variant == "gram", "[muon] unknown Newton-Schulz variant '",
            variant, "' (choose standard or gram)");
+  const bool flatten = flattens_conv(g);
   for (const auto& p : g.params) {
-    TB_CHECK(p.dim() == 2,
+    TB_CHECK(p.dim() == 2 || (flatten && p.dim() > 2 && p.size(0) > 0),
              "Muon only supports 2D parameters whereas we found a parameter with size: ",
-             DimVector(p.sizes()));
+             DimVector(p.sizes()),
+             p.dim() > 2 ? " (set optimizer.muon.conv_filters = \"flatten\" to orthogonalise "
+                           "convolution filters as [out, in*kh*kw] matrices)"
+                         : "");
   }
 }
 
@@ -219,13 +237,15 @@ void Muon::step() {
     ns.eps = group.number("eps");
     ns.schedule = group.text("ns_schedule");
     ns.variant = group.text("ns_variant");
+    const bool flatten = flattens_conv(group);
     std::vector<Tensor> ps;
     std::vector<Tensor> bufs;
     std::vector<Tensor> grads;
     for (auto& p : group.params) {
       Tensor grad = autograd::grad(p);
       if (!grad.defined()) continue;
-      TB_CHECK(grad.dim() == 2, "Param gradient must be a 2D matrix");
+      TB_CHECK(grad.dim() == 2 || (flatten && grad.dim() > 2),
+               "Param gradient must be a 2D matrix");
       if (!owner_of_.empty() && owner_of_.at(p.impl()) != partition_.rank) continue;
       ParamState& st = state(p);
       auto it = st.find("momentum_buffer");
@@ -237,7 +257,11 @@ void Muon::step() {
     }
     // buf = mu·buf + (1 − mu)·g; the update input u = (1 − mu)·g + mu·buf with Nesterov, buf
     // without: one fused pass over the group's parameters per (device, dtype).
-    const std::vector<Tensor> us = ops::muon_momentum_(bufs, grads, mu, nesterov);
+    std::vector<Tensor> us = ops::muon_momentum_(bufs, grads, mu, nesterov);
+    // Conv filters (flatten_conv): the momentum buffer keeps the filter's shape, the update is
+    // orthogonalised as [out, in·kh·kw] (KellerJordan/Muon, muon.py).
+    for (Tensor& u : us)
+      u = as_matrix(u);
     // On the CPU with several threads and at least two matrices per thread (a transformer's
     // projections), the Newton–Schulz iterations of different matrices run side by side, each
     // on one thread with single-threaded BLAS: products of 128-wide matrices do not speed up
@@ -284,9 +308,9 @@ void Muon::step() {
           ns_time += std::chrono::steady_clock::now() - ns_start;
         }
       }
-      const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.size(1));
+      const double adjusted = muon_adjusted_lr(lr, fn, p.size(0), p.numel() / p.size(0));
       if (wd != 0.0) ops::mul_(p, 1.0 - lr * wd);
-      ops::add_(p, o.to(p.dtype()), -adjusted);
+      ops::add_(p, (p.dim() == 2 ? o : o.reshape(p.sizes())).to(p.dtype()), -adjusted);
     }
   }
   last_ns_ms_ = std::chrono::duration<double, std::milli>(ns_time).count() + device_ns_ms;
@@ -319,7 +343,7 @@ std::vector<int> assign_muon_owners(const std::vector<Tensor>& params, int world
   for (std::size_t i = 0; i < params.size(); ++i) {
     order[i] = i;
     const auto m = static_cast<double>(params[i].dim() >= 1 ? params[i].size(0) : 1);
-    const auto n = static_cast<double>(params[i].dim() >= 2 ? params[i].size(1) : 1);
+    const auto n = params[i].dim() >= 2 && m > 0 ? static_cast<double>(params[i].numel()) / m : 1.0;
     cost[i] = m * n * std::min(m, n);
   }
   std::stable_sort(order.begin(), order.end(),
@@ -364,6 +388,11 @@ OptimizerKind muon_kind() {
                 "Newton-Schulz form: standard, or gram (iterate on the Gram matrix of a "
                 "non-square update; square ones run standard)")
           .one_of({"standard", "gram"}),
+      FieldSpec("conv_filters", FieldType::kString, "adamw",
+                "parameters of more than 2 dimensions (convolution filters): adamw, as "
+                "torch.optim.Muon (2-D only), or flatten: orthogonalised as [out, in*kh*kw] "
+                "matrices (KellerJordan/Muon)")
+          .one_of({"adamw", "flatten"}),
       FieldSpec("ns_gram_restarts", FieldType::kIntList, nlohmann::json::array({2}),
                 "gram variant: iterations (>= 1) at which X and its Gram matrix are recomputed")};
   k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
@@ -377,6 +406,7 @@ OptimizerKind muon_kind() {
     o.ns.steps = static_cast<int>(s.at("ns_steps").get<std::int64_t>());
     o.ns.schedule = s.at("ns_schedule").get<std::string>();
     o.ns.variant = s.at("ns_variant").get<std::string>();
+    o.flatten_conv = s.at("conv_filters").get<std::string>() == "flatten";
     o.ns.gram_restarts.clear();
     for (const auto& it : s.at("ns_gram_restarts")) {
       const auto v = it.get<std::int64_t>();

@@ -69,6 +69,10 @@ struct MuonOptions {
   bool nesterov = true;                   ///< Nesterov-style update input
   std::string adjust_lr_fn = "original";  ///< "original" or "match_rms_adamw"
   NewtonSchulzOptions ns;                 ///< orthogonalisation settings
+  /// Accept parameters of more than 2 dimensions (convolution filters [out, in, kh, kw]) and
+  /// orthogonalise them flattened to [out, in·kh·kw], as KellerJordan/Muon does; the LR
+  /// adjustment uses that matrix's shape. False (torch.optim.Muon): 2-D parameters only.
+  bool flatten_conv = false;
 };
 
 /// Distributed Muon, as KellerJordan/Muon's distributed `Muon` (muon.py): in data-parallel

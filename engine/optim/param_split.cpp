@@ -1,6 +1,7 @@
 #include "engine/optim/param_split.h"
 
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -29,7 +30,8 @@ bool glob_match(const std::string& pattern, const std::string& name) {
   return p == pattern.size();
 }
 
-ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride>& overrides) {
+ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride>& overrides,
+                        bool flatten_conv) {
   for (const auto& [pattern, opt] : overrides) {
     TB_CHECK(opt == "muon" || opt == "adamw", "parameter split: override '", pattern, "' names '",
              opt, "'; choose muon or adamw");
@@ -37,11 +39,20 @@ ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride
   const auto params = model.named_parameters();
   // The output head: "lm_head" by name; in a model without an embedding table (an mlp) the
   // last 2-D parameter. With an embedding and no lm_head the head is tied to the embedding.
+  // Embedding tables: parameters of Embedding modules (GPT-2's wte/wpe) or named "embed...".
+  std::set<std::string> embeddings;
+  for (const auto& [path, m] : model.named_modules())
+    if (m->type_name() == "Embedding")
+      for (const auto& [name, t] : m->named_parameters(false))
+        embeddings.insert(path.empty() ? name : path + "." + name);
+  auto is_embedding = [&](const std::string& name) {
+    return embeddings.count(name) != 0 || name.find("embed") != std::string::npos;
+  };
   std::string last_2d;
   bool has_embedding = false;
   for (const auto& [name, t] : params) {
     if (t.dim() == 2) last_2d = name;
-    has_embedding |= name.find("embed") != std::string::npos;
+    has_embedding |= is_embedding(name);
   }
   if (has_embedding) last_2d.clear();
   ParamSplit out;
@@ -49,10 +60,13 @@ ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride
     SplitRow row;
     row.name = name;
     row.shape.assign(t.sizes().begin(), t.sizes().end());
-    if (t.dim() != 2) {
+    if (flatten_conv && t.dim() > 2) {
+      row.optimizer = "muon";
+      row.reason = "conv filter as [out, in*kh*kw]";
+    } else if (t.dim() != 2) {
       row.optimizer = "adamw";
       row.reason = std::to_string(t.dim()) + "-D";
-    } else if (name.find("embed") != std::string::npos) {
+    } else if (is_embedding(name)) {
       row.optimizer = "adamw";
       row.reason = "embedding";
     } else if (name.find("lm_head") != std::string::npos || name == last_2d) {
@@ -64,9 +78,13 @@ ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride
     }
     for (const auto& [pattern, opt] : overrides) {
       if (!glob_match(pattern, name)) continue;
-      TB_CHECK(opt != "muon" || t.dim() == 2, "parameter split: override '", pattern, "' sends '",
-               name, "' to muon, but Muon only supports 2-D parameters (shape ",
-               core::DimVector(t.sizes()), ")");
+      TB_CHECK(opt != "muon" || t.dim() == 2 || (flatten_conv && t.dim() > 2),
+               "parameter split: override '", pattern, "' sends '", name,
+               "' to muon, but Muon only supports 2-D parameters (shape ",
+               core::DimVector(t.sizes()), ")",
+               t.dim() > 2 ? "; conv_filters = \"flatten\" orthogonalises filters as "
+                             "[out, in*kh*kw]"
+                           : "");
       row.optimizer = opt;
       row.reason = "override '" + pattern + "'";
     }

@@ -35,12 +35,16 @@ using SplitOverride = std::pair<std::string, std::string>;
 /// True when `name` matches the glob `pattern` as a whole.
 bool glob_match(const std::string& pattern, const std::string& name);
 
-/// Splits `model`'s parameters. Default rules, in order: not 2-D -> adamw ("1-D" etc.); name
-/// contains "embed" -> adamw ("embedding"); name contains "lm_head", or, in a model without an
-/// embedding table, is the last 2-D parameter (the mlp's output layer) -> adamw ("output head");
-/// else muon.
-/// Overrides then apply; forcing a parameter that is not 2-D to muon is a tb::ValueError naming
-/// it, as is an optimizer name other than muon/adamw.
-ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride>& overrides = {});
+/// Splits `model`'s parameters. Default rules, in order: with `flatten_conv`, a parameter of
+/// more than 2 dimensions (a convolution filter) -> muon ("conv filter as [out, in*kh*kw]");
+/// not 2-D -> adamw ("1-D", "4-D" etc.); a parameter of an Embedding module, or a name that
+/// contains "embed" -> adamw ("embedding"); name
+/// contains "lm_head", or, in a model without an embedding table, is the last 2-D parameter
+/// (the mlp's output layer) -> adamw ("output head"); else muon.
+/// Overrides then apply; forcing a 1-D parameter to muon (or one of more than 2 dimensions
+/// without `flatten_conv`) is a tb::ValueError naming it, as is an optimizer name other than
+/// muon/adamw.
+ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride>& overrides = {},
+                        bool flatten_conv = false);
 
 }  // namespace tb::optim

@@ -42,25 +42,29 @@ std::vector<SectionSchema> make_fixed_sections() {
             .at_least(1),
         FieldSpec("grad_clip", FieldType::kFloat, 0.0,
                   "clip the global gradient norm to this (0 = off)")
-            .at_least(0)}});
+            .at_least(0),
+        FieldSpec("init_from", FieldType::kString, "",
+                  "safetensors weights to start from (\"\" = random init); a gpt model also "
+                  "takes GPT-2's from Hugging Face or nanoGPT")}});
   out.push_back(
       {"data",
        {FieldSpec("path", FieldType::kString, "",
-                  "folder or file; \"\" = the kind's default location (Debian's "
-                  "dataset-fashion-mnist, fortunes)"),
+                  "folder, file or (tokens) file pattern; \"\" = the kind's default location "
+                  "(Debian's dataset-fashion-mnist, fortunes)"),
         FieldSpec("batch_size", FieldType::kInt, 128, "samples per step").at_least(1),
         FieldSpec("workers", FieldType::kInt, 1, "loader threads (0 = in the run thread)")
             .at_least(0),
         FieldSpec("shuffle", FieldType::kBool, true, "new order every epoch"),
         FieldSpec("drop_last", FieldType::kBool, false, "drop a last partial batch"),
-        FieldSpec("context_length", FieldType::kInt, 64, "text: tokens (bytes) per sample")
+        FieldSpec("context_length", FieldType::kInt, 64, "text, tokens: tokens per sample")
             .at_least(1),
         FieldSpec("val_fraction", FieldType::kFloat, 0.1,
-                  "text: share of the corpus, at its end, held out for evaluation")
+                  "text, tokens: share of the corpus, at its end, held out for evaluation "
+                  "(tokens: when data.val_path is empty)")
             .above(0)
             .below(1),
         FieldSpec("normalize", FieldType::kBool, true,
-                  "fashion-mnist: (x/255 - mean)/std instead of x/255")}});
+                  "images: (x/255 - mean)/std per channel instead of x/255")}});
   out.push_back(
       {"amp",
        {FieldSpec("enabled", FieldType::kBool, false,

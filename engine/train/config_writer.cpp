@@ -62,6 +62,7 @@ std::string to_toml(const RunConfig& c) {
   w.integer("log_interval", c.run.log_interval);
   w.integer("max_nonfinite", c.run.max_nonfinite);
   w.num("grad_clip", c.run.grad_clip);
+  w.str("init_from", c.run.init_from);
 
   w.header("model");
   const json m = nn::to_json(c.model);
@@ -79,8 +80,13 @@ std::string to_toml(const RunConfig& c) {
   w.integer("context_length", c.data.context_length);
   w.num("val_fraction", c.data.val_fraction);
   w.flag("normalize", c.data.normalize);
-  for (const auto& f : data::dataset_registry().at(c.data.kind)->fields)
-    if (c.data.extra.contains(f.key)) w.kv(f.key, field_toml(f, c.data.extra.at(f.key)));
+  // The kind's own keys: set, or their defaults (a RunConfig built in code may leave them out).
+  for (const auto& f : data::dataset_registry().at(c.data.kind)->fields) {
+    if (c.data.extra.contains(f.key))
+      w.kv(f.key, field_toml(f, c.data.extra.at(f.key)));
+    else if (!f.default_value.is_null())
+      w.kv(f.key, field_toml(f, f.default_value));
+  }
 
   w.header("optimizer");
   w.str("kind", c.optimizer.main.kind);

@@ -66,6 +66,7 @@ void read_run(Section& s, RunSection& r) {
   s.check_min("max_nonfinite", r.max_nonfinite, 1);
   s.read("grad_clip", r.grad_clip);
   s.check_min("grad_clip", r.grad_clip, 0.0);
+  s.read("init_from", r.init_from);
   s.finish();
 }
 
@@ -300,6 +301,11 @@ OptimizerSettings::OptimizerSettings() : OptimizerSettings("adamw") {}
 
 OptimizerSettings::OptimizerSettings(const std::string& k)
     : kind(k), values(core::default_values(optim::optimizer_registry().at(k)->fields)) {}
+
+bool OptimizerSection::flattens_conv_filters() const {
+  const auto it = main.values.find("conv_filters");
+  return it != main.values.end() && it->is_string() && it->get<std::string>() == "flatten";
+}
 
 double OptimizerSettings::number(const std::string& key) const {
   const auto it = values.find(key);

@@ -27,6 +27,9 @@ struct RunSection {
   std::int64_t log_interval = 1;    ///< metrics every N steps
   std::int64_t max_nonfinite = 20;  ///< consecutive non-finite losses before status diverged
   double grad_clip = 0.0;           ///< clip the global gradient norm to this (0 = off)
+  /// A safetensors file the model starts from instead of its random initialisation ("" =
+  /// none): TrainBench's names, or GPT-2's for a gpt model (train::load_weights).
+  std::string init_from;
 };
 
 /// [data]: the loader keys every kind shares, and the kind's own fields (`extra`).
@@ -68,6 +71,10 @@ struct OptimizerSection {
   OptimizerSettings main;                  ///< the only optimizer, or Muon's settings
   std::optional<OptimizerSettings> adamw;  ///< the companion for the rest (Muon runs)
   std::vector<std::pair<std::string, std::string>> split;  ///< glob -> "muon" | "adamw"
+  /// True when the matrix optimizer takes convolution filters too, flattened to
+  /// [out, in·kh·kw] (optimizer.muon.conv_filters = "flatten"): optim::split_params's
+  /// `flatten_conv`.
+  bool flattens_conv_filters() const;
 };
 
 /// [scheduler]: a scheduler config as sched::make_scheduler reads it ({"kind": ..., fields}),

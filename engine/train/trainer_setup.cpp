@@ -9,6 +9,7 @@
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
 #include "engine/train/trainer_state.h"
+#include "engine/train/weights_io.h"
 
 namespace tb::train::detail {
 
@@ -115,6 +116,9 @@ void setup_model(const RunConfig& c, Trainer::State& s) {
            ")");
   s.gen.manual_seed(c.run.seed);
   s.model = nn::build_model(c.model, &s.gen);
+  // Pretrained weights replace the initialisation (the generator has drawn it all the same, so
+  // the data order and dropout do not depend on whether weights are loaded).
+  if (!c.run.init_from.empty()) (void)load_weights(*s.model, c.run.init_from);
   // Data-parallel: every rank initialises from the same seed; rank 0's weights are broadcast
   // anyway, so the replicas start equal whatever the initialisation did.
   if (s.ddp) s.ddp->broadcast_model(*s.model);
@@ -127,7 +131,7 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
   const OptimizerSection& os = c.optimizer;
   const std::string rest_kind = optim::optimizer_registry().at(os.main.kind)->rest_kind;
   if (!rest_kind.empty()) {
-    const auto split = optim::split_params(*s.model, os.split);
+    const auto split = optim::split_params(*s.model, os.split, os.flattens_conv_filters());
     s.split_table = split.str();
     if (!split.muon.empty()) {
       s.opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));

@@ -55,10 +55,11 @@ TEST(Autograd, EveryDifferentiableOpHasARule) {
 
 TEST(Gradcheck, UnaryOps) {
   const std::vector<std::pair<std::string, Tensor (*)(const Tensor&)>> fns = {
-      {"neg", ops::neg},         {"abs", ops::abs},  {"square", ops::square}, {"relu", ops::relu},
-      {"exp", ops::exp},         {"sin", ops::sin},  {"cos", ops::cos},       {"tanh", ops::tanh},
-      {"sigmoid", ops::sigmoid}, {"erf", ops::erf},  {"silu", ops::silu},     {"gelu", ops::gelu},
-      {"expm1", ops::expm1},     {"sign", ops::sign}};
+      {"neg", ops::neg},     {"abs", ops::abs},   {"square", ops::square},
+      {"relu", ops::relu},   {"exp", ops::exp},   {"sin", ops::sin},
+      {"cos", ops::cos},     {"tanh", ops::tanh}, {"sigmoid", ops::sigmoid},
+      {"erf", ops::erf},     {"silu", ops::silu}, {"gelu", ops::gelu},
+      {"expm1", ops::expm1}, {"sign", ops::sign}, {"gelu_tanh", ops::gelu_tanh}};
   for (const auto& [name, fn] : fns) {
     // Keep away from the kinks of abs/relu at 0.
     Tensor x = leaf({3, 4}, 0.1, 1.0);

@@ -201,7 +201,7 @@ std::map<std::string, Case> cases() {
       {"sin", ops::sin, false},       {"cos", ops::cos, false},
       {"tanh", ops::tanh, false},     {"sigmoid", ops::sigmoid, false},
       {"erf", ops::erf, false},       {"silu", ops::silu, false},
-      {"gelu", ops::gelu, false}};
+      {"gelu", ops::gelu, false},     {"gelu_tanh", ops::gelu_tanh, false}};
   for (const auto& [name, fn, positive] : unary) {
     c[name] = [name = std::string(name), fn = fn, positive = positive](const Device& d) {
       std::uint64_t seed = 500;

@@ -11,23 +11,29 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/data/augment.h"
+#include "engine/data/cifar.h"
 #include "engine/data/dataloader.h"
 #include "engine/data/dataset.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/idx.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
+#include "engine/data/token_file.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 #include "tests/engine/test_util.h"
@@ -229,6 +235,74 @@ TEST_F(DataFashionMnist, LoaderCoversTheTestSplitOnce) {
   EXPECT_EQ(counts, std::vector<int>(10, 1000));
 }
 
+// Random crop and flip on a small image: every output is a shifted (and maybe mirrored) copy
+// with zeros where the padding shows, the draws cover every offset and both flips, and the same
+// seed gives the same image.
+TEST(DataAugment, CropAndFlipAreShiftedMirroredCopies) {
+  constexpr std::int64_t kH = 5, kW = 6, kC = 2;
+  std::vector<std::uint8_t> src(kC * kH * kW);
+  for (std::size_t k = 0; k < src.size(); ++k)
+    src[k] = static_cast<std::uint8_t>(k + 1);  // no zero pixels: zeros are padding
+  ImageAugment a;
+  a.crop_padding = 2;
+  a.horizontal_flip = true;
+  std::set<std::tuple<std::int64_t, std::int64_t, bool>> seen;
+  for (std::uint64_t seed = 0; seed < 400; ++seed) {
+    std::vector<std::uint8_t> out(src.size());
+    augment_image_u8(src.data(), out.data(), kC, kH, kW, a, seed);
+    std::vector<std::uint8_t> again(src.size());
+    augment_image_u8(src.data(), again.data(), kC, kH, kW, a, seed);
+    ASSERT_EQ(out, again);
+    // Find the (dy, dx, flip) that explains the output.
+    bool found = false;
+    for (std::int64_t dy = -2; dy <= 2 && !found; ++dy)
+      for (std::int64_t dx = -2; dx <= 2 && !found; ++dx)
+        for (bool flip : {false, true}) {
+          bool match = true;
+          for (std::int64_t c = 0; c < kC && match; ++c)
+            for (std::int64_t y = 0; y < kH && match; ++y)
+              for (std::int64_t x = 0; x < kW && match; ++x) {
+                const std::int64_t sy = y + dy, sx = (flip ? kW - 1 - x : x) + dx;
+                const std::uint8_t want =
+                    sy >= 0 && sy < kH && sx >= 0 && sx < kW ? src[(c * kH + sy) * kW + sx] : 0;
+                match = out[(c * kH + y) * kW + x] == want;
+              }
+          if (match) {
+            seen.emplace(dy, dx, flip);
+            found = true;
+            break;
+          }
+        }
+    EXPECT_TRUE(found) << "seed " << seed;
+  }
+  EXPECT_EQ(seen.size(), 50u);  // 5 x 5 offsets x 2 flips
+  a.crop_padding = 5;
+  EXPECT_CONTAINS(error_message([&] { a.check("fashion-mnist", kH, kW); }),
+                  "[fashion-mnist] random_crop: padding 5 must be >= 0 and smaller than the 5x6 "
+                  "image");
+}
+
+// Augmented Fashion-MNIST batches depend on the batch seed only (so on no worker), differ from
+// the plain images, and keep the labels.
+TEST_F(DataFashionMnist, AugmentedBatchesFollowTheBatchSeed) {
+  FashionMnistOptions o;
+  o.augment.crop_padding = 2;
+  o.augment.horizontal_flip = true;
+  FashionMnist aug(o);
+  const std::vector<std::int64_t> idx = {0, 1, 2, 3};
+  BatchContext ctx;
+  ctx.seed = batch_seed(7, 0, 0);
+  const Batch a = aug.get_batch(idx, ctx);
+  ctx.worker_id = 3;
+  const Batch b = aug.get_batch(idx, ctx);
+  EXPECT_EQ(a.input.to_vector<float>(), b.input.to_vector<float>());
+  EXPECT_EQ(a.target.to_vector<std::int64_t>(),
+            train_->get_batch(idx, {}).target.to_vector<std::int64_t>());
+  EXPECT_NE(a.input.to_vector<float>(), train_->get_batch(idx, {}).input.to_vector<float>());
+  ctx.seed = batch_seed(7, 0, 1);
+  EXPECT_NE(aug.get_batch(idx, ctx).input.to_vector<float>(), a.input.to_vector<float>());
+}
+
 // ---------------------------------------------------------------- damaged copies
 
 TEST(DataIdx, SmallValidFilesGzipOrPlain) {
@@ -356,6 +430,269 @@ TEST(DataIdx, IndexOutOfRange) {
   const FashionMnist ds(train_in(dir.path()));
   const std::vector<std::int64_t> idx = {0, 3};
   EXPECT_THROW(ds.get_batch(idx, BatchContext{}), IndexError);
+}
+
+// ---------------------------------------------------------------- CIFAR binary batches
+
+// `n` CIFAR records: label bytes then R, G, B planes whose pixel p of image i in channel c is
+// (i * 11 + c * 5 + p) % 256; CIFAR-10 label i % 10, CIFAR-100 coarse i % 20, fine i % 100.
+std::vector<std::uint8_t> cifar_records(CifarVariant v, int n, int first = 0) {
+  std::vector<std::uint8_t> out;
+  for (int i = first; i < first + n; ++i) {
+    if (v == CifarVariant::kCifar100) {
+      out.push_back(static_cast<std::uint8_t>(i % 20));
+      out.push_back(static_cast<std::uint8_t>(i % 100));
+    } else {
+      out.push_back(static_cast<std::uint8_t>(i % 10));
+    }
+    for (int c = 0; c < 3; ++c)
+      for (int p = 0; p < 1024; ++p)
+        out.push_back(static_cast<std::uint8_t>((i * 11 + c * 5 + p) % 256));
+  }
+  return out;
+}
+
+// A CIFAR-10 folder (3 records per training file, 4 in the test file) inside `root`.
+fs::path write_cifar10(const fs::path& root) {
+  const fs::path dir = root / "cifar-10-batches-bin";
+  fs::create_directories(dir);
+  for (int b = 1; b <= 5; ++b)
+    write_plain(dir / ("data_batch_" + std::to_string(b) + ".bin"),
+                cifar_records(CifarVariant::kCifar10, 3, (b - 1) * 3));
+  write_plain(dir / "test_batch.bin", cifar_records(CifarVariant::kCifar10, 4, 100));
+  return dir;
+}
+
+TEST(DataCifar, Cifar10FilesInOrderPlanesAndPerChannelNormalisation) {
+  TempDir tmp;
+  write_cifar10(tmp.path());
+  CifarOptions o;
+  o.dir = tmp.path();  // the parent folder: cifar-10-batches-bin is found inside
+  const auto train = load_cifar(o);
+  EXPECT_EQ(train->size(), 15);
+  EXPECT_EQ(train->raw_images().sizes().vec(), (std::vector<std::int64_t>{15, 3, 32, 32}));
+  EXPECT_EQ(train->labels().to_vector<std::int64_t>()[13], 3);
+  // Image 13 (file 5, record 1), green plane, pixel 7: (13*11 + 5 + 7) % 256 = 155.
+  EXPECT_EQ(train->raw_images().data_ptr<std::uint8_t>()[13 * 3072 + 1024 + 7], 155);
+  const Batch b = train->get_batch(std::vector<std::int64_t>{13}, BatchContext{});
+  EXPECT_EQ(b.input.sizes().vec(), (std::vector<std::int64_t>{1, 3072}));
+  EXPECT_FLOAT_EQ(b.input.data_ptr<float>()[1024 + 7], (155.0f / 255.0f - 0.4822f) / 0.2435f);
+  EXPECT_FLOAT_EQ(b.input.data_ptr<float>()[2048],
+                  ((13 * 11 + 10) % 256 / 255.0f - 0.4465f) / 0.2616f);
+  o.train = false;
+  o.dir = tmp.path() / "cifar-10-batches-bin";
+  o.image.normalize = false;
+  const auto test = load_cifar(o);
+  EXPECT_EQ(test->size(), 4);
+  EXPECT_EQ(test->labels().to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2, 3}));
+  EXPECT_FLOAT_EQ(test->get_batch(std::vector<std::int64_t>{0}, {}).input.data_ptr<float>()[0],
+                  static_cast<float>(100 * 11 % 256) / 255.0f);
+}
+
+TEST(DataCifar, Cifar100FineOrCoarseLabels) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "cifar-100-binary";
+  fs::create_directories(dir);
+  write_plain(dir / "train.bin", cifar_records(CifarVariant::kCifar100, 30));
+  write_plain(dir / "test.bin", cifar_records(CifarVariant::kCifar100, 5));
+  CifarOptions o;
+  o.dir = dir;
+  o.variant = CifarVariant::kCifar100;
+  const auto fine = load_cifar(o);
+  EXPECT_EQ(fine->classes(), 100);
+  EXPECT_EQ(fine->labels().to_vector<std::int64_t>()[25], 25);
+  o.fine_labels = false;
+  const auto coarse = load_cifar(o);
+  EXPECT_EQ(coarse->classes(), 20);
+  EXPECT_EQ(coarse->labels().to_vector<std::int64_t>()[25], 5);
+  EXPECT_EQ(coarse->raw_images().data_ptr<std::uint8_t>()[25 * 3072 + 2048 + 1],
+            (25 * 11 + 10 + 1) % 256);
+}
+
+TEST(DataCifar, DamagedFilesNameTheFileTheOffsetAndWhatWasExpected) {
+  TempDir tmp;
+  const fs::path dir = write_cifar10(tmp.path());
+  CifarOptions o;
+  o.dir = dir;
+  auto bytes = cifar_records(CifarVariant::kCifar10, 3);
+  bytes.resize(bytes.size() - 100);
+  write_plain(dir / "data_batch_2.bin", bytes);
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "[cifar-10] " + (dir / "data_batch_2.bin").string() +
+                      ": 9119 bytes is not a whole number of 3073-byte records (a label byte and "
+                      "3072 pixel bytes): the record at offset 6146 has only 2973 bytes");
+  bytes = cifar_records(CifarVariant::kCifar10, 3);
+  bytes[3073] = 10;
+  write_plain(dir / "data_batch_2.bin", bytes);
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "data_batch_2.bin: offset 3073 (record 1): label 10 is outside 0..9");
+  write_plain(dir / "data_batch_2.bin", {});
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "data_batch_2.bin: empty file, expected 3073-byte records");
+  fs::remove(dir / "data_batch_2.bin");
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "[cifar-10] cannot open " + (dir / "data_batch_2.bin").string());
+  o.dir = tmp.path() / "nowhere";
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "nowhere: no CIFAR binary files here or in cifar-10-batches-bin/ (expected "
+                  "data_batch_1.bin, data_batch_2.bin");
+  o.dir.clear();
+  EXPECT_CONTAINS(error_message([&] { load_cifar(o); }),
+                  "[cifar-10] data.path: give the folder of the binary version");
+  // CIFAR-100: the coarse label is checked even when the fine ones are used.
+  CifarRecords r;
+  auto c100 = cifar_records(CifarVariant::kCifar100, 2);
+  c100[3074] = 20;
+  EXPECT_CONTAINS(
+      error_message([&] { parse_cifar_records(c100, CifarVariant::kCifar100, true, "t.bin", r); }),
+      "[cifar-100] t.bin: offset 3074 (record 1): coarse label 20 is outside 0..19");
+}
+
+// ---------------------------------------------------------------- token files
+
+// llm.c's .bin: 256 int32 header (magic, version, count), then the tokens.
+std::vector<std::uint8_t> llmc_bytes(const std::vector<std::uint32_t>& tokens,
+                                     std::int32_t magic = kLlmcMagicGpt2, std::int32_t version = 1,
+                                     std::int64_t count = -1) {
+  std::vector<std::uint8_t> out(1024, 0);
+  const std::int32_t n =
+      count == -1 ? static_cast<std::int32_t>(tokens.size()) : static_cast<std::int32_t>(count);
+  std::memcpy(out.data(), &magic, 4);
+  std::memcpy(out.data() + 4, &version, 4);
+  std::memcpy(out.data() + 8, &n, 4);
+  const std::size_t w = magic == kLlmcMagicGpt2 ? 2 : 4;
+  for (std::uint32_t t : tokens) {
+    const std::size_t at = out.size();
+    out.resize(at + w);
+    std::memcpy(out.data() + at, &t, w);
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> uint16_bytes(const std::vector<std::uint32_t>& tokens) {
+  std::vector<std::uint8_t> out;
+  for (std::uint32_t t : tokens) {
+    out.push_back(static_cast<std::uint8_t>(t & 0xff));
+    out.push_back(static_cast<std::uint8_t>(t >> 8));
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> iota_tokens(std::uint32_t n, std::uint32_t first = 0) {
+  std::vector<std::uint32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+TEST(DataTokens, LlmcAndNanoGptFilesReadAsOneStream) {
+  TempDir tmp;
+  write_plain(tmp.path() / "shard_000.bin", llmc_bytes(iota_tokens(10)));
+  write_plain(tmp.path() / "shard_001.bin", llmc_bytes(iota_tokens(10, 10)));
+  write_plain(tmp.path() / "llama.bin", llmc_bytes({70000, 128000, 5}, kLlmcMagicLlama3, 7));
+  write_plain(tmp.path() / "train.bin", uint16_bytes(iota_tokens(30, 100)));
+  const TokenStream shards =
+      open_token_stream((tmp.path() / "shard_*.bin").string(), TokenFormat::kAuto);
+  ASSERT_EQ(shards.files.size(), 2u);
+  EXPECT_EQ(shards.size, 20);
+  std::vector<std::int64_t> got(6);
+  shards.read(7, 6, 50257, got.data());  // across the shard boundary
+  EXPECT_EQ(got, (std::vector<std::int64_t>{7, 8, 9, 10, 11, 12}));
+  const TokenFile llama(tmp.path() / "llama.bin", TokenFormat::kAuto);
+  EXPECT_EQ(llama.layout().token_bytes, 4);
+  EXPECT_EQ(llama.token(1), 128000);
+  const TokenFile raw(tmp.path() / "train.bin", TokenFormat::kAuto);
+  EXPECT_EQ(raw.layout().offset, 0);
+  EXPECT_EQ(raw.size(), 30);
+  EXPECT_EQ(raw.token(29), 129);
+
+  // Sequential windows tile the validation split; random ones follow the batch seed only.
+  TokenDatasetOptions o;
+  o.context_length = 4;
+  o.val_fraction = 0.5;
+  o.split = TextSplit::kValidation;
+  o.sampling = TextSampling::kSequential;
+  const TokenDataset val(shards, o);
+  EXPECT_EQ(val.begin(), 10);
+  EXPECT_EQ(val.size(), 2);  // (10 - 1) / 4
+  const Batch vb = val.get_batch(std::vector<std::int64_t>{0, 1}, {});
+  EXPECT_EQ(vb.input.to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{10, 11, 12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(vb.target.to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{11, 12, 13, 14, 15, 16, 17, 18}));
+  o.split = TextSplit::kTrain;
+  o.sampling = TextSampling::kRandom;
+  const TokenDataset train(
+      open_token_stream((tmp.path() / "train.bin").string(), TokenFormat::kUint16), o);
+  BatchContext ctx;
+  ctx.seed = 99;
+  const Batch a = train.get_batch(std::vector<std::int64_t>{0, 1, 2}, ctx);
+  ctx.worker_id = 1;
+  EXPECT_EQ(
+      train.get_batch(std::vector<std::int64_t>{0, 1, 2}, ctx).input.to_vector<std::int64_t>(),
+      a.input.to_vector<std::int64_t>());
+  const auto in = a.input.to_vector<std::int64_t>();
+  const auto tg = a.target.to_vector<std::int64_t>();
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    EXPECT_EQ(tg[k], in[k] + 1);
+    EXPECT_GE(in[k], 100);
+    EXPECT_LT(tg[k], 115);  // the train half: tokens 100..114
+  }
+}
+
+TEST(DataTokens, BadFilesNameTheFileTheOffsetAndWhatWasExpected) {
+  TempDir tmp;
+  auto path = [&](const char* name) { return tmp.path() / name; };
+  auto error_for = [&](const char* name, const std::vector<std::uint8_t>& bytes,
+                       TokenFormat format = TokenFormat::kAuto) {
+    write_plain(path(name), bytes);
+    return error_message([&] { TokenFile f(path(name), format); });
+  };
+  auto cut = llmc_bytes(iota_tokens(8));
+  cut.resize(cut.size() - 3);
+  EXPECT_CONTAINS(error_for("cut.bin", cut),
+                  path("cut.bin").string() +
+                      ": truncated: the header says 8 tokens (1040 bytes "
+                      "with the header) but the file has 1037 bytes");
+  auto extra = llmc_bytes(iota_tokens(8));
+  extra.push_back(1);
+  EXPECT_CONTAINS(error_for("extra.bin", extra),
+                  ": 1 trailing bytes after the 8 tokens the header announces (offset 1040)");
+  EXPECT_CONTAINS(error_for("magic.bin", uint16_bytes(iota_tokens(600)), TokenFormat::kLlmc),
+                  "magic.bin: offset 0: bad magic 65536, expected 20240520 (llm.c GPT-2 "
+                  "tokens) or 20240801");
+  EXPECT_CONTAINS(error_for("version.bin", llmc_bytes(iota_tokens(4), kLlmcMagicGpt2, 2)),
+                  "version.bin: offset 4: version 2 of magic 20240520, expected 1");
+  EXPECT_CONTAINS(error_for("count.bin", llmc_bytes({}, kLlmcMagicGpt2, 1, -5)),
+                  "count.bin: offset 8: token count -5, expected > 0");
+  // The GPT-2 magic (20240520, little-endian) and nothing after the version.
+  EXPECT_CONTAINS(error_for("short.bin", {136, 216, 52, 1, 1, 0, 0, 0}),
+                  "short.bin: 8 bytes is shorter than llm.c's 1024-byte header");
+  EXPECT_CONTAINS(error_for("odd.bin", {1, 2, 3}),
+                  "odd.bin: 3 bytes is not a whole number of uint16 tokens");
+  EXPECT_CONTAINS(error_for("empty.bin", {}), "empty.bin: empty file");
+  EXPECT_CONTAINS(
+      error_message([&] { TokenFile f(path("missing.bin"), TokenFormat::kAuto); }),
+      "[tokens] cannot open " + path("missing.bin").string() + ": No such file or directory");
+  EXPECT_CONTAINS(error_message([&] {
+                    open_token_stream((tmp.path() / "nothing_*.bin").string(), TokenFormat::kAuto);
+                  }),
+                  "[tokens] no file matches");
+  // A token outside the vocabulary is found when its window is read.
+  write_plain(path("big.bin"), llmc_bytes({1, 2, 3, 60000, 4, 5}));
+  TokenDatasetOptions o;
+  o.context_length = 5;
+  o.sampling = TextSampling::kSequential;
+  const TokenDataset ds(open_token_stream(path("big.bin").string(), TokenFormat::kAuto), o);
+  EXPECT_CONTAINS(error_message([&] { ds.get_batch(std::vector<std::int64_t>{0}, {}); }),
+                  path("big.bin").string() +
+                      ": offset 1030 (token 3): token 60000 is outside "
+                      "the vocabulary of 50257 (data.vocab)");
+  o.context_length = 6;
+  EXPECT_CONTAINS(error_message([&] {
+                    TokenDataset d(open_token_stream(path("big.bin").string(), TokenFormat::kAuto),
+                                   o);
+                  }),
+                  "context length 6 exceeds the 6 tokens of the train split");
 }
 
 // ---------------------------------------------------------------- text

@@ -743,7 +743,7 @@ TEST(NnModels, ConfigJsonRoundTripAndErrors) {
             "mlp: field 'input' has the wrong type (string): \"x\"");
   EXPECT_EQ(
       error_of([] { nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"vit"})")); }),
-      "model config: unknown kind 'vit' (choose mlp, qwen-tiny or cnn)");
+      "model config: unknown kind 'vit' (choose mlp, qwen-tiny, cnn or gpt)");
   EXPECT_EQ(
       error_of([] {
         nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mlp","activation":"swish"})"));

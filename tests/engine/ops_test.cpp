@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <random>
 #include <string>
 #include <string_view>
@@ -475,6 +476,13 @@ const UnaryCase kUnaryCases[] = {
     {"erf", erf, [](double x) { return std::erf(x); }, -3, 3},
     {"silu", silu, [](double x) { return x * ref_sigmoid(x); }, -8, 8},
     {"gelu", gelu, [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }, -5, 5},
+    // torch.nn.functional.gelu(x, approximate="tanh").
+    {"gelu_tanh", gelu_tanh,
+     [](double x) {
+       return 0.5 * x *
+              (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+     },
+     -5, 5},
 };
 
 TEST(OpsUnary, FloatOpsMatchStdFunctions) {

@@ -18,6 +18,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
 #include "engine/dispatch/op_signatures.h"
+#include "engine/nn/cnn.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
@@ -580,6 +581,80 @@ TEST(ParamSplit, MlpHeadGoesToAdamW) {
   EXPECT_EQ(split.table[4].name, "layers.4.weight");
   EXPECT_EQ(split.table[4].reason, "output head");
   EXPECT_EQ(split.muon.size(), 2u);
+}
+
+// A CNN's conv filters are 4-D: AdamW by default (torch.optim.Muon takes 2-D parameters
+// only); with flatten_conv they go to Muon, and the table says how they are seen.
+TEST(ParamSplit, ConvFiltersGoToMuonOnlyWhenFlattened) {
+  tb::nn::CnnConfig cfg;
+  cfg.channels = {4, 8};
+  cfg.convs_per_block = 1;
+  cfg.hidden = {16};
+  cfg.head = "flatten";
+  tb::nn::Cnn cnn(cfg);
+  auto row = [](const optim::ParamSplit& split, const std::string& name) {
+    for (const auto& r : split.table)
+      if (r.name == name) return r;
+    ADD_FAILURE() << "no row " << name;
+    return optim::SplitRow{};
+  };
+  const auto plain = optim::split_params(cnn);
+  EXPECT_EQ(row(plain, "blocks.0.convs.0.0.weight").optimizer, "adamw");
+  EXPECT_EQ(row(plain, "blocks.0.convs.0.0.weight").reason, "4-D");
+  EXPECT_EQ(plain.muon.size(), 1u) << plain.str();  // the hidden Linear only
+  EXPECT_NE(error_of([&] {
+              optim::split_params(cnn, {{"blocks.*.weight", "muon"}});
+            }).find("conv_filters = \"flatten\" orthogonalises filters as [out, in*kh*kw]"),
+            std::string::npos);
+  const auto flat = optim::split_params(cnn, {}, /*flatten_conv=*/true);
+  const auto conv = row(flat, "blocks.1.convs.0.0.weight");
+  EXPECT_EQ(conv.optimizer, "muon");
+  EXPECT_EQ(conv.reason, "conv filter as [out, in*kh*kw]");
+  EXPECT_EQ(conv.shape, (std::vector<std::int64_t>{8, 4, 3, 3}));
+  EXPECT_EQ(row(flat, "blocks.1.convs.0.1.weight").optimizer, "adamw");  // batch norm: 1-D
+  EXPECT_EQ(row(flat, "blocks.1.convs.0.1.bias").optimizer, "adamw");    // batch norm's shift
+  EXPECT_EQ(flat.muon.size(), 3u) << flat.str();  // two filters and the hidden Linear
+  EXPECT_EQ(flat.table.size(), plain.table.size());
+}
+
+// flatten_conv: a filter [out, in, kh, kw] steps exactly as the matrix [out, in·kh·kw] with the
+// same gradients (KellerJordan/Muon's view(len(g), -1)), LR adjustment included; the momentum
+// buffer keeps the filter's shape. Without the option a 4-D parameter is refused with a hint.
+TEST(Muon, FlattenedConvFiltersStepAsTheirMatrices) {
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{6, 2, 3, 3}, std::vector<std::int64_t>{24, 1, 3, 3}}) {
+    const std::int64_t rows = shape[0], cols = shape[1] * shape[2] * shape[3];
+    std::vector<double> init(static_cast<std::size_t>(rows * cols));
+    for (std::size_t k = 0; k < init.size(); ++k)
+      init[k] = 0.1 * std::sin(0.7 * static_cast<double>(k));
+    Tensor filter = ag::requires_grad_(tb::core::from_vector(init, shape).to(ScalarType::Float32));
+    Tensor matrix =
+        ag::requires_grad_(tb::core::from_vector(init, {rows, cols}).to(ScalarType::Float32));
+    optim::MuonOptions o;
+    o.lr = 0.02;
+    o.flatten_conv = true;
+    optim::Muon conv_muon({filter}, o);
+    o.flatten_conv = false;
+    optim::Muon matrix_muon({matrix}, o);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<double> g(init.size());
+      for (std::size_t k = 0; k < g.size(); ++k)
+        g[k] = std::cos(0.13 * static_cast<double>(k) + step);
+      set_grad(filter, g);
+      set_grad(matrix, g);
+      conv_muon.step();
+      matrix_muon.step();
+    }
+    EXPECT_EQ(filter.sizes().vec(), shape);
+    EXPECT_EQ(filter.to_vector<double>(), matrix.to_vector<double>());
+    EXPECT_EQ(conv_muon.state(filter).at("momentum_buffer").sizes().vec(), shape);
+    EXPECT_NE(filter.to_vector<double>(), init);
+  }
+  Tensor filter = ag::requires_grad_(ops::zeros({4, 2, 3, 3}));
+  EXPECT_NE(error_of([&] { optim::Muon refused({filter}, optim::MuonOptions{}); })
+                .find("Muon only supports 2D parameters whereas we found a parameter with size: "
+                      "[4, 2, 3, 3] (set optimizer.muon.conv_filters = \"flatten\""),
+            std::string::npos);
 }
 
 // With several threads and many matrices, Muon orthogonalises the matrices side by side (each

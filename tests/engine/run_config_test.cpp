@@ -19,8 +19,9 @@ using ::testing::HasSubstr;
 const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
 
 const std::vector<std::string> kExamples = {
-    "fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml", "fmnist-cnn-adamw.toml",
-    "qwen-tiny-fortunes-adamw.toml", "qwen-tiny-fortunes-muon.toml"};
+    "fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml",          "fmnist-cnn-adamw.toml",
+    "fmnist-cnn-muon.toml",  "qwen-tiny-fortunes-adamw.toml", "qwen-tiny-fortunes-muon.toml",
+    "gpt-tokens-muon.toml"};
 
 // The message of the tb::ValueError that parsing `text` (with `overrides`) throws.
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
@@ -191,8 +192,9 @@ TEST(RunConfigTest, EnumErrors) {
               HasSubstr("binding.mode: expected one of \"none\", \"node\", \"socket\""));
   EXPECT_THAT(error_of("[data]\nkind = \"mnist\"\n"), HasSubstr("data.kind: expected one of"));
   EXPECT_THAT(
-      error_of("[model]\nkind = \"gpt\"\n"),
-      HasSubstr("model.kind: expected one of \"mlp\", \"qwen-tiny\", \"cnn\", found \"gpt\""));
+      error_of("[model]\nkind = \"vit\"\n"),
+      HasSubstr(
+          "model.kind: expected one of \"mlp\", \"qwen-tiny\", \"cnn\", \"gpt\", found \"vit\""));
   EXPECT_THAT(
       error_of("[run]\ndevice = \"tpu\"\n"),
       HasSubstr("run.device: expected \"cpu\", \"cuda[:N]\" or \"openreg[:N]\", found \"tpu\""));
@@ -240,8 +242,8 @@ TEST(RunConfigTest, SchedulerIsValidatedAtLoad) {
 
 TEST(RunConfigTest, CrossSectionRules) {
   EXPECT_THAT(error_of("[model]\nkind = \"qwen-tiny\"\n"),
-              HasSubstr("data.kind: expected \"text\" or \"synthetic-text\" for model.kind = "
-                        "\"qwen-tiny\", found \"fashion-mnist\""));
+              HasSubstr("data.kind: expected \"text\", \"tokens\" or \"synthetic-text\" for "
+                        "model.kind = \"qwen-tiny\", found \"fashion-mnist\""));
   EXPECT_THAT(error_of("[model]\ninput = 100\n"),
               HasSubstr("model.input: expected 784 for data.kind = \"fashion-mnist\""));
   EXPECT_THAT(error_of("[model]\nkind = \"qwen-tiny\"\ncontext_length = 32\n"

@@ -340,6 +340,101 @@ TEST(Trainer, LanguageModelReportsPerplexity) {
   EXPECT_NEAR(rec->metric("eval.perplexity"), std::exp(rec->metric("eval.loss")), 1e-9);
 }
 
+// A `gpt` on an llm.c token file (uint16 tokens above 255, a padded table) with Muon: the
+// config path a user takes, and the loss falls on a learnable sequence.
+TEST(Trainer, GptLearnsFromAnLlmcTokenFile) {
+  tb::test::TempDir tmp("tb_trainer_gpt");
+  const fs::path file = tmp.path() / "train.bin";
+  {
+    std::vector<std::int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = 6000;
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    for (int i = 0; i < 6000; ++i) {
+      const auto t = static_cast<std::uint16_t>(250 + (i * 7) % 45);  // a cycle of 45 tokens
+      out.write(reinterpret_cast<const char*>(&t), 2);
+    }
+  }
+  const std::string toml = R"(
+[run]
+steps = 60
+seed = 3
+[model]
+kind = "gpt"
+vocab = 300
+padded_vocab = 320
+context_length = 16
+n_layers = 1
+n_heads = 2
+d_model = 32
+[data]
+kind = "tokens"
+path = ")" + file.string() +
+                           R"("
+context_length = 16
+vocab = 300
+batch_size = 8
+workers = 0
+[optimizer]
+kind = "muon"
+[optimizer.muon]
+lr = 0.02
+[optimizer.adamw]
+lr = 0.003
+[eval]
+interval = 60
+batches = 2
+)";
+  train::Trainer t(train::parse_run_config(toml, "gpt.toml"));
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  ASSERT_FALSE(rec->losses.empty());
+  EXPECT_NEAR(rec->losses.front().second, std::log(300.0), 0.5);  // starts near uniform
+  EXPECT_LT(rec->losses.back().second, 1.0);                      // the cycle is learnt
+  EXPECT_LT(rec->metric("eval.loss"), 1.0);
+}
+
+// Muon with conv_filters = "flatten" trains a CNN's filters (the table says so).
+TEST(Trainer, MuonFlattensConvFiltersWhenAsked) {
+  const std::string toml = R"(
+[run]
+steps = 25
+seed = 2
+[model]
+kind = "cnn"
+input = [1, 4, 4]
+channels = [8]
+convs_per_block = 1
+pool = "none"
+classes = 4
+[data]
+kind = "synthetic-blobs"
+batch_size = 32
+workers = 0
+[optimizer]
+kind = "muon"
+[optimizer.muon]
+lr = 0.02
+conv_filters = "flatten"
+)";
+  train::Trainer t(train::parse_run_config(toml, "cnn.toml"));
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  EXPECT_LT(rec->losses.back().second, rec->losses.front().second);
+  const std::string table = t.describe();
+  const auto at = table.find("blocks.0.convs.0.0.weight");
+  ASSERT_NE(at, std::string::npos) << table;
+  const std::string line = table.substr(at, table.find('\n', at) - at);
+  EXPECT_NE(line.find("[8, 1, 3, 3]"), std::string::npos) << line;
+  EXPECT_NE(line.find("muon   conv filter as [out, in*kh*kw]"), std::string::npos) << line;
+}
+
 TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   auto cfg = blobs_config();
   cfg.data.kind = "synthetic-text";

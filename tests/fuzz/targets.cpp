@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,7 +10,9 @@
 #include <string>
 
 #include "engine/core/error.h"
+#include "engine/data/cifar.h"
 #include "engine/data/idx.h"
+#include "engine/data/token_file.h"
 #include "engine/sched/lr_lambda_expr.h"
 #include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
@@ -81,6 +84,50 @@ void idx(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+void cifar(const std::uint8_t* data, std::size_t size) {
+  for (auto variant : {data::CifarVariant::kCifar10, data::CifarVariant::kCifar100}) {
+    try {
+      data::CifarRecords r;
+      data::parse_cifar_records({data, size}, variant, true, "fuzz.bin", r);
+      if (r.pixels.size() > size) throw std::logic_error("pixels larger than the file");
+      const auto n = static_cast<std::int64_t>(r.labels.size());
+      core::Tensor images = core::Tensor::empty({n, 3, 32, 32}, core::ScalarType::UInt8);
+      std::copy(r.pixels.begin(), r.pixels.end(), images.data_ptr<std::uint8_t>());
+      core::Tensor labels = core::Tensor::empty({n}, core::ScalarType::Int64);
+      std::copy(r.labels.begin(), r.labels.end(), labels.data_ptr<std::int64_t>());
+      data::ImageDatasetOptions o;
+      o.augment.crop_padding = 4;
+      o.augment.horizontal_flip = true;
+      const data::ImageDataset ds("fuzz", images, labels,
+                                  variant == data::CifarVariant::kCifar10 ? 10 : 100, o);
+      std::vector<std::int64_t> idx;
+      for (std::int64_t i = 0; i < std::min<std::int64_t>(n, 4); ++i)
+        idx.push_back(i);
+      (void)ds.get_batch(idx, data::BatchContext{});
+    } catch (const Error&) {
+    }
+  }
+}
+
+void tokens(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("f.tokens");
+  write(path, data, size);
+  try {
+    data::TokenDatasetOptions o;
+    o.context_length = 8;
+    o.sampling = data::TextSampling::kSequential;
+    const data::TokenDataset ds(data::open_token_stream(path.string(), data::TokenFormat::kAuto),
+                                o);
+    if (ds.stream().size * 2 > static_cast<std::int64_t>(size))
+      throw std::logic_error("more tokens than the file holds");
+    std::vector<std::int64_t> idx;
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(ds.size(), 4); ++i)
+      idx.push_back(i);
+    (void)ds.get_batch(idx, data::BatchContext{});
+  } catch (const Error&) {
+  }
+}
+
 void lr_lambda(const std::uint8_t* data, std::size_t size) {
   const std::string expr(reinterpret_cast<const char*>(data), size);
   try {
@@ -112,6 +159,8 @@ const std::vector<NamedTarget>& targets() {
   static const std::vector<NamedTarget> all = {{"run_config", &run_config},
                                                {"safetensors", &safetensors},
                                                {"idx", &idx},
+                                               {"cifar", &cifar},
+                                               {"tokens", &tokens},
                                                {"lr_lambda", &lr_lambda},
                                                {"store", &store}};
   return all;

@@ -19,6 +19,10 @@ void run_config(const std::uint8_t* data, std::size_t size);
 void safetensors(const std::uint8_t* data, std::size_t size);
 /// An IDX file (Fashion-MNIST images, 3 dimensions).
 void idx(const std::uint8_t* data, std::size_t size);
+/// A CIFAR binary batch (parsed as CIFAR-10 and as CIFAR-100), then a batch of its images.
+void cifar(const std::uint8_t* data, std::size_t size);
+/// A token file (llm.c .bin or raw uint16, format auto), then its first windows.
+void tokens(const std::uint8_t* data, std::size_t size);
 /// A scheduler lambda expression, then evaluated at a few epochs.
 void lr_lambda(const std::uint8_t* data, std::size_t size);
 /// A run database file opened by the store.

@@ -43,6 +43,7 @@ enum class Unary : int {
   erf,
   silu,
   gelu,
+  gelu_tanh,
   kCount
 };
 
@@ -54,9 +55,10 @@ enum class Compare : int { eq, ne, lt, le, gt, ge, kCount };
 
 /// The dispatcher's name of a unary op.
 inline const char* name(Unary op) {
-  constexpr const char* kNames[] = {"neg",   "abs",   "square",  "relu",  "exp",        "log",
-                                    "log1p", "expm1", "sqrt",    "rsqrt", "reciprocal", "sin",
-                                    "cos",   "tanh",  "sigmoid", "erf",   "silu",       "gelu"};
+  constexpr const char* kNames[] = {"neg",        "abs",   "square", "relu",     "exp",
+                                    "log",        "log1p", "expm1",  "sqrt",     "rsqrt",
+                                    "reciprocal", "sin",   "cos",    "tanh",     "sigmoid",
+                                    "erf",        "silu",  "gelu",   "gelu_tanh"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -138,6 +140,10 @@ TB_EW_HD inline C apply(Unary op, C x) {
       return x * sigmoid(x);
     case Unary::gelu:
       return C(0.5) * x * (C(1) + TB_EW_M(erf)(x * static_cast<C>(0.70710678118654752440)));
+    case Unary::gelu_tanh:
+      return C(0.5) * x *
+             (C(1) + TB_EW_M(tanh)(static_cast<C>(0.79788456080286535588) *
+                                   (x + static_cast<C>(0.044715) * x * x * x)));
     default:
       return x;
   }

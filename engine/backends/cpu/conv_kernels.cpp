@@ -298,9 +298,36 @@ std::tuple<Tensor, Tensor> max_pool2d_kernel(const Tensor& x, IntList kernel, In
     const T* xp = x.data_ptr<T>();
     T* yp = y.data_ptr<T>();
     auto* ip = idx.data_ptr<std::int64_t>();
+    const bool two_by_two =
+        g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
     core::parallel_for(0, g.planes, plane_grain(g.h * g.w), [&](std::int64_t p0, std::int64_t p1) {
       for (std::int64_t p = p0; p < p1; ++p) {
         const T* plane = xp + p * g.h * g.w;
+        if (two_by_two) {
+          // The common 2x2 / stride 2 window without the general loop's bounds: the same scan
+          // order (row 0 left, right, row 1 left, right), the first maximum, a NaN wins.
+          for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+            const T* r0 = plane + 2 * oy * g.w;
+            const T* r1 = r0 + g.w;
+            T* out = yp + (p * g.oh + oy) * g.ow;
+            std::int64_t* at_out = ip + (p * g.oh + oy) * g.ow;
+            for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+              T best = r0[2 * ox];
+              std::int64_t at = 2 * oy * g.w + 2 * ox;
+              const auto take = [&](T v, std::int64_t where) {
+                const bool better = !std::isnan(best) && (v > best || std::isnan(v));
+                best = better ? v : best;
+                at = better ? where : at;
+              };
+              take(r0[2 * ox + 1], at + 1);
+              take(r1[2 * ox], 2 * oy * g.w + g.w + 2 * ox);
+              take(r1[2 * ox + 1], 2 * oy * g.w + g.w + 2 * ox + 1);
+              out[ox] = best;
+              at_out[ox] = at;
+            }
+          }
+          continue;
+        }
         for (std::int64_t oy = 0; oy < g.oh; ++oy) {
           const std::int64_t y0 = std::max<std::int64_t>(oy * g.sh - g.ph, 0);
           const std::int64_t y1 = std::min(oy * g.sh - g.ph + g.kh, g.h);
@@ -497,6 +524,22 @@ struct BnGeom {
   std::int64_t count() const { return n * s; }
 };
 
+// Σ f(i) for i in [0, n) in double: eight partial sums the compiler keeps in vector registers
+// (a single running sum is one dependent add per element), added in a fixed order — the same
+// result on every run and for every thread count.
+template <typename F>
+double sum8(std::int64_t n, F f) {
+  double acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k)
+      acc[k] += f(i + k);
+  double tail = 0.0;
+  for (; i < n; ++i)
+    tail += f(i);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
 BnGeom bn_geom(const Tensor& x) {
   BnGeom g{x.size(0), x.size(1), 1};
   for (std::int64_t d = 2; d < x.dim(); ++d)
@@ -529,16 +572,15 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_kernel(const Tensor& x, const Tens
         if (training) {
           for (std::int64_t n = 0; n < g.n; ++n) {
             const T* row = xp + (n * g.c + c) * g.s;
-            for (std::int64_t i = 0; i < g.s; ++i)
-              mu += static_cast<double>(row[i]);
+            mu += sum8(g.s, [row](std::int64_t i) { return static_cast<double>(row[i]); });
           }
           mu /= m;
           for (std::int64_t n = 0; n < g.n; ++n) {
             const T* row = xp + (n * g.c + c) * g.s;
-            for (std::int64_t i = 0; i < g.s; ++i) {
+            var += sum8(g.s, [row, mu](std::int64_t i) {
               const double d = static_cast<double>(row[i]) - mu;
-              var += d * d;
-            }
+              return d * d;
+            });
           }
           var /= m;
           if (rm != nullptr)
@@ -601,11 +643,10 @@ std::tuple<Tensor, Tensor, Tensor> batch_norm_backward_kernel(const Tensor& dy, 
         for (std::int64_t n = 0; n < g.n; ++n) {
           const T* row = xp + (n * g.c + c) * g.s;
           const T* grow = gp + (n * g.c + c) * g.s;
-          for (std::int64_t i = 0; i < g.s; ++i) {
-            const double gv = static_cast<double>(grow[i]);
-            sum_g += gv;
-            sum_gx += gv * (static_cast<double>(row[i]) - mu);
-          }
+          sum_g += sum8(g.s, [grow](std::int64_t i) { return static_cast<double>(grow[i]); });
+          sum_gx += sum8(g.s, [row, grow, mu](std::int64_t i) {
+            return static_cast<double>(grow[i]) * (static_cast<double>(row[i]) - mu);
+          });
         }
         if (with_wb) {
           dwp[c] = static_cast<T>(sum_gx * is);

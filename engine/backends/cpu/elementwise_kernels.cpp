@@ -67,6 +67,14 @@ C gelu_fn(C x) {
   return C(0.5) * x * (C(1) + std::erf(x * kInvSqrt2));
 }
 
+// GELU with the tanh approximation (GPT-2's "gelu_new"; torch.nn.functional.gelu(x,
+// approximate="tanh")): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+template <typename C>
+C gelu_tanh_fn(C x) {
+  constexpr C kSqrt2OverPi = static_cast<C>(0.79788456080286535588);
+  return C(0.5) * x * (C(1) + std::tanh(kSqrt2OverPi * (x + C(0.044715) * x * x * x)));
+}
+
 struct NegOp {
   template <typename C>
   C operator()(C x) const {
@@ -183,6 +191,12 @@ struct GeluOp {
   template <typename C>
   C operator()(C x) const {
     return gelu_fn(x);
+  }
+};
+struct GeluTanhOp {
+  template <typename C>
+  C operator()(C x) const {
+    return gelu_tanh_fn(x);
   }
 };
 
@@ -447,6 +461,7 @@ void register_elementwise_kernels(dispatch::Dispatcher& d) {
   TB_REG_UNARY(erf, ErfOp, true)
   TB_REG_UNARY(silu, SiluOp, true)
   TB_REG_UNARY(gelu, GeluOp, true)
+  TB_REG_UNARY(gelu_tanh, GeluTanhOp, true)
 #undef TB_REG_UNARY
 
   d.impl<sig::BinaryAlpha>("add", cpu,

@@ -1,0 +1,123 @@
+#include "engine/train/weights_io.h"
+
+#include <map>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/gpt.h"
+#include "engine/ops/ops.h"
+#include "engine/train/safetensors.h"
+
+namespace tb::train {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The GPT-2 weights stored by transformers' Conv1D as [in, out] (torch.nn.Linear: [out, in]).
+bool is_conv1d_weight(const std::string& name) {
+  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
+         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+}
+
+// A file's GPT-2 tensors under our names: "transformer." prefixed, masks and lm_head skipped,
+// Conv1D weights transposed, the table padded to the model's rows.
+nn::NamedTensors map_gpt2(const nn::Gpt& gpt, const SafetensorsFile& f, WeightsLoad& out) {
+  std::map<std::string, core::Tensor> by_name;
+  for (const auto& [name, t] : f.tensors) {
+    std::string ours = name.rfind("transformer.", 0) == 0 ? name : "transformer." + name;
+    if (ends_with(name, ".attn.bias") && t.dim() == 4) {
+      out.ignored.push_back(name + " (causal mask)");
+      continue;
+    }
+    if (ends_with(name, ".attn.masked_bias")) {
+      out.ignored.push_back(name + " (causal mask)");
+      continue;
+    }
+    if (name == "lm_head.weight") {
+      out.ignored.push_back(name + " (tied to transformer.wte.weight)");
+      continue;
+    }
+    by_name.emplace(std::move(ours), t);
+  }
+  // Conv1D or Linear: c_attn is [C, 3C] in the one, [3C, C] in the other.
+  const std::int64_t c = gpt.gpt_config().d_model;
+  bool conv1d = false;
+  if (const auto it = by_name.find("transformer.h.0.attn.c_attn.weight");
+      it != by_name.end() && it->second.dim() == 2)
+    conv1d = it->second.size(0) == c && it->second.size(1) == 3 * c;
+  out.layout = conv1d ? "gpt2 (Conv1D [in, out] weights, transposed)" : "gpt2 (Linear weights)";
+  nn::NamedTensors state;
+  for (auto& [name, t] : by_name) {
+    core::Tensor v = t;
+    if (conv1d && is_conv1d_weight(name) && v.dim() == 2) v = v.t().contiguous();
+    if (name == "transformer.wte.weight" && v.dim() == 2 && v.size(0) < gpt.wte().size(0) &&
+        v.size(0) == gpt.gpt_config().vocab && v.size(1) == gpt.wte().size(1)) {
+      // GPT-2's 50257 rows into a padded table: the padding stays 0.
+      core::Tensor full = ops::zeros(gpt.wte().sizes(), v.dtype());
+      core::Tensor head = full.narrow(0, 0, v.size(0));
+      ops::copy_(head, v);
+      v = full;
+    }
+    state.emplace_back(name, v);
+  }
+  return state;
+}
+
+}  // namespace
+
+WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
+  const SafetensorsFile f = load_safetensors(file);
+  WeightsLoad out;
+  nn::NamedTensors state;
+  // A gpt takes GPT-2's names with or without the "transformer." prefix and either weight
+  // layout (its own files are nanoGPT's: prefixed, Linear layout, lm_head.weight tied).
+  if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model)) {
+    state = map_gpt2(*gpt, f, out);
+    if (const auto it = f.metadata.find("layout");
+        it != f.metadata.end() && it->second == "trainbench")
+      out.layout = "trainbench";
+  } else {
+    out.layout = "trainbench";
+    for (const auto& [name, t] : f.tensors)
+      state.emplace_back(name, t);
+  }
+  try {
+    autograd::NoGradGuard no_grad;
+    (void)model.load_state_dict(state, /*strict=*/true);
+  } catch (const ValueError& e) {
+    throw ValueError("[init_from] " + file.string() + " (" + out.layout + "): " + e.what());
+  }
+  out.tensors = static_cast<std::int64_t>(state.size());
+  return out;
+}
+
+void save_weights(const nn::Model& model, const std::filesystem::path& file,
+                  const std::string& layout) {
+  TB_CHECK(layout == "trainbench" || layout == "hf-gpt2", "[weights] layout '", layout,
+           "' is not one of ", kWeightsLayouts);
+  const auto* gpt = dynamic_cast<const nn::Gpt*>(&model);
+  TB_CHECK(layout != "hf-gpt2" || gpt != nullptr,
+           "[weights] layout hf-gpt2 is for gpt models, not model.kind = '",
+           nn::model_kind(model.config()), "'");
+  TensorList out;
+  std::map<std::string, std::string> meta = {{"format", "pt"}, {"layout", layout}};
+  for (const auto& [name, t] : model.state_dict()) {
+    core::Tensor v = t;
+    if (layout == "hf-gpt2") {
+      if (is_conv1d_weight(name)) v = v.t().contiguous();
+      if (name == "transformer.wte.weight")
+        v = v.narrow(0, 0, gpt->gpt_config().vocab).contiguous();
+    }
+    out.emplace_back(name, v);
+  }
+  if (gpt != nullptr) {
+    core::Tensor head = gpt->wte();
+    if (layout == "hf-gpt2") head = head.narrow(0, 0, gpt->gpt_config().vocab);
+    out.emplace_back("lm_head.weight", head.contiguous().clone());
+  }
+  save_safetensors(file, out, meta);
+}
+
+}  // namespace tb::train

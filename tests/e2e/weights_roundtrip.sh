@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Trained weights out and back in (`trainbench-cli weights`, `run.init_from`): a short
+# Fashion-MNIST MLP run, its weights exported as safetensors, then a second run that starts
+# from them with a zero learning rate evaluates to the first run's stored final accuracy and
+# loss, digit for digit. A gpt run exported in Hugging Face's layout comes back the same way.
+# Usage: weights_roundtrip.sh CLI REPO_ROOT        (ctest: e2e.weights_roundtrip)
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start weights_roundtrip "CLI REPO_ROOT" 2 2 "$@"
+cli=$1
+repo=$2
+e2e_tmpdir
+db=$tmp/runs.sqlite
+config=$repo/resources/configs/fmnist-mlp-adamw.toml
+
+last_eval() {  # the last eval.accuracy / eval.loss / eval.perplexity values `show` lists
+  "$cli" --db "$db" show "$1" | awk '$1 ~ /^eval\.(accuracy|loss|perplexity)$/ {print $1, $2}'
+}
+
+"$cli" --db "$db" run "$config" --set run.steps=40 --set eval.batches=4 \
+  --set eval.interval=40 >/dev/null 2>&1 || fail "the first run failed"
+out=$("$cli" --db "$db" weights 1 -o "$tmp/mlp.safetensors" 2>&1) || fail "weights: $out"
+case $out in *"wrote $tmp/mlp.safetensors: 6 tensors (269322 parameters) of run 1"*) ;;
+  *) fail "unexpected weights output: $out" ;; esac
+"$cli" --db "$db" run "$config" --set run.steps=1 --set eval.batches=4 --set eval.interval=1 \
+  --set optimizer.lr=0 --set optimizer.weight_decay=0 --set run.seed=9 \
+  --set run.init_from="$tmp/mlp.safetensors" >/dev/null 2>&1 || fail "the init_from run failed"
+a=$(last_eval 1)
+b=$(last_eval 2)
+[ -n "$a" ] || fail "run 1 shows no eval metrics"
+[ "$a" = "$b" ] || fail "evaluations differ: run 1: $a; run 2: $b"
+
+# A gpt in GPT-2's Hugging Face layout (Conv1D weights, the table cut from its padded rows).
+cat >"$tmp/gpt.toml" <<'TOML'
+[run]
+name = "gpt-bytes"
+steps = 10
+[model]
+kind = "gpt"
+vocab = 256
+padded_vocab = 320
+context_length = 32
+n_layers = 1
+n_heads = 2
+d_model = 16
+[data]
+kind = "text"
+context_length = 32
+batch_size = 4
+[eval]
+interval = 10
+batches = 2
+TOML
+"$cli" --db "$db" run "$tmp/gpt.toml" >/dev/null 2>&1 || fail "the gpt run failed"
+out=$("$cli" --db "$db" weights 3 --layout hf-gpt2 -o "$tmp/gpt.safetensors" 2>&1) \
+  || fail "weights --layout hf-gpt2: $out"
+"$cli" --db "$db" run "$tmp/gpt.toml" --set run.steps=1 --set eval.interval=1 \
+  --set optimizer.lr=0 --set optimizer.weight_decay=0 --set run.seed=4 \
+  --set run.init_from="$tmp/gpt.safetensors" >/dev/null 2>&1 || fail "the gpt init_from run failed"
+a=$(last_eval 3)
+b=$(last_eval 4)
+[ -n "$a" ] || fail "run 3 shows no eval metrics"
+[ "$a" = "$b" ] || fail "gpt evaluations differ: run 3: $a; run 4: $b"
+out=$("$cli" --db "$db" weights 1 --layout hf-gpt2 -o "$tmp/x.safetensors" 2>&1) \
+  && fail "hf-gpt2 of an mlp run succeeded: $out"
+case $out in *"layout hf-gpt2 is for gpt models, not model.kind = 'mlp'"*) ;;
+  *) fail "unexpected error: $out" ;; esac
+echo "PASS: weights_roundtrip: exported weights evaluate as stored ($(echo $a))"

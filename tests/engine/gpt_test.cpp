@@ -1,0 +1,417 @@
+// The `gpt` model kind: GPT-2 small's parameter counts (unpadded and padded to llm.c's 50304),
+// GPT-2's parameter names and shapes, the tied head, the padded rows, the config checks, and the
+// forward pass against a plain-loop float64 implementation of GPT-2 (nanoGPT's model.py written
+// out: embeddings, LayerNorm, causal attention, tanh GELU, tied head) on a tiny config; and
+// weights in safetensors files: GPT-2's Hugging Face layout (Conv1D, with or without the
+// "transformer." prefix, causal-mask buffers) in and out, and errors naming the tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/cnn.h"
+#include "engine/nn/gpt.h"
+#include "engine/nn/models.h"
+#include "engine/ops/ops.h"
+#include "engine/optim/param_split.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/train/safetensors.h"
+#include "engine/train/weights_io.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+using tb::core::ScalarType;
+using tb::core::Tensor;
+namespace nn = tb::nn;
+using tb::test::error_of;
+
+TEST(Gpt, Gpt2SmallParameterCounts) {
+  nn::GptConfig c;  // the defaults are GPT-2 small
+  EXPECT_EQ(nn::gpt_parameter_count(c), 124439808);
+  c.padded_vocab = 50304;
+  EXPECT_EQ(nn::gpt_parameter_count(c), 124475904);
+  c.init_std = 0.0;  // PyTorch's layer defaults: cheaper to draw
+  const nn::Gpt padded(c);
+  EXPECT_EQ(padded.num_parameters(), 124475904);
+  EXPECT_EQ(padded.wte().sizes().vec(), (std::vector<std::int64_t>{50304, 768}));
+  // A tiny model: the formula is the model.
+  nn::GptConfig tiny;
+  tiny.vocab = 300;
+  tiny.context_length = 32;
+  tiny.n_layers = 3;
+  tiny.n_heads = 4;
+  tiny.d_model = 64;
+  EXPECT_EQ(nn::Gpt(tiny).num_parameters(), nn::gpt_parameter_count(tiny));
+}
+
+TEST(Gpt, NamesAndShapesAreGpt2sWithLinearLayout) {
+  nn::GptConfig c;
+  c.vocab = 50;
+  c.context_length = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 8;
+  const nn::Gpt m(c);
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& [name, t] : m.named_parameters())
+    shapes[name] = t.sizes().vec();
+  EXPECT_EQ(shapes.size(), 4u + 2u * 12u);
+  EXPECT_EQ(shapes.at("transformer.wte.weight"), (std::vector<std::int64_t>{50, 8}));
+  EXPECT_EQ(shapes.at("transformer.wpe.weight"), (std::vector<std::int64_t>{16, 8}));
+  EXPECT_EQ(shapes.at("transformer.h.1.ln_1.weight"), (std::vector<std::int64_t>{8}));
+  EXPECT_EQ(shapes.at("transformer.h.1.attn.c_attn.weight"), (std::vector<std::int64_t>{24, 8}));
+  EXPECT_EQ(shapes.at("transformer.h.1.attn.c_attn.bias"), (std::vector<std::int64_t>{24}));
+  EXPECT_EQ(shapes.at("transformer.h.1.attn.c_proj.weight"), (std::vector<std::int64_t>{8, 8}));
+  EXPECT_EQ(shapes.at("transformer.h.0.mlp.c_fc.weight"), (std::vector<std::int64_t>{32, 8}));
+  EXPECT_EQ(shapes.at("transformer.h.0.mlp.c_proj.weight"), (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(shapes.at("transformer.ln_f.bias"), (std::vector<std::int64_t>{8}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied to wte
+  // Muon takes the block matrices; the embeddings (wte is also the head) stay with AdamW.
+  const auto split = tb::optim::split_params(m);
+  for (const auto& r : split.table) {
+    if (r.name == "transformer.wte.weight" || r.name == "transformer.wpe.weight") {
+      EXPECT_EQ(r.optimizer, "adamw") << r.name;
+      EXPECT_EQ(r.reason, "embedding") << r.name;
+    }
+  }
+  EXPECT_EQ(split.muon.size(), 8u) << split.str();  // 4 matrices per block
+  // Initialisation: biases 0, LayerNorm weights 1, residual projections narrower.
+  EXPECT_EQ(m.named_parameters()[2].second.to_vector<double>(), std::vector<double>(8, 1.0));
+}
+
+TEST(Gpt, ConfigChecksNameTheField) {
+  auto field_of = [](const nn::GptConfig& c) {
+    try {
+      nn::validate_gpt(c);
+    } catch (const tb::FieldError& e) {
+      return e.field() + ": " + e.what();
+    }
+    return std::string("no error");
+  };
+  nn::GptConfig c;
+  c.n_heads = 5;
+  EXPECT_EQ(field_of(c), "d_model: gpt: d_model 768 is not divisible by n_heads 5");
+  c = {};
+  c.padded_vocab = 50000;
+  EXPECT_EQ(field_of(c),
+            "padded_vocab: gpt: padded_vocab 50000 is smaller than vocab 50257 (0 = no padding)");
+  c = {};
+  c.context_length = 0;
+  EXPECT_EQ(field_of(c), "context_length: gpt: context_length must be positive, got 0");
+  nn::GptConfig tiny;
+  tiny.vocab = 20;
+  tiny.context_length = 4;
+  tiny.n_layers = 1;
+  tiny.n_heads = 1;
+  tiny.d_model = 4;
+  nn::Gpt m(tiny);
+  EXPECT_NE(error_of([&] {
+              m.forward(tb::ops::zeros({1, 5}, ScalarType::Int64));
+            }).find("[nn] gpt: sequence length 5 exceeds context_length 4"),
+            std::string::npos);
+}
+
+// ---- a plain-loop GPT-2 in float64
+// ---------------------------------------------------------------
+
+using Mat = std::vector<std::vector<double>>;  // [rows][cols]
+
+Mat to_mat(const Tensor& t) {
+  const auto v = t.to_vector<double>();
+  const std::int64_t cols = t.dim() == 1 ? t.size(0) : t.size(1);
+  const std::int64_t rows = t.dim() == 1 ? 1 : t.size(0);
+  Mat m(static_cast<std::size_t>(rows), std::vector<double>(static_cast<std::size_t>(cols)));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      m[static_cast<std::size_t>(r)][static_cast<std::size_t>(c)] =
+          v[static_cast<std::size_t>(r * cols + c)];
+  return m;
+}
+
+// x [T][in] · Wᵀ + b, W [out][in] (torch.nn.Linear).
+Mat linear(const Mat& x, const Mat& w, const std::vector<double>& b) {
+  Mat y(x.size(), std::vector<double>(w.size()));
+  for (std::size_t t = 0; t < x.size(); ++t)
+    for (std::size_t o = 0; o < w.size(); ++o) {
+      double s = b[o];
+      for (std::size_t i = 0; i < x[t].size(); ++i)
+        s += x[t][i] * w[o][i];
+      y[t][o] = s;
+    }
+  return y;
+}
+
+Mat layer_norm(const Mat& x, const std::vector<double>& g, const std::vector<double>& b) {
+  Mat y = x;
+  for (auto& row : y) {
+    double mean = 0, var = 0;
+    for (double v : row)
+      mean += v;
+    mean /= static_cast<double>(row.size());
+    for (double v : row)
+      var += (v - mean) * (v - mean);
+    var /= static_cast<double>(row.size());
+    for (std::size_t i = 0; i < row.size(); ++i)
+      row[i] = (row[i] - mean) / std::sqrt(var + 1e-5) * g[i] + b[i];
+  }
+  return y;
+}
+
+TEST(Gpt, ForwardEqualsAPlainLoopGpt2) {
+  nn::GptConfig c;
+  c.vocab = 11;
+  c.padded_vocab = 16;
+  c.context_length = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 8;
+  tb::rng::CpuGenerator gen;
+  gen.manual_seed(5);
+  nn::Gpt m(c, &gen);
+  m.to(ScalarType::Float64);
+  // Non-trivial LayerNorm parameters and biases, so that each one is checked.
+  {
+    tb::autograd::NoGradGuard no_grad;
+    for (auto& [name, p] : m.named_parameters())
+      if (p.dim() == 1)
+        tb::ops::add_(p, tb::ops::mul(tb::ops::rand(p.sizes(), &gen, ScalarType::Float64), 0.5));
+  }
+  std::map<std::string, Tensor> w;
+  for (const auto& [name, p] : m.named_parameters())
+    w[name] = p;
+  auto vec = [&](const std::string& n) { return w.at(n).to_vector<double>(); };
+  const std::vector<std::vector<std::int64_t>> seqs = {{3, 10, 0, 7, 7}, {1, 2, 3, 4, 5}};
+  const Tensor tokens =
+      tb::core::from_vector(std::vector<std::int64_t>{3, 10, 0, 7, 7, 1, 2, 3, 4, 5}, {2, 5});
+  const Tensor logits = m.forward(tokens);
+  ASSERT_EQ(logits.sizes().vec(), (std::vector<std::int64_t>{2, 5, 11}));  // padding dropped
+  const auto got = logits.contiguous().to_vector<double>();
+  const Mat wte = to_mat(w.at("transformer.wte.weight"));
+  const Mat wpe = to_mat(w.at("transformer.wpe.weight"));
+  const std::size_t d = 8, nh = 2, hd = 4, T = 5;
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    Mat x(T, std::vector<double>(d));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t i = 0; i < d; ++i)
+        x[t][i] = wte[static_cast<std::size_t>(seqs[s][t])][i] + wpe[t][i];
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      const Mat a = layer_norm(x, vec(p + "ln_1.weight"), vec(p + "ln_1.bias"));
+      const Mat qkv =
+          linear(a, to_mat(w.at(p + "attn.c_attn.weight")), vec(p + "attn.c_attn.bias"));
+      Mat y(T, std::vector<double>(d, 0.0));
+      for (std::size_t h = 0; h < nh; ++h)
+        for (std::size_t t = 0; t < T; ++t) {
+          std::vector<double> score(t + 1);
+          double mx = -1e300;
+          for (std::size_t u = 0; u <= t; ++u) {
+            double dot = 0;
+            for (std::size_t k = 0; k < hd; ++k)
+              dot += qkv[t][h * hd + k] * qkv[u][d + h * hd + k];
+            score[u] = dot / std::sqrt(static_cast<double>(hd));
+            mx = std::max(mx, score[u]);
+          }
+          double z = 0;
+          for (double& e : score)
+            z += (e = std::exp(e - mx));
+          for (std::size_t u = 0; u <= t; ++u)
+            for (std::size_t k = 0; k < hd; ++k)
+              y[t][h * hd + k] += score[u] / z * qkv[u][2 * d + h * hd + k];
+        }
+      const Mat proj =
+          linear(y, to_mat(w.at(p + "attn.c_proj.weight")), vec(p + "attn.c_proj.bias"));
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < d; ++i)
+          x[t][i] += proj[t][i];
+      Mat f = linear(layer_norm(x, vec(p + "ln_2.weight"), vec(p + "ln_2.bias")),
+                     to_mat(w.at(p + "mlp.c_fc.weight")), vec(p + "mlp.c_fc.bias"));
+      for (auto& row : f)
+        for (double& v : row)
+          v = 0.5 * v *
+              (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)));
+      const Mat out = linear(f, to_mat(w.at(p + "mlp.c_proj.weight")), vec(p + "mlp.c_proj.bias"));
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < d; ++i)
+          x[t][i] += out[t][i];
+    }
+    const Mat hfin = layer_norm(x, vec("transformer.ln_f.weight"), vec("transformer.ln_f.bias"));
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t v = 0; v < 11; ++v) {
+        double dot = 0;
+        for (std::size_t i = 0; i < d; ++i)
+          dot += hfin[t][i] * wte[v][i];
+        EXPECT_NEAR(got[(s * T + t) * 11 + v], dot, 1e-10)
+            << "seq " << s << " t " << t << " v " << v;
+      }
+  }
+  // The padded rows of the table are zero.
+  const auto table = w.at("transformer.wte.weight").to_vector<double>();
+  for (std::size_t k = 11 * 8; k < table.size(); ++k)
+    ASSERT_EQ(table[k], 0.0);
+}
+
+// ---- weights in and out -------------------------------------------------------------------------
+
+nn::GptConfig tiny_gpt(std::int64_t padded) {
+  nn::GptConfig c;
+  c.vocab = 11;
+  c.padded_vocab = padded;
+  c.context_length = 8;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 8;
+  return c;
+}
+
+Tensor logits_of(nn::Model& m) {
+  return m.forward(tb::core::from_vector(std::vector<std::int64_t>{3, 10, 0, 7, 7, 1}, {2, 3}));
+}
+
+TEST(GptWeights, HuggingFaceLayoutRoundTripsAndFillsAPaddedTable) {
+  tb::test::TempDir tmp("tb_gpt_weights");
+  tb::rng::CpuGenerator gen;
+  gen.manual_seed(1);
+  nn::Gpt a(tiny_gpt(0), &gen);
+  const auto hf = tmp.path() / "hf.safetensors";
+  tb::train::save_weights(a, hf, "hf-gpt2");
+  const auto file = tb::train::load_safetensors(hf);
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& [name, t] : file.tensors)
+    shapes[name] = t.sizes().vec();
+  // GPT2LMHeadModel's state_dict: Conv1D weights [in, out], lm_head.weight.
+  EXPECT_EQ(shapes.at("transformer.h.0.attn.c_attn.weight"), (std::vector<std::int64_t>{8, 24}));
+  EXPECT_EQ(shapes.at("transformer.h.1.mlp.c_fc.weight"), (std::vector<std::int64_t>{8, 32}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (std::vector<std::int64_t>{11, 8}));
+  // Into a model with a padded table (llm.c's layout), from another seed: same logits.
+  gen.manual_seed(2);
+  nn::Gpt b(tiny_gpt(16), &gen);
+  const auto r = tb::train::load_weights(b, hf);
+  EXPECT_EQ(r.layout, "gpt2 (Conv1D [in, out] weights, transposed)");
+  EXPECT_EQ(r.ignored, std::vector<std::string>{"lm_head.weight (tied to transformer.wte.weight)"});
+  EXPECT_EQ(logits_of(b).to_vector<double>(), logits_of(a).to_vector<double>());
+
+  // GPT2Model's names (no "transformer."), with the causal-mask buffers older files carry.
+  tb::train::TensorList bare;
+  for (const auto& [name, t] : file.tensors) {
+    if (name == "lm_head.weight") continue;
+    bare.emplace_back(name.substr(std::string("transformer.").size()), t);
+  }
+  bare.emplace_back("h.0.attn.bias", tb::ops::ones({1, 1, 8, 8}));
+  bare.emplace_back("h.0.attn.masked_bias", tb::ops::ones({}));
+  const auto bare_path = tmp.path() / "bare.safetensors";
+  tb::train::save_safetensors(bare_path, bare);
+  gen.manual_seed(3);
+  nn::Gpt c(tiny_gpt(0), &gen);
+  const auto rc = tb::train::load_weights(c, bare_path);
+  EXPECT_EQ(rc.ignored.size(), 2u);
+  EXPECT_EQ(logits_of(c).to_vector<double>(), logits_of(a).to_vector<double>());
+
+  // Our own layout (nanoGPT's names, Linear weights) comes back as it went.
+  const auto own = tmp.path() / "own.safetensors";
+  tb::train::save_weights(b, own);
+  gen.manual_seed(4);
+  nn::Gpt d(tiny_gpt(16), &gen);
+  EXPECT_EQ(tb::train::load_weights(d, own).layout, "trainbench");
+  EXPECT_EQ(logits_of(d).to_vector<double>(), logits_of(a).to_vector<double>());
+}
+
+// A GPT-2 state_dict as PyTorch / transformers save it (tests/data/gen_gpt2_torch_ref.py:
+// GPT2Model names, Conv1D [in, out] weights, attn.bias masks, float32) loads into a gpt with a
+// padded table and gives the logits PyTorch computed, to 1e-5.
+TEST(GptWeights, APyTorchWrittenGpt2FileGivesPyTorchsLogits) {
+  std::ifstream in(std::string(TB_TEST_DATA_DIR) + "/gpt2_tiny_hf.json");
+  ASSERT_TRUE(in.good());
+  const auto ref = nlohmann::json::parse(in);
+  nn::GptConfig c;
+  c.vocab = ref["config"]["vocab"].get<std::int64_t>();
+  c.padded_vocab = 32;
+  c.context_length = ref["config"]["context_length"].get<std::int64_t>();
+  c.d_model = ref["config"]["d_model"].get<std::int64_t>();
+  c.n_layers = ref["config"]["n_layers"].get<std::int64_t>();
+  c.n_heads = ref["config"]["n_heads"].get<std::int64_t>();
+  nn::Gpt m(c);
+  const auto r =
+      tb::train::load_weights(m, std::string(TB_TEST_DATA_DIR) + "/gpt2_tiny_hf.safetensors");
+  EXPECT_EQ(r.layout, "gpt2 (Conv1D [in, out] weights, transposed)");
+  EXPECT_EQ(r.ignored.size(), 2u);  // the two layers' attn.bias masks
+  const auto shape = ref["shape"].get<std::vector<std::int64_t>>();
+  const Tensor tokens =
+      tb::core::from_vector(ref["tokens"].get<std::vector<std::int64_t>>(), {shape[0], shape[1]});
+  const auto got = m.forward(tokens).contiguous().to_vector<double>();
+  const auto want = ref["logits"].get<std::vector<double>>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5) << "logit " << i;
+}
+
+TEST(GptWeights, MissingOrMisshapedTensorsAreNamedAndNothingChanges) {
+  tb::test::TempDir tmp("tb_gpt_weights_bad");
+  nn::Gpt a(tiny_gpt(0));
+  const auto hf = tmp.path() / "hf.safetensors";
+  tb::train::save_weights(a, hf, "hf-gpt2");
+  tb::train::TensorList cut;
+  for (const auto& [name, t] : tb::train::load_safetensors(hf).tensors) {
+    if (name == "transformer.h.1.ln_2.weight") continue;
+    cut.emplace_back(name, name == "transformer.wpe.weight" ? tb::ops::zeros({4, 8}) : t);
+  }
+  const auto bad = tmp.path() / "bad.safetensors";
+  tb::train::save_safetensors(bad, cut);
+  nn::Gpt b(tiny_gpt(0));
+  const auto before = logits_of(b).to_vector<double>();
+  const std::string msg = error_of([&] { tb::train::load_weights(b, bad); });
+  EXPECT_NE(msg.find("[init_from] " + bad.string() +
+                     " (gpt2 (Conv1D [in, out] weights, "
+                     "transposed)): "),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("Missing key(s) in state_dict: \"transformer.h.1.ln_2.weight\""),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("size mismatch for transformer.wpe.weight: copying a param with shape [4, 8] "
+                     "from checkpoint, the shape in current model is [8, 8]"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(logits_of(b).to_vector<double>(), before);
+  nn::CnnConfig cc;
+  cc.channels = {2};
+  cc.convs_per_block = 1;
+  nn::Cnn cnn(cc);
+  EXPECT_NE(error_of([&] {
+              tb::train::save_weights(cnn, hf, "hf-gpt2");
+            }).find("[weights] layout hf-gpt2 is for gpt models, not model.kind = 'cnn'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              tb::train::save_weights(cnn, hf, "onnx");
+            }).find("[weights] layout 'onnx' is not one of trainbench, hf-gpt2"),
+            std::string::npos);
+}
+
+TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {
+  tb::test::TempDir tmp("tb_cnn_weights");
+  nn::CnnConfig cc;
+  cc.channels = {4};
+  cc.convs_per_block = 1;
+  tb::rng::CpuGenerator gen;
+  gen.manual_seed(1);
+  nn::Cnn a(cc, &gen);
+  const Tensor x = tb::ops::rand({3, 784}, &gen);
+  (void)a.forward(x);  // training mode: the running statistics move
+  a.eval();
+  const auto path = tmp.path() / "cnn.safetensors";
+  tb::train::save_weights(a, path);
+  gen.manual_seed(2);
+  nn::Cnn b(cc, &gen);
+  b.eval();
+  EXPECT_EQ(tb::train::load_weights(b, path).layout, "trainbench");
+  EXPECT_EQ(b.forward(x).to_vector<double>(), a.forward(x).to_vector<double>());
+}
+
+}  // namespace
