@@ -26,7 +26,7 @@ struct CifarOptions {
   /// that holds it.
   std::filesystem::path dir;
   CifarVariant variant = CifarVariant::kCifar10;  ///< which CIFAR
-  bool train = true;        ///< training files, else the test file
+  bool train = true;                              ///< training files, else the test file
   bool fine_labels = true;  ///< CIFAR-100: the 100 fine labels, else the 20 coarse ones
   /// Normalisation (mean/std empty: the training set's per-channel statistics, as commonly
   /// used) and augmentation.
