@@ -124,7 +124,6 @@ const CapabilityChoice& active_capability() {
 
 void register_cpu_kernels(dispatch::Dispatcher& d) {
   register_linalg_kernels(d);
-  register_conv_kernels(d);
   switch (active_capability().level) {
 #ifdef TB_CPU_HAVE_AVX512
     case CpuCapability::Avx512:

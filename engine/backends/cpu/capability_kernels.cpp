@@ -12,6 +12,7 @@ void register_capability_kernels(dispatch::Dispatcher& d) {
   register_attention_kernels(d);
   register_amp_kernels(d);
   register_optim_kernels(d);
+  register_conv_kernels(d);
 }
 
 }  // namespace tb::cpu::TB_CPU_CAPABILITY

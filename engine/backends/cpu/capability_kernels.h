@@ -24,5 +24,6 @@ void register_nn_kernels(dispatch::Dispatcher& d);
 void register_attention_kernels(dispatch::Dispatcher& d);
 void register_amp_kernels(dispatch::Dispatcher& d);
 void register_optim_kernels(dispatch::Dispatcher& d);
+void register_conv_kernels(dispatch::Dispatcher& d);
 
 }  // namespace tb::cpu::TB_CPU_CAPABILITY

@@ -1,6 +1,8 @@
 // CPU kernels of the convolutional-network ops: conv2d (+ backward) as im2col + GEMM on the GEMM
 // backend in use, max/avg/adaptive-average pooling (+ backward) and batch norm (+ backward).
-// One build (the GEMMs pick their own instructions; the loops here are cheap beside them).
+// Compiled once per CPU capability level like the other kernel files: the pooling and
+// batch-norm loops are a third of a small CNN's step and vectorise with the level's
+// instructions; the GEMMs pick their own.
 //
 // Determinism: every output element is computed by one thread in a fixed order, whatever the
 // thread count. conv2d's weight gradient sums fixed chunks of kChunk samples (each chunk on one
@@ -16,12 +18,12 @@
 #include <vector>
 
 #include "engine/backends/cpu/blas.h"
+#include "engine/backends/cpu/capability_kernels.h"
 #include "engine/backends/cpu/float_or_double.h"
-#include "engine/backends/cpu/kernels.h"
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/op_signatures.h"
 
-namespace tb::cpu {
+namespace tb::cpu::TB_CPU_CAPABILITY {
 
 using core::ScalarType;
 using dispatch::DispatchKey;
@@ -693,4 +695,4 @@ void register_conv_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::BatchNormBackward>("batch_norm_backward", cpu, batch_norm_backward_kernel).detach();
 }
 
-}  // namespace tb::cpu
+}  // namespace tb::cpu::TB_CPU_CAPABILITY

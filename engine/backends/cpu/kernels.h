@@ -18,10 +18,6 @@ void register_cpu_kernels(dispatch::Dispatcher& d);
 /// instructions.
 void register_linalg_kernels(dispatch::Dispatcher& d);
 
-/// The convolutional-network kernels (conv2d through im2col + GEMM, pooling, batch norm): one
-/// build, like the GEMM kernels they call.
-void register_conv_kernels(dispatch::Dispatcher& d);
-
 template <typename T>
 inline constexpr bool is_reduced_float_v =
     std::is_same_v<T, core::Half> || std::is_same_v<T, core::BFloat16>;
