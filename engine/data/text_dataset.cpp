@@ -63,6 +63,14 @@ std::uint64_t uniform_below(rng::CpuGenerator& gen, std::uint64_t range) {
 
 }  // namespace
 
+std::int64_t window_count(std::int64_t length, std::int64_t t, TextSampling sampling,
+                          std::int64_t& samples_per_epoch) {
+  const std::int64_t tiles = (length - 1) / t;
+  if (sampling == TextSampling::kSequential) return tiles;
+  if (samples_per_epoch == 0) samples_per_epoch = tiles;
+  return samples_per_epoch;
+}
+
 std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
                                         const BatchContext& ctx, TextSampling sampling,
                                         std::int64_t length, std::int64_t t, std::int64_t size,
@@ -178,13 +186,7 @@ TextDataset::TextDataset(TextCorpus corpus, TextSplit split, const TextDatasetOp
   TB_CHECK(t < length_, "[text dataset] context length ", t, " exceeds the ", length_,
            " bytes of the ", split_name(split), " split of ", corpus_.source,
            " (a window needs context length + 1 bytes)");
-  const std::int64_t tiles = (length_ - 1) / t;
-  if (options_.sampling == TextSampling::kSequential) {
-    size_ = tiles;
-  } else {
-    if (options_.samples_per_epoch == 0) options_.samples_per_epoch = tiles;
-    size_ = options_.samples_per_epoch;
-  }
+  size_ = window_count(length_, t, options_.sampling, options_.samples_per_epoch);
 }
 
 std::span<const std::uint8_t> TextDataset::split_bytes() const {

@@ -118,6 +118,12 @@ class TextDataset final : public Dataset {
   std::int64_t size_ = 0;
 };
 
+/// Samples per epoch of windows of `t` tokens over a split of `length`: (length − 1) / t
+/// non-overlapping tiles with kSequential; with kRandom `samples_per_epoch`, which 0 sets to that
+/// tile count. TextDataset's and TokenDataset's size().
+std::int64_t window_count(std::int64_t length, std::int64_t t, TextSampling sampling,
+                          std::int64_t& samples_per_epoch);
+
 /// Where the windows of a batch start within a split of `length` tokens, `t` per window: with
 /// kRandom a uniform draw in [0, length − t − 1] per sample (rejection sampling, no modulo bias)
 /// from a generator seeded with ctx.seed; with kSequential index·t. An index outside [0, size)

@@ -188,13 +188,7 @@ TokenDataset::TokenDataset(TokenStream stream, const TokenDatasetOptions& option
   TB_CHECK(t < length_, "[tokens] context length ", t, " exceeds the ", length_, " tokens of the ",
            options_.split == TextSplit::kTrain ? "train" : "validation", " split of ",
            stream_.source, " (a window needs context length + 1 tokens)");
-  const std::int64_t tiles = (length_ - 1) / t;
-  if (options_.sampling == TextSampling::kSequential) {
-    size_ = tiles;
-  } else {
-    if (options_.samples_per_epoch == 0) options_.samples_per_epoch = tiles;
-    size_ = options_.samples_per_epoch;
-  }
+  size_ = window_count(length_, t, options_.sampling, options_.samples_per_epoch);
 }
 
 Batch TokenDataset::get_batch(std::span<const std::int64_t> indices,
