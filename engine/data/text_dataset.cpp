@@ -71,17 +71,20 @@ std::int64_t window_count(std::int64_t length, std::int64_t t, TextSampling samp
   return samples_per_epoch;
 }
 
-std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
-                                        const BatchContext& ctx, TextSampling sampling,
-                                        std::int64_t length, std::int64_t t, std::int64_t size,
-                                        const char* what) {
+WindowBatch window_batch(std::span<const std::int64_t> indices, const BatchContext& ctx,
+                         TextSampling sampling, std::int64_t length, std::int64_t t,
+                         std::int64_t size, const char* what) {
   std::optional<rng::CpuGenerator> gen;
   std::unique_lock<std::mutex> lock;
   if (sampling == TextSampling::kRandom) {
     gen.emplace(ctx.seed);
     lock = std::unique_lock(gen->mutex());
   }
-  std::vector<std::int64_t> starts;
+  const auto b = static_cast<std::int64_t>(indices.size());
+  WindowBatch out{core::Tensor::empty({b, t}, core::ScalarType::Int64),
+                  core::Tensor::empty({b, t}, core::ScalarType::Int64),
+                  {}};
+  std::vector<std::int64_t>& starts = out.starts;
   starts.reserve(indices.size());
   for (const std::int64_t i : indices) {
     TB_CHECK_T(IndexError, i >= 0 && i < size, "[", what, "] sample index ", i,
@@ -90,7 +93,7 @@ std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
         gen ? static_cast<std::int64_t>(uniform_below(*gen, static_cast<std::uint64_t>(length - t)))
             : i * t);
   }
-  return starts;
+  return out;
 }
 
 TextCorpus load_text_corpus(const fs::path& path) {
@@ -195,22 +198,19 @@ std::span<const std::uint8_t> TextDataset::split_bytes() const {
 
 Batch TextDataset::get_batch(std::span<const std::int64_t> indices, const BatchContext& ctx) const {
   const std::int64_t t = options_.context_length;
-  const auto b = static_cast<std::int64_t>(indices.size());
-  core::Tensor input = core::Tensor::empty({b, t}, core::ScalarType::Int64);
-  core::Tensor target = core::Tensor::empty({b, t}, core::ScalarType::Int64);
-  auto* in = input.data_ptr<std::int64_t>();
-  auto* tg = target.data_ptr<std::int64_t>();
+  WindowBatch w = window_batch(indices, ctx, options_.sampling, length_, t, size_, "text dataset");
+  auto* in = w.input.data_ptr<std::int64_t>();
+  auto* tg = w.target.data_ptr<std::int64_t>();
   const std::uint8_t* bytes = corpus_.bytes->data() + begin_;
-  const std::vector<std::int64_t> starts =
-      window_starts(indices, ctx, options_.sampling, length_, t, size_, "text dataset");
+  const auto b = static_cast<std::int64_t>(w.starts.size());
   for (std::int64_t j = 0; j < b; ++j) {
-    const std::uint8_t* window = bytes + starts[static_cast<std::size_t>(j)];
+    const std::uint8_t* window = bytes + w.starts[static_cast<std::size_t>(j)];
     for (std::int64_t k = 0; k < t; ++k) {
       in[j * t + k] = window[k];
       tg[j * t + k] = window[k + 1];
     }
   }
-  return Batch{input, target};
+  return Batch{w.input, w.target};
 }
 
 std::string decode_bytes(const core::Tensor& tokens) {

@@ -124,14 +124,22 @@ class TextDataset final : public Dataset {
 std::int64_t window_count(std::int64_t length, std::int64_t t, TextSampling sampling,
                           std::int64_t& samples_per_epoch);
 
-/// Where the windows of a batch start within a split of `length` tokens, `t` per window: with
-/// kRandom a uniform draw in [0, length − t − 1] per sample (rejection sampling, no modulo bias)
-/// from a generator seeded with ctx.seed; with kSequential index·t. An index outside [0, size)
-/// is a tb::IndexError naming `what`. TextDataset's and TokenDataset's sampling.
-std::vector<std::int64_t> window_starts(std::span<const std::int64_t> indices,
-                                        const BatchContext& ctx, TextSampling sampling,
-                                        std::int64_t length, std::int64_t t, std::int64_t size,
-                                        const char* what);
+/// A batch of windows being built: input and target int64 [B, T] (to be filled) and where each
+/// sample's window starts within the split.
+struct WindowBatch {
+  core::Tensor input;                ///< int64 [B, T]
+  core::Tensor target;               ///< int64 [B, T]
+  std::vector<std::int64_t> starts;  ///< B window starts
+};
+
+/// Allocates a WindowBatch for `indices` and places its windows within a split of `length`
+/// tokens, `t` per window: with kRandom a uniform draw in [0, length − t − 1] per sample
+/// (rejection sampling, no modulo bias) from a generator seeded with ctx.seed; with kSequential
+/// index·t. An index outside [0, size) is a tb::IndexError naming `what`. TextDataset's and
+/// TokenDataset's sampling.
+WindowBatch window_batch(std::span<const std::int64_t> indices, const BatchContext& ctx,
+                         TextSampling sampling, std::int64_t length, std::int64_t t,
+                         std::int64_t size, const char* what);
 
 /// The bytes of an integer token tensor (values 0..255, any shape, row-major) as a string, e.g.
 /// to show a batch row or generated text. Throws tb::ValueError for a value outside 0..255 or a

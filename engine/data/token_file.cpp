@@ -194,21 +194,17 @@ TokenDataset::TokenDataset(TokenStream stream, const TokenDatasetOptions& option
 Batch TokenDataset::get_batch(std::span<const std::int64_t> indices,
                               const BatchContext& ctx) const {
   const std::int64_t t = options_.context_length;
-  const auto b = static_cast<std::int64_t>(indices.size());
-  core::Tensor input = core::Tensor::empty({b, t}, core::ScalarType::Int64);
-  core::Tensor target = core::Tensor::empty({b, t}, core::ScalarType::Int64);
-  auto* in = input.data_ptr<std::int64_t>();
-  auto* tg = target.data_ptr<std::int64_t>();
-  const std::vector<std::int64_t> starts =
-      window_starts(indices, ctx, options_.sampling, length_, t, size_, "tokens");
+  WindowBatch w = window_batch(indices, ctx, options_.sampling, length_, t, size_, "tokens");
+  auto* in = w.input.data_ptr<std::int64_t>();
+  auto* tg = w.target.data_ptr<std::int64_t>();
   std::vector<std::int64_t> window(static_cast<std::size_t>(t + 1));
-  for (std::int64_t j = 0; j < b; ++j) {
-    stream_.read(begin_ + starts[static_cast<std::size_t>(j)], t + 1, options_.vocab,
-                 window.data());
-    std::copy(window.begin(), window.end() - 1, in + j * t);
-    std::copy(window.begin() + 1, window.end(), tg + j * t);
+  for (std::size_t j = 0; j < w.starts.size(); ++j) {
+    const auto row = static_cast<std::int64_t>(j) * t;
+    stream_.read(begin_ + w.starts[j], t + 1, options_.vocab, window.data());
+    std::copy(window.begin(), window.end() - 1, in + row);
+    std::copy(window.begin() + 1, window.end(), tg + row);
   }
-  return Batch{input, target};
+  return Batch{w.input, w.target};
 }
 
 }  // namespace tb::data
