@@ -77,7 +77,7 @@ BENCHMARK(BM_cblas_sgemm)->Apply([](auto* b) { square_args(b, 2048); });
 void run_tb_gemm(benchmark::State& state, GemmBackend backend) {
   const int64_t n = state.range(0);
   tb::core::ScopedNumThreads threads(static_cast<int>(state.range(1)));
-  const GemmBackend previous = tb::cpu::current_gemm_backend();
+  const GemmBackend previous = tb::cpu::requested_gemm_backend();
   tb::cpu::set_gemm_backend(backend);
   SquareOperands ops(n);
   for (auto _ : state) {
@@ -159,21 +159,26 @@ BENCHMARK(BM_xxt_gemm)->Apply(xxt_args);
 
 // The float products of the shipped workloads (resources/configs): the Fashion-MNIST MLP at batch
 // 128 (784-256-256-10: forward x·Wᵀ, weight gradients gᵀ·x, input gradients g·W), Muon's
-// Newton–Schulz on its 256×784 and 256×256 matrices, and qwen-tiny (d 128, 16×64 tokens, MLP
-// 512) projections and their weight gradients.
+// Newton–Schulz on its 256×784 and 256×256 matrices, qwen-tiny (d 128, 16×64 tokens, MLP
+// 512) projections and their weight gradients, and the `gpt` model at GPT-2 small's shape (d 768,
+// 4×64 tokens, the 50304-row tied head): projections, input and weight gradients.
 struct WorkloadShape {
   const char* name;
   bool trans_a, trans_b;
   int64_t m, n, k;
 };
 constexpr WorkloadShape kWorkloadShapes[] = {
-    {"mlp.fc1", false, true, 128, 256, 784},     {"mlp.fc2", false, true, 128, 256, 256},
-    {"mlp.fc1.dW", true, false, 256, 784, 128},  {"mlp.fc2.dW", true, false, 256, 256, 128},
-    {"mlp.fc2.dX", false, false, 128, 256, 256}, {"ns.X.Xt", false, true, 256, 256, 784},
-    {"ns.B.X", false, false, 256, 784, 256},     {"ns.256^3", false, false, 256, 256, 256},
-    {"qwen.qkv", false, true, 1024, 128, 128},   {"qwen.up", false, true, 1024, 512, 128},
-    {"qwen.down", false, true, 1024, 128, 512},  {"qwen.dW", true, false, 128, 128, 1024},
-    {"qwen.up.dW", true, false, 512, 128, 1024}, {"qwen.head", false, true, 1024, 256, 128},
+    {"mlp.fc1", false, true, 128, 256, 784},         {"mlp.fc2", false, true, 128, 256, 256},
+    {"mlp.fc1.dW", true, false, 256, 784, 128},      {"mlp.fc2.dW", true, false, 256, 256, 128},
+    {"mlp.fc2.dX", false, false, 128, 256, 256},     {"ns.X.Xt", false, true, 256, 256, 784},
+    {"ns.B.X", false, false, 256, 784, 256},         {"ns.256^3", false, false, 256, 256, 256},
+    {"qwen.qkv", false, true, 1024, 128, 128},       {"qwen.up", false, true, 1024, 512, 128},
+    {"qwen.down", false, true, 1024, 128, 512},      {"qwen.dW", true, false, 128, 128, 1024},
+    {"qwen.up.dW", true, false, 512, 128, 1024},     {"qwen.head", false, true, 1024, 256, 128},
+    {"gpt2.c_attn", false, true, 256, 2304, 768},    {"gpt2.c_fc", false, true, 256, 3072, 768},
+    {"gpt2.c_proj", false, true, 256, 768, 3072},    {"gpt2.c_fc.dX", false, false, 256, 768, 3072},
+    {"gpt2.c_fc.dW", true, false, 3072, 768, 256},   {"gpt2.head", false, true, 256, 50304, 768},
+    {"gpt2.head.dX", false, false, 256, 768, 50304}, {"gpt2.head.dW", true, false, 50304, 768, 256},
 };
 constexpr GemmBackend kCompared[] = {GemmBackend::OpenBlas, GemmBackend::OneDnn,
                                      GemmBackend::Reference};
@@ -194,7 +199,7 @@ void BM_workload_gemm(benchmark::State& state) {
   const WorkloadShape& sh = kWorkloadShapes[state.range(0)];
   const GemmBackend backend = kCompared[state.range(1)];
   tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
-  const GemmBackend previous = tb::cpu::current_gemm_backend();
+  const GemmBackend previous = tb::cpu::requested_gemm_backend();
   tb::cpu::set_gemm_backend(backend);
   const std::vector<float> a = random_vector(sh.m * sh.k, 4), b = random_vector(sh.k * sh.n, 5);
   std::vector<float> c(static_cast<size_t>(sh.m * sh.n));
@@ -220,7 +225,7 @@ void BM_workload_syrk(benchmark::State& state) {
   const int64_t r = kSyrkShapes[state.range(0)][0], c = kSyrkShapes[state.range(0)][1];
   const GemmBackend backend = kCompared[state.range(1)];
   tb::core::ScopedNumThreads threads(static_cast<int>(state.range(2)));
-  const GemmBackend previous = tb::cpu::current_gemm_backend();
+  const GemmBackend previous = tb::cpu::requested_gemm_backend();
   tb::cpu::set_gemm_backend(backend);
   XxtOperands ops(r, c);
   for (auto _ : state) {

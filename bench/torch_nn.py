@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/nn_bench.cpp: forward + cross-entropy + backward + zero_grad of the same
 two models at the same shapes, float32 on the CPU. Also the module the other PyTorch scripts
-share: QwenTiny, the reference Muon and the Fashion-MNIST reader.
+share: QwenTiny, Gpt2 (GPT-2 layout), the reference Muon and the Fashion-MNIST reader.
 
 Run with Debian's PyTorch:  /usr/bin/python3 bench/torch_nn.py --threads 1
 """
@@ -83,6 +83,58 @@ class QwenTiny(nn.Module):
         for layer in self.layers:
             h = layer(h)
         return self.norm(h) @ self.embed.weight.t()
+
+
+class Gpt2Block(nn.Module):
+    """nanoGPT's Block (karpathy/nanoGPT model.py) with its non-flash attention path: PyTorch
+    1.13 has no F.scaled_dot_product_attention."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.c_attn, self.attn_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.c_fc, self.mlp_proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(d // self.h)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        y = s.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        x = x + self.attn_proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class Gpt2(nn.Module):
+    """TrainBench's `gpt` model: learned token and position embeddings, pre-norm blocks, a final
+    LayerNorm and a head tied to the (padded) token table whose padded logits are dropped.
+    Defaults: GPT-2 small with llm.c's 50304-row table."""
+
+    def __init__(self, vocab=50257, padded_vocab=50304, ctx=1024, layers=12, heads=12, d=768):
+        super().__init__()
+        self.vocab = vocab
+        self.wte, self.wpe = nn.Embedding(padded_vocab, d), nn.Embedding(ctx, d)
+        self.h = nn.ModuleList(Gpt2Block(d, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        # GPT-2's initialisation, as TrainBench's and nanoGPT's: N(0, 0.02), the residual
+        # projections N(0, 0.02/sqrt(2 layers)), biases 0, padded rows 0. (PyTorch's default
+        # N(0, 1) embeddings start at a loss near 100, where exp() underflows into slow
+        # subnormals.)
+        with torch.no_grad():
+            for n, p in self.named_parameters():
+                if p.ndim == 2:
+                    std = 0.02 / math.sqrt(2 * layers) if n.endswith("proj.weight") else 0.02
+                    p.normal_(0.0, std)
+            self.wte.weight[vocab:].zero_()
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = self.wte(tokens) + self.wpe(torch.arange(t))
+        for block in self.h:
+            x = block(x)
+        return (self.ln_f(x) @ self.wte.weight.t())[..., :self.vocab]
 
 
 FMNIST = "/usr/share/datasets/fashion-mnist"

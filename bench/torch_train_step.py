@@ -3,7 +3,8 @@
 number of steps; prints the median step time after a warm-up in the line format of
 bench/step_bench.cpp (the TrainBench side).
 
-  /usr/bin/python3 bench/torch_train_step.py --model mlp|cnn|qwen-tiny --optimizer adamw|muon
+  /usr/bin/python3 bench/torch_train_step.py --model mlp|cnn|qwen-tiny|gpt2-small
+      --optimizer adamw|muon
       [--threads T] [--steps N] [--warmup W] [--foreach auto|on|off]
 
 A step is what TrainBench's trainer times as time.step_ms: the batch (drawn from the data in
@@ -32,7 +33,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from torch_nn import Muon, QwenTiny, read_fmnist  # noqa: E402  (shared with the other scripts)
+from torch_nn import Gpt2, Muon, QwenTiny, read_fmnist  # noqa: E402  (shared with the other scripts)
 
 FORTUNES = "/usr/share/games/fortunes"
 
@@ -75,12 +76,20 @@ def build(model_kind, optimizer, foreach):
         # fmnist-cnn-muon.toml: the conv filters (flattened) and the hidden Linear to Muon.
         hidden = [p for n, p in model.named_parameters()
                   if p.ndim >= 2 and not n.startswith("14.")]
+    elif model_kind == "gpt2-small":
+        # resources/configs/gpt-tokens-*.toml at GPT-2 small's shape (as bench/vs_torch.sh sets
+        # it): AdamW lr 1e-3, weight decay 0.1; Muon for the blocks' matrices.
+        model = Gpt2()
+        adamw_lr, betas, wd = 1e-3, (0.9, 0.95), 0.1
+        hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and n.startswith("h.")]
     else:
         model = QwenTiny()
         adamw_lr, betas = 3e-3, (0.9, 0.95)
         hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and "embed" not in n]
+    if model_kind != "gpt2-small":
+        wd = 0.01
     if optimizer == "adamw":
-        opts = [torch.optim.AdamW(model.parameters(), lr=adamw_lr, betas=betas, weight_decay=0.01,
+        opts = [torch.optim.AdamW(model.parameters(), lr=adamw_lr, betas=betas, weight_decay=wd,
                                   foreach=foreach)]
     else:
         ids = {id(p) for p in hidden}
@@ -100,9 +109,13 @@ def batches(model_kind, gen):
                 idx = perm[i:i + 128]
                 yield x[idx], y[idx]
     else:
-        data = fortunes()
+        # qwen-tiny: 16 windows of 64 bytes of the fortunes; gpt2-small: 4 windows of 64 GPT-2
+        # tokens (uniformly random ids: the step's cost does not depend on which tokens).
+        data = fortunes() if model_kind == "qwen-tiny" else torch.randint(
+            0, 50257, (1 << 20,), generator=gen)
+        batch = 16 if model_kind == "qwen-tiny" else 4
         while True:
-            start = torch.randint(0, len(data) - 65, (16,), generator=gen)
+            start = torch.randint(0, len(data) - 65, (batch,), generator=gen)
             win = torch.stack([data[s:s + 65] for s in start.tolist()])
             yield win[:, :64], win[:, 1:]
 
@@ -138,7 +151,7 @@ def run(model_kind, optimizer, foreach, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=("mlp", "cnn", "qwen-tiny"), required=True)
+    ap.add_argument("--model", choices=("mlp", "cnn", "qwen-tiny", "gpt2-small"), required=True)
     ap.add_argument("--optimizer", choices=("adamw", "muon"), required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=100)
@@ -147,9 +160,10 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.foreach == "auto":
-        probe = max(10, a.warmup)
-        off, _ = run(a.model, a.optimizer, False, probe, 3)
-        on, _ = run(a.model, a.optimizer, True, probe, 3)
+        # GPT-2 small's steps take seconds: probe with as few as the warm-up asks.
+        probe, lead = (max(2, a.warmup), 1) if a.model == "gpt2-small" else (max(10, a.warmup), 3)
+        off, _ = run(a.model, a.optimizer, False, probe, lead)
+        on, _ = run(a.model, a.optimizer, True, probe, lead)
         foreach = on < off
     else:
         foreach = a.foreach == "on"

@@ -129,16 +129,10 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
     const Tensor one = ops::ones({}, x.dtype(), x.device());
     return mul(g, mul(s, ops::add(one, mul(x, ops::sub(one, s)))));
   });
+  // One fused pass (ops::gelu_tanh_backward): the dozen elementwise ops of the formula cost a
+  // tenth of a GPT-2 small step on the CPU.
   t["gelu_tanh"] = unary([](const Tensor& g, const Tensor& x, const Tensor&) {
-    // d/dx 0.5·x·(1 + tanh u), u = k·(x + c·x³): 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²).
-    constexpr double k = 0.79788456080286535588, c = 0.044715;
-    const Tensor x2 = ops::square(x);
-    const Tensor th = ops::tanh(mul(ops::add(x, mul(mul(x2, x), c)), k));
-    const Tensor one = ops::ones({}, x.dtype(), x.device());
-    const Tensor du = mul(ops::add(mul(x2, 3.0 * c), 1.0), k);
-    const Tensor left = mul(ops::add(th, 1.0), 0.5);
-    const Tensor right = mul(mul(x, ops::sub(one, ops::square(th))), mul(du, 0.5));
-    return mul(g, ops::add(left, right));
+    return ops::gelu_tanh_backward(g, x);
   });
   t["gelu"] = unary([](const Tensor& g, const Tensor& x, const Tensor&) {
     const Tensor cdf = mul(ops::add(ops::erf(mul(x, 1.0 / std::numbers::sqrt2)), 1.0), 0.5);

@@ -148,6 +148,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return op.call(x, y);
 }
 
+Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x) {
+  static const auto op = Dispatcher::singleton().typed<sig::Binary>("gelu_tanh_backward");
+  auto [g, y] = prepare_binary("gelu_tanh_backward", grad, x, float_result(result_type(grad, x)));
+  return op.call(g, y);
+}
+
 #define TB_BINARY_SAME_TYPE(name)                                             \
   Tensor name(const Tensor& a, const Tensor& b) {                             \
     static const auto op = Dispatcher::singleton().typed<sig::Binary>(#name); \

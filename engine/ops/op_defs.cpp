@@ -17,6 +17,7 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
 #define TB_DEFINE_BINARY(name) d.define<sig::Binary>(#name, diff);
   TB_BINARY_OPS(TB_DEFINE_BINARY)
 #undef TB_DEFINE_BINARY
+  d.define<sig::Binary>("gelu_tanh_backward", plain);  // gelu_tanh's backward, not differentiable
 #define TB_DEFINE_COMPARE(name) d.define<sig::Binary>(#name, plain);
   TB_COMPARE_OPS(TB_DEFINE_COMPARE)
 #undef TB_DEFINE_COMPARE

@@ -94,6 +94,11 @@ Tensor gelu(const Tensor& a);
 /// GELU with the tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): GPT-2's
 /// activation (torch.nn.functional.gelu(x, approximate="tanh")).
 Tensor gelu_tanh(const Tensor& a);
+/// The gradient of gelu_tanh at x times `grad`, in one pass: grad·(σ + 2k·x·σ·(1 − σ)·(1 +
+/// 3·0.044715·x²)) with k = √(2/π), σ = sigmoid(2k·(x + 0.044715·x³)) — d/dx of
+/// 0.5·x·(1 + tanh u) rewritten with 0.5·(1 + tanh u) = σ(2u). Floating point (integers are
+/// promoted), broadcasting as mul. Not itself differentiable (the backward of gelu_tanh).
+Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x);
 
 /// In place: a += alpha * b (b broadcast to a's shape; result cast to a's dtype).
 Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);

@@ -184,6 +184,19 @@ std::map<std::string, Case> cases() {
   c["div"] = [](const Device& d) {
     binary_case("div", d, [](const Tensor& a, const Tensor& b) { return ops::div(a, b); });
   };
+  c["gelu_tanh_backward"] = [](const Device& d) {  // float dtypes (integers are promoted)
+    std::uint64_t seed = 700;
+    for (ScalarType dt : kFloats) {
+      for (const auto& [sa, sb] : kBinaryShapes) {
+        const Tensor g = rand_input(sa, dt, seed++), x = rand_input(sb, dt, seed++);
+        expect_close(ops::gelu_tanh_backward(g.to(d), x.to(d)), ops::gelu_tanh_backward(g, x),
+                     tol_of(dt), label("gelu_tanh_backward", dt, sa, sb));
+      }
+      const Tensor g = rand_input({5, 3}, dt, seed++).t(), x = rand_input({3, 5}, dt, seed++);
+      expect_close(ops::gelu_tanh_backward(g.to(d), x.to(d)), ops::gelu_tanh_backward(g, x),
+                   tol_of(dt), label("gelu_tanh_backward (transposed)", dt, {3, 5}));
+    }
+  };
   c["maximum"] = [](const Device& d) {
     binary_case("maximum", d, [](const Tensor& a, const Tensor& b) { return ops::maximum(a, b); });
   };

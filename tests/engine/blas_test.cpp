@@ -33,7 +33,9 @@ namespace {
 // Restores the process-wide GEMM backend when a test ends.
 class ScopedBackend {
  public:
-  explicit ScopedBackend(GemmBackend b) : previous_(current_gemm_backend()) { set_gemm_backend(b); }
+  explicit ScopedBackend(GemmBackend b) : previous_(requested_gemm_backend()) {
+    set_gemm_backend(b);
+  }
   ~ScopedBackend() { set_gemm_backend(previous_); }
 
  private:
@@ -500,6 +502,56 @@ TEST(OneDnn, SameBitsForEveryThreadCount) {
         << "syrk trans=" << trans << ": 2 threads differ from 1";
     EXPECT_TRUE(same_bits(results[0], results[2]))
         << "syrk trans=" << trans << ": 3 threads differ from 1";
+  }
+}
+
+// Auto runs a float product whose right operand has 2^20 elements or more (and whose A is not
+// transposed) on OpenBLAS, in column blocks of single-threaded calls: the same bits at every
+// thread count (OpenBLAS's own threading does not give that) and OpenBLAS's values; smaller
+// products and transposed-A ones stay on oneDNN, bit for bit.
+TEST(Gemm, AutoRunsLargeProductsOnOpenBlasWithTheSameBitsAtEveryThreadCount) {
+  if (!gemm_backend_available_on_cpu(GemmBackend::OneDnn) ||
+      !gemm_backend_available_on_cpu(GemmBackend::OpenBlas))
+    GTEST_SKIP() << "needs oneDNN and OpenBLAS";
+  if (!openblas_core_note().empty()) GTEST_SKIP() << "OpenBLAS runs generic kernels here";
+  std::mt19937 rng(9);
+  struct Case {
+    bool ta, tb;
+    int64_t m, n, k;
+    bool large;
+  };
+  const Case cases[] = {{false, true, 7, 1024, 1024, true},     // x·Wᵀ, W 1024×1024
+                        {false, false, 5, 768, 1400, true},     // g·W, 6 blocks of 128 columns
+                        {false, true, 3, 2000, 600, true},      // ragged last block
+                        {true, false, 1024, 1024, 9, false},    // transposed A
+                        {false, true, 64, 1023, 1024, false}};  // just below 2^20
+  for (const Case& sh : cases) {
+    SCOPED_TRACE(testing::Message() << "ta=" << sh.ta << " tb=" << sh.tb << " m=" << sh.m
+                                    << " n=" << sh.n << " k=" << sh.k);
+    const Matrix<float> a =
+        sh.ta ? random_matrix<float>(sh.k, sh.m, 0, rng) : random_matrix<float>(sh.m, sh.k, 0, rng);
+    const Matrix<float> b =
+        sh.tb ? random_matrix<float>(sh.n, sh.k, 0, rng) : random_matrix<float>(sh.k, sh.n, 0, rng);
+    auto product = [&](GemmBackend backend, int threads) {
+      ScopedBackend scoped(backend);
+      core::ScopedNumThreads scoped_threads(threads);
+      std::vector<float> c(static_cast<size_t>(sh.m * sh.n));
+      gemm(sh.ta, sh.tb, sh.m, sh.n, sh.k, 1.0f, a.data.data(), a.ld, b.data.data(), b.ld, 0.0f,
+           c.data(), sh.n);
+      return c;
+    };
+    const std::vector<float> got = product(GemmBackend::Auto, 1);
+    for (int threads : {2, 3})
+      EXPECT_TRUE(same_bits(product(GemmBackend::Auto, threads), got)) << threads << " threads";
+    const std::vector<float> onednn = product(GemmBackend::OneDnn, 1);
+    if (!sh.large) {
+      EXPECT_TRUE(same_bits(got, onednn)) << "a small product left oneDNN";
+      continue;
+    }
+    EXPECT_FALSE(same_bits(got, onednn)) << "a large product stayed on oneDNN";
+    const std::vector<float> openblas = product(GemmBackend::OpenBlas, 1);
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], openblas[i], 1e-4 * std::sqrt(static_cast<double>(sh.k))) << i;
   }
 }
 

@@ -485,6 +485,36 @@ const UnaryCase kUnaryCases[] = {
      -5, 5},
 };
 
+// gelu_tanh's fused backward is d/dx of torch's formula, 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²)
+// with t = tanh(k·(x + c·x³)), times the incoming gradient; far out it is 0 (x ≪ 0) and the
+// gradient itself (x ≫ 0), and NaN propagates.
+TEST(OpsBinary, GeluTanhBackwardIsTheDerivative) {
+  const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
+  std::vector<double> x, g, want;
+  for (int i = 0; i <= 240; ++i) {
+    x.push_back(-6.0 + 12.0 * i / 240.0);
+    g.push_back(0.5 + 0.01 * (i % 17));
+    const double t = std::tanh(k * (x.back() + c * x.back() * x.back() * x.back()));
+    want.push_back(g.back() * (0.5 * (1 + t) + 0.5 * x.back() * (1 - t * t) * k *
+                                                   (1 + 3 * c * x.back() * x.back())));
+  }
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  for (const auto& [dt, tol] :
+       {std::pair{ScalarType::Float64, 1e-13}, {ScalarType::Float32, 2e-6}}) {
+    const Tensor out = gelu_tanh_backward(make(g, {n}, dt), make(x, {n}, dt));
+    EXPECT_EQ(out.dtype(), dt);
+    expect_close(vals(out), want, tol, tol,
+                 std::string("gelu_tanh_backward ") + std::string(core::scalar_type_name(dt)));
+  }
+  expect_close(vals(gelu_tanh_backward(make({2, 2, 2}, {3}), make({-200, 200, 0}, {3}))), {0, 2, 1},
+               0, 1e-30, "gelu_tanh_backward far out");
+  EXPECT_TRUE(std::isnan(vals(gelu_tanh_backward(make({1}, {1}), make({kNaN}, {1})))[0]));
+  // Integers compute in float32.
+  EXPECT_EQ(gelu_tanh_backward(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32))
+                .dtype(),
+            ScalarType::Float32);
+}
+
 TEST(OpsUnary, FloatOpsMatchStdFunctions) {
   struct Precision {
     ScalarType dtype;

@@ -48,7 +48,8 @@ enum class Unary : int {
 };
 
 /// Binary ops with a shared implementation (add/sub take alpha: a + alpha * b, a - alpha * b).
-enum class Binary : int { add, sub, mul, div, maximum, minimum, pow, kCount };
+/// gelu_tanh_backward(grad, x) is gelu_tanh's gradient at x times grad.
+enum class Binary : int { add, sub, mul, div, maximum, minimum, pow, gelu_tanh_backward, kCount };
 
 /// Comparisons (results are bool; a NaN compares unequal to everything, as in C++).
 enum class Compare : int { eq, ne, lt, le, gt, ge, kCount };
@@ -64,7 +65,8 @@ inline const char* name(Unary op) {
 
 /// The dispatcher's name of a binary op.
 inline const char* name(Binary op) {
-  constexpr const char* kNames[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow"};
+  constexpr const char* kNames[] = {"add",     "sub",     "mul", "div",
+                                    "maximum", "minimum", "pow", "gelu_tanh_backward"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -98,6 +100,17 @@ TB_EW_HD inline bool compare(Compare op, C a, C b) {
 template <typename C>
 TB_EW_HD inline C sigmoid(C x) {
   return C(1) / (C(1) + TB_EW_M(exp)(-x));
+}
+
+/// grad · d/dx gelu_tanh(x) = grad·(σ + 2k·x·σ·(1 − σ)·(1 + 3c·x²)), σ = σ(2k·(x + c·x³)),
+/// k = √(2/π), c = 0.044715.
+template <typename C>
+TB_EW_HD inline C gelu_tanh_grad(C grad, C x) {
+  constexpr C k2 = static_cast<C>(2 * 0.79788456080286535588);
+  constexpr C c = static_cast<C>(0.044715);
+  const C x2 = x * x;
+  const C s = sigmoid(k2 * x * (C(1) + c * x2));
+  return grad * (s + k2 * x * s * (C(1) - s) * (C(1) + C(3) * c * x2));
 }
 
 /// op(x) in compute type C.
@@ -140,10 +153,9 @@ TB_EW_HD inline C apply(Unary op, C x) {
       return x * sigmoid(x);
     case Unary::gelu:
       return C(0.5) * x * (C(1) + TB_EW_M(erf)(x * static_cast<C>(0.70710678118654752440)));
-    case Unary::gelu_tanh:
-      return C(0.5) * x *
-             (C(1) + TB_EW_M(tanh)(static_cast<C>(0.79788456080286535588) *
-                                   (x + static_cast<C>(0.044715) * x * x * x)));
+    case Unary::gelu_tanh:  // 0.5·x·(1 + tanh u) = x·σ(2u), u = √(2/π)·(x + 0.044715·x³)
+      return x * sigmoid(static_cast<C>(2 * 0.79788456080286535588) * x *
+                         (C(1) + static_cast<C>(0.044715) * x * x));
     default:
       return x;
   }
@@ -170,6 +182,12 @@ TB_EW_HD inline C apply(Binary op, C a, C b, C alpha) {
         return TB_EW_M(pow)(a, b);
       } else {
         return a;  // integer pow is the CPU's (it raises on negative exponents)
+      }
+    case Binary::gelu_tanh_backward:  // a = grad, b = x; floating point only
+      if constexpr (std::is_floating_point_v<C>) {
+        return gelu_tanh_grad(a, b);
+      } else {
+        return a;
       }
     default:
       return a;

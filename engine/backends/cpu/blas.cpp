@@ -28,9 +28,10 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Backend selection
 
-// oneDNN's float matmul is at least as fast as OpenBLAS's sgemm on every product the shipped
-// workloads run (docs/benchmarks.md, bench/gemm_bench), and much faster where OpenBLAS does not
-// recognise the CPU; double GEMMs, which oneDNN lacks, then run on OpenBLAS.
+// oneDNN's float matmul is faster than OpenBLAS's sgemm on the MLP, CNN and qwen-tiny products
+// (docs/benchmarks.md, bench/gemm_bench), and much faster where OpenBLAS does not recognise the
+// CPU; double GEMMs, which oneDNN lacks, then run on OpenBLAS. Auto also sends the largest float
+// products to OpenBLAS (see auto_runs_on_openblas).
 constexpr GemmBackend kDefaultBackend =
 #if defined(TB_HAVE_ONEDNN)
     GemmBackend::OneDnn;
@@ -531,11 +532,95 @@ void gemm_unchecked(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, 
       GemmProblem<T>{trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false});
 }
 
+// OpenBLAS's pre-AVX x86 cores, what its DYNAMIC_ARCH build picks for a CPU model it does not
+// know (OpenBLAS 0.3.21 does not know Emerald Rapids, for one).
+bool openblas_runs_generic_core() {
+#ifdef TB_HAVE_OPENBLAS
+  static const bool generic = [] {
+    const std::string core = openblas_get_corename();
+    static constexpr std::string_view kOld[] = {"Prescott",  "Core2",  "Penryn",  "Dunnington",
+                                                "Nehalem",   "Atom",   "Opteron", "Opteron_SSE3",
+                                                "Barcelona", "Bobcat", "Katmai",  "Northwood"};
+    bool old = false;
+    for (std::string_view o : kOld)
+      old = old || core == o;
+    return old;
+  }();
+  return generic;
+#else
+  return false;
+#endif
+}
+
+// Right operands from this many elements (4 MiB of float: GPT-2 small's 768×2304 and 768×3072
+// projections, a vocabulary head) make Auto use OpenBLAS for float products without a
+// transposed A. gemm_bench at GPT-2 small's shapes, one thread: OpenBLAS 145–163 GFLOP/s, oneDNN
+// 2.6 119–146, and the head's input gradient (256×50304 · 50304×768) 136 against 76; oneDNN
+// stays faster on everything smaller (mlp, qwen-tiny, Newton–Schulz: 10–20 %) and on
+// transposed-A weight gradients. The rule reads the shape only.
+constexpr int64_t kAutoOpenBlasMinB = int64_t{1} << 20;
+
+bool auto_runs_on_openblas(bool trans_a, int64_t n, int64_t k) {
+#ifdef TB_HAVE_OPENBLAS
+  return current_gemm_backend() == GemmBackend::OneDnn &&
+         requested_gemm_backend() == GemmBackend::Auto && !trans_a && n * k >= kAutoOpenBlasMinB &&
+         !openblas_runs_generic_core();
+#else
+  (void)trans_a, (void)n, (void)k;
+  return false;
+#endif
+}
+
+#ifdef TB_HAVE_OPENBLAS
+// Auto's large products on OpenBLAS: C's columns in blocks whose width depends on the shape only
+// (at least 128 columns, at most 8 blocks, a multiple of 16), each block one single-threaded
+// OpenBLAS call, the blocks spread over the pool. OpenBLAS's own threading gives different bits
+// at different thread counts (5×1400 · 1400×768 does); these blocks give the same bits at every
+// thread count, as oneDNN's row blocks do. Each block packs op(A) again, the small operand here.
+constexpr int64_t kOpenBlasMinCols = 128;
+constexpr int64_t kOpenBlasMaxBlocks = 8;
+
+void openblas_column_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                            float beta, float* c, int64_t ldc) {
+  const int64_t cols =
+      std::max(kOpenBlasMinCols, (n + kOpenBlasMaxBlocks - 1) / kOpenBlasMaxBlocks);
+  const int64_t block_cols = (cols + 15) / 16 * 16;
+  const int64_t blocks = (n + block_cols - 1) / block_cols;
+  auto run = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t c0 = i * block_cols;
+      const int64_t c1 = std::min(n, c0 + block_cols);
+      // Columns c0..c1 of op(B): columns of B, or rows of the stored Bᵀ.
+      const float* b_cols = trans_b ? b + c0 * ldb : b + c0;
+      blas_gemm(trans_a, trans_b, static_cast<int>(m), static_cast<int>(c1 - c0),
+                static_cast<int>(k), alpha, a, static_cast<int>(lda), b_cols, static_cast<int>(ldb),
+                beta, c + c0, static_cast<int>(ldc));
+    }
+  };
+  core::ScopedSingleThreadedBlas one_thread;
+  if (usable_threads() <= 1) {
+    run(0, blocks);
+  } else {
+    core::parallel_for(0, blocks, 1, run);
+  }
+}
+#endif
+
 template <typename T>
 void gemm_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   check_gemm_args(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
   (void)core::num_threads();  // first use resolves the thread count and applies it to OpenBLAS
+#ifdef TB_HAVE_OPENBLAS
+  if constexpr (std::is_same_v<T, float>) {
+    if (m > 0 && n > 0 && k > 0 && alpha != T(0) && auto_runs_on_openblas(trans_a, n, k) &&
+        fits_blas_int({m, n, k, lda, ldb, ldc})) {
+      openblas_column_blocks(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+#endif
   gemm_unchecked(current_gemm_backend(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                  ldc);
 }
@@ -771,16 +856,8 @@ std::string gemm_libraries() {
 
 std::string openblas_core_note() {
 #ifdef TB_HAVE_OPENBLAS
-  // OpenBLAS's pre-AVX x86 cores, what its DYNAMIC_ARCH build picks for a CPU model it does not
-  // know (OpenBLAS 0.3.21 does not know Emerald Rapids, for one).
+  if (!openblas_runs_generic_core()) return {};
   const std::string core = openblas_get_corename();
-  static constexpr std::string_view kOld[] = {"Prescott",  "Core2",  "Penryn",  "Dunnington",
-                                              "Nehalem",   "Atom",   "Opteron", "Opteron_SSE3",
-                                              "Barcelona", "Bobcat", "Katmai",  "Northwood"};
-  bool old = false;
-  for (std::string_view o : kOld)
-    old = old || core == o;
-  if (!old) return {};
   const char* fix = cpu_supports(CpuCapability::Avx512) ? "SkylakeX"
                     : cpu_supports(CpuCapability::Avx2) ? "Haswell"
                                                         : nullptr;

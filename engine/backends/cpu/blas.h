@@ -1,10 +1,11 @@
 // Raw-pointer GEMM / SYRK layer of the CPU backend (row-major), with selectable implementation.
 //
 // Backends: oneDNN's matmul for float products (when the build defines TB_HAVE_ONEDNN; the
-// default then), OpenBLAS (TB_HAVE_OPENBLAS; it also serves the oneDNN backend's double
-// products) or a portable cache-blocked reference implementation that needs no BLAS. The choice
-// is process-wide and validated up front by select_gemm_backend: a request that cannot run here
-// falls back to the default with a warning instead of failing at the first matmul.
+// default then, except for the largest products, which run faster on OpenBLAS), OpenBLAS
+// (TB_HAVE_OPENBLAS; it also serves the oneDNN backend's double products) or a portable
+// cache-blocked reference implementation that needs no BLAS. The choice is process-wide and
+// validated up front by select_gemm_backend: a request that cannot run here falls back to the
+// default with a warning instead of failing at the first matmul.
 //
 // Shapes use BLAS conventions: op(X) is X or Xᵀ, every matrix is row-major with a leading
 // dimension (distance in elements between consecutive rows as stored), so sub-matrix views are
@@ -22,7 +23,8 @@ namespace tb::cpu {
 /// `gemm_backend` setting for every device; the CPU runs Auto, OpenBlas, OneDnn and Reference,
 /// and knows the cuBLAS names only to say clearly that they apply to CUDA devices.
 enum class GemmBackend {
-  Auto,       // OneDnn when compiled in, else OpenBlas when compiled in, else Reference
+  Auto,       // OneDnn when compiled in (but OpenBlas for float products whose right operand has
+              // 2^20 elements or more and whose A is not transposed), else OpenBlas, else Reference
   OpenBlas,   // cblas_sgemm / dgemm / ssyrk / dsyrk
   OneDnn,     // float: oneDNN matmul, split by rows over the kernel pool; double: OpenBLAS
   Reference,  // portable blocked kernels in this file's .cpp, parallel with parallel_for

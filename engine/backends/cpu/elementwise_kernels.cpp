@@ -68,11 +68,24 @@ C gelu_fn(C x) {
 }
 
 // GELU with the tanh approximation (GPT-2's "gelu_new"; torch.nn.functional.gelu(x,
-// approximate="tanh")): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+// approximate="tanh")): 0.5·x·(1 + tanh u), u = √(2/π)·(x + 0.044715·x³), computed as x·σ(2u)
+// (0.5·(1 + tanh u) = σ(2u)) so that float loops vectorise through sigmoid_fn; glibc's tanhf
+// was a call per element and a tenth of a GPT-2 small step.
+constexpr double kGeluTanh2K = 2 * 0.79788456080286535588;  // 2·√(2/π)
+constexpr double kGeluTanhC = 0.044715;
+
 template <typename C>
-C gelu_tanh_fn(C x) {
-  constexpr C kSqrt2OverPi = static_cast<C>(0.79788456080286535588);
-  return C(0.5) * x * (C(1) + std::tanh(kSqrt2OverPi * (x + C(0.044715) * x * x * x)));
+[[gnu::always_inline]] inline C gelu_tanh_fn(C x) {
+  return x * sigmoid_fn(static_cast<C>(kGeluTanh2K) * x * (C(1) + C(kGeluTanhC) * x * x));
+}
+
+// grad · d/dx gelu_tanh(x) = grad·(σ + 2k·x·σ·(1 − σ)·(1 + 3c·x²)), σ = σ(2u) as above.
+template <typename C>
+[[gnu::always_inline]] inline C gelu_tanh_grad_fn(C grad, C x) {
+  constexpr C k2 = static_cast<C>(kGeluTanh2K), c = static_cast<C>(kGeluTanhC);
+  const C x2 = x * x;
+  const C s = sigmoid_fn(k2 * x * (C(1) + c * x2));
+  return grad * (s + k2 * x * s * (C(1) - s) * (C(1) + C(3) * c * x2));
 }
 
 struct NegOp {
@@ -195,7 +208,7 @@ struct GeluOp {
 };
 struct GeluTanhOp {
   template <typename C>
-  C operator()(C x) const {
+  [[gnu::always_inline]] C operator()(C x) const {
     return gelu_tanh_fn(x);
   }
 };
@@ -484,6 +497,18 @@ void register_elementwise_kernels(dispatch::Dispatcher& d) {
    }).detach();
   d.impl<sig::Binary>("pow", cpu, [](const Tensor& a, const Tensor& b) {
      return binary_kernel("pow", a, b, [](auto u, auto v) { return pow_fn(u, v); });
+   }).detach();
+  d.impl<sig::Binary>("gelu_tanh_backward", cpu, [](const Tensor& g, const Tensor& x) {
+     const auto shape = core::broadcast_shapes(g.sizes(), x.sizes(), "gelu_tanh_backward");
+     Tensor out = Tensor::empty(shape.span(), g.dtype(), g.device());
+     const Tensor u = expand_to(g, shape.span()), v = expand_to(x, shape.span());
+     TB_DISPATCH_FLOATING_TYPES(g.dtype(), "gelu_tanh_backward", [&] {
+       using C = compute_t<scalar_t>;
+       binary_loop<scalar_t, scalar_t>(out, u, v, [](scalar_t a, scalar_t b) {
+         return convert<scalar_t>(gelu_tanh_grad_fn(static_cast<C>(a), static_cast<C>(b)));
+       });
+     });
+     return out;
    }).detach();
   d.impl<sig::Binary>("maximum", cpu, [](const Tensor& a, const Tensor& b) {
      return binary_kernel("maximum", a, b, [](auto u, auto v) { return max_fn(u, v); });

@@ -59,14 +59,14 @@ Tensor unary_ew(ew::Unary op, const Tensor& a) {
 }
 
 bool binary_dtype_ok(ew::Binary op, ScalarType t) {
-  if (op == ew::Binary::pow) return is_float(t);
+  if (op == ew::Binary::pow || op == ew::Binary::gelu_tanh_backward) return is_float(t);
   return is_float(t) || t == ScalarType::Int64 || t == ScalarType::Int32;
 }
 
 Tensor binary_ew(ew::Binary op, const Tensor& a, const Tensor& b, double alpha) {
   TB_CHECK_T(NotImplementedError, binary_dtype_ok(op, a.dtype()), "[", ew::name(op),
              "] the CUDA backend computes ",
-             op == ew::Binary::pow ? "floating-point" : "float, int64 and int32",
+             binary_dtype_ok(op, ScalarType::Int64) ? "float, int64 and int32" : "floating-point",
              " tensors here, got ", a.dtype());
   same_device(ew::name(op), a, b);
   const DimVector shape = core::broadcast_shapes(a.sizes(), b.sizes(), ew::name(op));
@@ -494,7 +494,7 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
         .detach();
   }
   for (const auto op : {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum,
-                        ew::Binary::pow}) {
+                        ew::Binary::pow, ew::Binary::gelu_tanh_backward}) {
     d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
        return binary_ew(op, a, b, 1.0);
      }).detach();
