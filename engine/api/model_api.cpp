@@ -4,22 +4,12 @@
 
 #include "engine/core/error.h"
 #include "engine/nn/models.h"
+#include "engine/train/run_config.h"
 
 namespace tb::api {
 
 ModelSummary describe_model(const std::string& kind, const std::vector<std::string>& settings) {
-  nlohmann::json j;
-  j["kind"] = kind;
-  for (const auto& s : settings) {
-    const auto eq = s.find('=');
-    TB_CHECK(eq != std::string::npos && eq > 0, "model setting '", s,
-             "' must look like field=value");
-    const std::string key = s.substr(0, eq);
-    const std::string value = s.substr(eq + 1);
-    // JSON when it parses (numbers, booleans, lists), else the text itself.
-    nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
-    j[key] = v.is_discarded() ? nlohmann::json(value) : v;
-  }
+  const nlohmann::json j = train::settings_object(kind, settings, "model");
   const nn::ModelConfig cfg = nn::model_config_from_json(j);
   const auto model = nn::build_model(cfg);
   ModelSummary out;

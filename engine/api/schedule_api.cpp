@@ -1,10 +1,17 @@
 #include "engine/api/schedule_api.h"
 
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
+#include "engine/data/registry.h"
 #include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/train/run_config.h"
@@ -25,22 +32,51 @@ ScheduleTable run(const nlohmann::json& config, int steps) {
   return out;
 }
 
+// Steps per epoch of the run's data (batches of data.batch_size per rank, as the trainer's
+// loader cuts them), remembered per [data] table and seed: the GUI previews on every edit.
+std::int64_t batches_per_epoch(const train::RunConfig& rc) {
+  static std::mutex mu;
+  static std::map<std::string, std::int64_t> samples_of;
+  const nlohmann::json settings = train::data_settings(rc.data);
+  const std::string key = rc.data.kind + "|" + std::to_string(rc.run.seed) + "|" + settings.dump();
+  std::int64_t n = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = samples_of.find(key); it != samples_of.end()) n = it->second;
+  }
+  if (n < 0) {
+    n = data::train_samples(*data::dataset_registry().at(rc.data.kind), settings, rc.run.seed);
+    std::lock_guard<std::mutex> lock(mu);
+    samples_of[key] = n;
+  }
+  const std::int64_t world = rc.distributed.backend != "none" && rc.distributed.world_size > 0
+                                 ? rc.distributed.world_size
+                                 : 1;
+  const std::int64_t batch = std::max<std::int64_t>(1, rc.data.batch_size * world);
+  return rc.data.drop_last ? n / batch : (n + batch - 1) / batch;
+}
+
+// The steps a run of `rc` takes: run.steps, else run.epochs times the steps per epoch of its
+// data; 100 (and a note saying why) when the data cannot be read here.
+int run_length(const train::RunConfig& rc, std::string& note) {
+  if (rc.run.steps > 0) return static_cast<int>(rc.run.steps);
+  if (rc.run.epochs <= 0) return 100;
+  try {
+    const std::int64_t steps = rc.run.epochs * batches_per_epoch(rc);
+    if (steps > 0) return static_cast<int>(std::min<std::int64_t>(steps, 10'000'000));
+    note = "the preview shows 100 steps: the training data has no full batch";
+  } catch (const std::exception& e) {
+    note = std::string("the preview shows 100 steps: the steps per epoch need the data (") +
+           e.what() + ")";
+  }
+  return 100;
+}
+
 }  // namespace
 
 ScheduleTable preview_schedule(const std::string& kind, const std::vector<std::string>& settings,
                                const std::vector<double>& lrs, int steps) {
-  nlohmann::json j;
-  j["kind"] = kind;
-  for (const auto& s : settings) {
-    const auto eq = s.find('=');
-    TB_CHECK(eq != std::string::npos && eq > 0, "[schedule] setting '", s,
-             "' must look like field=value");
-    const std::string key = s.substr(0, eq);
-    const std::string value = s.substr(eq + 1);
-    // JSON when it parses (numbers, booleans, lists, objects), else the text itself.
-    nlohmann::json v = nlohmann::json::parse(value, nullptr, false);
-    j[key] = v.is_discarded() ? nlohmann::json(value) : v;
-  }
+  nlohmann::json j = train::settings_object(kind, settings, "schedule");
   if (!lrs.empty()) {
     TB_CHECK(!j.contains("lr"), "[schedule] give the base LR either with --lr or with --set lr=");
     j["lr"] = lrs.size() == 1 ? nlohmann::json(lrs[0]) : nlohmann::json(lrs);
@@ -76,8 +112,11 @@ ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
     group_names.push_back(core::metric::kLrPrefix + rest);
   }
   cfg["lr"] = lrs;
-  if (steps <= 0) steps = static_cast<int>(rc.run.steps > 0 ? rc.run.steps : 100);
-  return preview_schedule_json(cfg.dump(), steps);
+  std::string note;
+  if (steps <= 0) steps = run_length(rc, note);
+  ScheduleTable t = preview_schedule_json(cfg.dump(), steps);
+  if (!note.empty()) t.warnings.insert(t.warnings.begin(), note);
+  return t;
 }
 
 }  // namespace tb::api

@@ -105,9 +105,9 @@ std::vector<SplitRow> parameter_split(const std::string& toml_text);
 /// The same of a parsed config (tb::ValueError when it did not check).
 std::vector<SplitRow> parameter_split(const ParsedConfig& config);
 
-/// The LR schedule of a config text: `steps` (0 = run.steps, or 100 when the run counts epochs)
-/// rows, one column per optimizer ("lr.muon", "lr.adamw" / "lr.<kind>") named in `group_names`.
-/// Equals preview_run_config() of the same text saved to a file. Throws tb::ValueError.
+/// The LR schedule of a config text: `steps` (0 = the run's length, as preview_run_config) rows,
+/// one column per optimizer ("lr.muon", "lr.adamw" / "lr.<kind>") named in `group_names`. Equals
+/// preview_run_config() of the same text saved to a file. Throws tb::ValueError.
 ScheduleTable preview_config_text(const std::string& toml_text, int steps,
                                   std::vector<std::string>& group_names);
 /// The same of a parsed config (tb::ValueError when it did not check).

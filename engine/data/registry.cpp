@@ -4,6 +4,7 @@
 #include "engine/core/error.h"
 #include "engine/data/cifar.h"
 #include "engine/data/fashion_mnist.h"
+#include "engine/data/idx.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
 #include "engine/data/token_file.h"
@@ -61,6 +62,15 @@ DatasetKind fashion_mnist_kind() {
     o.split = FashionMnistSplit::kTest;
     s.eval = std::make_shared<FashionMnist>(o);
     return s;
+  };
+  // The label file's header: 60000 labels, without decompressing the images.
+  k.train_size = [](const nlohmann::json& d, std::uint64_t) {
+    const std::filesystem::path dir = path_of(d).empty()
+                                          ? std::filesystem::path(kFashionMnistDefaultDir)
+                                          : std::filesystem::path(path_of(d));
+    return read_idx_u8(FashionMnist::labels_file(dir, FashionMnistSplit::kTrain), idx_u8_magic(1),
+                       "labels", "fashion-mnist")
+        .size(0);
   };
   return k;
 }
@@ -238,6 +248,14 @@ DatasetKind synthetic_text_kind() {
 }
 
 }  // namespace
+
+std::int64_t train_samples(const DatasetKind& kind, const nlohmann::json& settings,
+                           std::uint64_t seed) {
+  if (kind.train_size) return kind.train_size(settings, seed);
+  const DataSplits splits = kind.make(settings, seed);
+  TB_CHECK(splits.train != nullptr, "[data] ", kind.name, ": no training split");
+  return splits.train->size();
+}
 
 core::Registry<DatasetKind>& dataset_registry() {
   static core::Registry<DatasetKind>* registry = [] {

@@ -36,7 +36,16 @@ struct DatasetKind {
   std::function<core::DataShape(const nlohmann::json&)> shape;
   /// Loads or makes the splits; `seed` is run.seed (synthetic data is drawn from it).
   std::function<DataSplits(const nlohmann::json&, std::uint64_t seed)> make;
+  /// Optional: the training split's sample count read cheaply (a header, not the data), for
+  /// previews that need steps per epoch; train_samples() falls back to make() without it.
+  std::function<std::int64_t(const nlohmann::json&, std::uint64_t seed)> train_size;
 };
+
+/// The training split's sample count of `kind` for the [data] table `settings`: train_size when
+/// the kind has one, else the size of make()'s training split. Throws what they throw (a missing
+/// file names it).
+std::int64_t train_samples(const DatasetKind& kind, const nlohmann::json& settings,
+                           std::uint64_t seed);
 
 /// The registry of data kinds, with the built-in ones (fashion-mnist, cifar-10, cifar-100, text,
 /// tokens, synthetic-blobs, synthetic-text) added on first use.

@@ -122,3 +122,37 @@ void apply_override(Ctx& ctx, toml::table& root, const std::string& text) {
 }
 
 }  // namespace tb::train::detail
+
+namespace tb::train {
+
+using nlohmann::json;
+
+json setting_value(const std::string& raw) {
+  try {
+    const toml::table doc =
+        toml::parse(std::string_view("v = " + raw + "\n"), std::string_view("setting"));
+    if (doc.size() == 1 && doc.get("v") != nullptr) {
+      const detail::Ctx ctx{"setting", {}, &doc};
+      return detail::toml_to_json(ctx, "v", *doc.get("v"));
+    }
+  } catch (const toml::parse_error&) {
+  } catch (const ConfigError&) {  // a date or time: not a setting's value
+  }
+  json v = json::parse(raw, nullptr, false);
+  return v.is_discarded() ? json(raw) : v;
+}
+
+json settings_object(const std::string& kind, const std::vector<std::string>& settings,
+                     const std::string& what) {
+  json j;
+  j["kind"] = kind;
+  for (const auto& s : settings) {
+    const auto eq = s.find('=');
+    TB_CHECK(eq != std::string::npos && eq > 0, "[", what, "] setting '", s,
+             "' must look like field=value");
+    j[s.substr(0, eq)] = setting_value(s.substr(eq + 1));
+  }
+  return j;
+}
+
+}  // namespace tb::train

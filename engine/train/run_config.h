@@ -49,6 +49,17 @@ struct DataSection {
 /// The [data] table as JSON (shared keys and the kind's own): what a data kind's factory reads.
 nlohmann::json data_settings(const DataSection& data);
 
+/// The value of a command-line `field=value` setting: what TOML reads in `v = <raw>` when that
+/// is one value (numbers, booleans, strings, arrays — of inline tables too — and inline tables),
+/// else JSON when `raw` parses as JSON, else `raw` itself as a string.
+nlohmann::json setting_value(const std::string& raw);
+
+/// {"kind": kind} with each of `settings` ("field=value", values as setting_value) added;
+/// a setting without '=' is a tb::ValueError naming `what` ("[schedule] setting 'x' must look
+/// like field=value").
+nlohmann::json settings_object(const std::string& kind, const std::vector<std::string>& settings,
+                               const std::string& what);
+
 /// One optimizer's settings ([optimizer], or [optimizer.muon] / [optimizer.adamw]): its kind (a
 /// name in optim::optimizer_registry()) and a value for every field of that kind.
 struct OptimizerSettings {

@@ -40,6 +40,13 @@ TEST(Cuda, StatusExplainsItself) {
   EXPECT_TRUE(st.compiled);
   if (st.device_count == 0) {
     EXPECT_FALSE(st.reason.empty());
+    // Without a driver or GPU the reason says so and what to do before the runtime's words.
+    if (st.reason.find("cudaErrorInsufficientDriver") != std::string::npos ||
+        st.reason.find("cudaErrorNoDevice") != std::string::npos) {
+      EXPECT_NE(st.reason.find("run.device = \"cpu\""), std::string::npos) << st.reason;
+      EXPECT_LT(st.reason.find("run.device"), st.reason.find("The CUDA runtime reports"))
+          << st.reason;
+    }
     // A config naming cuda fails with that reason, and nothing crashes.
     try {
       Tensor::empty({4}, ScalarType::Float32, kGpu);

@@ -23,6 +23,7 @@
 #include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
 #include "engine/core/error.h"
+#include "engine/data/fashion_mnist.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "tests/engine/test_util.h"
@@ -338,6 +339,40 @@ TEST(WorkbenchConfig, PreviewOfATextEqualsPreviewOfItsFile) {
   EXPECT_EQ(t.rows.size(), 21u);  // run.steps = 20
   EXPECT_EQ(groups, std::vector<std::string>{"lr.adamw"});
   EXPECT_THROW(api::preview_config_text("[optimizer]\nlr = -1\n", 5, groups), tb::ValueError);
+}
+
+// A run counted in epochs previews its whole length: epochs times the batches per epoch of its
+// training data (the Fashion-MNIST example: 5 x ceil(60000/128) = 2345 steps, read from the
+// label file's header), not 100 steps; data that cannot be read falls back to 100 with a note.
+TEST(WorkbenchConfig, PreviewOfAnEpochRunCoversItsSteps) {
+  std::vector<std::string> groups;
+  std::string epochs = kBlobs;
+  epochs.replace(epochs.find("steps = 20"), 10, "epochs = 3");
+  // synthetic-blobs: 2048 training samples in batches of 32, 64 per epoch.
+  EXPECT_EQ(api::preview_config_text(epochs, 0, groups).rows.size(), 3u * 64u + 1u);
+  std::string ragged = epochs;
+  ragged.replace(ragged.find("batch_size = 32"), 15, "batch_size = 30\ndrop_last = true");
+  EXPECT_EQ(api::preview_config_text(ragged, 0, groups).rows.size(), 3u * 68u + 1u);
+  ragged.replace(ragged.find("drop_last = true"), 16, "drop_last = false");
+  EXPECT_EQ(api::preview_config_text(ragged, 0, groups).rows.size(), 3u * 69u + 1u);
+
+  const std::string fmnist = kConfigDir + "/fmnist-mlp-adamw.toml";
+  if (std::filesystem::exists(tb::data::FashionMnist::labels_file(
+          tb::data::kFashionMnistDefaultDir, tb::data::FashionMnistSplit::kTrain))) {
+    const auto t = api::preview_run_config(fmnist, {}, 0, groups);
+    ASSERT_EQ(t.rows.size(), 2346u);
+    EXPECT_TRUE(t.warnings.empty());
+    // Cosine over the whole run: full LR at the start, near zero at the end.
+    EXPECT_GT(t.rows[1].lr[0], 0.99e-3);
+    EXPECT_LT(t.rows.back().lr[0], 1e-6);
+  }
+  const auto missing =
+      api::preview_run_config(fmnist, {"data.path=/nonexistent/fmnist"}, 0, groups);
+  EXPECT_EQ(missing.rows.size(), 101u);
+  ASSERT_FALSE(missing.warnings.empty());
+  EXPECT_NE(missing.warnings[0].find("the preview shows 100 steps"), std::string::npos);
+  EXPECT_NE(missing.warnings[0].find("/nonexistent/fmnist"), std::string::npos)
+      << missing.warnings[0];
 }
 
 TEST(WorkbenchConfig, ConfigDiffShowsExactlyTheDifferingKeys) {

@@ -287,8 +287,23 @@ CudaStatus cuda_status() {
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      s.reason = tb::detail::str_cat("the CUDA runtime reports: ", cudaGetErrorString(err), " (",
-                                     cudaGetErrorName(err), ")");
+      // What the user can act on first, the runtime's own words after it: without an NVIDIA
+      // driver the runtime says "CUDA driver version is insufficient for CUDA runtime version".
+      int driver = 0;
+      int runtime = 0;
+      (void)cudaDriverGetVersion(&driver);
+      (void)cudaRuntimeGetVersion(&runtime);
+      std::string what;
+      if ((err == cudaErrorInsufficientDriver && driver == 0) || err == cudaErrorNoDevice) {
+        what = "no NVIDIA GPU or driver found here; the run can use run.device = \"cpu\". ";
+      } else if (err == cudaErrorInsufficientDriver) {
+        what = tb::detail::str_cat("the NVIDIA driver here supports CUDA ", driver / 1000, ".",
+                                   (driver % 1000) / 10, ", older than this build's runtime ",
+                                   runtime / 1000, ".", (runtime % 1000) / 10,
+                                   ": update the driver, or use run.device = \"cpu\". ");
+      }
+      s.reason = tb::detail::str_cat(what, "The CUDA runtime reports: ", cudaGetErrorString(err),
+                                     " (", cudaGetErrorName(err), ")");
       return s;
     }
     if (count == 0) {
