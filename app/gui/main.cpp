@@ -5,6 +5,7 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
+#include <QImage>
 #include <QStandardPaths>
 #include <QTextStream>
 #include <QTimer>
@@ -21,11 +22,19 @@
 
 namespace {
 
+// Whether the command needs no window: a report export, or --help/--version, which print and exit
+// (QApplication needs a display platform before it reads the arguments, so without a display
+// they would fail like the GUI does instead of printing like trainbench-cli).
 bool wantsOffscreen(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--export-report") == 0 ||
-        std::strncmp(argv[i], "--export-report=", 16) == 0)
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strcmp(a, "--") == 0) break;  // the rest are positional
+    if (std::strcmp(a, "--export-report") == 0 || std::strncmp(a, "--export-report=", 16) == 0 ||
+        std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0 ||
+        std::strcmp(a, "--help-all") == 0 || std::strcmp(a, "-v") == 0 ||
+        std::strcmp(a, "--version") == 0)
       return true;
+  }
   return false;
 }
 
@@ -42,7 +51,8 @@ QString defaultConfigPath() {
   return {};
 }
 
-int exportReport(const QString& db, const QString& runs, const QString& out) {
+int exportReport(const QString& db, const QString& runs, const QString& out,
+                 const QString& pagesDir) {
   QTextStream err(stderr);
   if (out.isEmpty()) {
     err << "trainbench: --export-report needs -o FILE (.html or .pdf)\n";
@@ -69,6 +79,21 @@ int exportReport(const QString& db, const QString& runs, const QString& out) {
     if (!e.isEmpty()) {
       err << "trainbench: " << e << "\n";
       return 1;
+    }
+    if (!pagesDir.isEmpty()) {  // the PDF's pages as pictures, to look at without a viewer
+      if (!QDir().mkpath(pagesDir)) {
+        err << "trainbench: --pages: cannot create " << pagesDir << "\n";
+        return 1;
+      }
+      const QList<QImage> pages = tb::ui::pdfPageImages(report, 1.5);
+      for (int i = 0; i < pages.size(); ++i) {
+        const QString file = QDir(pagesDir).filePath(QStringLiteral("page-%1.png").arg(i + 1));
+        if (!pages[i].save(file)) {
+          err << "trainbench: --pages: cannot write " << file << "\n";
+          return 1;
+        }
+      }
+      QTextStream(stdout) << pages.size() << " page images written to " << pagesDir << "\n";
     }
   } catch (const std::exception& e) {
     err << "trainbench: " << e.what() << "\n";
@@ -115,7 +140,11 @@ int main(int argc, char** argv) {
       QStringLiteral("screenshot-delay"),
       QStringLiteral("Milliseconds before --screenshot (default 3000)."), QStringLiteral("MS"),
       QStringLiteral("3000"));
-  parser.addOptions({dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt});
+  const QCommandLineOption pagesOpt(
+      QStringLiteral("pages"),
+      QStringLiteral("With --export-report: also save the PDF layout's pages as PNGs in DIR."),
+      QStringLiteral("DIR"));
+  parser.addOptions({dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt, pagesOpt});
   parser.addPositionalArgument(QStringLiteral("config"),
                                QStringLiteral("A TOML run config to open."),
                                QStringLiteral("[CONFIG.toml]"));
@@ -123,7 +152,7 @@ int main(int argc, char** argv) {
 
   const QString db = parser.value(dbOpt);
   if (parser.isSet(exportOpt))
-    return exportReport(db, parser.value(exportOpt), parser.value(outOpt));
+    return exportReport(db, parser.value(exportOpt), parser.value(outOpt), parser.value(pagesOpt));
 
   tb::ui::MainWindow window(db);
   const QStringList positional = parser.positionalArguments();

@@ -4,14 +4,22 @@
 
 #include <QElapsedTimer>
 #include <QFile>
+#include <QHeaderView>
 #include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSet>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTextBlock>
+#include <QTextCursor>
+#include <QTextDocument>
+#include <QTextLayout>
+#include <QTextTable>
 #include <QXmlStreamReader>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -77,6 +85,54 @@ class TestRunsReport : public QObject {
     }
     QVERIFY2(redraws >= 1 && redraws <= 12, qPrintable(QString::number(redraws)));
     QVERIFY(plot.lastRedrawMs() > 0.0);
+  }
+
+  void plotsOfARunShareTheirXRange() {
+    // A run's plots share one x range: an eval plot with one point at step 468 spans the loss
+    // plot's steps 1-630, not 467-469; zooming one plot moves the others; unlinked, each plot
+    // fits its own data again.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    std::vector<api::StepMetrics> steps;
+    for (std::int64_t s = 1; s <= 630; ++s) {
+      api::StepMetrics m;
+      m.step = s;
+      m.wall_s = 0.01 * static_cast<double>(s);
+      m.values = {{"loss", 2.0 / static_cast<double>(s)}, {"lr.adamw.0", 1e-3}};
+      if (s == 468) m.values.emplace_back("eval.accuracy", 0.8);
+      steps.push_back(m);
+    }
+    panel.appendSteps(1, steps);
+    panel.replotAll();
+    auto range = [&](int plot) {
+      const QCPRange r = panel.plots()[plot]->plot()->xAxis->range();
+      return std::pair<double, double>(r.lower, r.upper);
+    };
+    const auto loss = range(ui::PlotsPanel::Loss);
+    QCOMPARE(loss, (std::pair<double, double>(1.0, 630.0)));
+    QCOMPARE(range(ui::PlotsPanel::EvalMetric), loss);
+    QCOMPARE(range(ui::PlotsPanel::LearningRate), loss);
+
+    // The user zooms the loss plot: the others follow.
+    QCustomPlot* lossPlot = panel.plots()[ui::PlotsPanel::Loss]->plot();
+    QTest::mousePress(lossPlot, Qt::LeftButton, {}, QPoint(100, 100));
+    QTest::mouseRelease(lossPlot, Qt::LeftButton, {}, QPoint(100, 100));
+    lossPlot->xAxis->setRange(100.0, 200.0);
+    QCOMPARE(range(ui::PlotsPanel::EvalMetric), (std::pair<double, double>(100.0, 200.0)));
+    QCOMPARE(range(ui::PlotsPanel::GradNorm), (std::pair<double, double>(100.0, 200.0)));
+
+    // Reset, then unlink: the eval plot fits its one point again.
+    for (auto* p : panel.plots())
+      p->resetView();
+    panel.setLinkedX(false);
+    panel.replotAll();
+    QCOMPARE(range(ui::PlotsPanel::Loss), loss);
+    const auto eval = range(ui::PlotsPanel::EvalMetric);
+    QCOMPARE(eval, (std::pair<double, double>(467.0, 469.0)));
+    panel.setLinkedX(true);
+    panel.replotAll();
+    QCOMPARE(range(ui::PlotsPanel::EvalMetric), loss);
   }
 
   void queueAsBoundProcessesUsesTheLauncher() {
@@ -151,6 +207,23 @@ class TestRunsReport : public QObject {
     QCOMPARE(window.runsModel()->rowCount(), 1);  // the same run continued, no new one
   }
 
+  void opensOnTheNewestRunsPlots() {
+    // A store with finished runs opens on the newest one's curves, not on empty 0-5 axes; the
+    // table's selection stays empty.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("older"))) > 0);
+    const qint64 newest = train(db, test::blobsConfig(12, QStringLiteral("newer")));
+    QVERIFY(newest > 0);
+    ui::MainWindow window(db);
+    QCOMPARE(window.livePlots()->runIds(), QList<qint64>{newest});
+    QVERIFY(window.runsView()->selectedRuns().isEmpty());
+    bool lossDrawn = false;
+    for (const auto* plot : window.livePlots()->plots())
+      lossDrawn |= plot->hasData() && plot->plot()->xAxis->range().upper >= 11.0;
+    QVERIFY2(lossDrawn, "no plot spans the newest run's 12 steps");
+  }
+
   void runsWrittenByAnotherProcessAppearLive() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
@@ -201,6 +274,56 @@ class TestRunsReport : public QObject {
     QCOMPARE(model.rowCount(), 0);
   }
 
+  void compareReadsAtAGlance() {
+    // Muon against AdamW in a narrow compare pane: both runs' summary columns in view without a
+    // horizontal scroll; the diff grouped by section, the keys only one optimizer has folded
+    // into one row per section that a click unfolds.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    QString muonConfig = test::blobsConfig(12, QStringLiteral("with-muon"));
+    muonConfig.replace(
+        QStringLiteral("[optimizer]\nkind = \"adamw\"\nlr = 0.01\n"),
+        QStringLiteral("[optimizer]\nkind = \"muon\"\n\n[optimizer.muon]\nlr = 0.02\n"));
+    const qint64 muon = train(db, muonConfig);
+    const qint64 adamw = train(db, test::blobsConfig(12, QStringLiteral("with-adamw")));
+    QVERIFY(muon > 0 && adamw > 0);
+    api::StoreReader store(db.toStdString());
+    ui::CompareView view;
+    view.resize(700, 700);
+    view.setRuns(&store, {muon, adamw});
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTableWidget* summary = view.summaryTable();
+    QCOMPARE(summary->columnCount(), 2);
+    QVERIFY2(summary->horizontalHeader()->length() <= summary->viewport()->width(),
+             qPrintable(QStringLiteral("%1 > %2")
+                            .arg(summary->horizontalHeader()->length())
+                            .arg(summary->viewport()->width())));
+    for (int c = 0; c < 2; ++c)
+      QVERIFY(summary->columnWidth(c) > 40);
+
+    QTableWidget* diff = view.diffTable();
+    int foldRow = -1, visibleKeys = 0, hiddenKeys = 0;
+    QStringList sections;
+    for (int r = 0; r < diff->rowCount(); ++r) {
+      const QString text = diff->item(r, 0)->text();
+      if (text.startsWith(QLatin1Char('['))) sections << text;
+      if (text.startsWith(QLatin1String("optimizer.muon.*"))) foldRow = r;
+      if (diff->item(r, 0)->data(Qt::UserRole).toString().isEmpty()) continue;
+      (diff->isRowHidden(r) ? hiddenKeys : visibleKeys) += 1;
+    }
+    QVERIFY2(sections.contains(QStringLiteral("[optimizer.muon]")), qPrintable(sections.join(',')));
+    QVERIFY(foldRow >= 0);
+    QVERIFY(hiddenKeys >= 3);   // momentum, nesterov, ns_steps, ...: folded
+    QVERIFY(visibleKeys >= 1);  // optimizer.kind, run.name at least
+    QCOMPARE(diff->item(foldRow, 1)->text().endsWith(QLatin1String("keys")), true);
+    QCOMPARE(diff->item(foldRow, 2)->text(), QStringLiteral("–"));  // the AdamW run has none
+    view.setSectionExpanded(QStringLiteral("optimizer.muon"), true);
+    QVERIFY(!diff->isRowHidden(foldRow + 1));
+    view.setSectionExpanded(QStringLiteral("optimizer.muon"), false);
+    QVERIFY(diff->isRowHidden(foldRow + 1));
+  }
+
   void compareShowsExactlyTheDifferingKeysAndTheReportHoldsEveryRun() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
@@ -215,7 +338,8 @@ class TestRunsReport : public QObject {
     QTableWidget* diff = view.diffTable();
     std::set<QString> keys;
     for (int r = 0; r < diff->rowCount(); ++r)
-      keys.insert(diff->item(r, 0)->text());
+      if (!diff->item(r, 0)->data(Qt::UserRole).toString().isEmpty())
+        keys.insert(diff->item(r, 0)->data(Qt::UserRole).toString());
     QCOMPARE(keys, (std::set<QString>{QStringLiteral("optimizer.lr"), QStringLiteral("run.name")}));
     // Overlaid curves: one loss curve per run, in the runs' colours.
     ui::MetricPlot* loss = view.plots()->plots()[ui::PlotsPanel::Loss];
@@ -266,8 +390,42 @@ class TestRunsReport : public QObject {
     QCOMPARE(ui::writeReport(report, pdf), QString());
     QFile p(pdf);
     QVERIFY(p.open(QIODevice::ReadOnly));
-    QVERIFY(p.read(5) == "%PDF-");
-    QVERIFY(p.size() > 10000);  // the plots are in it
+    const QByteArray bytes = p.readAll();
+    QVERIFY(bytes.startsWith("%PDF-"));
+    QVERIFY(bytes.size() > 10000);  // the plots are in it
+    // Landscape pages: A4's MediaBox is 842 x 595 points.
+    const QRegularExpressionMatch box =
+        QRegularExpression(QStringLiteral("/MediaBox \\[0 0 ([0-9.]+) ([0-9.]+)\\]"))
+            .match(QString::fromLatin1(bytes));
+    QVERIFY(box.hasMatch());
+    QVERIFY2(box.captured(1).toDouble() > box.captured(2).toDouble(), qPrintable(box.captured(0)));
+
+    // Laid out for the page: no table cell breaks a word across lines (eleven summary columns
+    // on a portrait page wrapped "duration" as "dur/atio/n"), the plots and the configs start
+    // pages of their own, and each run's step time is a plot of its own.
+    const auto doc = ui::pdfDocument(report);
+    int cells = 0;
+    for (QTextBlock block = doc->begin(); block.isValid(); block = block.next()) {
+      if (!QTextCursor(block).currentTable()) continue;
+      ++cells;
+      const int words =
+          static_cast<int>(block.text().split(QLatin1Char(' '), Qt::SkipEmptyParts).size());
+      QVERIFY2(block.layout()->lineCount() <= std::max(1, words),
+               qPrintable(QStringLiteral("'%1' takes %2 lines")
+                              .arg(block.text())
+                              .arg(block.layout()->lineCount())));
+    }
+    QVERIFY(cells > 20);
+    QVERIFY(doc->pageCount() >= 3);
+    QVERIFY(report.imageTitles.contains(QStringLiteral("Step time: run %1 plain").arg(a)));
+    QCOMPARE(report.imageTitles.filter(QStringLiteral("Step time")).size(), 2);
+    const QList<QImage> pages = ui::pdfPageImages(report, 1.0);
+    QCOMPARE(pages.size(), doc->pageCount());
+    QVERIFY(pages.first().width() > pages.first().height());
+    const QString shots = qEnvironmentVariable("TB_REPORT_PAGES_DIR");
+    if (!shots.isEmpty())
+      for (int i = 0; i < pages.size(); ++i)
+        pages[i].save(QStringLiteral("%1/report-page-%2.png").arg(shots).arg(i + 1));
     // An unknown run is an error naming it.
     bool threw = false;
     try {

@@ -3,6 +3,7 @@
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFont>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -10,12 +11,29 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <exception>
+#include <map>
+#include <vector>
 
 #include "ui/live_plots/plots_panel.h"
 #include "ui/report/report.h"
 
 namespace tb::ui {
+
+namespace {
+
+constexpr int kKeyRole = Qt::UserRole;              // a key row's dotted key
+constexpr int kFoldRole = Qt::UserRole + 1;         // a folded row's section
+constexpr int kFoldedUnderRole = Qt::UserRole + 2;  // a key row folded under that section
+
+// "optimizer.muon" of "optimizer.muon.lr"; "" for a top-level key.
+QString sectionOf(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? QString() : QString::fromStdString(key.substr(0, dot));
+}
+
+}  // namespace
 
 CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
@@ -43,11 +61,27 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_summary = new QTableWidget(side);
   m_summary->setObjectName(QStringLiteral("compareSummary"));
   m_summary->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  // Every run's column in view, side by side: the columns share the width (names elided, whole
+  // in the tooltip) rather than the second run waiting behind a horizontal scroll bar.
+  m_summary->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+  m_summary->horizontalHeader()->setTextElideMode(Qt::ElideRight);
+  m_summary->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   sideLayout->addWidget(m_summary, 1);
   sideLayout->addWidget(new QLabel(tr("Config differences (only keys that differ)"), side));
   m_diff = new QTableWidget(side);
   m_diff->setObjectName(QStringLiteral("compareDiff"));
   m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  m_diff->verticalHeader()->setVisible(false);
+  connect(m_diff, &QTableWidget::cellClicked, this, [this](int row, int) {
+    const QTableWidgetItem* item = m_diff->item(row, 0);
+    const QString folded = item ? item->data(kFoldRole).toString() : QString();
+    if (folded.isEmpty()) return;
+    bool hidden = true;
+    for (int r = row + 1; r < m_diff->rowCount(); ++r)
+      if (m_diff->item(r, 0) && m_diff->item(r, 0)->data(kFoldedUnderRole).toString() == folded)
+        hidden = hidden && m_diff->isRowHidden(r);
+    setSectionExpanded(folded, hidden);
+  });
   sideLayout->addWidget(m_diff, 1);
   splitter->addWidget(m_plots);
   splitter->addWidget(side);
@@ -89,23 +123,81 @@ void CompareView::setRuns(const api::StoreReader* store, const QList<qint64>& id
     return;
   }
   m_plots->replotAll();
-  const auto diff = api::config_diff(configs);
-  m_diff->setColumnCount(static_cast<int>(ids.size()) + 1);
+  fillDiff(api::config_diff(configs));
+  fillSummary();
+}
+
+void CompareView::fillDiff(const std::vector<api::ConfigDiffRow>& diff) {
+  const int runs = static_cast<int>(m_ids.size());
+  m_diff->setColumnCount(runs + 1);
   QStringList headers{tr("key")};
-  for (qint64 id : ids)
+  for (qint64 id : m_ids)
     headers << tr("run %1").arg(id);
   m_diff->setHorizontalHeaderLabels(headers);
-  m_diff->setRowCount(static_cast<int>(diff.size()));
-  for (int r = 0; r < static_cast<int>(diff.size()); ++r) {
-    const auto& row = diff[static_cast<std::size_t>(r)];
-    m_diff->setItem(r, 0, new QTableWidgetItem(QString::fromStdString(row.key)));
-    for (int c = 0; c < static_cast<int>(row.values.size()); ++c)
-      m_diff->setItem(
-          r, c + 1,
-          new QTableWidgetItem(QString::fromStdString(row.values[static_cast<std::size_t>(c)])));
+  m_diff->setRowCount(0);
+  auto addRow = [&](const QStringList& cells) {
+    const int r = m_diff->rowCount();
+    m_diff->insertRow(r);
+    for (int c = 0; c < cells.size(); ++c)
+      m_diff->setItem(r, c, new QTableWidgetItem(cells[c]));
+    return r;
+  };
+  // Sections in key order; within one, the keys every run has, then those some runs lack.
+  std::map<QString, std::vector<const api::ConfigDiffRow*>> sections;
+  for (const auto& row : diff)
+    sections[sectionOf(row.key)].push_back(&row);
+  for (const auto& [section, rows] : sections) {
+    const int head =
+        addRow({section.isEmpty() ? tr("(top level)") : QStringLiteral("[%1]").arg(section)});
+    QFont bold = m_diff->font();
+    bold.setBold(true);
+    m_diff->item(head, 0)->setFont(bold);
+    m_diff->setSpan(head, 0, 1, runs + 1);
+    std::vector<const api::ConfigDiffRow*> oneSided;
+    for (const auto* row : rows) {
+      const bool everyRun = std::none_of(row->values.begin(), row->values.end(),
+                                         [](const std::string& v) { return v == "-"; });
+      if (!everyRun) {
+        oneSided.push_back(row);
+        continue;
+      }
+      QStringList cells{QString::fromStdString(row->key)};
+      for (const auto& v : row->values)
+        cells << QString::fromStdString(v);
+      m_diff->item(addRow(cells), 0)->setData(kKeyRole, QString::fromStdString(row->key));
+    }
+    if (oneSided.empty()) continue;
+    // One row for the keys only some runs have: how many each run has, the keys folded below.
+    QStringList cells{tr("%1.* (%2 keys only some runs have)").arg(section).arg(oneSided.size())};
+    QString tip;
+    for (int c = 0; c < runs; ++c) {
+      int have = 0;
+      for (const auto* row : oneSided)
+        have += row->values[static_cast<std::size_t>(c)] != "-" ? 1 : 0;
+      cells << (have > 0 ? tr("%1 keys").arg(have) : QStringLiteral("–"));
+    }
+    for (const auto* row : oneSided)
+      tip += QString::fromStdString(row->key) + QLatin1Char('\n');
+    const int fold = addRow(cells);
+    m_diff->item(fold, 0)->setData(kFoldRole, section);
+    m_diff->item(fold, 0)->setToolTip(tr("Click to show or hide:\n") + tip.trimmed());
+    for (const auto* row : oneSided) {
+      QStringList keyCells{QStringLiteral("  ") + QString::fromStdString(row->key)};
+      for (const auto& v : row->values)
+        keyCells << (v == "-" ? QStringLiteral("–") : QString::fromStdString(v));
+      const int r = addRow(keyCells);
+      m_diff->item(r, 0)->setData(kKeyRole, QString::fromStdString(row->key));
+      m_diff->item(r, 0)->setData(kFoldedUnderRole, section);
+      m_diff->setRowHidden(r, true);
+    }
   }
   m_diff->resizeColumnsToContents();
-  fillSummary();
+}
+
+void CompareView::setSectionExpanded(const QString& section, bool expanded) {
+  for (int r = 0; r < m_diff->rowCount(); ++r)
+    if (m_diff->item(r, 0) && m_diff->item(r, 0)->data(kFoldedUnderRole).toString() == section)
+      m_diff->setRowHidden(r, !expanded);
 }
 
 void CompareView::refresh() {
@@ -143,8 +235,10 @@ void CompareView::fillSummary() {
   m_summary->setVerticalHeaderLabels(labels);
   QStringList headers;
   for (const auto& r : rows)
-    headers << QStringLiteral("%1 %2").arg(r.id).arg(r.name);
+    headers << QStringLiteral("#%1 %2").arg(r.id).arg(r.name);
   m_summary->setHorizontalHeaderLabels(headers);
+  for (int c = 0; c < static_cast<int>(rows.size()); ++c)
+    m_summary->horizontalHeaderItem(c)->setToolTip(headers[c]);
   auto opt = [](const std::optional<double>& v, int p = 5) {
     return v ? QString::number(*v, 'g', p) : QStringLiteral("–");
   };
@@ -169,7 +263,6 @@ void CompareView::fillSummary() {
     for (int i = 0; i < cells.size(); ++i)
       m_summary->setItem(i, c, new QTableWidgetItem(cells[i]));
   }
-  m_summary->resizeColumnsToContents();
 }
 
 }  // namespace tb::ui

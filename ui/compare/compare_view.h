@@ -1,6 +1,8 @@
 // CompareView: two or more runs side by side — overlaid curves with one colour per run across
-// every plot, the config diff (only the keys that differ), and a summary (final/best metrics,
-// steps and time to a target the user sets, mean step time per phase).
+// every plot, the config diff (only the keys that differ, grouped by section, keys that only
+// some runs have folded into one row per section), and a summary with one column per run, all
+// in view (final/best metrics, steps and time to a target the user sets, mean step time per
+// phase).
 #pragma once
 
 #include <QList>
@@ -28,8 +30,14 @@ class CompareView : public QWidget {
   void refresh();
   /// The runs shown.
   const QList<qint64>& runs() const { return m_ids; }
-  /// The config-diff table (key + one column per run).
+  /// The config-diff table (key + one column per run): a row per section ("[optimizer]", its
+  /// cells spanned), then its differing keys. Keys that some runs do not have (a Muon run's
+  /// optimizer.muon.* beside an AdamW run) are folded into one row, "optimizer.muon.* (N keys)",
+  /// whose click shows or hides them. Column 0 of a key row holds the dotted key in
+  /// Qt::UserRole (section and folded rows hold none).
   QTableWidget* diffTable() const { return m_diff; }
+  /// Shows or hides the keys folded under `section` (e.g. "optimizer.muon").
+  void setSectionExpanded(const QString& section, bool expanded);
   /// The summary table.
   QTableWidget* summaryTable() const { return m_summary; }
   /// The overlaid plots.
@@ -37,6 +45,7 @@ class CompareView : public QWidget {
 
  private:
   void fillSummary();
+  void fillDiff(const std::vector<api::ConfigDiffRow>& diff);
 
   const api::StoreReader* m_store = nullptr;
   QList<qint64> m_ids;

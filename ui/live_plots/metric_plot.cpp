@@ -77,10 +77,17 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
   connect(m_plot, &QCustomPlot::mouseMove, this, &MetricPlot::onMouseMove);
   connect(m_plot, &QCustomPlot::mousePress, this, [this] { m_userView = true; });
   connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { m_userView = true; });
-  connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { resetView(); });
-  connect(m_plot->xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this, [this] {
-    if (!m_inRedecimate) scheduleReplot();
+  connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] {
+    resetView();
+    Q_EMIT viewResetByUser();
   });
+  connect(m_plot->xAxis, QOverload<const QCPRange&>::of(&QCPAxis::rangeChanged), this,
+          [this](const QCPRange& range) {
+            if (m_inRedecimate) return;
+            scheduleReplot();
+            if (m_userView && !m_following)
+              Q_EMIT userXRangeChanged(XRange{range.lower, range.upper});
+          });
   m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
   connect(m_plot, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
     QMenu menu(this);
@@ -104,7 +111,10 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     menu.addAction(tr("Save data as CSV (raw and smoothed)…"), this,
                    [save] { save(QStringLiteral("csv")); });
     menu.addSeparator();
-    menu.addAction(tr("Reset view"), this, [this] { resetView(); });
+    menu.addAction(tr("Reset view"), this, [this] {
+      resetView();
+      Q_EMIT viewResetByUser();
+    });
     menu.exec(m_plot->mapToGlobal(pos));
   });
   m_replotTimer.setSingleShot(true);  // started by scheduleReplot with the interval it needs
@@ -244,6 +254,34 @@ void MetricPlot::resetView() {
   replotNow();
 }
 
+std::optional<XRange> MetricPlot::dataXRange() const {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  for (const auto& [id, c] : m_curves) {
+    const auto& x = xs(c);
+    if (x.empty()) continue;
+    lo = std::min(lo, x.front());
+    hi = std::max(hi, x.back());
+  }
+  if (!std::isfinite(lo)) return std::nullopt;
+  return XRange{lo, hi};
+}
+
+void MetricPlot::setLinkedXRange(std::optional<XRange> range) {
+  const bool same =
+      range.has_value() == m_linkedX.has_value() &&
+      (!range || (range->lower == m_linkedX->lower && range->upper == m_linkedX->upper));
+  m_linkedX = range;
+  if (!same && !m_userView) scheduleReplot();
+}
+
+void MetricPlot::followXRange(const XRange& range) {
+  m_following = true;
+  m_userView = true;
+  m_plot->xAxis->setRange(range.lower, range.upper);
+  m_following = false;
+}
+
 namespace {
 // CPU time consumed by the calling thread, in ms.
 double threadCpuMs() {
@@ -350,6 +388,10 @@ void MetricPlot::redecimate() {
     return;
   }
   if (!m_userView) {
+    if (m_linkedX) {  // the linked plots' extent: one run's plots share their x range
+      xmin = std::min(xmin, m_linkedX->lower);
+      xmax = std::max(xmax, m_linkedX->upper);
+    }
     const double pad = xmax > xmin ? 0.0 : 1.0;
     m_plot->xAxis->setRange(xmin - pad, xmax + pad);
   }

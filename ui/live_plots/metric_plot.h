@@ -11,6 +11,7 @@
 #include <QWidget>
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "ui/live_plots/series_math.h"
@@ -22,6 +23,12 @@ class QCPLayoutGrid;
 class QMouseEvent;
 
 namespace tb::ui {
+
+/// An x range, [lower, upper].
+struct XRange {
+  double lower = 0;  ///< left end
+  double upper = 0;  ///< right end
+};
 
 /// One curve's data and style.
 struct Curve {
@@ -111,6 +118,24 @@ class MetricPlot : public QWidget {
   /// Whether any curve has a point.
   bool hasData() const;
 
+  /// The x extent of the data on the current x axis (step or wall time); nullopt without data.
+  std::optional<XRange> dataXRange() const;
+  /// Linked plots: until the user zooms, the plot shows the union of its data's x extent and
+  /// `range` (every linked plot's data), so plots of one run share their x range; nullopt = its
+  /// own data alone.
+  void setLinkedXRange(std::optional<XRange> range);
+  /// Shows x range `range` as if the user had zoomed here (a linked plot was zoomed or panned);
+  /// emits nothing.
+  void followXRange(const XRange& range);
+  /// Whether the user zoomed or panned (the x range no longer follows the data).
+  bool userView() const { return m_userView; }
+
+ Q_SIGNALS:
+  /// The user zoomed or panned the x axis to `range`.
+  void userXRangeChanged(const tb::ui::XRange& range);
+  /// The user asked for the whole data (double-click, context menu).
+  void viewResetByUser();
+
  protected:
   /// Follows palette changes (system light/dark theme switches).
   void changeEvent(QEvent* event) override;
@@ -138,7 +163,9 @@ class MetricPlot : public QWidget {
   bool m_logY = false;
   bool m_stacked = false;
   double m_smoothing = 0.6;
-  bool m_userView = false;  // the user zoomed or panned: do not auto-rescale
+  bool m_userView = false;   // the user zoomed or panned: do not auto-rescale
+  bool m_following = false;  // followXRange() is moving the axis
+  std::optional<XRange> m_linkedX;
   bool m_inRedecimate = false;
   bool m_stale = false;  // data changed while hidden
   double m_lastRedrawMs = 0.0;

@@ -10,7 +10,9 @@
 #include <QSlider>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "ui/live_plots/metric_plot.h"
 
@@ -103,6 +105,11 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_logY = new QCheckBox(tr("log y"), this);
   m_logY->setObjectName(QStringLiteral("logYCheck"));
   controls->addWidget(m_logY);
+  m_linkX = new QCheckBox(tr("link x axes"), this);
+  m_linkX->setObjectName(QStringLiteral("linkXCheck"));
+  m_linkX->setToolTip(tr("One x range for every plot: zoom or pan one and the others follow"));
+  m_linkX->setChecked(true);
+  controls->addWidget(m_linkX);
   controls->addSpacing(12);
   controls->addWidget(new QLabel(tr("smoothing:"), this));
   m_smoothing = new QSlider(Qt::Horizontal, this);
@@ -140,6 +147,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   connect(m_xAxis, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
           [this](int i) { setWallTime(i == 1); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { setLogY(on); });
+  connect(m_linkX, &QCheckBox::toggled, this, [this](bool on) { setLinkedX(on); });
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
     m_smoothingLabel->setText(QString::number(v / 100.0, 'f', 2));
     for (auto* p : m_plots)
@@ -149,15 +157,49 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     for (auto* p : m_plots)
       p->resetView();
   });
-  for (auto* p : m_plots)
+  for (auto* p : m_plots) {
     p->setSmoothing(0.6);
+    connect(p, &MetricPlot::userXRangeChanged, this, [this, p](const XRange& range) {
+      if (!linkedX()) return;
+      for (auto* other : m_plots)
+        if (other != p) other->followXRange(range);
+    });
+    connect(p, &MetricPlot::viewResetByUser, this, [this, p] {
+      if (!linkedX()) return;
+      for (auto* other : m_plots)
+        if (other != p) other->resetView();
+    });
+  }
   updateVisibility();
+}
+
+bool PlotsPanel::linkedX() const {
+  return m_linkX->isChecked();
+}
+
+void PlotsPanel::setLinkedX(bool linked) {
+  if (m_linkX->isChecked() != linked) m_linkX->setChecked(linked);  // toggled() calls back
+  syncLinkedX();
+}
+
+void PlotsPanel::syncLinkedX() {
+  std::optional<XRange> all;
+  if (linkedX()) {
+    for (auto* p : m_plots) {
+      const auto r = p->dataXRange();
+      if (!r) continue;
+      all = all ? XRange{std::min(all->lower, r->lower), std::max(all->upper, r->upper)} : *r;
+    }
+  }
+  for (auto* p : m_plots)
+    p->setLinkedXRange(all);
 }
 
 void PlotsPanel::clearRuns() {
   m_runs.clear();
   for (auto* p : m_plots)
     p->clear();
+  syncLinkedX();
   updateStackedMode();
   updateVisibility();
 }
@@ -220,6 +262,7 @@ void PlotsPanel::appendSteps(qint64 runId, const std::vector<api::StepMetrics>& 
   }
   for (auto& [key, x] : xs)
     appendPoints(runId, key, x, ws[key], vs[key]);
+  syncLinkedX();
 }
 
 void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
@@ -251,10 +294,12 @@ void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
     }
     appendPoints(runId, key, s.step, s.wall_s, s.value);
   }
+  syncLinkedX();
 }
 
 void PlotsPanel::replotAll() {
   updateVisibility();
+  syncLinkedX();
   for (auto* p : m_plots)
     p->replotNow();
 }
@@ -279,6 +324,7 @@ void PlotsPanel::setWallTime(bool wall) {
   if (m_xAxis->currentIndex() != (wall ? 1 : 0)) m_xAxis->setCurrentIndex(wall ? 1 : 0);
   for (auto* p : m_plots)
     p->setXAxis(wall ? MetricPlot::XAxis::WallTime : MetricPlot::XAxis::Step);
+  syncLinkedX();
 }
 
 }  // namespace tb::ui

@@ -78,6 +78,11 @@ class PlotsPanel : public QWidget {
   void setLogY(bool log);
   /// x = wall time instead of step.
   void setWallTime(bool wall);
+  /// Linked x axes (the default): the plots show one x range — the union of their data until
+  /// the user zooms; zooming or panning one moves the others; resetting one resets all.
+  void setLinkedX(bool linked);
+  /// Whether the x axes are linked.
+  bool linkedX() const;
 
  private:
   struct RunState {
@@ -91,11 +96,13 @@ class PlotsPanel : public QWidget {
                     const std::vector<double>& wall, const std::vector<double>& value);
   void updateStackedMode();
   void updateVisibility();
+  void syncLinkedX();
 
   QList<MetricPlot*> m_plots;
   std::map<qint64, RunState> m_runs;
   QComboBox* m_xAxis = nullptr;
   QCheckBox* m_logY = nullptr;
+  QCheckBox* m_linkX = nullptr;
   QSlider* m_smoothing = nullptr;
   QLabel* m_smoothingLabel = nullptr;
 };

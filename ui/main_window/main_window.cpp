@@ -59,6 +59,12 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
 
   buildDocks();
   buildActions();
+  // Open on the newest run's plots rather than on empty axes (the table's selection, and so
+  // what Resume/Compare act on, stays empty until the user picks).
+  qint64 newest = 0;
+  for (int r = 0; r < m_runsModel->rowCount(); ++r)
+    newest = std::max<qint64>(newest, m_runsModel->run(r).id);
+  if (newest > 0) showRunsLive({newest});
 
   m_statusLabel = new QLabel(this);
   statusBar()->addPermanentWidget(m_statusLabel);

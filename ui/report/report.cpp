@@ -4,6 +4,7 @@
 #include <QBuffer>
 #include <QDateTime>
 #include <QFile>
+#include <QFont>
 #include <QMarginsF>
 #include <QPageLayout>
 #include <QPageSize>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -158,6 +160,42 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
             .arg(r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–"));
   }
   body += QStringLiteral("</table>\n");
+  // The PDF's summary: one column per run, so that a page's width holds it (eleven columns of
+  // numbers squeezed words to three letters a line on a page).
+  QString pdfSummary = QStringLiteral(
+      "<h2>Summary</h2>\n<table class=\"summary\" width=\"100%\" cellpadding=\"3\">\n"
+      "<tr><th></th>");
+  for (const auto& r : summaries)
+    pdfSummary += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
+  pdfSummary += QStringLiteral("</tr>\n");
+  auto pdfRow = [&](const QString& label, auto cell) {
+    pdfSummary += QStringLiteral("<tr><th>%1</th>").arg(htmlEscape(label));
+    for (const auto& r : summaries)
+      pdfSummary += QStringLiteral("<td>%1</td>").arg(cell(r));
+    pdfSummary += QStringLiteral("</tr>\n");
+  };
+  pdfRow(QStringLiteral("status"), [](const RunSummaryRow& r) { return htmlEscape(r.status); });
+  pdfRow(QStringLiteral("steps"), [](const RunSummaryRow& r) { return QString::number(r.steps); });
+  pdfRow(QStringLiteral("duration (s)"), [](const RunSummaryRow& r) {
+    return r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–");
+  });
+  pdfRow(QStringLiteral("final loss"), [](const RunSummaryRow& r) { return num(r.finalLoss); });
+  pdfRow(QStringLiteral("best eval loss"),
+         [](const RunSummaryRow& r) { return num(r.bestEvalLoss); });
+  pdfRow(QStringLiteral("best accuracy"),
+         [](const RunSummaryRow& r) { return num(r.bestAccuracy); });
+  pdfRow(QStringLiteral("best perplexity"),
+         [](const RunSummaryRow& r) { return num(r.bestPerplexity); });
+  pdfRow(QStringLiteral("steps to %1 %2").arg(options.target.metric).arg(options.target.value),
+         [](const RunSummaryRow& r) {
+           return r.stepsToTarget ? QString::number(*r.stepsToTarget)
+                                  : QStringLiteral("not reached");
+         });
+  pdfRow(QStringLiteral("time to target (s)"), [](const RunSummaryRow& r) {
+    return r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–");
+  });
+  pdfSummary += QStringLiteral("</table>\n");
+  const int summaryEnd = static_cast<int>(body.size());
   // Mean step time per phase.
   body += QStringLiteral(
       "<h2>Mean step time per phase (ms)</h2>\n<table class=\"phases\">\n<tr><th>run</th>");
@@ -212,8 +250,31 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
       panel.addRun(r.id, QStringLiteral("%1 %2").arg(r.id).arg(r.name), runColor(index++));
     for (const auto& r : summaries)
       panel.loadFromStore(store, r.id);
-    for (MetricPlot* p : panel.plots()) {
+    // Several runs' step times overlaid are a tangle of one line per phase and run: each run
+    // gets its own stacked breakdown instead.
+    std::vector<std::pair<MetricPlot*, QString>> toDraw;
+    std::vector<std::unique_ptr<PlotsPanel>> perRun;
+    for (int i = 0; i < panel.plots().size(); ++i) {
+      MetricPlot* p = panel.plots()[i];
       if (!p->hasData()) continue;
+      if (i != PlotsPanel::StepTime || summaries.size() < 2) {
+        toDraw.emplace_back(p, p->title());
+        continue;
+      }
+      int colour = 0;
+      for (const auto& r : summaries) {
+        auto& one = perRun.emplace_back(std::make_unique<PlotsPanel>());
+        one->resize(options.plotWidth, options.plotHeight * 4);
+        one->setSmoothing(options.smoothing);
+        one->addRun(r.id, QStringLiteral("%1 %2").arg(r.id).arg(r.name), runColor(colour++));
+        one->loadFromStore(store, r.id);
+        MetricPlot* q = one->plots()[PlotsPanel::StepTime];
+        if (q->hasData())
+          toDraw.emplace_back(
+              q, QStringLiteral("%1: run %2 %3").arg(q->title()).arg(r.id).arg(r.name));
+      }
+    }
+    for (const auto& [p, plotTitle] : toDraw) {
       p->resize(options.plotWidth, options.plotHeight);
       p->plot()->resize(options.plotWidth, options.plotHeight);
       p->replotNow();
@@ -225,8 +286,8 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
       img.save(&buf, "PNG");
       const int n = static_cast<int>(report.images.size());
       report.images.append(img);
-      report.imageTitles.append(p->title());
-      const QString alt = htmlEscape(p->title());
+      report.imageTitles.append(plotTitle);
+      const QString alt = htmlEscape(plotTitle);
       plotsHtml += QStringLiteral(
                        "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
                        "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
@@ -234,21 +295,33 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
                        .arg(options.plotWidth)
                        .arg(options.plotHeight)
                        .arg(QString::fromLatin1(png.toBase64()));
+      // The PDF: two plots (and captions) to a landscape page, drawn for that size — their
+      // labels then print at about 8 pt — at twice the resolution.
+      constexpr int kPdfW = 640, kPdfH = 256;
+      const double h = (pdfTextArea().height() - 48.0) / 2.0;
+      const double w = h * kPdfW / kPdfH;
+      p->resize(kPdfW, kPdfH);
+      p->plot()->resize(kPdfW, kPdfH);
+      p->replotNow();
+      report.pdfImages.append(p->plot()->toPixmap(kPdfW, kPdfH, 2.0).toImage());
       plotsHtmlRes +=
           QStringLiteral(
               "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
               .arg(alt)
-              .arg(options.plotWidth * 2 / 3)
-              .arg(options.plotHeight * 2 / 3)
+              .arg(static_cast<int>(w))
+              .arg(static_cast<int>(h))
               .arg(n);
     }
   }
   QString configsHtml = QStringLiteral("<h2>Configs</h2>\n");
+  QString pdfConfigsHtml = QStringLiteral("<h2 style=\"page-break-before: always\">Configs</h2>\n");
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    configsHtml += QStringLiteral("<h3>run %1 %2</h3>\n<pre>%3</pre>\n")
-                       .arg(summaries[i].id)
-                       .arg(htmlEscape(summaries[i].name))
-                       .arg(htmlEscape(QString::fromStdString(configs[i])));
+    const QString one = QStringLiteral("<h3>run %1 %2</h3>\n<pre>%3</pre>\n")
+                            .arg(summaries[i].id)
+                            .arg(htmlEscape(summaries[i].name))
+                            .arg(htmlEscape(QString::fromStdString(configs[i])));
+    configsHtml += one;
+    pdfConfigsHtml += one;
   }
   const QString head =
       QStringLiteral(
@@ -264,24 +337,67 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
           .arg(htmlEscape(title));
   const QString tail = QStringLiteral("</body>\n</html>\n");
   report.html = head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtml + configsHtml + tail;
+  // The PDF's: the summary by run, and the plots and configs each from a new page.
+  const int summaryStart = static_cast<int>(body.indexOf(QStringLiteral("<h2>Summary</h2>")));
+  const QString pdfBody = body.left(summaryStart) + pdfSummary + body.mid(summaryEnd);
   report.htmlWithResources =
-      head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtmlRes + configsHtml + tail;
+      head + pdfBody + QStringLiteral("<h2 style=\"page-break-before: always\">Plots</h2>\n") +
+      plotsHtmlRes + pdfConfigsHtml + tail;
   return report;
+}
+
+QSizeF pdfTextArea() {
+  const QPageLayout layout(QPageSize(QPageSize::A4), QPageLayout::Landscape,
+                           QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+  return layout.paintRectPoints().size();
+}
+
+std::unique_ptr<QTextDocument> pdfDocument(const Report& report) {
+  auto doc = std::make_unique<QTextDocument>();
+  const QList<QImage>& images = report.pdfImages.isEmpty() ? report.images : report.pdfImages;
+  for (int i = 0; i < images.size(); ++i)
+    doc->addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("plot%1.png").arg(i)),
+                     images[i]);
+  // Units are points (QTextDocument::print scales the page size to the printer's page), so the
+  // font is sized in those units rather than in points at the screen's resolution.
+  QFont font = doc->defaultFont();
+  font.setPixelSize(10);
+  doc->setDefaultFont(font);
+  doc->setDocumentMargin(0);
+  doc->setPageSize(pdfTextArea());  // laid out in points, a page at a time
+  doc->setHtml(report.htmlWithResources);
+  return doc;
+}
+
+QList<QImage> pdfPageImages(const Report& report, double pixelsPerPoint) {
+  const auto doc = pdfDocument(report);
+  const QSizeF page = pdfTextArea();
+  const double margin = 15.0 / 25.4 * 72.0;  // 15 mm in points
+  QList<QImage> pages;
+  for (int i = 0; i < doc->pageCount(); ++i) {
+    QImage img(static_cast<int>((page.width() + 2 * margin) * pixelsPerPoint),
+               static_cast<int>((page.height() + 2 * margin) * pixelsPerPoint),
+               QImage::Format_RGB32);
+    img.fill(Qt::white);
+    QPainter painter(&img);
+    painter.setRenderHint(QPainter::Antialiasing);
+    painter.scale(pixelsPerPoint, pixelsPerPoint);
+    painter.translate(margin, margin - i * page.height());
+    doc->drawContents(&painter, QRectF(0, i * page.height(), page.width(), page.height()));
+    pages.append(img);
+  }
+  return pages;
 }
 
 QString writeReport(const Report& report, const QString& path) {
   if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
-    QTextDocument doc;
-    for (int i = 0; i < report.images.size(); ++i)
-      doc.addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("plot%1.png").arg(i)),
-                      report.images[i]);
-    doc.setHtml(report.htmlWithResources);
+    const auto doc = pdfDocument(report);
     QPrinter printer(QPrinter::HighResolution);
     printer.setOutputFormat(QPrinter::PdfFormat);
     printer.setOutputFileName(path);
-    printer.setPageSize(QPageSize(QPageSize::A4));
-    printer.setPageMargins(QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
-    doc.print(&printer);
+    printer.setPageLayout(QPageLayout(QPageSize(QPageSize::A4), QPageLayout::Landscape,
+                                      QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter));
+    doc->print(&printer);
     if (!QFile::exists(path)) return QStringLiteral("[report] could not write %1").arg(path);
     return {};
   }

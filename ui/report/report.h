@@ -6,9 +6,12 @@
 
 #include <QImage>
 #include <QList>
+#include <QSizeF>
 #include <QString>
 #include <QStringList>
+#include <QTextDocument>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -60,6 +63,7 @@ struct Report {
   QString html;               ///< with images as data: URLs (self-contained)
   QString htmlWithResources;  ///< with images as "plotN.png" (for QTextDocument / PDF)
   QList<QImage> images;       ///< plotN.png
+  QList<QImage> pdfImages;    ///< plotN.png of the PDF (drawn for its page; or empty: images)
   QStringList imageTitles;    ///< plot titles
 };
 
@@ -68,7 +72,20 @@ struct Report {
 Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
                    const ReportOptions& options = {});
 
-/// Writes `report` to `path`: ".pdf" as PDF, anything else as HTML. Returns "" or the error.
+/// Writes `report` to `path`: ".pdf" as PDF (pdfDocument() on landscape A4), anything else as
+/// HTML. Returns "" or the error.
 QString writeReport(const Report& report, const QString& path);
+
+/// The PDF's text area in points: landscape A4 (842 × 595 pt) less 15 mm margins.
+QSizeF pdfTextArea();
+
+/// The document a PDF of `report` prints, laid out on pdfTextArea() pages in points: the summary
+/// with one column per run, plots at the full text width (the step time one run per plot), the
+/// plots and the configs starting on pages of their own.
+std::unique_ptr<QTextDocument> pdfDocument(const Report& report);
+
+/// Images of the PDF's pages (`pixelsPerPoint` = 1 for 72 dpi), white pages as printed: to look
+/// at a report's layout without a PDF viewer (trainbench --export-report FILE.pdf --pages DIR).
+QList<QImage> pdfPageImages(const Report& report, double pixelsPerPoint = 1.0);
 
 }  // namespace tb::ui
