@@ -111,7 +111,9 @@ core::Tensor read_idx_u8(const std::filesystem::path& path, std::uint32_t expect
   {
     std::string shape;
     for (std::uint32_t d = 1; d < ndims; ++d) {
-      shape += (d > 1 ? "x" : "") + std::to_string(dims[d]);
+      // Appends, not "x" + string: GCC 12 -O3 reports a false -Wrestrict on that (PR 105329).
+      if (d > 1) shape += 'x';
+      shape += std::to_string(dims[d]);
     }
     described = detail::str_cat(ndims == 0 ? std::int64_t{1} : dims[0], " ", what,
                                 shape.empty() ? "" : " of ", shape);

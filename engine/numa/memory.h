@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace tb::numa {
@@ -20,6 +21,9 @@ enum class MemoryPolicy {
 /// with several nodes uses MPOL_PREFERRED_MANY (Linux 5.15+). Throws tb::ValueError
 /// "[numa] ..." when `nodes` is empty, NUMA is unsupported, or the kernel rejects the policy.
 void set_thread_memory_policy(const std::vector<int>& nodes, MemoryPolicy policy);
+
+/// Node indices as messages list them: "0,2,3".
+std::string node_list(const std::vector<int>& nodes);
 
 /// Restores the default policy (allocate on the node of the CPU that touches the page).
 void reset_thread_memory_policy();

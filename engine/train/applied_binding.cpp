@@ -18,10 +18,7 @@ AppliedBinding::AppliedBinding(const numa::SlotBinding& b, const std::vector<int
   if (numa::numa_supported() && !nodes.empty()) {
     try {
       memory_.emplace(nodes, numa::MemoryPolicy::kPreferred);
-      std::string list;
-      for (int n : nodes)
-        list += (list.empty() ? "" : ",") + std::to_string(n);
-      memory = "memory preferred on node " + list;
+      memory = "memory preferred on node " + numa::node_list(nodes);
     } catch (const ValueError& e) {
       notes.push_back(std::string("warning: binding: ") + e.what() + "; memory policy unchanged");
     }
