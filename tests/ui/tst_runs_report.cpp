@@ -322,6 +322,32 @@ class TestRunsReport : public QObject {
     QVERIFY(!diff->isRowHidden(foldRow + 1));
     view.setSectionExpanded(QStringLiteral("optimizer.muon"), false);
     QVERIFY(diff->isRowHidden(foldRow + 1));
+
+    // The step times as one stacked bar per run (mean ms per phase), not ten lines.
+    ui::PlotsPanel* plots = view.plots();
+    QVERIFY(plots->stepTimeBars()->isVisible());
+    QVERIFY(!plots->plots()[ui::PlotsPanel::StepTime]->isVisible());
+    const auto phases = plots->meanStepPhases();
+    QCOMPARE(phases.size(), std::size_t{2});
+    QVERIFY(phases.at(muon).size() >= 4);  // data, forward, backward, optimizer (+ Newton–Schulz)
+    QCOMPARE(plots->stepTimeBars()->plottableCount(), static_cast<int>(phases.at(muon).size()));
+    const auto stored = store.series(adamw, "time.forward_ms");
+    double sum = 0;
+    for (double v : stored.value)
+      sum += v;
+    double drawn = -1;
+    for (const auto& [label, ms] : phases.at(adamw))
+      if (label == QLatin1String("forward")) drawn = ms;
+    QVERIFY(std::abs(drawn - sum / static_cast<double>(stored.value.size())) < 1e-9);
+
+    // Whole legend names: one column when two do not fit side by side.
+    ui::MetricPlot* eval = plots->plots()[ui::PlotsPanel::EvalMetric];
+    eval->resize(260, 220);
+    eval->replotNow();
+    QCOMPARE(eval->legendColumns(), 1);
+    eval->resize(1200, 300);
+    eval->replotNow();
+    QCOMPARE(eval->legendColumns(), 2);
   }
 
   void compareShowsExactlyTheDifferingKeysAndTheReportHoldsEveryRun() {

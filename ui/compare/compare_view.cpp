@@ -66,6 +66,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_summary->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   m_summary->horizontalHeader()->setTextElideMode(Qt::ElideRight);
   m_summary->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_summary->setWordWrap(false);  // "2.6908e-06" elided, never broken over two lines
   sideLayout->addWidget(m_summary, 1);
   sideLayout->addWidget(new QLabel(tr("Config differences (only keys that differ)"), side));
   m_diff = new QTableWidget(side);
@@ -233,12 +234,16 @@ void CompareView::fillSummary() {
   m_summary->setRowCount(static_cast<int>(labels.size()));
   m_summary->setColumnCount(static_cast<int>(rows.size()));
   m_summary->setVerticalHeaderLabels(labels);
+  // "#3" as the plots' legends name the runs; the name in the tooltip.
   QStringList headers;
   for (const auto& r : rows)
-    headers << QStringLiteral("#%1 %2").arg(r.id).arg(r.name);
+    headers << QStringLiteral("#%1").arg(r.id);
   m_summary->setHorizontalHeaderLabels(headers);
   for (int c = 0; c < static_cast<int>(rows.size()); ++c)
-    m_summary->horizontalHeaderItem(c)->setToolTip(headers[c]);
+    m_summary->horizontalHeaderItem(c)->setToolTip(
+        QStringLiteral("#%1 %2")
+            .arg(rows[static_cast<std::size_t>(c)].id)
+            .arg(rows[static_cast<std::size_t>(c)].name));
   auto opt = [](const std::optional<double>& v, int p = 5) {
     return v ? QString::number(*v, 'g', p) : QStringLiteral("–");
   };
@@ -260,8 +265,11 @@ void CompareView::fillSummary() {
         if (name == p) cell = QString::number(v, 'f', 3);
       cells << cell;
     }
-    for (int i = 0; i < cells.size(); ++i)
-      m_summary->setItem(i, c, new QTableWidgetItem(cells[i]));
+    for (int i = 0; i < cells.size(); ++i) {
+      auto* item = new QTableWidgetItem(cells[i]);
+      item->setToolTip(cells[i]);  // whole, where the column elides it
+      m_summary->setItem(i, c, item);
+    }
   }
 }
 

@@ -481,6 +481,7 @@ void MetricPlot::replotNow() {
   // GUI thread waits for a CPU, and wall time would stretch the interval for no saving.
   const double cpuStart = threadCpuMs();
   redecimate();
+  fitLegend();
   // A hidden plot (another tab, a collapsed dock) is painted when it is shown again.
   if (isVisible()) {
     m_plot->replot(QCustomPlot::rpQueuedRefresh);  // draws into the buffer now; blits later
@@ -488,6 +489,25 @@ void MetricPlot::replotNow() {
   } else {
     m_stale = true;
   }
+}
+
+int MetricPlot::legendColumns() const {
+  return m_plot->legend->wrap();
+}
+
+void MetricPlot::fitLegend() {
+  QCPLegend* legend = m_plot->legend;
+  int widest = 0;
+  for (int i = 0; i < legend->itemCount(); ++i)  // a grid's cells: some may be empty
+    if (const QCPAbstractLegendItem* item = legend->item(i))
+      widest = std::max(widest, item->minimumOuterSizeHint().width());
+  // Two columns when two whole names fit side by side, else one: a cut name ("#1 eval accu")
+  // reads worse than a taller legend.
+  const int columns =
+      widest > 0 && 2 * widest + legend->columnSpacing() + 48 > m_plot->width() ? 1 : 2;
+  if (legend->wrap() == columns) return;
+  legend->setWrap(columns);
+  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);  // re-arranges the items
 }
 
 void MetricPlot::showEvent(QShowEvent* event) {

@@ -129,6 +129,8 @@ class MetricPlot : public QWidget {
   void followXRange(const XRange& range);
   /// Whether the user zoomed or panned (the x range no longer follows the data).
   bool userView() const { return m_userView; }
+  /// Columns of the legend: 2, or 1 when two whole names do not fit side by side.
+  int legendColumns() const;
 
  Q_SIGNALS:
   /// The user zoomed or panned the x axis to `range`.
@@ -146,6 +148,7 @@ class MetricPlot : public QWidget {
   void applyPalette();
   void rebuildGraphs();
   void redecimate();
+  void fitLegend();
   void onMouseMove(QMouseEvent* event);
   const std::vector<double>& xs(const Curve& c) const;
   void recomputeSmoothing();

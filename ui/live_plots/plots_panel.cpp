@@ -14,6 +14,8 @@
 #include <cmath>
 #include <optional>
 
+#include <qcustomplot.h>
+
 #include "ui/live_plots/metric_plot.h"
 
 namespace tb::ui {
@@ -142,6 +144,28 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     m_plots.append(p);
     grid->addWidget(p, i / 2, i % 2);
   }
+  // Several runs: their step times as one stacked bar each (the mean per phase) in the step-time
+  // plot's place — one line per phase and run overlaid is a tangle.
+  m_stepBars = new QCustomPlot(this);
+  m_stepBars->setObjectName(QStringLiteral("stepTimeBars"));
+  m_stepBars->setMinimumSize(200, 160);
+  m_stepBars->plotLayout()->insertRow(0);
+  m_stepBars->plotLayout()->addElement(
+      0, 0,
+      new QCPTextElement(m_stepBars, tr("Mean step time per run"),
+                         QFont(font().family(), font().pointSize(), QFont::Bold)));
+  m_stepBars->yAxis->setLabel(tr("ms"));
+  m_stepBars->legend->setVisible(true);
+  m_stepBars->legend->setFont(QFont(font().family(), std::max(7, font().pointSize() - 1)));
+  // The legend in a row of its own under the axes, so that it covers no bar.
+  m_stepBars->axisRect()->insetLayout()->take(m_stepBars->legend);
+  m_stepBars->plotLayout()->addElement(2, 0, m_stepBars->legend);
+  m_stepBars->plotLayout()->setRowStretchFactor(2, 0.001);
+  m_stepBars->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
+  m_stepBars->legend->setWrap(3);
+  m_stepBars->legend->setBorderPen(Qt::NoPen);
+  m_stepBars->hide();
+  grid->addWidget(m_stepBars, StepTime / 2, StepTime % 2);
   outer->addLayout(grid, 1);
 
   connect(m_xAxis, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
@@ -308,6 +332,65 @@ void PlotsPanel::updateVisibility() {
   // Plots that only some runs have (eval metric, loss scale) stay hidden until they have data.
   for (int i : {EvalMetric, LossScale})
     m_plots[i]->setVisible(m_plots[i]->hasData());
+  const bool bars = m_runs.size() > 1;
+  m_plots[StepTime]->setVisible(!bars);
+  m_stepBars->setVisible(bars);
+  if (bars) updateStepBars();
+}
+
+std::map<qint64, std::vector<std::pair<QString, double>>> PlotsPanel::meanStepPhases() const {
+  // The step-time curves' ids are "<run, 8 digits>/<phase order, 2 digits>/<metric key>".
+  std::map<qint64, std::map<int, std::pair<QString, double>>> byRun;
+  for (const auto& [id, c] : m_plots[StepTime]->curves()) {
+    if (c.raw.empty()) continue;
+    const qint64 run = id.section(QLatin1Char('/'), 0, 0).toLongLong();
+    const int order = id.section(QLatin1Char('/'), 1, 1).toInt();
+    const QString key = id.section(QLatin1Char('/'), 2);
+    double sum = 0;
+    for (double v : c.raw)
+      sum += v;
+    byRun[run][order] = {routeMetric(key).label, sum / static_cast<double>(c.raw.size())};
+  }
+  std::map<qint64, std::vector<std::pair<QString, double>>> out;
+  for (const auto& [run, phases] : byRun)
+    for (const auto& [order, phase] : phases)
+      out[run].push_back(phase);
+  return out;
+}
+
+void PlotsPanel::updateStepBars() {
+  m_stepBars->clearPlottables();
+  const auto phases = meanStepPhases();
+  // One QCPBars per phase, stacked in phase order; x = the run's position.
+  std::map<QString, QCPBars*> bars;
+  std::vector<QString> order;
+  QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+  int x = 0;
+  for (const auto& [run, list] : phases) {
+    ++x;
+    ticker->addTick(x, QStringLiteral("#%1").arg(run));
+    for (const auto& [label, ms] : list) {
+      QCPBars*& b = bars[label];
+      if (!b) {
+        b = new QCPBars(m_stepBars->xAxis, m_stepBars->yAxis);
+        b->setName(label);
+        const QColor colour = runColor(static_cast<int>(order.size()));
+        b->setBrush(colour);
+        b->setPen(colour.darker(130));
+        b->setWidth(0.6);
+        if (!order.empty()) b->moveAbove(bars[order.back()]);
+        order.push_back(label);
+      }
+      b->addData(x, ms);
+    }
+  }
+  m_stepBars->xAxis->setTicker(ticker);
+  m_stepBars->xAxis->setRange(0.4, x + 0.6);
+  m_stepBars->rescaleAxes();
+  m_stepBars->xAxis->setRange(0.4, x + 0.6);
+  m_stepBars->yAxis->setRangeLower(0);
+  m_stepBars->yAxis->setRangeUpper(m_stepBars->yAxis->range().upper * 1.25);
+  m_stepBars->replot();
 }
 
 void PlotsPanel::setSmoothing(double weight) {

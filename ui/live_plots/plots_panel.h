@@ -10,11 +10,13 @@
 #include <QWidget>
 
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "engine/api/workbench_api.h"
 
 class QCheckBox;
+class QCustomPlot;
 class QComboBox;
 class QLabel;
 class QSlider;
@@ -83,6 +85,12 @@ class PlotsPanel : public QWidget {
   void setLinkedX(bool linked);
   /// Whether the x axes are linked.
   bool linkedX() const;
+  /// Each run's mean step time per phase (data, forward, ...), in phase order — what the
+  /// step-time bars draw when several runs are shown.
+  std::map<qint64, std::vector<std::pair<QString, double>>> meanStepPhases() const;
+  /// The stacked bars of the runs' step times (shown instead of the step-time plot when
+  /// several runs are shown).
+  QCustomPlot* stepTimeBars() const { return m_stepBars; }
 
  private:
   struct RunState {
@@ -97,12 +105,14 @@ class PlotsPanel : public QWidget {
   void updateStackedMode();
   void updateVisibility();
   void syncLinkedX();
+  void updateStepBars();
 
   QList<MetricPlot*> m_plots;
   std::map<qint64, RunState> m_runs;
   QComboBox* m_xAxis = nullptr;
   QCheckBox* m_logY = nullptr;
   QCheckBox* m_linkX = nullptr;
+  QCustomPlot* m_stepBars = nullptr;
   QSlider* m_smoothing = nullptr;
   QLabel* m_smoothingLabel = nullptr;
 };
