@@ -374,19 +374,13 @@ void MetricPlot::rebuildGraphs() {
 
 void MetricPlot::redecimate() {
   m_inRedecimate = true;
-  // Full x extent of the data.
-  double xmin = std::numeric_limits<double>::infinity();
-  double xmax = -std::numeric_limits<double>::infinity();
-  for (const auto& [id, c] : m_curves) {
-    const auto& x = xs(c);
-    if (x.empty()) continue;
-    xmin = std::min(xmin, x.front());
-    xmax = std::max(xmax, x.back());
-  }
-  if (!std::isfinite(xmin)) {
+  const std::optional<XRange> extent = dataXRange();
+  if (!extent) {
     m_inRedecimate = false;
     return;
   }
+  double xmin = extent->lower;
+  double xmax = extent->upper;
   if (!m_userView) {
     if (m_linkedX) {  // the linked plots' extent: one run's plots share their x range
       xmin = std::min(xmin, m_linkedX->lower);

@@ -470,6 +470,29 @@ void blas_syrk(bool trans, int n, int k, double alpha, const double* a, int lda,
 // call. oneDNN's kernels may block the k loop differently for different row counts, so the blocks
 // must not follow the thread count: this way the result is the same at every thread count.
 // (Blocks of columns instead, for short wide products, measured slower.)
+// Fixed blocks of `extent` rows or columns: at least `min_size`, at most `max_blocks` of them, a
+// multiple of 16 — from the shape alone, never the thread count, so that splitting a product
+// into per-block calls gives the same bits at every thread count. run(i0, i1) computes blocks
+// [i0, i1) of `count`, spread over the pool.
+struct FixedBlocks {
+  int64_t size;
+  int64_t count;
+};
+
+FixedBlocks fixed_blocks(int64_t extent, int64_t min_size, int64_t max_blocks) {
+  const int64_t size = (std::max(min_size, (extent + max_blocks - 1) / max_blocks) + 15) / 16 * 16;
+  return {size, (extent + size - 1) / size};
+}
+
+template <typename F>
+void run_blocks(int64_t count, F&& run) {
+  if (usable_threads() <= 1) {
+    run(0, count);
+  } else {
+    core::parallel_for(0, count, 1, run);
+  }
+}
+
 constexpr int64_t kOneDnnMinRows = 64;
 constexpr int64_t kOneDnnMaxBlocks = 8;
 
@@ -480,10 +503,8 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     onednn::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  const int64_t rows = std::max(kOneDnnMinRows, (m + kOneDnnMaxBlocks - 1) / kOneDnnMaxBlocks);
-  const int64_t block_rows = (rows + 15) / 16 * 16;
-  const int64_t blocks = (m + block_rows - 1) / block_rows;
-  auto run = [&](int64_t i0, int64_t i1) {
+  const auto [block_rows, blocks] = fixed_blocks(m, kOneDnnMinRows, kOneDnnMaxBlocks);
+  run_blocks(blocks, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r0 = i * block_rows;
       const int64_t r1 = std::min(m, r0 + block_rows);
@@ -492,12 +513,7 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
       onednn::sgemm(trans_a, trans_b, r1 - r0, n, k, alpha, a_rows, lda, b, ldb, beta, c + r0 * ldc,
                     ldc);
     }
-  };
-  if (usable_threads() <= 1) {
-    run(0, blocks);
-  } else {
-    core::parallel_for(0, blocks, 1, run);
-  }
+  });
 }
 
 template <typename T>
@@ -583,11 +599,9 @@ constexpr int64_t kOpenBlasMaxBlocks = 8;
 void openblas_column_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                             float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                             float beta, float* c, int64_t ldc) {
-  const int64_t cols =
-      std::max(kOpenBlasMinCols, (n + kOpenBlasMaxBlocks - 1) / kOpenBlasMaxBlocks);
-  const int64_t block_cols = (cols + 15) / 16 * 16;
-  const int64_t blocks = (n + block_cols - 1) / block_cols;
-  auto run = [&](int64_t i0, int64_t i1) {
+  const auto [block_cols, blocks] = fixed_blocks(n, kOpenBlasMinCols, kOpenBlasMaxBlocks);
+  core::ScopedSingleThreadedBlas one_thread;
+  run_blocks(blocks, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t c0 = i * block_cols;
       const int64_t c1 = std::min(n, c0 + block_cols);
@@ -597,13 +611,7 @@ void openblas_column_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, in
                 static_cast<int>(k), alpha, a, static_cast<int>(lda), b_cols, static_cast<int>(ldb),
                 beta, c + c0, static_cast<int>(ldc));
     }
-  };
-  core::ScopedSingleThreadedBlas one_thread;
-  if (usable_threads() <= 1) {
-    run(0, blocks);
-  } else {
-    core::parallel_for(0, blocks, 1, run);
-  }
+  });
 }
 #endif
 
