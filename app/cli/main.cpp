@@ -476,11 +476,14 @@ int main(int argc, char** argv) {
   auto* compare = app.add_subcommand("compare", "runs side by side: config differences, summary");
   std::vector<std::int64_t> compare_ids;
   compare->add_option("runs", compare_ids, "two or more run ids")->required()->expected(2, 64);
-  auto* exp = app.add_subcommand("export", "a run's metrics as CSV or JSON on stdout");
+  auto* exp = app.add_subcommand(
+      "export", "a run's metrics as CSV or JSON on stdout, or as a TensorBoard event file in DIR");
   std::int64_t export_id = 0;
   std::string export_format = "csv";
+  std::string export_dir;
   exp->add_option("run", export_id, "run id")->required();
-  exp->add_option("--format", export_format, "csv or json")->capture_default_str();
+  exp->add_option("dir", export_dir, "with --format tensorboard: the log directory to write to");
+  exp->add_option("--format", export_format, "csv, json or tensorboard")->capture_default_str();
   auto* weights = app.add_subcommand(
       "weights", "a run's trained weights as a safetensors file PyTorch loads (load_state_dict)");
   std::int64_t weights_id = 0;
@@ -604,6 +607,15 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (exp->parsed()) {
+      if (export_format == "tensorboard") {
+        std::cout << "wrote " << tb::api::export_tensorboard(db_path, export_id, export_dir)
+                  << " (tensorboard --logdir " << export_dir << ")\n";
+        return 0;
+      }
+      if (!export_dir.empty()) {
+        std::cerr << "error: [export] DIR is for --format tensorboard; csv and json go to stdout\n";
+        return 2;
+      }
       std::cout << tb::api::export_run(db_path, export_id, export_format);
       return 0;
     }

@@ -19,6 +19,7 @@
 #include "engine/rng/cpu_generator.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/store/tensorboard.h"
 #include "engine/train/run_config.h"
 #include "engine/train/weights_io.h"
 
@@ -259,7 +260,14 @@ std::string export_run(const std::string& db_path, std::int64_t run_id, const st
   auto st = store::RunStore::open(detail::store_path(db_path));
   if (format == "csv") return st.export_csv(run_id);
   if (format == "json") return st.export_json(run_id);
-  throw ValueError("[export] unknown format '" + format + "' (choose csv or json)");
+  throw ValueError("[export] unknown format '" + format + "' (choose csv, json or tensorboard)");
+}
+
+std::string export_tensorboard(const std::string& db_path, std::int64_t run_id,
+                               const std::string& dir) {
+  TB_CHECK(!dir.empty(), "[export] --format tensorboard needs DIR, the log directory to write to");
+  const auto st = store::RunStore::open(detail::store_path(db_path));
+  return store::write_tensorboard(st, run_id, dir).string();
 }
 
 }  // namespace tb::api

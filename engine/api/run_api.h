@@ -63,6 +63,12 @@ std::string show_run(const std::string& db_path, std::int64_t run_id);
 /// The run's metrics as "csv" or "json" text.
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);
 
+/// Writes the run as a TensorBoard event file in `dir` (created if needed): a scalar per metric
+/// and step with its wall time, the config as text. Returns the file's path; an empty `dir`, an
+/// unknown run or a failed write is an error naming it.
+std::string export_tensorboard(const std::string& db_path, std::int64_t run_id,
+                               const std::string& dir);
+
 /// Writes the weights of stored run `run_id` — its newest checkpoint, or the checkpoint folder
 /// `checkpoint` — to the safetensors file `out` in `layout` ("trainbench": the model's own names,
 /// which torch.nn modules of the same structure load; "hf-gpt2": a gpt run as transformers'

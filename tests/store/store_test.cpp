@@ -25,6 +25,7 @@
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "engine/store/schema.h"
+#include "engine/store/tensorboard.h"
 
 namespace {
 
@@ -840,6 +841,50 @@ TEST_F(StoreTest, DetailsAndExportCsvJson) {
     saw_event = saw_event || e["text"] == "eval done";
   EXPECT_TRUE(saw_event);
   EXPECT_THROW(store.export_csv(42), tb::ValueError);
+}
+
+// The TFRecord framing of TensorBoard event files: CRC-32C's check value, the mask, and the
+// record layout (length, masked CRC of the length, data, masked CRC of the data).
+TEST(TensorBoard, Crc32cAndRecordFraming) {
+  EXPECT_EQ(tb::store::crc32c("123456789"), 0xE3069283u);  // the CRC catalogue's check value
+  EXPECT_EQ(tb::store::crc32c(""), 0u);
+  const std::uint32_t c = tb::store::crc32c("abc");
+  EXPECT_EQ(tb::store::masked_crc32c("abc"), ((c >> 15) | (c << 17)) + 0xa282ead8u);
+  const std::string rec = tb::store::tfrecord("hello");
+  ASSERT_EQ(rec.size(), 8u + 4u + 5u + 4u);
+  EXPECT_EQ(static_cast<unsigned char>(rec[0]), 5u);
+  for (int i = 1; i < 8; ++i)
+    EXPECT_EQ(rec[static_cast<std::size_t>(i)], 0);
+  EXPECT_EQ(rec.substr(12, 5), "hello");
+  auto u32 = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    for (int i = 3; i >= 0; --i)
+      v = (v << 8) | static_cast<unsigned char>(rec[at + static_cast<std::size_t>(i)]);
+    return v;
+  };
+  EXPECT_EQ(u32(8), tb::store::masked_crc32c(rec.substr(0, 8)));
+  EXPECT_EQ(u32(17), tb::store::masked_crc32c("hello"));
+}
+
+TEST_F(StoreTest, TensorBoardExportWritesOneFileAndRefusesUnknownRuns) {
+  auto store = RunStore::open(db());
+  const auto run = store.create_run({.name = "tb", .config = "[run]\nsteps = 2\n"});
+  {
+    RunWriter w(db(), run);
+    w.log_metrics(1, {{"loss", 2.0}, {"lr.adamw.0", 0.1}});
+    w.log_metrics(2, {{"loss", 1.0}});
+    w.set_status(RunStatus::kFinished);
+  }
+  const auto dir = db().parent_path() / "tb";
+  const auto file = tb::store::write_tensorboard(store, run, dir);
+  EXPECT_EQ(file.parent_path(), dir);
+  EXPECT_EQ(file.filename().string().rfind("events.out.tfevents.", 0), 0u);
+  EXPECT_EQ(std::filesystem::file_size(file), tb::store::tensorboard_events(store, run).size());
+  const std::string bytes = tb::store::tensorboard_events(store, run);
+  EXPECT_NE(bytes.find("brain.Event:2"), std::string::npos);
+  EXPECT_NE(bytes.find("lr.adamw.0"), std::string::npos);
+  EXPECT_THROW(tb::store::write_tensorboard(store, run + 99, dir), tb::ValueError);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // nothing else
 }
 
 TEST_F(StoreTest, ProcessStartTimeIdentifiesThisProcess) {
