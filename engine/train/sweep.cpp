@@ -1,0 +1,340 @@
+// Sweep planning (see sweep.h).
+#include "engine/train/sweep.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/rng/cpu_sampling.h"
+#include "engine/train/run_config.h"
+
+namespace tb::train {
+namespace {
+
+struct Where {
+  std::string source;
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw ValueError("[sweep] " + source + ": " + key + ": " + what);
+  }
+};
+
+std::string number_text(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".eEni") == std::string::npos) s += ".0";  // stays a TOML float
+  return s;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A TOML value (scalar or array of them) as TOML text.
+std::string value_text(const Where& w, const std::string& key, const toml::node& n) {
+  if (const auto* s = n.as_string()) return quoted(s->get());
+  if (const auto* i = n.as_integer()) return std::to_string(i->get());
+  if (const auto* f = n.as_floating_point()) return number_text(f->get());
+  if (const auto* b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (const auto* a = n.as_array()) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < a->size(); ++i)
+      out += (i ? ", " : "") + value_text(w, key, *a->get(i));
+    return out + "]";
+  }
+  w.fail(key, "a value must be a string, number, boolean or array");
+}
+
+double number_of(const Where& w, const std::string& key, const toml::node* n) {
+  if (n == nullptr) w.fail(key, "is required");
+  if (const auto* i = n->as_integer()) return static_cast<double>(i->get());
+  if (const auto* f = n->as_floating_point()) return f->get();
+  w.fail(key, "expected a number");
+}
+
+SweepParameter parameter_of(const Where& w, const std::string& key, const toml::node& n) {
+  const std::string at = "sweep.parameters.'" + key + "'";
+  SweepParameter p;
+  p.key = key;
+  if (const auto* a = n.as_array()) {
+    p.distribution = "values";
+    for (const toml::node& v : *a)
+      p.values.push_back(value_text(w, at, v));
+    if (p.values.empty()) w.fail(at, "needs at least one value");
+    return p;
+  }
+  const auto* t = n.as_table();
+  if (t == nullptr)
+    w.fail(at, "expected a list of values or a table { distribution, min, max } or { values }");
+  for (const auto& [k, v] : *t) {
+    const std::string name(k.str());
+    if (name != "distribution" && name != "min" && name != "max" && name != "values")
+      w.fail(at + "." + name, "unknown key (expected distribution, min, max or values)");
+  }
+  if (const auto* values = t->get("values")) return parameter_of(w, key, *values);
+  const auto* d = t->get("distribution");
+  if (d == nullptr || !d->is_string()) w.fail(at + ".distribution", "is required");
+  p.distribution = d->as_string()->get();
+  if (p.distribution != "uniform" && p.distribution != "log_uniform" &&
+      p.distribution != "int_uniform")
+    w.fail(at + ".distribution",
+           "'" + p.distribution + "' is not uniform, log_uniform or int_uniform");
+  p.min = number_of(w, at + ".min", t->get("min"));
+  p.max = number_of(w, at + ".max", t->get("max"));
+  if (!(p.min <= p.max)) w.fail(at, "min must be <= max");
+  if (p.distribution == "log_uniform" && !(p.min > 0))
+    w.fail(at + ".min", "log_uniform needs min > 0");
+  return p;
+}
+
+SweepSpec spec_of(const Where& w, const toml::table& t) {
+  SweepSpec s;
+  s.name = "sweep";
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    const std::string at = "sweep." + key;
+    if (key == "name" || key == "method" || key == "metric" || key == "goal") {
+      if (!v.is_string()) w.fail(at, "expected a string");
+      const std::string text = v.as_string()->get();
+      (key == "name"     ? s.name
+       : key == "method" ? s.method
+       : key == "metric" ? s.metric
+                         : s.goal) = text;
+    } else if (key == "trials" || key == "sampler_seed") {
+      if (!v.is_integer() || v.as_integer()->get() < 0) w.fail(at, "expected an integer >= 0");
+      if (key == "trials") s.trials = v.as_integer()->get();
+      if (key == "sampler_seed") s.sampler_seed = static_cast<std::uint64_t>(v.as_integer()->get());
+    } else if (key == "seeds") {
+      const auto* a = v.as_array();
+      if (a == nullptr) w.fail(at, "expected a list of integers");
+      for (const toml::node& e : *a) {
+        if (!e.is_integer()) w.fail(at, "expected a list of integers");
+        s.seeds.push_back(e.as_integer()->get());
+      }
+    } else if (key == "parameters") {
+      const auto* p = v.as_table();
+      if (p == nullptr) w.fail(at, "expected a table of key = values");
+      for (const auto& [pk, pv] : *p)
+        s.parameters.push_back(parameter_of(w, std::string(pk.str()), pv));
+    } else {
+      w.fail(at,
+             "unknown key (expected name, method, trials, seeds, metric, goal, "
+             "sampler_seed or parameters)");
+    }
+  }
+  if (s.method != "grid" && s.method != "random")
+    w.fail("sweep.method", "'" + s.method + "' is not grid or random");
+  if (s.goal != "min" && s.goal != "max")
+    w.fail("sweep.goal", "'" + s.goal + "' is not min or max");
+  if (s.parameters.empty()) w.fail("sweep.parameters", "name at least one key to sweep");
+  if (s.method == "random" && s.trials <= 0) w.fail("sweep.trials", "random needs trials >= 1");
+  if (s.method == "grid") {
+    for (const auto& p : s.parameters)
+      if (p.distribution != "values")
+        w.fail("sweep.parameters.'" + p.key + "'",
+               "a grid needs a list of values (" + p.distribution + " is for method = \"random\")");
+  }
+  std::sort(s.parameters.begin(), s.parameters.end(),
+            [](const SweepParameter& a, const SweepParameter& b) { return a.key < b.key; });
+  return s;
+}
+
+using Assignment = std::vector<std::pair<std::string, std::string>>;
+
+std::vector<Assignment> points_of(const SweepSpec& s) {
+  std::vector<Assignment> points;
+  if (s.method == "grid") {
+    points.emplace_back();
+    for (const auto& p : s.parameters) {
+      std::vector<Assignment> next;
+      for (const auto& a : points)
+        for (const auto& v : p.values) {
+          Assignment b = a;
+          b.emplace_back(p.key, v);
+          next.push_back(std::move(b));
+        }
+      points = std::move(next);
+    }
+    return points;
+  }
+  rng::CpuGenerator gen(s.sampler_seed);
+  for (std::int64_t i = 0; i < s.trials; ++i) {
+    Assignment a;
+    for (const auto& p : s.parameters) {
+      const double u = rng::unlocked::uniform_double(gen, 0.0, 1.0);
+      std::string v;
+      if (p.distribution == "values") {
+        const auto n = static_cast<double>(p.values.size());
+        v = p.values[std::min(p.values.size() - 1, static_cast<std::size_t>(u * n))];
+      } else if (p.distribution == "uniform") {
+        v = number_text(p.min + u * (p.max - p.min));
+      } else if (p.distribution == "log_uniform") {
+        v = number_text(std::exp(std::log(p.min) + u * (std::log(p.max) - std::log(p.min))));
+      } else {  // int_uniform
+        const double lo = std::ceil(p.min), hi = std::floor(p.max);
+        v = std::to_string(
+            static_cast<std::int64_t>(std::min(hi, lo + std::floor(u * (hi - lo + 1.0)))));
+      }
+      a.emplace_back(p.key, v);
+    }
+    points.push_back(std::move(a));
+  }
+  return points;
+}
+
+// Whether a config error says the key is not read in this config (an unknown key for the kind,
+// a sub-table only read with another kind) rather than that its value is wrong.
+bool not_applicable(const ConfigError& e) {
+  const std::string& m = e.problem().message;
+  return m.find("unknown key") != std::string::npos ||
+         m.find("only read with") != std::string::npos ||
+         std::string(e.what()).find("unknown key") != std::string::npos;
+}
+
+// Removes the dotted `path` from `t`; false when it is not there.
+bool erase_path(toml::table& t, const std::string& path) {
+  const auto dot = path.find('.');
+  if (dot == std::string::npos) return t.erase(path) > 0;
+  auto* sub = t.get(path.substr(0, dot));
+  return sub != nullptr && sub->is_table() && erase_path(*sub->as_table(), path.substr(dot + 1));
+}
+
+std::string text_of(const toml::table& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+std::vector<std::string> sets_of(const Assignment& a) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : a)
+    out.push_back(k + "=" + v);
+  return out;
+}
+
+std::string describe(const Assignment& a) {
+  std::string out;
+  for (const auto& [k, v] : a)
+    out += (out.empty() ? "" : ", ") + k + "=" + v;
+  return out.empty() ? "no swept key" : out;
+}
+
+}  // namespace
+
+SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
+                     const std::vector<std::string>& overrides) {
+  const Where w{source};
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(toml_text), std::string_view(source));
+  } catch (const toml::parse_error& e) {
+    throw ValueError("[sweep] " + source + ": invalid TOML: " + std::string(e.description()));
+  }
+  const auto* sweep = root.get("sweep");
+  if (sweep == nullptr || !sweep->is_table())
+    throw ValueError("[sweep] " + source + ": no [sweep] table (what to vary, see the user guide)");
+  SweepPlan plan;
+  plan.spec = spec_of(w, *sweep->as_table());
+  root.erase("sweep");
+  plan.base_toml = text_of(root);
+  const RunConfig base = parse_run_config(plan.base_toml, source, overrides);
+  std::vector<std::int64_t> seeds = plan.spec.seeds;
+  if (seeds.empty()) seeds.push_back(static_cast<std::int64_t>(base.run.seed));
+  std::string tags = "[";
+  for (const auto& t : base.run.tags)
+    tags += quoted(t) + ", ";
+  tags += quoted("sweep:" + plan.spec.name) + "]";
+
+  // Each point keeps the keys its config reads; the others are dropped (and equal points merged).
+  std::set<std::string> applied;
+  std::vector<std::string> refusals;
+  std::vector<Assignment> points;
+  std::vector<std::string> point_bases;  // the config each point starts from
+  std::set<Assignment> seen;
+  for (Assignment a : points_of(plan.spec)) {
+    const Assignment asked = a;
+    toml::table point_root = root;
+    while (true) {
+      std::vector<std::string> sets = overrides;
+      for (const auto& s : sets_of(a))
+        sets.push_back(s);
+      try {
+        (void)parse_run_config(text_of(point_root), source, sets);
+        break;
+      } catch (const ConfigError& e) {
+        const std::string& path = e.problem().key_path;
+        if (!not_applicable(e) || path.empty())
+          throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
+                           e.what());
+        const auto drop = std::find_if(a.begin(), a.end(), [&](const auto& kv) {
+          return kv.first == path || kv.first.rfind(path + ".", 0) == 0;
+        });
+        if (drop != a.end()) {  // a swept key this point does not read
+          refusals.push_back(drop->first + ": " + e.what());
+          a.erase(drop);
+        } else if (!erase_path(point_root, path)) {  // nor a key of the config it makes moot
+          throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
+                           e.what());
+        }
+      }
+    }
+    for (const auto& kv : a)
+      applied.insert(kv.first);
+    if (seen.insert(a).second) {
+      points.push_back(std::move(a));
+      point_bases.push_back(text_of(point_root));
+    }
+  }
+  for (const auto& p : plan.spec.parameters) {
+    if (applied.count(p.key)) continue;
+    std::string why;
+    for (const auto& r : refusals)
+      if (r.rfind(p.key + ": ", 0) == 0 && why.empty()) why = r.substr(p.key.size() + 2);
+    w.fail("sweep.parameters.'" + p.key + "'", "applies to no point (" + why + ")");
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    for (std::int64_t seed : seeds) {
+      SweepTrial t;
+      t.index = static_cast<std::int64_t>(plan.trials.size());
+      t.point = static_cast<std::int64_t>(i);
+      t.seed = seed;
+      t.assignment = points[i];
+      t.overrides = overrides;
+      for (const auto& s : sets_of(points[i]))
+        t.overrides.push_back(s);
+      t.overrides.push_back("run.seed=" + std::to_string(seed));
+      t.overrides.push_back("run.name=" + quoted(plan.spec.name + " p" + std::to_string(i) + " s" +
+                                                 std::to_string(seed)));
+      t.overrides.push_back("run.tags=" + tags);
+      t.config = to_toml(parse_run_config(point_bases[i], source, t.overrides));
+      plan.trials.push_back(std::move(t));
+    }
+  }
+  return plan;
+}
+
+SweepPlan plan_sweep_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw ValueError("[sweep] cannot open " + path);
+  std::ostringstream text;
+  text << f.rdbuf();
+  return plan_sweep(text.str(), path, overrides);
+}
+
+}  // namespace tb::train

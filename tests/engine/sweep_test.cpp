@@ -1,0 +1,142 @@
+// Sweep planning (engine/train/sweep.h): grids, random draws, seeds, keys that do not apply to a
+// point, and errors that name the key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/train/run_config.h"
+#include "engine/train/sweep.h"
+
+namespace {
+
+using tb::train::plan_sweep;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+const std::string kBase = R"(
+[run]
+name = "blobs"
+seed = 5
+steps = 20
+tags = ["demo"]
+
+[model]
+kind = "mlp"
+input = 16
+hidden = [32]
+classes = 4
+
+[data]
+kind = "synthetic-blobs"
+batch_size = 32
+workers = 0
+
+[optimizer]
+kind = "adamw"
+lr = 0.01
+)";
+
+std::string error_of(const std::string& sweep) {
+  try {
+    (void)plan_sweep(kBase + sweep, "s.toml");
+  } catch (const tb::ValueError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The issue's 2 x 2 x 2: optimizer x learning rate x seed. The Muon points take
+// optimizer.muon.lr, the AdamW points optimizer.lr; each point's other key is left out.
+TEST(Sweep, OptimizerTimesLrTimesSeedIsEightRuns) {
+  const auto plan = plan_sweep(kBase + R"(
+[sweep]
+name = "opt-lr"
+seeds = [1, 2]
+metric = "eval.accuracy"
+goal = "max"
+[sweep.parameters]
+"optimizer.kind" = ["muon", "adamw"]
+"optimizer.muon.lr" = [0.01, 0.02]
+"optimizer.lr" = [1e-3, 3e-3]
+)",
+                               "s.toml");
+  ASSERT_EQ(plan.trials.size(), 8u);
+  EXPECT_EQ(plan.spec.metric, "eval.accuracy");
+  EXPECT_EQ(plan.spec.goal, "max");
+  std::set<std::string> points;
+  for (const auto& t : plan.trials) {
+    std::string text;
+    for (const auto& [k, v] : t.assignment)
+      text += k + "=" + v + ";";
+    points.insert(text);
+    const bool muon = text.find("\"muon\"") != std::string::npos;
+    EXPECT_EQ(text.find(muon ? "optimizer.lr=" : "optimizer.muon.lr="), std::string::npos) << text;
+    // Every trial is a run config: its seed, name and tags as asked.
+    const auto cfg = tb::train::parse_run_config(t.config, "trial");
+    EXPECT_EQ(static_cast<std::int64_t>(cfg.run.seed), t.seed);
+    EXPECT_EQ(cfg.run.name, "opt-lr p" + std::to_string(t.point) + " s" + std::to_string(t.seed));
+    EXPECT_EQ(cfg.run.tags, (std::vector<std::string>{"demo", "sweep:opt-lr"}));
+    EXPECT_EQ(cfg.optimizer.main.kind, muon ? "muon" : "adamw");
+  }
+  EXPECT_EQ(points.size(), 4u);
+  EXPECT_EQ(plan.base_toml.find("[sweep"), std::string::npos);
+}
+
+TEST(Sweep, RandomDrawsAreReproducibleAndInRange) {
+  const std::string sweep = R"(
+[sweep]
+method = "random"
+trials = 12
+sampler_seed = 7
+[sweep.parameters]
+"optimizer.lr" = { distribution = "log_uniform", min = 1e-4, max = 1e-2 }
+"optimizer.weight_decay" = { distribution = "uniform", min = 0.0, max = 0.1 }
+"data.batch_size" = { distribution = "int_uniform", min = 8, max = 12 }
+"optimizer.beta1" = [0.9, 0.95]
+)";
+  const auto a = plan_sweep(kBase + sweep, "s.toml");
+  const auto b = plan_sweep(kBase + sweep, "s.toml");
+  ASSERT_EQ(a.trials.size(), 12u);  // one seed: the config's
+  std::set<std::string> lrs;
+  for (std::size_t i = 0; i < a.trials.size(); ++i) {
+    EXPECT_EQ(a.trials[i].assignment, b.trials[i].assignment);
+    EXPECT_EQ(a.trials[i].seed, 5);
+    const auto cfg = tb::train::parse_run_config(a.trials[i].config, "trial");
+    const double lr = cfg.optimizer.main.number("lr");
+    EXPECT_GE(lr, 1e-4);
+    EXPECT_LE(lr, 1e-2);
+    EXPECT_GE(cfg.data.batch_size, 8);
+    EXPECT_LE(cfg.data.batch_size, 12);
+    lrs.insert(std::to_string(lr));
+  }
+  EXPECT_GT(lrs.size(), 8u);  // drawn, not repeated
+}
+
+TEST(Sweep, ErrorsNameTheKey) {
+  EXPECT_CONTAINS(error_of(""), "[sweep] s.toml: no [sweep] table");
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmethod = \"bayes\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+      "sweep.method: 'bayes' is not grid or random");
+  EXPECT_CONTAINS(error_of("[sweep]\nmetod = \"grid\"\n"), "sweep.metod: unknown key");
+  EXPECT_CONTAINS(error_of("[sweep]\n"), "sweep.parameters: name at least one key to sweep");
+  EXPECT_CONTAINS(
+      error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = { distribution = \"uniform\", "
+               "min = 0.1, max = 0.2 }\n"),
+      "sweep.parameters.'optimizer.lr': a grid needs a list of values");
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmethod = \"random\"\ntrials = 2\n[sweep.parameters]\n\"optimizer.lr\" = "
+               "{ distribution = \"log_uniform\", min = 0.0, max = 0.2 }\n"),
+      "sweep.parameters.'optimizer.lr'.min: log_uniform needs min > 0");
+  // A key no point reads: named, with the config reader's reason.
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n"),
+                  "sweep.parameters.'optimizer.lrr': applies to no point");
+  // A value a point's config refuses: the point and the config's message.
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, -1.0]\n"),
+                  "the point optimizer.lr=-1.0");
+}
+
+}  // namespace
