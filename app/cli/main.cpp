@@ -12,6 +12,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "engine/api/model_api.h"
 #include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
+#include "engine/api/sweep_api.h"
 #include "engine/api/topology_api.h"
 
 namespace {
@@ -293,6 +295,67 @@ int cmd_schedule_config(const std::string& path, const std::vector<std::string>&
   return 0;
 }
 
+void print_sweep_table(const tb::api::SweepResult& r) {
+  std::cout << "\nsweep " << r.plan.name << ": " << r.plan.metric << " (best of each run, "
+            << (r.plan.goal == "max" ? "higher" : "lower") << " is better; mean ± sd over seeds)\n";
+  std::cout << std::left << std::setw(7) << "point" << std::setw(24) << "mean ± sd" << std::setw(10)
+            << "finished" << std::setw(14) << "runs"
+            << "values\n";
+  bool first = true;
+  for (const auto& p : r.points) {
+    std::ostringstream stat, ids;
+    if (p.mean) {
+      stat << std::setprecision(6) << *p.mean;
+      if (p.stddev) stat << " ± " << std::setprecision(3) << *p.stddev;
+    } else {
+      stat << "-";
+    }
+    for (std::size_t i = 0; i < p.run_ids.size(); ++i)
+      ids << (i ? "," : "") << p.run_ids[i];
+    std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point)) << std::setw(24)
+              << stat.str() << std::setw(10)
+              << (std::to_string(p.finished) + "/" + std::to_string(p.runs)) << std::setw(14)
+              << ids.str() << p.values << (first && p.mean ? "   <- best" : "") << "\n";
+    first = false;
+  }
+}
+
+int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_path) {
+  if (dry_run) {
+    const auto plan = tb::api::preview_sweep(req.config_path, req.overrides);
+    std::cout << "sweep " << plan.name << " (" << plan.method << "): " << plan.trials.size()
+              << " runs; " << plan.goal << " " << plan.metric << "\n";
+    for (const auto& t : plan.trials)
+      std::cout << "  " << t.index << "  " << t.name << "  " << t.values << "\n";
+    return 0;
+  }
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) throw std::runtime_error("[sweep] cannot find this program (/proc/self/exe)");
+  exe[n] = '\0';
+  req.program = exe;
+  req.db_path = db_path;
+  const auto result = tb::api::run_sweep(req, [](const tb::api::SweepTrialRow& t, int pid,
+                                                 const std::string& cpus,
+                                                 std::optional<int> exit_code) {
+    if (!exit_code) {
+      std::cout << "trial " << t.index << " (" << t.name << "): pid " << pid << ", "
+                << (cpus.empty() ? std::string("unbound") : "CPUs " + cpus) << ", " << t.values
+                << "\n";
+    } else {
+      std::cout << "trial " << t.index << " (" << t.name << "): exited with " << *exit_code << "\n";
+    }
+    std::cout.flush();
+  });
+  print_sweep_table(result);
+  std::cout << "trial configs: " << result.trial_dir << "\n";
+  if (result.failed > 0) {
+    std::cerr << "error: " << result.failed << " trial(s) failed\n";
+    return 2;
+  }
+  return 0;
+}
+
 int cmd_schedule(const std::string& kind, const std::vector<std::string>& settings,
                  const std::vector<double>& lrs, int steps, bool momentum) {
   const auto t = tb::api::preview_schedule(kind, settings, lrs, steps);
@@ -476,6 +539,19 @@ int main(int argc, char** argv) {
   auto* compare = app.add_subcommand("compare", "runs side by side: config differences, summary");
   std::vector<std::int64_t> compare_ids;
   compare->add_option("runs", compare_ids, "two or more run ids")->required()->expected(2, 64);
+  auto* sweep = app.add_subcommand(
+      "sweep", "the runs of a config's [sweep] table, N at a time in CPU slots, then its table");
+  tb::api::SweepRequest sweep_req;
+  bool sweep_dry = false;
+  sweep->add_option("config", sweep_req.config_path, "run config with a [sweep] table")->required();
+  sweep->add_option("--set", sweep_req.overrides, "key.path=value over the run config");
+  sweep->add_option("--parallel", sweep_req.parallel, "trials at a time, one per CPU slot")
+      ->capture_default_str();
+  sweep
+      ->add_option("--binding", sweep_req.binding,
+                   "none, node, socket, exclusive or core-complex (the slots' CPUs)")
+      ->capture_default_str();
+  sweep->add_flag("--dry-run", sweep_dry, "print the trials and run nothing");
   auto* exp = app.add_subcommand(
       "export", "a run's metrics as CSV or JSON on stdout, or as a TensorBoard event file in DIR");
   std::int64_t export_id = 0;
@@ -606,6 +682,7 @@ int main(int argc, char** argv) {
       std::cout << tb::api::compare_runs(db_path, compare_ids);
       return 0;
     }
+    if (sweep->parsed()) return cmd_sweep(sweep_req, sweep_dry, db_path);
     if (exp->parsed()) {
       if (export_format == "tensorboard") {
         std::cout << "wrote " << tb::api::export_tensorboard(db_path, export_id, export_dir)

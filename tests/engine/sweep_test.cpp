@@ -116,6 +116,14 @@ sampler_seed = 7
   EXPECT_GT(lrs.size(), 8u);  // drawn, not repeated
 }
 
+// The shipped example: 3 Muon and 3 AdamW points over two seeds.
+TEST(Sweep, ShippedExamplePlansTwelveRuns) {
+  const auto plan = tb::train::plan_sweep_file(std::string(TB_TEST_DATA_DIR) +
+                                               "/../../resources/configs/fmnist-mlp-sweep.toml");
+  EXPECT_EQ(plan.trials.size(), 12u);
+  EXPECT_EQ(plan.spec.name, "fmnist-muon-vs-adamw");
+}
+
 TEST(Sweep, ErrorsNameTheKey) {
   EXPECT_CONTAINS(error_of(""), "[sweep] s.toml: no [sweep] table");
   EXPECT_CONTAINS(

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# e2e.sweep: a 2 x 2 x 2 grid (optimizer x learning rate x seed) on synthetic data runs with
+# --parallel 2 in exclusive CPU slots and records 8 runs under one sweep: its table has four
+# points with both seeds finished, eight distinct runs, and the runs carry the sweep's tag.
+#   tests/e2e/sweep.sh TRAINBENCH_CLI SOURCE_DIR
+set -u
+cli=$1 src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: sweep: $*"; exit 1; }
+out=$("$cli" --db "$work/runs.sqlite" sweep "$src/tests/data/sweep_grid.toml" --parallel 2 \
+      --binding exclusive 2>&1) || fail "the sweep exited with $?: $out"
+table=$(printf '%s\n' "$out" | sed -n '/^point /,/^trial configs/p')
+echo "$table"
+[ "$(printf '%s\n' "$table" | grep -c ' 2/2 ')" = 4 ] || fail "expected 4 points with 2/2 finished"
+ids=$(printf '%s\n' "$table" | sed -n 's|^p[0-9].* [0-9]*/[0-9]* *\([0-9,]*\) .*|\1|p' |
+      tr ',' '\n' | sort -un | wc -l)
+[ "$ids" = 8 ] || fail "expected 8 distinct runs, found $ids"
+printf '%s\n' "$table" | grep -q '<- best' || fail "no best point marked"
+[ "$(find "$work/sweeps/opt-lr" -name "trial-*.toml" | wc -l)" = 8 ] || fail "expected 8 trial configs"
+tagged=$("$cli" --db "$work/runs.sqlite" export 1 --format json | grep -c '"sweep:opt-lr"')
+[ "$tagged" -ge 1 ] || fail "run 1 does not carry the tag sweep:opt-lr"
+[ "$("$cli" --db "$work/runs.sqlite" runs | grep -c 'opt-lr p')" = 8 ] || fail "expected 8 runs"
+echo "PASS: sweep: 8 runs in 4 points, 2 at a time"
