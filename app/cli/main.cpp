@@ -321,6 +321,14 @@ void print_sweep_table(const tb::api::SweepResult& r) {
 }
 
 int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_path) {
+  if (req.config_path.empty() == req.resume.empty()) {
+    std::cerr << "error: [sweep] give a CONFIG with a [sweep] table, or --resume NAME\n";
+    return 2;
+  }
+  if (dry_run && !req.resume.empty()) {
+    std::cerr << "error: [sweep] --dry-run plans a CONFIG; --resume continues a stored sweep\n";
+    return 2;
+  }
   if (dry_run) {
     const auto plan = tb::api::preview_sweep(req.config_path, req.overrides);
     std::cout << "sweep " << plan.name << " (" << plan.method << "): " << plan.trials.size()
@@ -335,18 +343,20 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_pat
   exe[n] = '\0';
   req.program = exe;
   req.db_path = db_path;
-  const auto result = tb::api::run_sweep(req, [](const tb::api::SweepTrialRow& t, int pid,
-                                                 const std::string& cpus,
-                                                 std::optional<int> exit_code) {
-    if (!exit_code) {
-      std::cout << "trial " << t.index << " (" << t.name << "): pid " << pid << ", "
-                << (cpus.empty() ? std::string("unbound") : "CPUs " + cpus) << ", " << t.values
-                << "\n";
-    } else {
-      std::cout << "trial " << t.index << " (" << t.name << "): exited with " << *exit_code << "\n";
-    }
-    std::cout.flush();
-  });
+  const auto result =
+      tb::api::run_sweep(req, [](const tb::api::SweepTrialRow& t, std::int64_t resumed, int pid,
+                                 const std::string& cpus, std::optional<int> exit_code) {
+        if (!exit_code) {
+          std::cout << "trial " << t.index << " (" << t.name << "): pid " << pid << ", "
+                    << (cpus.empty() ? std::string("unbound") : "CPUs " + cpus) << ", "
+                    << (resumed > 0 ? "resumed run " + std::to_string(resumed) + ", " : "")
+                    << t.values << "\n";
+        } else {
+          std::cout << "trial " << t.index << " (" << t.name << "): exited with " << *exit_code
+                    << "\n";
+        }
+        std::cout.flush();
+      });
   print_sweep_table(result);
   std::cout << "trial configs: " << result.trial_dir << "\n";
   if (result.failed > 0) {
@@ -543,7 +553,7 @@ int main(int argc, char** argv) {
       "sweep", "the runs of a config's [sweep] table, N at a time in CPU slots, then its table");
   tb::api::SweepRequest sweep_req;
   bool sweep_dry = false;
-  sweep->add_option("config", sweep_req.config_path, "run config with a [sweep] table")->required();
+  sweep->add_option("config", sweep_req.config_path, "run config with a [sweep] table");
   sweep->add_option("--set", sweep_req.overrides, "key.path=value over the run config");
   sweep->add_option("--parallel", sweep_req.parallel, "trials at a time, one per CPU slot")
       ->capture_default_str();
@@ -552,6 +562,9 @@ int main(int argc, char** argv) {
                    "none, node, socket, exclusive or core-complex (the slots' CPUs)")
       ->capture_default_str();
   sweep->add_flag("--dry-run", sweep_dry, "print the trials and run nothing");
+  sweep->add_option("--resume", sweep_req.resume,
+                    "continue sweep NAME of this store: finished runs kept, interrupted ones "
+                    "resumed from their checkpoints, the rest started");
   auto* exp = app.add_subcommand(
       "export", "a run's metrics as CSV or JSON on stdout, or as a TensorBoard event file in DIR");
   std::int64_t export_id = 0;

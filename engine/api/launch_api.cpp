@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +59,10 @@ int wait_for(int pid) {
 std::vector<LaunchedProcess> launch_runs(
     const LaunchRequest& req, const std::function<void(const LaunchedProcess&)>& on_started) {
   TB_CHECK(req.nproc >= 1, "[launch] --nproc must be >= 1, got ", req.nproc);
-  TB_CHECK(!req.configs.empty(), "[launch] give at least one run config");
+  const bool all_resumed = req.resume_runs.size() >= static_cast<std::size_t>(req.nproc) &&
+                           std::all_of(req.resume_runs.begin(), req.resume_runs.begin() + req.nproc,
+                                       [](std::int64_t id) { return id > 0; });
+  TB_CHECK(!req.configs.empty() || all_resumed, "[launch] give at least one run config");
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);
@@ -73,14 +77,23 @@ std::vector<LaunchedProcess> launch_runs(
   for (int k = 0; k < req.nproc; ++k) {
     LaunchedProcess p;
     p.slot = k;
-    p.config = req.configs[static_cast<std::size_t>(k) % req.configs.size()];
+    const std::int64_t resume_id = static_cast<std::size_t>(k) < req.resume_runs.size()
+                                       ? req.resume_runs[static_cast<std::size_t>(k)]
+                                       : 0;
+    p.config = resume_id > 0 ? "run " + std::to_string(resume_id) + " (resumed)"
+                             : req.configs[static_cast<std::size_t>(k) % req.configs.size()];
     std::vector<std::string> args = {req.program};
     if (!req.db_path.empty()) {
       args.push_back("--db");
       args.push_back(req.db_path);
     }
     args.push_back("run");
-    args.push_back(p.config);
+    if (resume_id > 0) {
+      args.push_back("--resume");
+      args.push_back(std::to_string(resume_id));
+    } else {
+      args.push_back(p.config);
+    }
     // The child's run pins its own threads to the same CPUs (and records it). The CPU list is
     // passed explicitly: inside the child, with its mask already narrowed to the slot, planning
     // the slot again would see only those CPUs.

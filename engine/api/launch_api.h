@@ -25,6 +25,9 @@ struct LaunchRequest {
   std::string hostfile;                ///< ddp: an Open MPI hostfile instead of hosts
   std::string mpirun = "mpirun";       ///< ddp: the launcher program
   std::int64_t resume = 0;             ///< ddp: continue this stored run (0 = a new run)
+  /// Not ddp: process k continues stored run resume_runs[k] from its newest checkpoint
+  /// (`run --resume ID`) instead of starting configs[k % size], where given and > 0.
+  std::vector<std::int64_t> resume_runs;
 };
 
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.

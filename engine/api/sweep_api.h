@@ -42,6 +42,11 @@ struct SweepRequest {
   int parallel = 1;                    ///< trials at a time, each in its own slot
   std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
   bool fallback = true;                ///< an unsatisfiable binding runs unbound (warning)
+  /// Continue sweep NAME (config_path and overrides unused): its plan and trial configs are
+  /// read back from <store folder>/sweeps/NAME; finished runs are kept, crashed or cancelled
+  /// ones resume from their newest checkpoint (or start again without one), trials never
+  /// started start.
+  std::string resume;
 };
 
 /// One point's result over its seeds.
@@ -65,12 +70,13 @@ struct SweepResult {
 
 /// Runs every trial of the sweep, `parallel` at a time as bound processes (the launcher of
 /// `trainbench-cli launch`), writing each trial's effective config to
-/// <store folder>/sweeps/<name>/trial-<index>.toml; `on_trial` hears each process start
-/// (index, pid, CPUs) and end (index, exit code). Then reads the table back from the store.
+/// <store folder>/sweeps/<name>/trial-<index>.toml and the plan to plan.json beside them (what
+/// `resume` reads); `on_trial` hears each process start (the trial, the run it resumes or 0, pid,
+/// CPUs) and end (with its exit code). Then reads the table back from the store.
 SweepResult run_sweep(
     const SweepRequest& request,
-    const std::function<void(const SweepTrialRow& trial, int pid, const std::string& cpus,
-                             std::optional<int> exit_code)>& on_trial);
+    const std::function<void(const SweepTrialRow& trial, std::int64_t resumed_run, int pid,
+                             const std::string& cpus, std::optional<int> exit_code)>& on_trial);
 
 /// The table of sweep `name` from the store: its runs are those tagged "sweep:<name>" whose
 /// names match the plan's trials (the newest run of each name).
