@@ -118,8 +118,8 @@ sampler_seed = 7
 
 // The shipped example: 3 Muon and 3 AdamW points over two seeds.
 TEST(Sweep, ShippedExamplePlansTwelveRuns) {
-  const auto plan = tb::train::plan_sweep_file(std::string(TB_TEST_DATA_DIR) +
-                                               "/../../resources/configs/sweeps/fmnist-mlp-sweep.toml");
+  const auto plan = tb::train::plan_sweep_file(
+      std::string(TB_TEST_DATA_DIR) + "/../../resources/configs/sweeps/fmnist-mlp-sweep.toml");
   EXPECT_EQ(plan.trials.size(), 12u);
   EXPECT_EQ(plan.spec.name, "fmnist-muon-vs-adamw");
 }
