@@ -16,13 +16,13 @@ struct SweepTrialRow {
   std::int64_t index = 0;  ///< 0-based, plan order
   std::int64_t point = 0;  ///< 0-based point
   std::int64_t seed = 0;   ///< run.seed
-  std::string name;        ///< its run's name ("<sweep> p<point> s<seed>")
+  std::string name;        ///< its run's name ("SWEEP pPOINT sSEED")
   std::string values;      ///< "optimizer.kind="muon", optimizer.muon.lr=0.02"
 };
 
 /// A planned sweep.
 struct SweepPreview {
-  std::string name;                   ///< sweep name (runs are tagged "sweep:<name>")
+  std::string name;                   ///< sweep name (runs are tagged "sweep:NAME")
   std::string method;                 ///< grid or random
   std::string metric;                 ///< compared metric
   std::string goal;                   ///< min or max
@@ -43,7 +43,7 @@ struct SweepRequest {
   std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
   bool fallback = true;                ///< an unsatisfiable binding runs unbound (warning)
   /// Continue sweep NAME (config_path and overrides unused): its plan and trial configs are
-  /// read back from <store folder>/sweeps/NAME; finished runs are kept, crashed or cancelled
+  /// read back from STORE_FOLDER/sweeps/NAME; finished runs are kept, crashed or cancelled
   /// ones resume from their newest checkpoint (or start again without one), trials never
   /// started start.
   std::string resume;
@@ -70,7 +70,7 @@ struct SweepResult {
 
 /// Runs every trial of the sweep, `parallel` at a time as bound processes (the launcher of
 /// `trainbench-cli launch`), writing each trial's effective config to
-/// <store folder>/sweeps/<name>/trial-<index>.toml and the plan to plan.json beside them (what
+/// STORE_FOLDER/sweeps/NAME/trial-INDEX.toml and the plan to plan.json beside them (what
 /// `resume` reads); `on_trial` hears each process start (the trial, the run it resumes or 0, pid,
 /// CPUs) and end (with its exit code). Then reads the table back from the store.
 SweepResult run_sweep(
@@ -78,7 +78,7 @@ SweepResult run_sweep(
     const std::function<void(const SweepTrialRow& trial, std::int64_t resumed_run, int pid,
                              const std::string& cpus, std::optional<int> exit_code)>& on_trial);
 
-/// The table of sweep `name` from the store: its runs are those tagged "sweep:<name>" whose
+/// The table of sweep `name` from the store: its runs are those tagged "sweep:NAME" whose
 /// names match the plan's trials (the newest run of each name).
 SweepResult sweep_table(const SweepPreview& plan, const std::string& db_path);
 

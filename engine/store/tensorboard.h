@@ -33,9 +33,9 @@ std::string tfrecord(std::string_view data);
 /// Throws what the store throws for an unknown run.
 std::string tensorboard_events(const RunStore& store, std::int64_t run);
 
-/// Writes tensorboard_events() to DIR/events.out.tfevents.<created, Unix
-/// seconds>.trainbench-run<ID> (creating DIR) and returns the file's path. A write that fails is a
-/// tb::Error naming the file; nothing else in DIR is touched.
+/// Writes tensorboard_events() to DIR/events.out.tfevents.CREATED.trainbench-runID (CREATED: the
+/// run's creation time in Unix seconds; DIR created if needed) and returns the file's path. A write
+/// that fails is a tb::Error naming the file; nothing else in DIR is touched.
 std::filesystem::path write_tensorboard(const RunStore& store, std::int64_t run,
                                         const std::filesystem::path& dir);
 

@@ -59,8 +59,8 @@ struct SweepTrial {
   std::int64_t seed = 0;   ///< run.seed
   /// The point's values that apply to it: (key, TOML value text), in key order.
   std::vector<std::pair<std::string, std::string>> assignment;
-  /// The --set equivalent: the assignment, run.seed, run.name ("<name> p<point> s<seed>") and
-  /// run.tags (the config's plus "sweep:<name>").
+  /// The --set equivalent: the assignment, run.seed, run.name ("NAME pPOINT sSEED") and
+  /// run.tags (the config's plus "sweep:NAME").
   std::vector<std::string> overrides;
   /// The trial's effective run config (TOML, every key): what its run is started with.
   std::string config;
