@@ -9,7 +9,7 @@ cli=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: sweep_resume: $*"; exit 1; }
-sets=(--set run.steps=20000 --set checkpoint.interval=2000 --set eval.interval=5000
+sets=(--set run.steps=20000 --set checkpoint.interval=500 --set eval.interval=5000
       --set run.log_interval=20)
 table() { sed -n '/^point /,/^trial configs/p' | grep '^p[0-9]' |
           sed 's#\([0-9]/[0-9]\) *[0-9,]* *#\1 #'; }
@@ -22,12 +22,14 @@ mkdir -p "$work/cut"
 setsid "$cli" --db "$work/cut/runs.sqlite" sweep "$src/tests/data/sweep_grid.toml" --parallel 2 \
   --binding exclusive "${sets[@]}" > "$work/cut.txt" 2>&1 &
 leader=$!
-# Kill once a trial of the second pair is under way, so that runs are cut mid-training.
-for _ in $(seq 1 300); do
-  grep -q '^trial 2 ' "$work/cut.txt" && break
+# Kill once a trial of the second pair has checkpoints (step 1000 or more committed), so that
+# runs are cut mid-training — however fast or loaded the machine is.
+for _ in $(seq 1 3000); do
+  "$cli" --db "$work/cut/runs.sqlite" runs 2>/dev/null |
+    awk '$3 == "p1" && $5 == "running" && $8 >= 1000 {found = 1} END {exit !found}' && break
+  kill -0 "$leader" 2>/dev/null || fail "the sweep ended before it could be cut"
   sleep 0.02
 done
-sleep 0.4
 kill -9 -- "-$leader" 2>/dev/null || fail "could not kill the sweep's process group"
 wait "$leader" 2>/dev/null
 runs=$("$cli" --db "$work/cut/runs.sqlite" runs)
