@@ -295,6 +295,18 @@ int cmd_schedule_config(const std::string& path, const std::vector<std::string>&
   return 0;
 }
 
+// This executable's path, for the processes `launch` and `sweep` start ("[who] cannot find this
+// program" when /proc/self/exe cannot be read).
+std::string this_program(const char* who) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0)
+    throw std::runtime_error(std::string("[") + who +
+                             "] cannot find this program (/proc/self/exe)");
+  exe[n] = '\0';
+  return exe;
+}
+
 void print_sweep_table(const tb::api::SweepResult& r) {
   std::cout << "\nsweep " << r.plan.name << ": " << r.plan.metric << " (best of each run, "
             << (r.plan.goal == "max" ? "higher" : "lower") << " is better; mean ± sd over seeds)\n";
@@ -337,11 +349,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_pat
       std::cout << "  " << t.index << "  " << t.name << "  " << t.values << "\n";
     return 0;
   }
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) throw std::runtime_error("[sweep] cannot find this program (/proc/self/exe)");
-  exe[n] = '\0';
-  req.program = exe;
+  req.program = this_program("sweep");
   req.db_path = db_path;
   const auto result =
       tb::api::run_sweep(req, [](const tb::api::SweepTrialRow& t, std::int64_t resumed, int pid,
@@ -629,11 +637,7 @@ int main(int argc, char** argv) {
     if (devices->parsed()) return cmd_devices();
     if (topo->parsed()) return cmd_topo(topo_req, binding, slots, fallback);
     if (launch->parsed()) {
-      char exe[4096];
-      const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-      if (n <= 0) throw std::runtime_error("[launch] cannot find this program (/proc/self/exe)");
-      exe[n] = '\0';
-      launch_req.program = exe;
+      launch_req.program = this_program("launch");
       launch_req.db_path = db_path;
       for (std::size_t at = 0; at < launch_hosts.size();) {
         const std::size_t comma = std::min(launch_hosts.find(',', at), launch_hosts.size());
