@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "engine/train/run_config.h"
 #include "engine/train/sweep.h"
+#include "tests/engine/test_util.h"
 
 namespace {
 
@@ -17,28 +18,8 @@ using tb::train::plan_sweep;
 #define EXPECT_CONTAINS(haystack, needle) \
   EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
 
-const std::string kBase = R"(
-[run]
-name = "blobs"
-seed = 5
-steps = 20
-tags = ["demo"]
-
-[model]
-kind = "mlp"
-input = 16
-hidden = [32]
-classes = 4
-
-[data]
-kind = "synthetic-blobs"
-batch_size = 32
-workers = 0
-
-[optimizer]
-kind = "adamw"
-lr = 0.01
-)";
+// The shared 20-step blobs config (seed 5) that every sweep here varies.
+const std::string& kBase = tb::test::kBlobs;
 
 std::string error_of(const std::string& sweep) {
   try {
@@ -63,7 +44,7 @@ goal = "max"
 "optimizer.muon.lr" = [0.01, 0.02]
 "optimizer.lr" = [1e-3, 3e-3]
 )",
-                               "s.toml");
+                               "s.toml", {"run.tags=[\"demo\"]"});  // kept beside the sweep's tag
   ASSERT_EQ(plan.trials.size(), 8u);
   EXPECT_EQ(plan.spec.metric, "eval.accuracy");
   EXPECT_EQ(plan.spec.goal, "max");

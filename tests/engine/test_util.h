@@ -11,6 +11,33 @@
 
 namespace tb::test {
 
+/// A run config of 20 quick steps: 4 Gaussian blobs in 16-D (synthetic-blobs, seed 5), an MLP
+/// 16-32-4 with AdamW lr 0.01, evaluation every 10 steps. Suites add to it or --set over it.
+inline const std::string kBlobs = R"(
+[run]
+name = "blobs"
+seed = 5
+steps = 20
+
+[model]
+kind = "mlp"
+input = 16
+hidden = [32]
+classes = 4
+
+[data]
+kind = "synthetic-blobs"
+batch_size = 32
+workers = 0
+
+[optimizer]
+kind = "adamw"
+lr = 0.01
+
+[eval]
+interval = 10
+)";
+
 /// Runs f and returns the message of the exception it throws, or "<no error>".
 template <typename F>
 std::string error_of(F&& f) {

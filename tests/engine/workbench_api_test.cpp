@@ -53,31 +53,7 @@ struct TempDir : tb::test::TempDir {
   TempDir() : tb::test::TempDir("tb_workbench_test") {}
 };
 
-// 20 quick steps: 4 Gaussian blobs in 16-D, an MLP 16-32-4, evaluation every 10 steps.
-const std::string kBlobs = R"(
-[run]
-name = "blobs"
-seed = 5
-steps = 20
-
-[model]
-kind = "mlp"
-input = 16
-hidden = [32]
-classes = 4
-
-[data]
-kind = "synthetic-blobs"
-batch_size = 32
-workers = 0
-
-[optimizer]
-kind = "adamw"
-lr = 0.01
-
-[eval]
-interval = 10
-)";
+using tb::test::kBlobs;
 
 const api::ConfigField* field(const std::vector<api::ConfigField>& fields, const std::string& key) {
   for (const auto& f : fields)
