@@ -178,14 +178,9 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
 }
 
 // `run`: a progress bar on a terminal, one plain line per report when piped.
-int cmd_run(const std::string& config, const std::vector<std::string>& overrides,
-            const std::string& db, std::int64_t resume, const std::string& resume_checkpoint) {
-  tb::api::RunRequest req;
-  req.config_path = config;
-  req.overrides = overrides;
-  req.db_path = db;
-  if (resume > 0) req.resume = resume;
-  req.resume_checkpoint = resume_checkpoint;
+int cmd_run(tb::api::RunRequest req) {
+  const std::string db = req.db_path;
+  const std::int64_t resume = req.resume.value_or(0);
   const bool tty = isatty(STDOUT_FILENO) != 0;
   std::int64_t last_line_step = 0;
   auto on_start = [&](std::int64_t id, const std::string& table) {
@@ -274,7 +269,7 @@ int cmd_run(const std::string& config, const std::vector<std::string>& overrides
   std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n"
             << std::flush;
   if (rank) tb::api::end_distributed(out.status == "failed");
-  return out.status == "finished" ? 0 : 2;
+  return out.status == "finished" || out.stopped_as_asked ? 0 : 2;
 }
 
 // `schedule CONFIG.toml`: the run's LR per step and optimizer as CSV.
@@ -308,9 +303,10 @@ std::string this_program(const char* who) {
 }
 
 void print_sweep_table(const tb::api::SweepResult& r) {
-  std::cout << "\nsweep " << r.plan.name << ": " << r.plan.metric << " (best of each run, "
-            << (r.plan.goal == "max" ? "higher" : "lower") << " is better; mean ± sd over seeds)\n";
-  std::cout << std::left << std::setw(7) << "point" << std::setw(24) << "mean ± sd" << std::setw(10)
+  std::cout << "\nsweep " << r.plan.name << " (" << r.status << "): " << r.plan.metric
+            << " (best of each run, " << (r.plan.goal == "max" ? "higher" : "lower")
+            << " is better; mean ± sd over seeds)\n";
+  std::cout << std::left << std::setw(7) << "point" << std::setw(27) << "mean ± sd" << std::setw(10)
             << "finished" << std::setw(14) << "runs"
             << "values\n";
   bool first = true;
@@ -319,12 +315,15 @@ void print_sweep_table(const tb::api::SweepResult& r) {
     if (p.mean) {
       stat << std::setprecision(6) << *p.mean;
       if (p.stddev) stat << " ± " << std::setprecision(3) << *p.stddev;
+    } else if (p.stopped) {
+      stat << "stopped @" << *p.stopped;
+      if (p.stopped_value) stat << " (" << std::setprecision(4) << *p.stopped_value << ")";
     } else {
       stat << "-";
     }
     for (std::size_t i = 0; i < p.run_ids.size(); ++i)
       ids << (i ? "," : "") << p.run_ids[i];
-    std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point)) << std::setw(24)
+    std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point)) << std::setw(27)
               << stat.str() << std::setw(10)
               << (std::to_string(p.finished) + "/" + std::to_string(p.runs)) << std::setw(14)
               << ids.str() << p.values << (first && p.mean ? "   <- best" : "") << "\n";
@@ -332,9 +331,22 @@ void print_sweep_table(const tb::api::SweepResult& r) {
   }
 }
 
-int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_path) {
+int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
+              const std::string& db_path) {
+  if (!show.empty()) {
+    if (!req.config_path.empty() || !req.resume.empty() || dry_run) {
+      std::cerr << "error: [sweep] --show NAME prints a stored sweep's table; it takes no CONFIG, "
+                   "--resume or --dry-run\n";
+      return 2;
+    }
+    const auto result = tb::api::sweep_table(show, db_path);
+    print_sweep_table(result);
+    std::cout << "trial configs: " << result.trial_dir << "\n";
+    return 0;
+  }
   if (req.config_path.empty() == req.resume.empty()) {
-    std::cerr << "error: [sweep] give a CONFIG with a [sweep] table, or --resume NAME\n";
+    std::cerr
+        << "error: [sweep] give a CONFIG with a [sweep] table, --resume NAME or --show NAME\n";
     return 2;
   }
   if (dry_run && !req.resume.empty()) {
@@ -345,25 +357,43 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& db_pat
     const auto plan = tb::api::preview_sweep(req.config_path, req.overrides);
     std::cout << "sweep " << plan.name << " (" << plan.method << "): " << plan.trials.size()
               << " runs; " << plan.goal << " " << plan.metric << "\n";
+    if (plan.stopping != "none") {
+      std::cout << "early stopping: " << plan.stopping << " at steps";
+      for (std::size_t i = 0; i < plan.rungs.size(); ++i)
+        std::cout << (i ? ", " : " ") << plan.rungs[i];
+      if (plan.stopping == "successive_halving")
+        std::cout << " (keep the best 1/" << plan.reduction_factor << " of the points at each)";
+      std::cout << "\n";
+    }
     for (const auto& t : plan.trials)
       std::cout << "  " << t.index << "  " << t.name << "  " << t.values << "\n";
     return 0;
   }
   req.program = this_program("sweep");
   req.db_path = db_path;
-  const auto result =
-      tb::api::run_sweep(req, [](const tb::api::SweepTrialRow& t, std::int64_t resumed, int pid,
-                                 const std::string& cpus, std::optional<int> exit_code) {
-        if (!exit_code) {
-          std::cout << "trial " << t.index << " (" << t.name << "): pid " << pid << ", "
-                    << (cpus.empty() ? std::string("unbound") : "CPUs " + cpus) << ", "
-                    << (resumed > 0 ? "resumed run " + std::to_string(resumed) + ", " : "")
+  const auto result = tb::api::run_sweep(
+      req,
+      [](const tb::api::SweepTrialEvent& e) {
+        const auto& t = e.trial;
+        if (!e.exit_code) {
+          std::cout << "trial " << t.index << " (" << t.name << "): pid " << e.pid << ", "
+                    << (e.cpus.empty() ? std::string("unbound") : "CPUs " + e.cpus) << ", "
+                    << (e.resumed_run > 0 ? "resumed run " + std::to_string(e.resumed_run) + ", "
+                                          : "")
+                    << (e.stop_at > 0 ? "to step " + std::to_string(e.stop_at) + ", " : "")
                     << t.values << "\n";
         } else {
-          std::cout << "trial " << t.index << " (" << t.name << "): exited with " << *exit_code
+          std::cout << "trial " << t.index << " (" << t.name << "): "
+                    << (*e.exit_code != 0
+                            ? "exited with " + std::to_string(*e.exit_code) + ", see " + e.log
+                        : e.stop_at > 0 ? "at step " + std::to_string(e.stop_at)
+                                        : std::string("finished"))
                     << "\n";
         }
         std::cout.flush();
+      },
+      [](const std::string& note) {
+        std::cout << "early stopping at " << note << "\n" << std::flush;
       });
   print_sweep_table(result);
   std::cout << "trial configs: " << result.trial_dir << "\n";
@@ -546,11 +576,23 @@ int main(int argc, char** argv) {
                   "with --resume: this checkpoint folder instead of the run's newest")
       ->needs(resume_opt)
       ->check(CLI::ExistingDirectory);
+  std::string sweep_trial;
+  run->add_option("--sweep-trial", sweep_trial,
+                  "SWEEP:TRIAL: the new run is trial TRIAL of stored sweep SWEEP (set by "
+                  "`trainbench-cli sweep`)")
+      ->excludes(resume_opt);
+  std::int64_t stop_at = 0;
+  run->add_option(
+         "--stop-at", stop_at,
+         "stop after step N with a checkpoint (status cancelled, exit 0; --resume continues)")
+      ->check(CLI::PositiveNumber);
   run->callback([&] {
     if (run_config_opt->count() == 0 && resume_opt->count() == 0)
       throw CLI::RequiredError("config (or --resume RUN)");
   });
   auto* runs = app.add_subcommand("runs", "list the runs of the store");
+  std::string runs_sweep;
+  runs->add_option("--sweep", runs_sweep, "only the runs of sweep NAME");
   auto* show = app.add_subcommand("show", "a run's status, metrics and config");
   std::int64_t show_id = 0;
   show->add_option("run", show_id, "run id")->required();
@@ -573,6 +615,9 @@ int main(int argc, char** argv) {
   sweep->add_option("--resume", sweep_req.resume,
                     "continue sweep NAME of this store: finished runs kept, interrupted ones "
                     "resumed from their checkpoints, the rest started");
+  std::string sweep_show;
+  sweep->add_option("--show", sweep_show, "print stored sweep NAME's table and run nothing");
+  auto* sweeps = app.add_subcommand("sweeps", "list the sweeps of the store");
   auto* exp = app.add_subcommand(
       "export", "a run's metrics as CSV or JSON on stdout, or as a TensorBoard event file in DIR");
   std::int64_t export_id = 0;
@@ -678,16 +723,49 @@ int main(int argc, char** argv) {
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
       return 0;
     }
-    if (run->parsed())
-      return cmd_run(run_config, run_overrides, db_path, resume_run, resume_checkpoint);
+    if (run->parsed()) {
+      tb::api::RunRequest req;
+      req.config_path = run_config;
+      req.overrides = run_overrides;
+      req.db_path = db_path;
+      if (resume_run > 0) req.resume = resume_run;
+      req.resume_checkpoint = resume_checkpoint;
+      req.stop_at = stop_at;
+      if (!sweep_trial.empty()) {
+        const auto colon = sweep_trial.find(':');
+        std::int64_t sweep_id = 0;
+        std::int64_t trial = -1;
+        try {
+          std::size_t n1 = 0;
+          std::size_t n2 = 0;
+          sweep_id = std::stoll(sweep_trial.substr(0, colon), &n1);
+          trial = std::stoll(sweep_trial.substr(colon + 1), &n2);
+          if (n1 != colon || colon + 1 + n2 != sweep_trial.size()) trial = -1;
+        } catch (const std::exception&) {
+          trial = -1;
+        }
+        if (colon == std::string::npos || sweep_id <= 0 || trial < 0) {
+          std::cerr << "error: [run] --sweep-trial: expected SWEEP:TRIAL (a sweep id and a trial "
+                       "index), got '"
+                    << sweep_trial << "'\n";
+          return 2;
+        }
+        req.sweep_trial = std::make_pair(sweep_id, trial);
+      }
+      return cmd_run(std::move(req));
+    }
     if (runs->parsed()) {
       std::cout << std::left << std::setw(5) << "id" << std::setw(24) << "name" << std::setw(11)
                 << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"
                 << "message\n";
-      for (const auto& r : tb::api::list_runs(db_path)) {
+      for (const auto& r : tb::api::list_runs(db_path, runs_sweep)) {
         std::cout << std::left << std::setw(5) << r.id << std::setw(24) << r.name << std::setw(11)
                   << r.status << std::setw(21) << r.created << std::setw(8)
-                  << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message << "\n";
+                  << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message;
+        if (!r.sweep.empty())
+          std::cout << (r.message.empty() ? "" : "  ") << "[sweep " << r.sweep << " p"
+                    << r.point.value_or(0) << "]";
+        std::cout << "\n";
       }
       return 0;
     }
@@ -699,7 +777,24 @@ int main(int argc, char** argv) {
       std::cout << tb::api::compare_runs(db_path, compare_ids);
       return 0;
     }
-    if (sweep->parsed()) return cmd_sweep(sweep_req, sweep_dry, db_path);
+    if (sweep->parsed()) return cmd_sweep(sweep_req, sweep_dry, sweep_show, db_path);
+    if (sweeps->parsed()) {
+      const auto rows = tb::api::list_sweeps(db_path);
+      int name_width = 20;
+      for (const auto& r : rows)
+        name_width = std::max(name_width, static_cast<int>(r.name.size()) + 2);
+      std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name"
+                << std::setw(13) << "status" << std::setw(21) << "created (UTC)" << std::setw(8)
+                << "method" << std::setw(18) << "metric"
+                << "trials (finished, stopped)\n";
+      for (const auto& r : rows) {
+        std::cout << std::left << std::setw(5) << r.id << std::setw(name_width) << r.name
+                  << std::setw(13) << r.status << std::setw(21) << r.created << std::setw(8)
+                  << r.method << std::setw(18) << r.metric << r.trials << " (" << r.finished << ", "
+                  << r.stopped << ")\n";
+      }
+      return 0;
+    }
     if (exp->parsed()) {
       if (export_format == "tensorboard") {
         std::cout << "wrote " << tb::api::export_tensorboard(db_path, export_id, export_dir)

@@ -1,5 +1,7 @@
 #include "engine/api/api_detail.h"
 
+#include <ctime>
+#include <iomanip>
 #include <sstream>
 
 #include "engine/store/run_store.h"
@@ -8,6 +10,15 @@ namespace tb::api::detail {
 
 std::filesystem::path store_path(const std::string& db) {
   return db.empty() ? store::default_database_path() : std::filesystem::path(db);
+}
+
+std::string iso_time(double unix_seconds) {
+  const auto t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream os;
+  os << std::put_time(&tm, "%Y-%m-%d %H:%M:%S");
+  return os.str();
 }
 
 std::filesystem::path checkpoint_dir(const train::RunConfig& config,

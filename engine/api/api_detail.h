@@ -22,6 +22,9 @@ namespace tb::api::detail {
 /// `db`, or the default store path when `db` is empty.
 std::filesystem::path store_path(const std::string& db);
 
+/// Unix seconds as "YYYY-MM-DD HH:MM:SS" (UTC).
+std::string iso_time(double unix_seconds);
+
 /// Where a run's checkpoints go: <checkpoint.dir, or the database's folder + "checkpoints">/
 /// <store file stem>-<store id>/run-N — a folder of this store and run only, so stores side by
 /// side (a.sqlite, b.sqlite) never write into each other's.

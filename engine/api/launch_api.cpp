@@ -1,5 +1,6 @@
 #include "engine/api/launch_api.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -113,6 +114,9 @@ std::vector<LaunchedProcess> launch_runs(
       args.push_back("--set");
       args.push_back(o);
     }
+    if (static_cast<std::size_t>(k) < req.run_args.size())
+      for (const auto& a : req.run_args[static_cast<std::size_t>(k)])
+        args.push_back(a);
     for (const auto& a : args)
       p.command_line += (p.command_line.empty() ? "" : " ") + quote(a);
     std::vector<char*> argv;
@@ -130,7 +134,18 @@ std::vector<LaunchedProcess> launch_runs(
         affinity.emplace(plan[static_cast<std::size_t>(k)].cpus);
       }
       if (!plan.empty()) p.warning = plan[static_cast<std::size_t>(k)].warning;
-      rc = posix_spawn(&pid, req.program.c_str(), nullptr, nullptr, argv.data(), environ);
+      // The process's output to its log file (appended), when one is asked for.
+      posix_spawn_file_actions_t actions;
+      posix_spawn_file_actions_init(&actions);
+      if (static_cast<std::size_t>(k) < req.log_files.size() &&
+          !req.log_files[static_cast<std::size_t>(k)].empty()) {
+        const std::string& log = req.log_files[static_cast<std::size_t>(k)];
+        posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
+                                         O_WRONLY | O_CREAT | O_APPEND, 0644);
+        posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+      }
+      rc = posix_spawn(&pid, req.program.c_str(), &actions, nullptr, argv.data(), environ);
+      posix_spawn_file_actions_destroy(&actions);
     }
     if (rc != 0) {
       spawn_error = "[launch] cannot start " + req.program + ": " + std::strerror(rc);

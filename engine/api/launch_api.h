@@ -28,6 +28,11 @@ struct LaunchRequest {
   /// Not ddp: process k continues stored run resume_runs[k] from its newest checkpoint
   /// (`run --resume ID`) instead of starting configs[k % size], where given and > 0.
   std::vector<std::int64_t> resume_runs;
+  /// Not ddp: more `run` options for process k (`--sweep-trial 3:7`, `--stop-at 200`).
+  std::vector<std::vector<std::string>> run_args;
+  /// Not ddp: process k's stdout and stderr go to log_files[k] (appended; "" or absent: this
+  /// process's).
+  std::vector<std::string> log_files;
 };
 
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.

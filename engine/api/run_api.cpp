@@ -19,24 +19,14 @@
 #include "engine/rng/cpu_generator.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/store/sweeps.h"
 #include "engine/store/tensorboard.h"
 #include "engine/train/run_config.h"
 #include "engine/train/weights_io.h"
 
 namespace tb::api {
 
-namespace {
-
-std::string iso_time(double unix_seconds) {
-  const auto t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::ostringstream os;
-  os << std::put_time(&tm, "%Y-%m-%d %H:%M:%S");
-  return os.str();
-}
-
-}  // namespace
+using detail::iso_time;
 
 std::string default_store_path() {
   return store::default_database_path().string();
@@ -62,6 +52,8 @@ RunOutcomeInfo run_training(const RunRequest& req,
   spec.db_path = req.db_path;
   spec.resume = req.resume;
   spec.resume_checkpoint = req.resume_checkpoint;
+  spec.sweep_trial = req.sweep_trial;
+  spec.stop_at = req.stop_at;
   spec.control = req.control;
   // Progress for the CLI: loss, first LR, eval metrics, rate since the first logged step.
   RunObserver obs;
@@ -89,10 +81,21 @@ RunOutcomeInfo run_training(const RunRequest& req,
   return execute_run(spec, obs);
 }
 
-std::vector<RunRow> list_runs(const std::string& db_path) {
+std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep) {
   auto st = store::RunStore::open(detail::store_path(db_path));
+  std::map<std::int64_t, std::string> sweep_names;
+  for (const auto& s : store::list_sweeps(st))
+    sweep_names[s.id] = s.name;
+  std::optional<std::int64_t> only;
+  if (!sweep.empty()) {
+    for (const auto& [id, name] : sweep_names)
+      if (name == sweep) only = id;
+    TB_CHECK(only.has_value(), "[runs] --sweep: ", st.path().string(), " has no sweep '", sweep,
+             "' (trainbench-cli sweeps lists them)");
+  }
   std::vector<RunRow> rows;
   for (const auto& r : st.list_runs()) {
+    if (only && r.sweep_id != only) continue;
     RunRow row;
     row.id = r.id;
     row.name = r.name;
@@ -100,6 +103,8 @@ std::vector<RunRow> list_runs(const std::string& db_path) {
     row.created = iso_time(r.created_at);
     row.last_step = r.last_step;
     row.message = r.message;
+    if (r.sweep_id) row.sweep = sweep_names[*r.sweep_id];
+    row.point = r.sweep_point;
     rows.push_back(std::move(row));
   }
   return rows;

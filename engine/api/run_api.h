@@ -23,6 +23,9 @@ struct RunRequest {
   std::optional<std::int64_t> resume;   ///< run id to resume from its newest checkpoint
   std::string resume_checkpoint;        ///< with resume: this checkpoint folder instead
   std::shared_ptr<RunControl> control;  ///< optional: cancel / pause the run from elsewhere
+  /// A new run for a sweep's trial (sweep id, trial): `run --sweep-trial ID:TRIAL`.
+  std::optional<std::pair<std::int64_t, std::int64_t>> sweep_trial;
+  std::int64_t stop_at = 0;  ///< stop after this step with a checkpoint (`run --stop-at`)
 };
 
 /// One progress report (every logged step).
@@ -53,9 +56,12 @@ struct RunRow {
   std::string created;                    ///< creation time, "YYYY-MM-DD HH:MM:SS" UTC
   std::optional<std::int64_t> last_step;  ///< newest step
   std::string message;                    ///< why it ended
+  std::string sweep;                      ///< the sweep it is a trial of ("" = none)
+  std::optional<std::int64_t> point;      ///< its point in that sweep
 };
-/// Every run of the store at `db_path` ("" = default), newest first.
-std::vector<RunRow> list_runs(const std::string& db_path);
+/// Every run of the store at `db_path` ("" = default), newest first; with `sweep`, only that
+/// sweep's runs (an unknown sweep is an error naming it).
+std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep = "");
 
 /// A run for display: status, times, config text, and last/min/max of each metric as text.
 std::string show_run(const std::string& db_path, std::int64_t run_id);

@@ -139,6 +139,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
     nr.tags = s.config.run.tags;
     nr.config = train::to_toml(s.config);
     nr.seed = s.config.run.seed;
+    nr.sweep_trial = spec.sweep_trial;
     s.run_id = st.create_run(nr);
     return s;
   }
@@ -294,6 +295,7 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
         detail::checkpoint_dir(start.config, db, start.store_name, start.store_id, start.run_id),
         group);
     trainer->set_checkpoint_owner(owner_key, owner);
+    trainer->set_stop_at(spec.stop_at);
     if (resuming) {
       trainer->resume_from(start.checkpoint);
       out.from_step = trainer->steps_done();
@@ -328,6 +330,8 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   }
   out.status = train::outcome_name(r.outcome);
   out.message = r.message;
+  out.stopped_as_asked =
+      r.outcome == train::RunOutcome::kCancelled && spec.stop_at > 0 && r.steps == spec.stop_at;
   try {
     writer->set_status(store::run_status_from_string(out.status), r.message);
     writer->close();

@@ -50,12 +50,13 @@ struct StepMetrics {
 
 /// The end of a run.
 struct RunOutcomeInfo {
-  std::int64_t run_id = 0;     ///< the stored run
-  std::string status;          ///< finished, failed, diverged, cancelled
-  std::string message;         ///< summary or reason
-  std::string description;     ///< the parameter / split table, for display before the run
-  bool resumed = false;        ///< it continued a stored run
-  std::int64_t from_step = 0;  ///< resumed: the checkpoint's step
+  std::int64_t run_id = 0;        ///< the stored run
+  std::string status;             ///< finished, failed, diverged, cancelled
+  std::string message;            ///< summary or reason
+  std::string description;        ///< the parameter / split table, for display before the run
+  bool resumed = false;           ///< it continued a stored run
+  bool stopped_as_asked = false;  ///< cancelled at RunSpec::stop_at, as asked
+  std::int64_t from_step = 0;     ///< resumed: the checkpoint's step
 };
 
 /// What to run.
@@ -68,6 +69,12 @@ struct RunSpec {
   std::optional<std::int64_t> resume;   ///< continue this stored run from a checkpoint
   std::string resume_checkpoint;        ///< with resume: this folder, not the run's newest
   std::shared_ptr<RunControl> control;  ///< optional: bound to the run while it trains
+  /// A new run made for a sweep's trial: (sweep id, trial index); the run records both and the
+  /// trial's point.
+  std::optional<std::pair<std::int64_t, std::int64_t>> sweep_trial;
+  /// Stop after this step with a checkpoint (status cancelled; 0 = run to the end): a sweep's
+  /// early-stopping rung.
+  std::int64_t stop_at = 0;
 };
 
 /// What the caller hears while the run runs (both optional; called on the calling thread, which

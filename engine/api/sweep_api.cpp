@@ -1,19 +1,24 @@
-// Sweeps: plan, run through the launcher, read back (see sweep_api.h).
+// Sweeps: plan, record, run through the launcher with early stopping, read back (see
+// sweep_api.h).
 #include "engine/api/sweep_api.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
+#include <limits>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
 #include "engine/api/launch_api.h"
-#include "engine/api/workbench_api.h"
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
+#include "engine/store/sweeps.h"
 #include "engine/train/sweep.h"
 
 namespace tb::api {
@@ -25,6 +30,9 @@ SweepPreview preview_of(const train::SweepPlan& plan) {
   p.method = plan.spec.method;
   p.metric = plan.spec.metric;
   p.goal = plan.spec.goal;
+  p.stopping = plan.spec.early_stopping.method;
+  p.rungs = plan.spec.early_stopping.steps;
+  p.reduction_factor = plan.spec.early_stopping.reduction_factor;
   for (const auto& t : plan.trials) {
     SweepTrialRow r;
     r.index = t.index;
@@ -38,45 +46,44 @@ SweepPreview preview_of(const train::SweepPlan& plan) {
   return p;
 }
 
-}  // namespace
-
-SweepPreview preview_sweep(const std::string& config_path,
-                           const std::vector<std::string>& overrides) {
-  return preview_of(train::plan_sweep_file(config_path, overrides));
-}
-
-namespace {
-
+// The plan as stored with the sweep (the trials are stored as rows of their own).
 nlohmann::json to_json(const SweepPreview& p) {
-  nlohmann::json trials = nlohmann::json::array();
-  for (const auto& t : p.trials)
-    trials.push_back({{"index", t.index},
-                      {"point", t.point},
-                      {"seed", t.seed},
-                      {"name", t.name},
-                      {"values", t.values}});
-  return {{"format", "trainbench-sweep"}, {"version", 1},   {"name", p.name},  {"method", p.method},
-          {"metric", p.metric},           {"goal", p.goal}, {"trials", trials}};
+  return {{"format", "trainbench-sweep"},
+          {"version", 2},
+          {"name", p.name},
+          {"method", p.method},
+          {"metric", p.metric},
+          {"goal", p.goal},
+          {"early_stopping",
+           {{"method", p.stopping}, {"steps", p.rungs}, {"reduction_factor", p.reduction_factor}}}};
 }
 
-SweepPreview preview_from_json(const nlohmann::json& j, const std::string& file) {
-  TB_CHECK(j.is_object() && j.value("format", "") == "trainbench-sweep", "[sweep] ", file,
-           " is not a sweep plan written by trainbench-cli sweep");
+SweepPreview preview_of(const store::SweepRecord& rec,
+                        const std::vector<store::SweepTrialRecord>& trials) {
+  const nlohmann::json j = nlohmann::json::parse(rec.plan, nullptr, false);
+  TB_CHECK(j.is_object() && j.value("format", "") == "trainbench-sweep", "[sweep] sweep '",
+           rec.name, "': its stored plan is not a sweep plan");
   SweepPreview p;
-  p.name = j.at("name").get<std::string>();
-  p.method = j.at("method").get<std::string>();
-  p.metric = j.at("metric").get<std::string>();
-  p.goal = j.at("goal").get<std::string>();
-  for (const auto& t : j.at("trials")) {
-    SweepTrialRow r;
-    r.index = t.at("index").get<std::int64_t>();
-    r.point = t.at("point").get<std::int64_t>();
-    r.seed = t.at("seed").get<std::int64_t>();
-    r.name = t.at("name").get<std::string>();
-    r.values = t.at("values").get<std::string>();
-    p.trials.push_back(std::move(r));
+  p.name = rec.name;
+  p.method = rec.method;
+  p.metric = rec.metric;
+  p.goal = rec.goal;
+  if (const auto es = j.find("early_stopping"); es != j.end()) {
+    p.stopping = es->value("method", std::string("none"));
+    p.rungs = es->value("steps", std::vector<std::int64_t>{});
+    p.reduction_factor = es->value("reduction_factor", 2.0);
   }
+  for (const auto& t : trials)
+    p.trials.push_back({t.trial, t.point, t.seed, t.name, t.assignment});
   return p;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  TB_CHECK(static_cast<bool>(f), "[sweep] cannot open ", path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 void write_file(const std::filesystem::path& file, const std::string& text) {
@@ -86,153 +93,315 @@ void write_file(const std::filesystem::path& file, const std::string& text) {
   TB_CHECK(static_cast<bool>(f), "[sweep] cannot write ", file.string());
 }
 
-// A trial to launch: a fresh run of its config, or a stored run to resume.
+store::SweepRecord find_or_explain(store::RunStore& st, const std::string& name) {
+  if (auto rec = store::find_sweep(st, name)) return *rec;
+  std::string names;
+  for (const auto& s : store::list_sweeps(st))
+    names += (names.empty() ? "" : ", ") + s.name;
+  throw ValueError("[sweep] " + st.path().string() + " has no sweep '" + name + "'" +
+                   (names.empty() ? std::string(" (it has none)") : " (it has: " + names + ")"));
+}
+
+// The newest checkpoint step of a run (nullopt without one).
+std::optional<std::int64_t> checkpoint_step(store::RunStore& st, std::int64_t run) {
+  const auto cks = st.checkpoints(run);
+  if (cks.empty()) return std::nullopt;
+  return cks.back().step;
+}
+
+// Whether a trial's newest run has reached `target` (0: the end): nothing left to run for it.
+bool reached(store::RunStore& st, const store::SweepTrialRecord& t, std::int64_t target) {
+  if (!t.run_id || !t.run_status) return false;
+  switch (*t.run_status) {
+    case store::RunStatus::kFinished:
+    case store::RunStatus::kFailed:
+    case store::RunStatus::kDiverged:
+      return true;  // results
+    case store::RunStatus::kCancelled:
+    case store::RunStatus::kCrashed: {
+      const auto ck = checkpoint_step(st, *t.run_id);
+      return target > 0 && ck && *ck >= target;
+    }
+    case store::RunStatus::kRunning:
+      throw ValueError("[sweep] trial " + std::to_string(t.trial) + "'s run " +
+                       std::to_string(*t.run_id) +
+                       " is running in another process; let it end (or cancel it) first");
+    case store::RunStatus::kQueued:
+      return false;
+  }
+  return false;
+}
+
+// A trial to launch: a new run, or a stored run to continue from its newest checkpoint.
 struct Job {
   std::size_t trial = 0;
   std::int64_t resume = 0;
 };
 
-// What is left of a sweep in the store: trials without a run, and runs that were interrupted
-// (crashed, cancelled) — resumed from their newest checkpoint, or started again without one.
-// Finished, failed and diverged runs are results; a run still running elsewhere is left alone.
-std::vector<Job> jobs_left(const SweepPreview& plan, const std::string& db_path) {
-  auto store = store::RunStore::open(detail::store_path(db_path));
-  const std::string tag = "sweep:" + plan.name;
-  std::map<std::string, store::RunSummary> newest;
-  for (const auto& r : store.list_runs()) {
-    if (std::find(r.tags.begin(), r.tags.end(), tag) == r.tags.end()) continue;
-    auto it = newest.find(r.name);
-    if (it == newest.end() || r.id > it->second.id) newest[r.name] = r;
+// The metric of a run at `step`: its newest point at or before it (nullopt without one).
+std::optional<double> value_at(store::RunStore& st, std::int64_t run, const std::string& metric,
+                               std::int64_t step) {
+  std::optional<double> v;
+  for (const auto& p : st.series(run, metric)) {
+    if (p.step > step) break;
+    v = p.value;
   }
-  std::vector<Job> jobs;
-  for (std::size_t i = 0; i < plan.trials.size(); ++i) {
-    const auto it = newest.find(plan.trials[i].name);
-    if (it == newest.end()) {
-      jobs.push_back({i, 0});
-      continue;
-    }
-    const auto status = it->second.status;
-    if (status != store::RunStatus::kCrashed && status != store::RunStatus::kCancelled) continue;
-    jobs.push_back({i, store.checkpoints(it->second.id).empty() ? 0 : it->second.id});
+  return v;
+}
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << std::setprecision(4) << v;
+  return os.str();
+}
+
+// Early stopping at rung `step`: ranks the points that reached it (those not stopped at an earlier
+// rung, so that taking the decision again after a resume gives the same one) by their seeds' mean
+// metric there (a missing or NaN value ranks last), and records the worse points' trials as
+// stopped. Returns a line saying what was kept and stopped.
+std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPreview& plan,
+                   std::int64_t step) {
+  const bool max = plan.goal == "max";
+  const double worst =
+      max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+  const auto trials = store::sweep_trials(st, sweep_id);
+  std::map<std::int64_t, std::vector<double>> values;  // point -> its trials' values
+  for (const auto& t : trials) {
+    if (t.stopped_step && *t.stopped_step < step) continue;
+    std::optional<double> v;
+    if (t.run_id) v = value_at(st, *t.run_id, plan.metric, step);
+    values[t.point].push_back(v && !std::isnan(*v) ? *v : worst);
   }
-  return jobs;
+  std::vector<std::pair<double, std::int64_t>> ranked;  // (score, point), best first
+  for (const auto& [point, vs] : values) {
+    double sum = 0;
+    for (double v : vs)
+      sum += v;
+    ranked.emplace_back(sum / static_cast<double>(vs.size()), point);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    return max ? a.first > b.first : a.first < b.first;
+  });
+  const std::size_t n = ranked.size();
+  std::set<std::int64_t> stop;
+  std::string rule;
+  if (plan.stopping == "successive_halving") {
+    const auto keep = static_cast<std::size_t>(
+        std::max(1.0, std::ceil(static_cast<double>(n) / plan.reduction_factor)));
+    for (std::size_t i = keep; i < n; ++i)
+      stop.insert(ranked[i].second);
+    rule = "keep the best " + std::to_string(keep) + " of " + std::to_string(n);
+  } else {  // median: worse than the median of the points' scores
+    const double median =
+        n % 2 == 1 ? ranked[n / 2].first : (ranked[n / 2 - 1].first + ranked[n / 2].first) / 2;
+    for (const auto& [score, point] : ranked)
+      if (max ? score < median : score > median) stop.insert(point);
+    rule = "stop those worse than the median " + number(median);
+  }
+  std::string kept_text, stopped_text;
+  std::map<std::int64_t, double> score_of;
+  for (const auto& [score, point] : ranked) {
+    std::string& text = stop.count(point) ? stopped_text : kept_text;
+    text += (text.empty() ? "p" : ", p") + std::to_string(point) + " " + number(score);
+    score_of[point] = score;
+  }
+  for (const auto& t : trials) {
+    if (!stop.count(t.point) || (t.stopped_step && *t.stopped_step < step)) continue;
+    store::stop_trial(st, sweep_id, t.trial, step,
+                      "stopped at step " + std::to_string(step) + ": mean " + plan.metric + " " +
+                          number(score_of[t.point]) + " (" + rule + ")");
+  }
+  return "step " + std::to_string(step) + " (" + plan.metric + ", " + rule + "): kept " +
+         (kept_text.empty() ? "none" : kept_text) + "; stopped " +
+         (stopped_text.empty() ? "none" : stopped_text);
 }
 
 }  // namespace
 
-SweepResult run_sweep(
-    const SweepRequest& request,
-    const std::function<void(const SweepTrialRow& trial, std::int64_t resumed_run, int pid,
-                             const std::string& cpus, std::optional<int> exit_code)>& on_trial) {
+SweepPreview preview_sweep(const std::string& config_path,
+                           const std::vector<std::string>& overrides) {
+  return preview_of(train::plan_sweep_file(config_path, overrides));
+}
+
+SweepResult run_sweep(const SweepRequest& request,
+                      const std::function<void(const SweepTrialEvent&)>& on_trial,
+                      const std::function<void(const std::string&)>& on_note) {
   TB_CHECK(request.parallel >= 1, "[sweep] --parallel must be >= 1, got ", request.parallel);
-  const std::filesystem::path sweeps = detail::store_path(request.db_path).parent_path() / "sweeps";
+  const std::filesystem::path db = detail::store_path(request.db_path);
+  auto st = store::RunStore::open(db);
   SweepPreview preview;
-  std::filesystem::path dir;
+  std::int64_t sweep_id = 0;
   if (request.resume.empty()) {
     const train::SweepPlan plan = train::plan_sweep_file(request.config_path, request.overrides);
     preview = preview_of(plan);
-    dir = sweeps / plan.spec.name;
+    store::NewSweep ns;
+    ns.name = preview.name;
+    ns.method = preview.method;
+    ns.metric = preview.metric;
+    ns.goal = preview.goal;
+    ns.config = read_text(request.config_path);
+    ns.plan = to_json(preview).dump();
+    for (std::size_t i = 0; i < plan.trials.size(); ++i) {
+      const auto& t = plan.trials[i];
+      ns.trials.push_back(
+          {t.index, t.point, t.seed, preview.trials[i].name, preview.trials[i].values, t.config});
+    }
+    sweep_id = store::create_sweep(st, ns);
+  } else {
+    const store::SweepRecord rec = find_or_explain(st, request.resume);
+    TB_CHECK(rec.status != "running", "[sweep] sweep '", rec.name,
+             "' is being run by another process; let it end first");
+    sweep_id = rec.id;
+    preview = preview_of(rec, store::sweep_trials(st, sweep_id));
+    store::restart_sweep(st, sweep_id);
+  }
+  const std::filesystem::path dir = db.parent_path() / "sweeps" / preview.name;
+  SweepResult result;
+  try {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     TB_CHECK(!ec, "[sweep] cannot create ", dir.string(), ": ", ec.message());
-    for (const auto& t : plan.trials)
-      write_file(dir / ("trial-" + std::to_string(t.index) + ".toml"), t.config);
-    write_file(dir / "plan.json", to_json(preview).dump(2) + "\n");
-  } else {
-    dir = sweeps / request.resume;
-    const auto file = dir / "plan.json";
-    std::ifstream f(file);
-    TB_CHECK(static_cast<bool>(f), "[sweep] no sweep '", request.resume,
-             "' to resume: ", file.string(), " cannot be read (sweeps of this store are in ",
-             sweeps.string(), ")");
-    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-    TB_CHECK(!j.is_discarded(), "[sweep] ", file.string(), " is not valid JSON");
-    preview = preview_from_json(j, file.string());
-  }
-  auto file_of = [&](const SweepTrialRow& t) {
-    return (dir / ("trial-" + std::to_string(t.index) + ".toml")).string();
-  };
-  const std::vector<Job> jobs = request.resume.empty()
-                                    ? [&] {
-                                        std::vector<Job> all;
-                                        for (std::size_t i = 0; i < preview.trials.size(); ++i)
-                                          all.push_back({i, 0});
-                                        return all;
-                                      }()
-                                    : jobs_left(preview, request.db_path);
-  int failed = 0;
-  const auto n = static_cast<std::int64_t>(jobs.size());
-  for (std::int64_t first = 0; first < n; first += request.parallel) {
-    const std::int64_t count = std::min<std::int64_t>(request.parallel, n - first);
-    LaunchRequest lr;
-    lr.program = request.program;
-    lr.nproc = static_cast<int>(count);
-    lr.binding = request.binding;
-    lr.fallback = request.fallback;
-    lr.db_path = request.db_path;
-    for (std::int64_t k = 0; k < count; ++k) {
-      const Job& job = jobs[static_cast<std::size_t>(first + k)];
-      lr.configs.push_back(file_of(preview.trials[job.trial]));
-      lr.resume_runs.push_back(job.resume);
-    }
-    auto job_of = [&](int slot) -> const Job& {
-      return jobs[static_cast<std::size_t>(first + slot)];
+    const auto stored = store::sweep_trials(st, sweep_id);
+    auto file_of = [&](std::int64_t trial) {
+      return (dir / ("trial-" + std::to_string(trial) + ".toml")).string();
     };
-    const auto procs = launch_runs(lr, [&](const LaunchedProcess& p) {
-      const Job& job = job_of(p.slot);
-      if (on_trial) on_trial(preview.trials[job.trial], job.resume, p.pid, p.cpus, std::nullopt);
-    });
-    for (const auto& p : procs) {
-      failed += p.exit_code != 0 ? 1 : 0;
-      const Job& job = job_of(p.slot);
-      if (on_trial) on_trial(preview.trials[job.trial], job.resume, p.pid, p.cpus, p.exit_code);
+    auto log_of = [&](std::int64_t trial) {
+      return (dir / ("trial-" + std::to_string(trial) + ".log")).string();
+    };
+    for (const auto& t : stored)
+      write_file(file_of(t.trial), t.config);
+
+    // Stages: to each rung (early stopping), then to the end.
+    std::vector<std::int64_t> targets;
+    if (preview.stopping != "none") targets = preview.rungs;
+    targets.push_back(0);
+    int failed = 0;
+    for (std::size_t stage = 0; stage < targets.size(); ++stage) {
+      const std::int64_t target = targets[stage];
+      const auto trials = store::sweep_trials(st, sweep_id);
+      std::vector<Job> jobs;
+      for (std::size_t i = 0; i < trials.size(); ++i) {
+        const auto& t = trials[i];
+        if (t.stopped_step || reached(st, t, target)) continue;
+        const bool can_resume = t.run_id && t.run_status &&
+                                (*t.run_status == store::RunStatus::kCancelled ||
+                                 *t.run_status == store::RunStatus::kCrashed) &&
+                                checkpoint_step(st, *t.run_id).has_value();
+        jobs.push_back({i, can_resume ? *t.run_id : 0});
+      }
+      const auto n = static_cast<std::int64_t>(jobs.size());
+      for (std::int64_t first = 0; first < n; first += request.parallel) {
+        const std::int64_t count = std::min<std::int64_t>(request.parallel, n - first);
+        LaunchRequest lr;
+        lr.program = request.program;
+        lr.nproc = static_cast<int>(count);
+        lr.binding = request.binding;
+        lr.fallback = request.fallback;
+        lr.db_path = request.db_path;
+        for (std::int64_t k = 0; k < count; ++k) {
+          const Job& job = jobs[static_cast<std::size_t>(first + k)];
+          const auto& t = trials[job.trial];
+          lr.configs.push_back(file_of(t.trial));
+          lr.log_files.push_back(log_of(t.trial));
+          lr.resume_runs.push_back(job.resume);
+          std::vector<std::string> args;
+          if (job.resume == 0)
+            args = {"--sweep-trial", std::to_string(sweep_id) + ":" + std::to_string(t.trial)};
+          if (target > 0) args.insert(args.end(), {"--stop-at", std::to_string(target)});
+          lr.run_args.push_back(std::move(args));
+        }
+        auto event_of = [&](int slot, const LaunchedProcess& p) {
+          const Job& job = jobs[static_cast<std::size_t>(first + slot)];
+          SweepTrialEvent e;
+          e.trial = preview.trials[job.trial];
+          e.resumed_run = job.resume;
+          e.stop_at = target;
+          e.pid = p.pid;
+          e.cpus = p.cpus;
+          e.log = log_of(e.trial.index);
+          return e;
+        };
+        const auto procs = launch_runs(lr, [&](const LaunchedProcess& p) {
+          if (on_trial) on_trial(event_of(p.slot, p));
+        });
+        const auto after = store::sweep_trials(st, sweep_id);
+        for (const auto& p : procs) {
+          SweepTrialEvent e = event_of(p.slot, p);
+          e.exit_code = p.exit_code;
+          if (on_trial) on_trial(e);
+          // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
+          // is whether its trial got there.
+          const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
+          if (!reached(st, t, target) || t.run_status == store::RunStatus::kFailed) ++failed;
+        }
+      }
+      if (target > 0) {
+        const std::string note = decide(st, sweep_id, preview, target);
+        if (on_note) on_note(note);
+      }
     }
+    result = sweep_table(preview.name, request.db_path);
+    result.failed = failed;
+    result.trial_dir = dir.string();
+    std::string end = std::to_string(preview.trials.size()) + " trials";
+    if (failed > 0) end += ", " + std::to_string(failed) + " failed";
+    if (!result.points.empty() && result.points.front().mean)
+      end += "; best p" + std::to_string(result.points.front().point) + " (" +
+             result.points.front().values + ")";
+    store::end_sweep(st, sweep_id, "finished", end);
+    result.status = "finished";
+  } catch (const std::exception& e) {
+    try {
+      store::end_sweep(st, sweep_id, "failed", e.what());
+    } catch (...) {  // best effort: the caller reports the original error
+    }
+    throw;
   }
-  SweepResult r = sweep_table(preview, request.db_path);
-  r.failed = failed;
-  r.trial_dir = dir.string();
-  return r;
+  return result;
 }
 
-SweepResult sweep_table(const SweepPreview& plan, const std::string& db_path) {
-  StoreReader store(db_path);
-  const std::string tag = "sweep:" + plan.name;
-  std::map<std::string, const RunInfo*> newest;  // by name, among the sweep's runs
-  const std::vector<RunInfo> runs = store.runs();
-  for (const auto& r : runs) {
-    if (std::find(r.tags.begin(), r.tags.end(), tag) == r.tags.end()) continue;
-    auto& slot = newest[r.name];
-    if (slot == nullptr || r.id > slot->id) slot = &r;
-  }
-  const bool max = plan.goal == "max";
+SweepResult sweep_table(const std::string& name, const std::string& db_path) {
+  auto st = store::RunStore::open(detail::store_path(db_path));
+  const store::SweepRecord rec = find_or_explain(st, name);
+  const auto trials = store::sweep_trials(st, rec.id);
+  SweepResult out;
+  out.sweep_id = rec.id;
+  out.status = rec.status;
+  out.plan = preview_of(rec, trials);
+  const bool max = out.plan.goal == "max";
   std::map<std::int64_t, SweepPointRow> points;
-  std::map<std::int64_t, std::vector<double>> bests;
-  for (const auto& t : plan.trials) {
+  std::map<std::int64_t, std::vector<double>> bests, at_stop;
+  for (const auto& t : trials) {
     SweepPointRow& p = points[t.point];
     p.point = t.point;
-    p.values = t.values;
+    p.values = t.assignment;
     ++p.runs;
-    const auto it = newest.find(t.name);
-    if (it == newest.end()) continue;
-    p.run_ids.push_back(it->second->id);
-    if (it->second->status != "finished") continue;
+    if (t.stopped_step) p.stopped = t.stopped_step;
+    if (!t.run_id) continue;
+    p.run_ids.push_back(*t.run_id);
+    if (t.stopped_step) {
+      if (const auto v = value_at(st, *t.run_id, out.plan.metric, *t.stopped_step))
+        at_stop[t.point].push_back(*v);
+    }
+    if (t.run_status != store::RunStatus::kFinished) continue;
     ++p.finished;
     std::optional<double> best;
-    for (double v : store.series(it->second->id, plan.metric).value) {
-      if (std::isnan(v)) continue;
-      if (!best || (max ? v > *best : v < *best)) best = v;
+    for (const auto& pt : st.series(*t.run_id, out.plan.metric)) {
+      if (std::isnan(pt.value)) continue;
+      if (!best || (max ? pt.value > *best : pt.value < *best)) best = pt.value;
     }
     if (best) bests[t.point].push_back(*best);
   }
-  SweepResult out;
-  out.plan = plan;
+  auto mean_of = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v)
+      sum += x;
+    return sum / static_cast<double>(v.size());
+  };
   for (auto& [point, row] : points) {
     const auto& b = bests[point];
     if (!b.empty()) {
-      double sum = 0;
-      for (double v : b)
-        sum += v;
-      row.mean = sum / static_cast<double>(b.size());
+      row.mean = mean_of(b);
       if (b.size() >= 2) {
         double ss = 0;
         for (double v : b)
@@ -240,15 +409,44 @@ SweepResult sweep_table(const SweepPreview& plan, const std::string& db_path) {
         row.stddev = std::sqrt(ss / static_cast<double>(b.size() - 1));
       }
     }
+    if (row.stopped && !at_stop[point].empty()) row.stopped_value = mean_of(at_stop[point]);
     out.points.push_back(row);
   }
-  std::stable_sort(out.points.begin(), out.points.end(),
-                   [&](const SweepPointRow& a, const SweepPointRow& b) {
-                     if (a.mean.has_value() != b.mean.has_value()) return a.mean.has_value();
-                     if (!a.mean) return false;
-                     return max ? *a.mean > *b.mean : *a.mean < *b.mean;
-                   });
+  // Finished points by mean, then stopped ones (the later the stop, the better; then by their
+  // value there), the rest last.
+  auto rank = [](const SweepPointRow& r) { return r.mean ? 0 : r.stopped ? 1 : 2; };
+  std::stable_sort(
+      out.points.begin(), out.points.end(), [&](const SweepPointRow& a, const SweepPointRow& b) {
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
+        if (a.mean && b.mean) return max ? *a.mean > *b.mean : *a.mean < *b.mean;
+        if (a.stopped && b.stopped && *a.stopped != *b.stopped) return *a.stopped > *b.stopped;
+        if (a.stopped_value.has_value() != b.stopped_value.has_value())
+          return a.stopped_value.has_value();
+        if (a.stopped_value && b.stopped_value)
+          return max ? *a.stopped_value > *b.stopped_value : *a.stopped_value < *b.stopped_value;
+        return false;
+      });
+  out.trial_dir = (detail::store_path(db_path).parent_path() / "sweeps" / out.plan.name).string();
   return out;
+}
+
+std::vector<SweepRow> list_sweeps(const std::string& db_path) {
+  auto st = store::RunStore::open(detail::store_path(db_path));
+  std::vector<SweepRow> rows;
+  for (const auto& s : store::list_sweeps(st)) {
+    SweepRow r;
+    r.id = s.id;
+    r.name = s.name;
+    r.status = s.status;
+    r.created = detail::iso_time(s.created_at);
+    r.method = s.method;
+    r.metric = s.metric + " " + s.goal;
+    r.trials = s.trials;
+    r.finished = s.finished;
+    r.stopped = s.stopped;
+    rows.push_back(std::move(r));
+  }
+  return rows;
 }
 
 }  // namespace tb::api

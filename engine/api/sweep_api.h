@@ -1,6 +1,7 @@
-// Sweeps from the outside: plan a config's [sweep] (engine/train/sweep.h), run its trials as
-// processes bound to CPU slots through the launcher, and read the sweep's table back from the
-// store (each trial's best metric, points averaged over their seeds).
+// Sweeps from the outside: plan a config's [sweep] (engine/train/sweep.h), record it in the store
+// (engine/store/sweeps.h), run its trials as processes bound to CPU slots through the launcher —
+// pausing them at early-stopping rungs and continuing only the kept points — and read the sweep's
+// table back from the store (each trial's best metric, points averaged over their seeds).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ struct SweepPreview {
   std::string method;                 ///< grid or random
   std::string metric;                 ///< compared metric
   std::string goal;                   ///< min or max
+  std::string stopping = "none";      ///< early stopping: none, successive_halving or median
+  std::vector<std::int64_t> rungs;    ///< the steps where points are compared
+  double reduction_factor = 2;        ///< successive_halving: keep the best 1/factor
   std::vector<SweepTrialRow> trials;  ///< every run
 };
 
@@ -42,44 +46,75 @@ struct SweepRequest {
   int parallel = 1;                    ///< trials at a time, each in its own slot
   std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
   bool fallback = true;                ///< an unsatisfiable binding runs unbound (warning)
-  /// Continue sweep NAME (config_path and overrides unused): its plan and trial configs are
-  /// read back from STORE_FOLDER/sweeps/NAME; finished runs are kept, crashed or cancelled
-  /// ones resume from their newest checkpoint (or start again without one), trials never
-  /// started start.
+  /// Continue stored sweep NAME (config_path and overrides unused): its plan and trials are read
+  /// back from the store; finished runs are kept, crashed or cancelled ones resume from their
+  /// newest checkpoint (or start again without one), trials never started start, and early
+  /// stopping's decisions are taken again from the stored metrics (the same ones).
   std::string resume;
+};
+
+/// One process of a sweep starting or ending.
+struct SweepTrialEvent {
+  SweepTrialRow trial;           ///< its trial
+  std::int64_t resumed_run = 0;  ///< the stored run it continues (0: a new run)
+  std::int64_t stop_at = 0;      ///< the rung it stops at (0: runs to the end)
+  int pid = 0;                   ///< process id
+  std::string cpus;              ///< its slot's CPUs ("" = unbound)
+  std::optional<int> exit_code;  ///< set when it ended
+  std::string log;               ///< its output (STORE_FOLDER/sweeps/NAME/trial-INDEX.log)
 };
 
 /// One point's result over its seeds.
 struct SweepPointRow {
-  std::int64_t point = 0;             ///< 0-based point
-  std::string values;                 ///< its values
-  int runs = 0;                       ///< its trials
-  int finished = 0;                   ///< of them finished
-  std::optional<double> mean;         ///< mean over finished trials of each one's best metric
-  std::optional<double> stddev;       ///< their sample standard deviation (2+ trials)
-  std::vector<std::int64_t> run_ids;  ///< the stored runs
+  std::int64_t point = 0;               ///< 0-based point
+  std::string values;                   ///< its values
+  int runs = 0;                         ///< its trials
+  int finished = 0;                     ///< of them finished
+  std::optional<double> mean;           ///< mean over finished trials of each one's best metric
+  std::optional<double> stddev;         ///< their sample standard deviation (2+ trials)
+  std::vector<std::int64_t> run_ids;    ///< the stored runs
+  std::optional<std::int64_t> stopped;  ///< early stopping stopped it at this step
+  std::optional<double> stopped_value;  ///< its seeds' mean metric there
 };
 
 /// A sweep's table.
 struct SweepResult {
+  std::int64_t sweep_id = 0;          ///< the stored sweep
+  std::string status;                 ///< running, finished, failed or interrupted
   SweepPreview plan;                  ///< what was run
-  std::vector<SweepPointRow> points;  ///< best point first (by mean, per the goal)
-  int failed = 0;                     ///< trials whose process did not exit 0
+  std::vector<SweepPointRow> points;  ///< best point first (by mean, per the goal), then stopped
+  int failed = 0;                     ///< trials whose run failed or never ran
   std::string trial_dir;              ///< where the trials' config files are
 };
 
-/// Runs every trial of the sweep, `parallel` at a time as bound processes (the launcher of
-/// `trainbench-cli launch`), writing each trial's effective config to
-/// STORE_FOLDER/sweeps/NAME/trial-INDEX.toml and the plan to plan.json beside them (what
-/// `resume` reads); `on_trial` hears each process start (the trial, the run it resumes or 0, pid,
-/// CPUs) and end (with its exit code). Then reads the table back from the store.
-SweepResult run_sweep(
-    const SweepRequest& request,
-    const std::function<void(const SweepTrialRow& trial, std::int64_t resumed_run, int pid,
-                             const std::string& cpus, std::optional<int> exit_code)>& on_trial);
+/// Runs the sweep: records it in the store (a name already there is an error; `resume` it), writes
+/// each trial's effective config to STORE_FOLDER/sweeps/NAME/trial-INDEX.toml (its output goes to
+/// trial-INDEX.log beside it), and runs the trials
+/// `parallel` at a time as bound processes (the launcher of `trainbench-cli launch`), each run
+/// recording its sweep, trial and point. With early stopping, every live trial first runs to the
+/// next rung and stops there with a checkpoint; the points are ranked by their seeds' mean metric
+/// at that step, the worse ones are recorded as stopped, and the others continue. `on_trial` hears
+/// each process start and end; `on_note` each rung's decision. Returns the table.
+SweepResult run_sweep(const SweepRequest& request,
+                      const std::function<void(const SweepTrialEvent&)>& on_trial,
+                      const std::function<void(const std::string&)>& on_note = {});
 
-/// The table of sweep `name` from the store: its runs are those tagged "sweep:NAME" whose
-/// names match the plan's trials (the newest run of each name).
-SweepResult sweep_table(const SweepPreview& plan, const std::string& db_path);
+/// The table of stored sweep `name` (an unknown name is an error listing the store's sweeps).
+SweepResult sweep_table(const std::string& name, const std::string& db_path);
+
+/// One line of the sweeps list.
+struct SweepRow {
+  std::int64_t id = 0;        ///< sweep id
+  std::string name;           ///< name
+  std::string status;         ///< running, finished, failed, interrupted
+  std::string created;        ///< "YYYY-MM-DD HH:MM:SS" UTC
+  std::string method;         ///< grid or random
+  std::string metric;         ///< compared metric and goal ("eval.loss min")
+  std::int64_t trials = 0;    ///< planned trials
+  std::int64_t finished = 0;  ///< trials finished
+  std::int64_t stopped = 0;   ///< trials stopped early
+};
+/// Every sweep of the store, newest first.
+std::vector<SweepRow> list_sweeps(const std::string& db_path);
 
 }  // namespace tb::api

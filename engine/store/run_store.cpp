@@ -115,7 +115,9 @@ std::vector<std::string> tags_from_json(const std::string& text) {
 }
 
 constexpr const char* kSummaryColumns =
-    "id, name, tags, status, created_at, started_at, ended_at, last_step, host, message";
+    "id, name, tags, status, created_at, started_at, ended_at, last_step, host, message, "
+    "sweep_id, sweep_trial, sweep_point";
+constexpr int kSummaryCount = 13;  // columns of kSummaryColumns
 
 RunSummary read_summary(const detail::Statement& st) {
   RunSummary s;
@@ -129,6 +131,9 @@ RunSummary read_summary(const detail::Statement& st) {
   s.last_step = st.opt_int64(7);
   s.host = st.text(8);
   s.message = st.text(9);
+  s.sweep_id = st.opt_int64(10);
+  s.sweep_trial = st.opt_int64(11);
+  s.sweep_point = st.opt_int64(12);
   return s;
 }
 
@@ -198,7 +203,8 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   }
   detail::Statement st = db_->prepare(
       "INSERT INTO runs (name, tags, status, created_at, config, config_format, seed, host, "
-      "cpu_info, gpu_info, engine_version) VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?)");
+      "cpu_info, gpu_info, engine_version, sweep_id, sweep_trial, sweep_point) "
+      "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st.bind(1, run.name).bind(2, tags_to_json(run.tags)).bind(3, unix_now());
   st.bind(4, run.config).bind(5, run.config_format);
   if (run.seed) {
@@ -211,6 +217,19 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   st.bind(9, run.gpu_info);
   st.bind(10, run.engine_version.empty() ? std::string(TB_VERSION_STRING) : run.engine_version);
   detail::Transaction tx(*db_);
+  if (run.sweep_trial) {
+    const auto [sweep, trial] = *run.sweep_trial;
+    detail::Statement q =
+        db_->prepare("SELECT point FROM sweep_trials WHERE sweep_id = ? AND trial = ?");
+    q.bind(1, sweep).bind(2, trial);
+    if (!q.step()) {
+      throw ValueError(str_cat("[store] ", path_.string(), ": sweep ", sweep, " has no trial ",
+                               trial, " (a run can only be made for a planned trial)"));
+    }
+    st.bind(11, sweep).bind(12, trial).bind(13, q.int64(0));
+  } else {
+    st.bind_null(11).bind_null(12).bind_null(13);
+  }
   st.run();
   const std::int64_t id = db_->query_int("SELECT last_insert_rowid()");
   detail::insert_event(*db_, id, unix_now(), EventLevel::kInfo, "created (queued)");
@@ -298,15 +317,16 @@ RunDetails RunStore::get_run(std::int64_t run) const {
   if (!st.step()) throw ValueError(str_cat("[store] ", path_.string(), ": no run ", run));
   RunDetails d;
   d.summary = read_summary(st);
-  d.config = st.text(10);
-  d.config_format = st.text(11);
-  if (const auto seed = st.opt_int64(12)) d.seed = static_cast<std::uint64_t>(*seed);
-  d.cpu_info = st.text(13);
-  d.gpu_info = st.text(14);
-  d.engine_version = st.text(15);
-  d.writer_pid = st.opt_int64(16);
-  d.writer_host = st.text(17);
-  d.writer_start_time = st.opt_int64(18);
+  constexpr int c = kSummaryCount;
+  d.config = st.text(c);
+  d.config_format = st.text(c + 1);
+  if (const auto seed = st.opt_int64(c + 2)) d.seed = static_cast<std::uint64_t>(*seed);
+  d.cpu_info = st.text(c + 3);
+  d.gpu_info = st.text(c + 4);
+  d.engine_version = st.text(c + 5);
+  d.writer_pid = st.opt_int64(c + 6);
+  d.writer_host = st.text(c + 7);
+  d.writer_start_time = st.opt_int64(c + 8);
 
   // Per key: the whole series (both metric tables, later writes winning), then count, final
   // point and extremes (the earliest step among equal extremes; NaN points are skipped).

@@ -101,10 +101,51 @@ CREATE TABLE metric_chunks (
 CREATE INDEX metric_chunks_series ON metric_chunks (run_id, key_id, last_step);
 )sql";
 
-constexpr std::array<Migration, 3> kLadder = {{
+// Version 4: sweeps as records of their own. A sweep is its [sweep] config, its plan and who runs
+// it (the controlling process, to tell a live sweep from an interrupted one); its trials are the
+// planned runs (point, seed, the point's values, the effective config) with early stopping's
+// decision (the step it was stopped at and why). A run made for a trial knows its sweep, trial
+// and point (NULL for other runs).
+constexpr std::string_view kSchemaV4 = R"sql(
+CREATE TABLE sweeps (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed')),
+  created_at REAL NOT NULL,
+  ended_at REAL,
+  method TEXT NOT NULL,
+  metric TEXT NOT NULL,
+  goal TEXT NOT NULL,
+  config TEXT NOT NULL DEFAULT '',
+  plan TEXT NOT NULL DEFAULT '{}',
+  writer_pid INTEGER,
+  writer_host TEXT,
+  writer_start_time INTEGER,
+  message TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE sweep_trials (
+  sweep_id INTEGER NOT NULL,
+  trial INTEGER NOT NULL,
+  point INTEGER NOT NULL,
+  seed INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  assignment TEXT NOT NULL DEFAULT '',
+  config TEXT NOT NULL DEFAULT '',
+  stopped_step INTEGER,
+  note TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (sweep_id, trial)
+) WITHOUT ROWID;
+ALTER TABLE runs ADD COLUMN sweep_id INTEGER;
+ALTER TABLE runs ADD COLUMN sweep_trial INTEGER;
+ALTER TABLE runs ADD COLUMN sweep_point INTEGER;
+CREATE INDEX runs_sweep ON runs (sweep_id, sweep_trial);
+)sql";
+
+constexpr std::array<Migration, 4> kLadder = {{
     {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
     {2, "add store_info with the store's id", kSchemaV2},
     {3, "add metric_chunks (metric points packed per metric and commit)", kSchemaV3},
+    {4, "add sweeps and sweep_trials; runs know their sweep, trial and point", kSchemaV4},
 }};
 
 constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/store/status.h"
@@ -23,6 +24,9 @@ struct NewRun {
   std::string cpu_info;                ///< CPU description ("" = this machine's)
   std::string gpu_info;                ///< GPU description ("" = none/unknown)
   std::string engine_version;          ///< engine version ("" = this build's)
+  /// The sweep trial the run is made for: sweep id and trial index (its point is read from the
+  /// sweep's trial). A sweep or trial that does not exist is an error.
+  std::optional<std::pair<std::int64_t, std::int64_t>> sweep_trial;
 };
 
 /// One row of the runs list.
@@ -37,6 +41,9 @@ struct RunSummary {
   std::optional<std::int64_t> last_step;  ///< largest committed metric step, if any
   std::string host;                       ///< machine it ran on
   std::string message;                    ///< why it ended (failure, divergence, crash), or ""
+  std::optional<std::int64_t> sweep_id;   ///< the sweep it is a trial of, if any
+  std::optional<std::int64_t> sweep_trial;  ///< its trial index in that sweep
+  std::optional<std::int64_t> sweep_point;  ///< its point in that sweep
 };
 
 /// Final and extreme values of one metric of a run ("best" is min or max, depending on the

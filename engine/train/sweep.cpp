@@ -103,6 +103,41 @@ SweepParameter parameter_of(const Where& w, const std::string& key, const toml::
   return p;
 }
 
+EarlyStopping early_stopping_of(const Where& w, const toml::node& n) {
+  const auto* t = n.as_table();
+  if (t == nullptr) w.fail("sweep.early_stopping", "expected a table { method, steps }");
+  EarlyStopping e;
+  for (const auto& [k, v] : *t) {
+    const std::string key(k.str());
+    const std::string at = "sweep.early_stopping." + key;
+    if (key == "method") {
+      if (!v.is_string()) w.fail(at, "expected a string");
+      e.method = v.as_string()->get();
+    } else if (key == "steps") {
+      const auto* a = v.as_array();
+      if (a == nullptr) w.fail(at, "expected a list of steps");
+      for (const toml::node& s : *a) {
+        if (!s.is_integer() || s.as_integer()->get() <= 0)
+          w.fail(at, "expected a list of steps >= 1");
+        const std::int64_t step = s.as_integer()->get();
+        if (!e.steps.empty() && step <= e.steps.back()) w.fail(at, "steps must increase");
+        e.steps.push_back(step);
+      }
+    } else if (key == "reduction_factor") {
+      e.reduction_factor = number_of(w, at, &v);
+      if (!(e.reduction_factor > 1)) w.fail(at, "must be > 1");
+    } else {
+      w.fail(at, "unknown key (expected method, steps or reduction_factor)");
+    }
+  }
+  if (e.method != "none" && e.method != "successive_halving" && e.method != "median")
+    w.fail("sweep.early_stopping.method",
+           "'" + e.method + "' is not none, successive_halving or median");
+  if (e.method != "none" && e.steps.empty())
+    w.fail("sweep.early_stopping.steps", "name the steps at which the points are compared");
+  return e;
+}
+
 SweepSpec spec_of(const Where& w, const toml::table& t) {
   SweepSpec s;
   s.name = "sweep";
@@ -132,10 +167,12 @@ SweepSpec spec_of(const Where& w, const toml::table& t) {
       if (p == nullptr) w.fail(at, "expected a table of key = values");
       for (const auto& [pk, pv] : *p)
         s.parameters.push_back(parameter_of(w, std::string(pk.str()), pv));
+    } else if (key == "early_stopping") {
+      s.early_stopping = early_stopping_of(w, v);
     } else {
       w.fail(at,
              "unknown key (expected name, method, trials, seeds, metric, goal, "
-             "sampler_seed or parameters)");
+             "sampler_seed, parameters or early_stopping)");
     }
   }
   if (s.method != "grid" && s.method != "random")

@@ -12,6 +12,10 @@
 //   metric = "eval.accuracy"   # what the sweep compares, and whether higher is better
 //   goal = "max"
 //   sampler_seed = 0           # random: the draws' seed
+//   [sweep.early_stopping]     # optional
+//   method = "successive_halving"   # or "median"
+//   steps = [200, 400]              # rungs: where the points are compared (the metric is
+//   reduction_factor = 2            #   evaluated there); keep the best 1/2 at each
 //   [sweep.parameters]
 //   "optimizer.kind" = ["muon", "adamw"]                                 # values (grid, choice)
 //   "optimizer.muon.lr" = [0.01, 0.02]
@@ -40,6 +44,18 @@ struct SweepParameter {
   double max = 0;                   ///< (inclusive of min; int_uniform also of max)
 };
 
+/// [sweep.early_stopping]: compare the points at given steps and stop the worse ones there
+/// (synchronously: every live trial runs to a rung, pauses with a checkpoint, the points are
+/// ranked by their seeds' mean metric at that step, and only the kept ones continue).
+struct EarlyStopping {
+  /// "none"; "successive_halving" (Jamieson & Talwalkar, AISTATS 2016: keep the best
+  /// ceil(n / reduction_factor) points); or "median" (stop a point worse than the median of the
+  /// points at that rung, after Golovin et al., "Google Vizier", KDD 2017).
+  std::string method = "none";
+  std::vector<std::int64_t> steps;  ///< the rungs, increasing
+  double reduction_factor = 2;      ///< successive_halving: > 1
+};
+
 /// The [sweep] table.
 struct SweepSpec {
   std::string name;                        ///< sweep name
@@ -50,6 +66,7 @@ struct SweepSpec {
   std::string goal = "min";                ///< min or max
   std::uint64_t sampler_seed = 0;          ///< random: the draws' seed
   std::vector<SweepParameter> parameters;  ///< in key order
+  EarlyStopping early_stopping;            ///< [sweep.early_stopping]
 };
 
 /// One run of a sweep.

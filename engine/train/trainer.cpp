@@ -344,7 +344,7 @@ void Trainer::after_optimizer_step() {
 void Trainer::checkpoint_if_due(TrainResult& r) {
   State& s = *s_;
   const bool due = (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
-                   s.step == total_steps_;
+                   s.step == total_steps_ || s.step == stop_at_;
   // Data-parallel: only rank 0 writes, but distributed Muon's momentum comes from every rank —
   // a collective, so every rank decides alike (whether or not it writes).
   const bool gather = s.ddp && due;
@@ -474,7 +474,7 @@ TrainResult Trainer::loop() {
     // Metrics are assembled only for a step that is logged (or evaluated): the others cost
     // nothing beyond their timers.
     const std::int64_t next = s.step + 1;
-    const bool eval_now = next % eval_every == 0 || next == total_steps_;
+    const bool eval_now = next % eval_every == 0 || next == total_steps_ || next == stop_at_;
     const bool log_now = next % config_.run.log_interval == 0 || eval_now;
     Metrics m;
     if (log_now) {
@@ -514,6 +514,12 @@ TrainResult Trainer::loop() {
       for (auto& sink : sinks_)
         sink->on_metrics(s.step, m);
     checkpoint_if_due(r);
+    if (s.step == stop_at_ && s.step < total_steps_) {
+      r.outcome = RunOutcome::kCancelled;
+      r.message = "stopped at step " + std::to_string(s.step) + " of " +
+                  std::to_string(total_steps_) + " as asked, with a checkpoint to continue from";
+      break;
+    }
   }
   finish(r, s.step - first_step);
   return r;

@@ -95,6 +95,11 @@ class Trainer {
   TrainResult wait();
   /// Asks the loop to stop after the current step (status cancelled). Thread-safe.
   void cancel();
+  /// Stops the run after optimizer step `step` (0 = no such stop), evaluated, logged and
+  /// checkpointed there, with status cancelled and a message saying so: how a sweep pauses its
+  /// trials at an early-stopping rung (`trainbench-cli run --stop-at`). A step at or after the
+  /// last one changes nothing. Call before run().
+  void set_stop_at(std::int64_t step) { stop_at_ = step; }
   /// Holds the loop before its next step until resume(). Thread-safe.
   void pause();
   /// Releases pause(). Thread-safe.
@@ -143,6 +148,7 @@ class Trainer {
   std::unique_ptr<State> s_;
   std::vector<std::shared_ptr<MetricSink>> sinks_;
   std::int64_t total_steps_ = 0;
+  std::int64_t stop_at_ = 0;  // set_stop_at
   std::atomic<bool> cancel_{false};
   std::mutex pause_mutex_;
   std::condition_variable pause_cv_;

@@ -21,4 +21,16 @@ printf '%s\n' "$table" | grep -q '<- best' || fail "no best point marked"
 tagged=$("$cli" --db "$work/runs.sqlite" export 1 --format json | grep -c '"sweep:opt-lr"')
 [ "$tagged" -ge 1 ] || fail "run 1 does not carry the tag sweep:opt-lr"
 [ "$("$cli" --db "$work/runs.sqlite" runs | grep -c 'opt-lr p')" = 8 ] || fail "expected 8 runs"
+# The store records the sweep: its runs know it (runs --sweep), it is listed, its table reads back,
+# and the same sweep name cannot be started twice.
+[ "$("$cli" --db "$work/runs.sqlite" runs --sweep opt-lr | grep -c '\[sweep opt-lr p[0-3]\]')" = 8 ] ||
+  fail "runs --sweep opt-lr does not list 8 runs of the sweep"
+"$cli" --db "$work/runs.sqlite" sweeps | grep -Eq '^1 +opt-lr +finished .* 8 \(8, 0\)' ||
+  fail "sweeps does not list opt-lr finished with 8 trials: $("$cli" --db "$work/runs.sqlite" sweeps)"
+shown=$("$cli" --db "$work/runs.sqlite" sweep --show opt-lr | sed -n '/^point /,/^trial configs/p')
+[ "$shown" = "$table" ] || fail "sweep --show differs from the sweep's own table: $shown"
+again=$("$cli" --db "$work/runs.sqlite" sweep "$src/tests/data/sweep_grid.toml" 2>&1) &&
+  fail "starting sweep opt-lr a second time succeeded"
+echo "$again" | grep -q "already has a sweep 'opt-lr'.*--resume opt-lr" ||
+  fail "a second opt-lr is refused without naming --resume: $again"
 echo "PASS: sweep: 8 runs in 4 points, 2 at a time"

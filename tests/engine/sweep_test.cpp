@@ -128,4 +128,34 @@ TEST(Sweep, ErrorsNameTheKey) {
                   "the point optimizer.lr=-1.0");
 }
 
+// [sweep.early_stopping]: read with its defaults, and errors naming the key.
+TEST(Sweep, EarlyStoppingIsReadAndCheckedKeyByKey) {
+  const std::string grid = "[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, 0.2]\n";
+  EXPECT_EQ(plan_sweep(kBase + grid, "s.toml").spec.early_stopping.method, "none");
+  const auto plan = plan_sweep(kBase + grid +
+                                   "[sweep.early_stopping]\nmethod = \"successive_halving\"\n"
+                                   "steps = [5, 10]\nreduction_factor = 3\n",
+                               "s.toml");
+  EXPECT_EQ(plan.spec.early_stopping.method, "successive_halving");
+  EXPECT_EQ(plan.spec.early_stopping.steps, (std::vector<std::int64_t>{5, 10}));
+  EXPECT_EQ(plan.spec.early_stopping.reduction_factor, 3.0);
+  EXPECT_EQ(plan_sweep(kBase + grid + "[sweep.early_stopping]\nmethod = \"median\"\nsteps = [5]\n")
+                .spec.early_stopping.reduction_factor,
+            2.0);
+  const std::string es = grid + "[sweep.early_stopping]\n";
+  EXPECT_CONTAINS(error_of(es + "method = \"asha\"\nsteps = [5]\n"),
+                  "sweep.early_stopping.method: 'asha' is not none, successive_halving or median");
+  EXPECT_CONTAINS(error_of(es + "method = \"median\"\n"),
+                  "sweep.early_stopping.steps: name the steps");
+  EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [10, 5]\n"),
+                  "sweep.early_stopping.steps: steps must increase");
+  EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [0]\n"),
+                  "sweep.early_stopping.steps: expected a list of steps >= 1");
+  EXPECT_CONTAINS(
+      error_of(es + "method = \"successive_halving\"\nsteps = [5]\nreduction_factor = 1\n"),
+      "sweep.early_stopping.reduction_factor: must be > 1");
+  EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [5]\nrungs = 2\n"),
+                  "sweep.early_stopping.rungs: unknown key");
+}
+
 }  // namespace

@@ -25,6 +25,7 @@
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "engine/store/schema.h"
+#include "engine/store/sweeps.h"
 #include "engine/store/tensorboard.h"
 
 namespace {
@@ -244,6 +245,86 @@ TEST_F(StoreTest, StoreIdIsMadeOnceKeptAndGivenToMigratedStores) {
   EXPECT_EQ(migrated.size(), 16u);
   EXPECT_EQ(RawDb(old).integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(RunStore::open(old).store_id(), migrated);
+}
+
+// A sweep is a record of its own: its trials, the runs made for them (each knowing its sweep,
+// trial and point), early stopping's decisions, its status; names are unique; a run cannot be
+// made for a trial that was not planned; a store of the previous version gains the tables.
+TEST_F(StoreTest, SweepsAreRecordsWithTrialsAndRunsThatKnowThem) {
+  auto store = RunStore::open(db());
+  NewSweep s;
+  s.name = "lr";
+  s.method = "grid";
+  s.metric = "eval.loss";
+  s.goal = "min";
+  s.config = "[sweep]\n";
+  s.plan = "{}";
+  for (std::int64_t t = 0; t < 4; ++t)
+    s.trials.push_back(
+        {t, t / 2, 1 + t % 2, "lr p" + std::to_string(t / 2), "optimizer.lr=0.1", "[run]\n"});
+  const std::int64_t id = create_sweep(store, s);
+  try {
+    create_sweep(store, s);
+    ADD_FAILURE() << "a second sweep 'lr' was created";
+  } catch (const tb::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("already has a sweep 'lr'"), std::string::npos)
+        << e.what();
+  }
+  NewRun run;
+  run.name = "lr p1";
+  run.sweep_trial = std::make_pair(id, std::int64_t{3});
+  const std::int64_t first = store.create_run(run);
+  const std::int64_t again = store.create_run(run);  // restarted without a checkpoint
+  run.sweep_trial = std::make_pair(id, std::int64_t{9});
+  EXPECT_THROW(store.create_run(run), tb::ValueError);
+  run.sweep_trial.reset();
+  const std::int64_t plain = store.create_run(run);
+
+  const auto runs = store.list_runs();
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].id, plain);
+  EXPECT_FALSE(runs[0].sweep_id.has_value());
+  EXPECT_EQ(runs[1].sweep_id, id);
+  EXPECT_EQ(runs[1].sweep_trial, 3);
+  EXPECT_EQ(runs[1].sweep_point, 1);
+  EXPECT_EQ(store.get_run(first).summary.sweep_point, 1);
+
+  stop_trial(store, id, 0, 10, "stopped at step 10");
+  EXPECT_THROW(stop_trial(store, id, 7, 10, ""), tb::ValueError);
+  const auto trials = sweep_trials(store, id);
+  ASSERT_EQ(trials.size(), 4u);
+  EXPECT_EQ(trials[0].stopped_step, 10);
+  EXPECT_EQ(trials[0].note, "stopped at step 10");
+  EXPECT_FALSE(trials[1].run_id.has_value());
+  EXPECT_EQ(trials[3].run_id, again);  // the newest run of the trial
+  EXPECT_EQ(trials[3].run_status, RunStatus::kQueued);
+
+  auto rec = find_sweep(store, "lr");
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->status, "running");  // by this (live) process
+  EXPECT_EQ(rec->trials, 4);
+  EXPECT_EQ(rec->runs, 1);  // one trial has runs
+  EXPECT_EQ(rec->stopped, 1);
+  end_sweep(store, id, "finished", "done");
+  EXPECT_EQ(list_sweeps(store).at(0).status, "finished");
+  EXPECT_THROW(end_sweep(store, id, "paused", ""), tb::ValueError);
+  EXPECT_FALSE(find_sweep(store, "other").has_value());
+
+  // A sweep recorded as running by a process that is gone reads as interrupted.
+  restart_sweep(store, id);
+  RawDb(db()).exec("UPDATE sweeps SET writer_pid = 999999999");
+  EXPECT_EQ(find_sweep(store, "lr")->status, "interrupted");
+
+  const fs::path old = db().parent_path() / "v3.sqlite";
+  {
+    const auto all = detail::migrations();
+    detail::OpenOptions o;
+    o.ladder = std::span<const detail::Migration>(all.data(), 3);
+    detail::open_database(old, o);
+  }
+  auto migrated = RunStore::open(old);
+  EXPECT_TRUE(list_sweeps(migrated).empty());
+  EXPECT_FALSE(migrated.get_run(migrated.create_run(run)).summary.sweep_id.has_value());
 }
 
 // Metric points are packed per metric and commit (metric_chunks); a later write of a step
