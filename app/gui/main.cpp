@@ -144,7 +144,11 @@ int main(int argc, char** argv) {
       QStringLiteral("pages"),
       QStringLiteral("With --export-report: also save the PDF layout's pages as PNGs in DIR."),
       QStringLiteral("DIR"));
-  parser.addOptions({dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt, pagesOpt});
+  const QCommandLineOption sweepOpt(QStringLiteral("sweep"),
+                                    QStringLiteral("Open the Sweeps tab on sweep NAME."),
+                                    QStringLiteral("NAME"));
+  parser.addOptions(
+      {dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt, pagesOpt, sweepOpt});
   parser.addPositionalArgument(QStringLiteral("config"),
                                QStringLiteral("A TOML run config to open."),
                                QStringLiteral("[CONFIG.toml]"));
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
     QTextStream(stderr) << "trainbench: " << window.configEditor()->errorText() << "\n";
   }
   window.show();
+  if (parser.isSet(sweepOpt)) window.showSweep(parser.value(sweepOpt));
   if (parser.isSet(runOpt)) QTimer::singleShot(0, &window, [&window] { window.startRun(); });
   if (parser.isSet(screenshotOpt)) {
     const QString file = parser.value(screenshotOpt);

@@ -13,6 +13,8 @@
 
 #include "engine/api/run_session.h"
 #include "engine/api/schedule_api.h"
+#include "engine/api/sweep_api.h"
+#include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
@@ -24,6 +26,11 @@ std::filesystem::path store_path(const std::string& db);
 
 /// Unix seconds as "YYYY-MM-DD HH:MM:SS" (UTC).
 std::string iso_time(double unix_seconds);
+
+/// The table of sweep `name` read through an open store (sweep_table, StoreReader::sweep).
+SweepResult sweep_table(store::RunStore& st, const std::string& name);
+/// The sweeps of an open store, newest first (list_sweeps, StoreReader::sweeps).
+std::vector<SweepRow> list_sweeps(store::RunStore& st);
 
 /// Where a run's checkpoints go: <checkpoint.dir, or the database's folder + "checkpoints">/
 /// <store file stem>-<store id>/run-N — a folder of this store and run only, so stores side by

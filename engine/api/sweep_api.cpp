@@ -33,7 +33,10 @@ SweepPreview preview_of(const train::SweepPlan& plan) {
   p.stopping = plan.spec.early_stopping.method;
   p.rungs = plan.spec.early_stopping.steps;
   p.reduction_factor = plan.spec.early_stopping.reduction_factor;
+  for (const auto& param : plan.spec.parameters)
+    p.keys.push_back(param.key);
   for (const auto& t : plan.trials) {
+    if (t.point == static_cast<std::int64_t>(p.points.size())) p.points.push_back(t.assignment);
     SweepTrialRow r;
     r.index = t.index;
     r.point = t.point;
@@ -55,7 +58,9 @@ nlohmann::json to_json(const SweepPreview& p) {
           {"metric", p.metric},
           {"goal", p.goal},
           {"early_stopping",
-           {{"method", p.stopping}, {"steps", p.rungs}, {"reduction_factor", p.reduction_factor}}}};
+           {{"method", p.stopping}, {"steps", p.rungs}, {"reduction_factor", p.reduction_factor}}},
+          {"keys", p.keys},
+          {"points", p.points}};
 }
 
 SweepPreview preview_of(const store::SweepRecord& rec,
@@ -73,8 +78,37 @@ SweepPreview preview_of(const store::SweepRecord& rec,
     p.rungs = es->value("steps", std::vector<std::int64_t>{});
     p.reduction_factor = es->value("reduction_factor", 2.0);
   }
-  for (const auto& t : trials)
+  p.keys = j.value("keys", std::vector<std::string>{});
+  if (const auto pts = j.find("points"); pts != j.end() && pts->is_array())
+    p.points = pts->get<std::vector<std::vector<std::pair<std::string, std::string>>>>();
+  for (const auto& t : trials) {
     p.trials.push_back({t.trial, t.point, t.seed, t.name, t.assignment});
+    if (j.contains("points") || t.point != static_cast<std::int64_t>(p.points.size())) continue;
+    // A plan without its points' values (written before they were stored): read them back from
+    // the trial's "key=value, key=value" text, a key being a dotted name before '='.
+    auto& values = p.points.emplace_back();
+    const std::string& a = t.assignment;
+    std::size_t start = 0;
+    while (start < a.size()) {
+      const std::size_t eq = a.find('=', start);
+      if (eq == std::string::npos) break;
+      std::size_t end = a.size();
+      for (std::size_t c = a.find(", ", eq); c != std::string::npos; c = a.find(", ", c + 1)) {
+        const std::size_t next_eq = a.find('=', c + 2);
+        if (next_eq != std::string::npos &&
+            a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.",
+                                c + 2) == next_eq) {
+          end = c;
+          break;
+        }
+      }
+      values.emplace_back(a.substr(start, eq - start), a.substr(eq + 1, end - eq - 1));
+      if (std::find(p.keys.begin(), p.keys.end(), values.back().first) == p.keys.end())
+        p.keys.push_back(values.back().first);
+      start = end + 2;
+    }
+  }
+  std::sort(p.keys.begin(), p.keys.end());
   return p;
 }
 
@@ -362,6 +396,10 @@ SweepResult run_sweep(const SweepRequest& request,
 
 SweepResult sweep_table(const std::string& name, const std::string& db_path) {
   auto st = store::RunStore::open(detail::store_path(db_path));
+  return detail::sweep_table(st, name);
+}
+
+SweepResult detail::sweep_table(store::RunStore& st, const std::string& name) {
   const store::SweepRecord rec = find_or_explain(st, name);
   const auto trials = store::sweep_trials(st, rec.id);
   SweepResult out;
@@ -377,6 +415,13 @@ SweepResult sweep_table(const std::string& name, const std::string& db_path) {
     p.values = t.assignment;
     ++p.runs;
     if (t.stopped_step) p.stopped = t.stopped_step;
+    SweepTrialResult& tr = out.trials.emplace_back();
+    tr.trial = {t.trial, t.point, t.seed, t.name, t.assignment};
+    tr.run = t.run_id;
+    if (t.run_status) tr.status = std::string(store::to_string(*t.run_status));
+    tr.steps = t.last_step;
+    tr.stopped = t.stopped_step;
+    tr.config = t.config;
     if (!t.run_id) continue;
     p.run_ids.push_back(*t.run_id);
     if (t.stopped_step) {
@@ -391,6 +436,7 @@ SweepResult sweep_table(const std::string& name, const std::string& db_path) {
       if (!best || (max ? pt.value > *best : pt.value < *best)) best = pt.value;
     }
     if (best) bests[t.point].push_back(*best);
+    tr.best = best;
   }
   auto mean_of = [](const std::vector<double>& v) {
     double sum = 0;
@@ -426,12 +472,16 @@ SweepResult sweep_table(const std::string& name, const std::string& db_path) {
           return max ? *a.stopped_value > *b.stopped_value : *a.stopped_value < *b.stopped_value;
         return false;
       });
-  out.trial_dir = (detail::store_path(db_path).parent_path() / "sweeps" / out.plan.name).string();
+  out.trial_dir = (st.path().parent_path() / "sweeps" / out.plan.name).string();
   return out;
 }
 
 std::vector<SweepRow> list_sweeps(const std::string& db_path) {
   auto st = store::RunStore::open(detail::store_path(db_path));
+  return detail::list_sweeps(st);
+}
+
+std::vector<SweepRow> detail::list_sweeps(store::RunStore& st) {
   std::vector<SweepRow> rows;
   for (const auto& s : store::list_sweeps(st)) {
     SweepRow r;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tb::api {
@@ -31,6 +32,9 @@ struct SweepPreview {
   std::vector<std::int64_t> rungs;    ///< the steps where points are compared
   double reduction_factor = 2;        ///< successive_halving: keep the best 1/factor
   std::vector<SweepTrialRow> trials;  ///< every run
+  std::vector<std::string> keys;      ///< the swept keys, sorted
+  /// Each point's values: (key, TOML value text), only the keys that apply to it.
+  std::vector<std::vector<std::pair<std::string, std::string>>> points;
 };
 
 /// Plans the sweep of CONFIG (with --set `overrides` on its run config); errors name the key.
@@ -77,14 +81,26 @@ struct SweepPointRow {
   std::optional<double> stopped_value;  ///< its seeds' mean metric there
 };
 
+/// One trial's result.
+struct SweepTrialResult {
+  SweepTrialRow trial;                  ///< the planned trial
+  std::optional<std::int64_t> run;      ///< its newest run
+  std::string status;                   ///< that run's status ("" = never started)
+  std::optional<double> best;           ///< finished: its best metric value
+  std::optional<std::int64_t> steps;    ///< its newest committed step
+  std::optional<std::int64_t> stopped;  ///< early stopping stopped it at this step
+  std::string config;                   ///< its effective run config (TOML)
+};
+
 /// A sweep's table.
 struct SweepResult {
-  std::int64_t sweep_id = 0;          ///< the stored sweep
-  std::string status;                 ///< running, finished, failed or interrupted
-  SweepPreview plan;                  ///< what was run
-  std::vector<SweepPointRow> points;  ///< best point first (by mean, per the goal), then stopped
-  int failed = 0;                     ///< trials whose run failed or never ran
-  std::string trial_dir;              ///< where the trials' config files are
+  std::int64_t sweep_id = 0;             ///< the stored sweep
+  std::string status;                    ///< running, finished, failed or interrupted
+  SweepPreview plan;                     ///< what was run
+  std::vector<SweepPointRow> points;     ///< best point first (by mean, per the goal), then stopped
+  std::vector<SweepTrialResult> trials;  ///< every trial, in plan order
+  int failed = 0;                        ///< trials whose run failed or never ran
+  std::string trial_dir;                 ///< where the trials' config files are
 };
 
 /// Runs the sweep: records it in the store (a name already there is an error; `resume` it), writes

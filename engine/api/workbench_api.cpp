@@ -388,6 +388,14 @@ std::vector<RunInfo> StoreReader::runs() const {
   return out;
 }
 
+std::vector<SweepRow> StoreReader::sweeps() const {
+  return detail::list_sweeps(impl_->store);
+}
+
+SweepResult StoreReader::sweep(const std::string& name) const {
+  return detail::sweep_table(impl_->store, name);
+}
+
 std::string StoreReader::fingerprint() const {
   // One query of the runs table: every field runs() shows from it.
   std::ostringstream os;

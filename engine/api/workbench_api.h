@@ -15,6 +15,7 @@
 
 #include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
+#include "engine/api/sweep_api.h"
 
 namespace tb::api {
 
@@ -213,6 +214,10 @@ class StoreReader {
   void set_tags(std::int64_t run, const std::vector<std::string>& tags);
   /// Deletes a run and its metrics, events and checkpoint records (not a running one: error).
   void delete_run(std::int64_t run);
+  /// The store's sweeps, newest first.
+  std::vector<SweepRow> sweeps() const;
+  /// Sweep `name`'s table with every trial's result (an unknown name: tb::ValueError).
+  SweepResult sweep(const std::string& name) const;
 
  private:
   struct Impl;

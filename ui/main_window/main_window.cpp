@@ -38,6 +38,7 @@
 #include "ui/report/report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/sweeps/sweep_view.h"
 #include "ui/topology/topology_view.h"
 
 namespace tb::ui {
@@ -53,9 +54,17 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   m_live = new PlotsPanel(m_tabs);
   m_live->setObjectName(QStringLiteral("livePlots"));
   m_compare = new CompareView(m_tabs);
+  m_sweeps = new SweepView(m_tabs);
+  m_sweeps->setObjectName(QStringLiteral("sweepView"));
   m_tabs->addTab(m_live, tr("Live"));
   m_tabs->addTab(m_compare, tr("Compare"));
+  m_tabs->addTab(m_sweeps, tr("Sweeps"));
   setCentralWidget(m_tabs);
+  m_sweeps->setStore(m_runsModel->store());
+  // The sweeps list and the shown sweep are read when the tab is opened, then while it runs.
+  connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
+    if (m_tabs->currentWidget() == m_sweeps) m_sweeps->setStore(m_runsModel->store());
+  });
 
   buildDocks();
   buildActions();
@@ -119,6 +128,16 @@ void MainWindow::buildDocks() {
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
   connect(pair, &QPushButton::clicked, this, &MainWindow::enqueueMuonAndAdamw);
   connect(m_editor, &ConfigEditor::validityChanged, run, &QPushButton::setEnabled);
+  connect(m_sweeps, &SweepView::openConfig, this,
+          [this, configDock](const QString& toml, const QString& source) {
+            if (m_editor->setToml(toml, source)) {
+              configDock->show();
+              configDock->raise();
+              log(QStringLiteral("info"), tr("loaded the config of %1").arg(source));
+            } else {
+              log(QStringLiteral("error"), m_editor->errorText());
+            }
+          });
   run->setEnabled(m_editor->isValid());
 
   auto* runsDock = new QDockWidget(tr("Runs"), this);
@@ -415,6 +434,7 @@ void MainWindow::pollStore() {
     }
   }
   if (m_tabs->currentWidget() == m_compare) m_compare->refresh();
+  if (m_tabs->currentWidget() == m_sweeps && m_sweeps->running()) m_sweeps->refresh();
 }
 
 void MainWindow::showRunsLive(const QList<qint64>& ids) {
@@ -434,6 +454,11 @@ void MainWindow::showRunsLive(const QList<qint64>& ids) {
     log(QStringLiteral("error"), QString::fromUtf8(e.what()));
   }
   m_live->replotAll();
+}
+
+void MainWindow::showSweep(const QString& name) {
+  m_tabs->setCurrentWidget(m_sweeps);  // reads the store's sweeps
+  m_sweeps->showSweep(name);
 }
 
 void MainWindow::compareRuns(const QList<qint64>& ids) {

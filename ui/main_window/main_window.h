@@ -29,6 +29,7 @@ class QTabWidget;
 namespace tb::ui {
 
 class CompareView;
+class SweepView;
 class ConfigEditor;
 class PlotsPanel;
 class RunWorker;
@@ -69,6 +70,10 @@ class MainWindow : public QMainWindow {
   ConfigEditor* configEditor() const { return m_editor; }
   PlotsPanel* livePlots() const { return m_live; }
   CompareView* compareView() const { return m_compare; }
+  /// Opens the Sweeps tab on sweep `name`.
+  void showSweep(const QString& name);
+  /// The Sweeps tab.
+  SweepView* sweepView() const { return m_sweeps; }
   RunsModel* runsModel() const { return m_runsModel; }
   RunsView* runsView() const { return m_runsView; }
   QTabWidget* centralTabs() const { return m_tabs; }
@@ -108,6 +113,7 @@ class MainWindow : public QMainWindow {
   ConfigEditor* m_editor = nullptr;
   PlotsPanel* m_live = nullptr;
   CompareView* m_compare = nullptr;
+  SweepView* m_sweeps = nullptr;
   RunsModel* m_runsModel = nullptr;
   RunsView* m_runsView = nullptr;
   TopologyView* m_topology = nullptr;

@@ -1,0 +1,168 @@
+// The Sweeps tab: a real 2 x 2 x 2 sweep (trainbench-cli sweep) read back by SweepView, whose
+// learning-rate curves must equal what the stored metrics say — computed here from each run's
+// stored eval.loss series and stored config, without the sweep's own table.
+#include <QtTest>
+
+#include <QMap>
+#include <QProcess>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTemporaryDir>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <qcustomplot.h>
+
+#include "engine/api/workbench_api.h"
+#include "ui/main_window/main_window.h"
+#include "ui/run_config/config_editor.h"
+#include "ui/sweeps/sweep_view.h"
+
+using namespace tb;
+
+namespace {
+
+// "section.key" -> value text of a TOML config as the engine writes it (one key per line).
+QMap<QString, QString> flatten(const QString& toml) {
+  QMap<QString, QString> out;
+  QString section;
+  for (const QString& raw : toml.split(QLatin1Char('\n'))) {
+    const QString line = raw.trimmed();
+    if (line.startsWith(QLatin1Char('['))) {
+      section = line.mid(1, line.indexOf(QLatin1Char(']')) - 1);
+    } else if (const int eq = line.indexOf(QLatin1Char('=')); eq > 0) {
+      QString v = line.mid(eq + 1).trimmed();
+      v.remove(QLatin1Char('"'));
+      out[section + QLatin1Char('.') + line.left(eq).trimmed()] = v;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+class TestSweepView : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    m_db = m_dir.filePath(QStringLiteral("runs.sqlite"));
+    QProcess p;
+    p.start(QStringLiteral(TB_CLI_PATH),
+            {QStringLiteral("--db"), m_db, QStringLiteral("sweep"),
+             QStringLiteral(TB_SOURCE_DIR "/tests/data/sweep_grid.toml"),
+             QStringLiteral("--parallel"), QStringLiteral("2")});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+  }
+
+  // The curves against "any lr key" equal, per optimizer and learning rate, the mean over the
+  // seeds of each run's smallest stored eval.loss; the band spans the seeds' values.
+  void curvesEqualTheStoredMetrics() {
+    api::StoreReader store(m_db.toStdString());
+    // The oracle: optimizer -> lr -> each run's best eval.loss.
+    std::map<QString, std::map<double, std::vector<double>>> want;
+    int runs = 0;
+    for (const auto& r : store.runs()) {
+      if (std::find(r.tags.begin(), r.tags.end(), "sweep:opt-lr") == r.tags.end()) continue;
+      ++runs;
+      const auto config = flatten(QString::fromStdString(store.config_text(r.id)));
+      const QString kind = config.value(QStringLiteral("optimizer.kind"));
+      const double lr =
+          config
+              .value(kind == QLatin1String("muon") ? QStringLiteral("optimizer.muon.lr")
+                                                   : QStringLiteral("optimizer.lr"))
+              .toDouble();
+      const auto s = store.series(r.id, "eval.loss");
+      QVERIFY(!s.value.empty());
+      want[kind][lr].push_back(*std::min_element(s.value.begin(), s.value.end()));
+    }
+    QCOMPARE(runs, 8);
+
+    ui::SweepView view;
+    view.resize(1400, 800);
+    view.setStore(&store);
+    QCOMPARE(view.sweepName(), QStringLiteral("opt-lr"));
+    QVERIFY(view.xKeys().contains(ui::kAnyLearningRate));
+    QVERIFY(view.setXKey(ui::kAnyLearningRate));
+    const auto& curves = view.curves();
+    QCOMPARE(curves.size(), std::size_t{2});
+    for (const auto& c : curves) {
+      QVERIFY2(want.count(c.name), qPrintable(c.name));
+      const auto& byLr = want.at(c.name);
+      QCOMPARE(c.x.size(), byLr.size());
+      std::size_t i = 0;
+      for (const auto& [lr, values] : byLr) {
+        double sum = 0;
+        for (double v : values)
+          sum += v;
+        QCOMPARE(values.size(), std::size_t{2});  // two seeds
+        QVERIFY(std::abs(c.x[i] - lr) <= 1e-12 * lr);
+        QVERIFY(std::abs(c.mean[i] - sum / 2) <= 1e-12);
+        QCOMPARE(c.low[i], *std::min_element(values.begin(), values.end()));
+        QCOMPARE(c.high[i], *std::max_element(values.begin(), values.end()));
+        ++i;
+      }
+      // What is drawn is what was computed: the line graph named after the curve.
+      QCPGraph* line = nullptr;
+      for (int g = 0; g < view.curvePlot()->graphCount(); ++g)
+        if (view.curvePlot()->graph(g)->name() == c.name) line = view.curvePlot()->graph(g);
+      QVERIFY(line != nullptr);
+      QCOMPARE(line->data()->size(), static_cast<int>(c.x.size()));
+      i = 0;
+      for (auto it = line->data()->constBegin(); it != line->data()->constEnd(); ++it, ++i) {
+        QCOMPARE(it->key, c.x[i]);
+        QCOMPARE(it->value, c.mean[i]);
+      }
+    }
+    // One parallel-coordinates line per finished trial.
+    QCOMPARE(view.parallelPlot()->plottableCount(), 8);
+
+    // The points table leads with the best point: the smallest mean of the oracle.
+    double best = 1e300;
+    for (const auto& [kind, byLr] : want)
+      for (const auto& [lr, values] : byLr)
+        best = std::min(best, (values[0] + values[1]) / 2);
+    QCOMPARE(view.pointsTable()->rowCount(), 4);
+    const QString first = view.pointsTable()->item(0, 1)->text();
+    QVERIFY2(std::abs(first.section(QLatin1Char(' '), 0, 0).toDouble() - best) <= 1e-4 * best,
+             qPrintable(first));
+
+    // Steps to a target every run reaches at its first evaluation (step 10).
+    view.setTarget(100.0);
+    QCOMPARE(view.trialsTable()->rowCount(), 8);
+    for (int r = 0; r < 8; ++r)
+      QCOMPARE(view.trialsTable()->item(r, 6)->text(), QStringLiteral("10"));
+
+    // "Open best config" hands the best trial's config to whoever listens.
+    QSignalSpy opened(&view, &ui::SweepView::openConfig);
+    auto* button = view.findChild<QPushButton*>();
+    QVERIFY(button != nullptr && button->text() == QStringLiteral("Open best config"));
+    button->click();
+    QCOMPARE(opened.count(), 1);
+    QVERIFY(opened.at(0).at(0).toString().contains(QStringLiteral("opt-lr p")));
+  }
+
+  // The main window's Sweeps tab and "open the best config" into the editor.
+  void mainWindowOpensTheBestConfig() {
+    ui::MainWindow w(m_db);
+    w.showSweep(QStringLiteral("opt-lr"));
+    QCOMPARE(w.centralTabs()->currentWidget(), static_cast<QWidget*>(w.sweepView()));
+    QCOMPARE(w.sweepView()->sweepName(), QStringLiteral("opt-lr"));
+    const QString best = w.sweepView()->bestConfig();
+    QVERIFY(!best.isEmpty());
+    emit w.sweepView()->openConfig(best, QStringLiteral("best"));
+    QVERIFY(w.configEditor()->toToml().contains(flatten(best).value(QStringLiteral("run.name"))));
+  }
+
+ private:
+  QTemporaryDir m_dir;
+  QString m_db;
+};
+
+QTEST_MAIN(TestSweepView)
+#include "tst_sweep_view.moc"

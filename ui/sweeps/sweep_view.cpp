@@ -1,0 +1,602 @@
+// SweepView (see sweep_view.h).
+#include "ui/sweeps/sweep_view.h"
+
+#include <qcustomplot.h>
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "ui/live_plots/plots_panel.h"
+
+namespace tb::ui {
+namespace {
+
+// A TOML value's number, if it is one ("0.02", "3", "1e-3"; not "\"muon\"" or "true").
+std::optional<double> numberOf(const std::string& toml) {
+  bool ok = false;
+  const double v = QString::fromStdString(toml).toDouble(&ok);
+  if (!ok || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+// A TOML value for display: strings without their quotes.
+QString display(const std::string& toml) {
+  QString s = QString::fromStdString(toml);
+  if (s.size() >= 2 && s.startsWith(QLatin1Char('"')) && s.endsWith(QLatin1Char('"')))
+    s = s.mid(1, s.size() - 2);
+  return s;
+}
+
+const std::vector<std::pair<std::string, std::string>>& valuesOf(const api::SweepResult& sweep,
+                                                                 std::int64_t point) {
+  static const std::vector<std::pair<std::string, std::string>> none;
+  const auto i = static_cast<std::size_t>(point);
+  return i < sweep.plan.points.size() ? sweep.plan.points[i] : none;
+}
+
+// Whether every value `key` takes in the sweep is a number.
+bool numericKey(const api::SweepResult& sweep, const std::string& key) {
+  bool any = false;
+  for (const auto& point : sweep.plan.points)
+    for (const auto& [k, v] : point)
+      if (k == key) {
+        if (!numberOf(v)) return false;
+        any = true;
+      }
+  return any;
+}
+
+bool endsWithLr(const std::string& key) {
+  return key.size() >= 2 && key.compare(key.size() - 2, 2, "lr") == 0;
+}
+
+// Whether `value` reaches `target` for a metric with this goal.
+bool reaches(double value, double target, bool max) {
+  return max ? value >= target : value <= target;
+}
+
+QString number(double v) {
+  return QString::number(v, 'g', 5);
+}
+
+QTableWidgetItem* cell(const QString& text) {
+  auto* item = new QTableWidgetItem(text);
+  item->setFlags(item->flags() & ~Qt::ItemIsEditable);
+  return item;
+}
+
+}  // namespace
+
+QStringList sweepXKeys(const api::SweepResult& sweep) {
+  QStringList keys;
+  int lrKeys = 0;
+  for (const auto& k : sweep.plan.keys)
+    if (numericKey(sweep, k)) {
+      keys << QString::fromStdString(k);
+      lrKeys += endsWithLr(k) ? 1 : 0;
+    }
+  if (lrKeys >= 2) keys.prepend(kAnyLearningRate);
+  return keys;
+}
+
+std::vector<SweepCurve> sweepCurves(const api::SweepResult& sweep, const QString& xKey) {
+  const bool anyLr = xKey == kAnyLearningRate;
+  const std::string key = xKey.toStdString();
+  // point -> its finished trials' best values
+  std::map<std::int64_t, std::vector<double>> bests;
+  for (const auto& t : sweep.trials)
+    if (t.best) bests[t.trial.point].push_back(*t.best);
+  // group -> x -> values (points of a group sharing an x pool their trials)
+  std::map<QString, std::map<double, std::vector<double>>> groups;
+  for (const auto& [point, values] : bests) {
+    std::optional<double> x;
+    QStringList group;
+    for (const auto& [k, v] : valuesOf(sweep, point)) {
+      const bool isX = anyLr ? (endsWithLr(k) && numericKey(sweep, k)) : k == key;
+      if (isX && !x) {
+        x = numberOf(v);
+      } else if (!isX) {
+        group << (numericKey(sweep, k) ? QString::fromStdString(k) + QLatin1Char('=') + display(v)
+                                       : display(v));
+      }
+    }
+    if (!x) continue;
+    auto& at = groups[group.isEmpty() ? QStringLiteral("all") : group.join(QStringLiteral(", "))];
+    at[*x].insert(at[*x].end(), values.begin(), values.end());
+  }
+  std::vector<SweepCurve> curves;
+  for (const auto& [name, byX] : groups) {
+    SweepCurve c;
+    c.name = name;
+    for (const auto& [x, vs] : byX) {
+      double sum = 0;
+      for (double v : vs)
+        sum += v;
+      c.x.push_back(x);
+      c.mean.push_back(sum / static_cast<double>(vs.size()));
+      c.low.push_back(*std::min_element(vs.begin(), vs.end()));
+      c.high.push_back(*std::max_element(vs.begin(), vs.end()));
+    }
+    curves.push_back(std::move(c));
+  }
+  return curves;
+}
+
+SweepView::SweepView(QWidget* parent) : QWidget(parent) {
+  auto* top = new QHBoxLayout;
+  m_sweepBox = new QComboBox(this);
+  m_sweepBox->setToolTip(tr("The sweeps of the store, newest first"));
+  m_sweepBox->setMinimumContentsLength(24);
+  m_summary = new QLabel(this);
+  m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_xBox = new QComboBox(this);
+  m_xBox->setToolTip(tr("The swept key on the x axis of the metric plot"));
+  m_target = new QDoubleSpinBox(this);
+  m_target->setDecimals(5);
+  m_target->setRange(-1e12, 1e12);
+  m_target->setToolTip(
+      tr("Target of the sweep's metric: the trials table shows the steps and "
+         "time each trial took to reach it"));
+  m_openBest = new QPushButton(tr("Open best config"), this);
+  m_openBest->setToolTip(tr("Load the best finished trial's config into the config editor"));
+  top->addWidget(new QLabel(tr("Sweep:"), this));
+  top->addWidget(m_sweepBox);
+  top->addWidget(m_summary, 1);
+  top->addWidget(new QLabel(tr("x:"), this));
+  top->addWidget(m_xBox);
+  top->addWidget(new QLabel(tr("target:"), this));
+  top->addWidget(m_target);
+  top->addWidget(m_openBest);
+
+  m_curvePlot = new QCustomPlot(this);
+  m_curvePlot->setMinimumHeight(300);
+  m_curvePlot->legend->setVisible(true);
+  m_curvePlot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_parallel = new QCustomPlot(this);
+  m_parallel->setMinimumHeight(300);
+  m_parallel->xAxis->setVisible(false);
+  m_parallel->yAxis->setVisible(false);
+  m_parallel->axisRect()->setAutoMargins(QCP::msNone);
+  m_parallel->axisRect()->setMargins(QMargins(10, 10, 10, 10));
+  auto* plots = new QSplitter(Qt::Horizontal, this);
+  plots->addWidget(m_curvePlot);
+  plots->addWidget(m_parallel);
+
+  m_points = new QTableWidget(this);
+  m_trials = new QTableWidget(this);
+  for (QTableWidget* t : {m_points, m_trials}) {
+    t->verticalHeader()->setVisible(false);
+    t->setSelectionBehavior(QAbstractItemView::SelectRows);
+    t->horizontalHeader()->setStretchLastSection(true);
+  }
+  auto* tables = new QTabWidget(this);
+  tables->addTab(m_points, tr("Points (best first)"));
+  tables->addTab(m_trials, tr("Trials"));
+
+  auto* split = new QSplitter(Qt::Vertical, this);
+  split->addWidget(plots);
+  split->addWidget(tables);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 1);
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(top);
+  layout->addWidget(split, 1);
+
+  connect(m_sweepBox, &QComboBox::currentIndexChanged, this, [this](int i) {
+    if (m_filling || i < 0) return;
+    showSweep(m_sweepBox->itemData(i).toString());
+  });
+  connect(m_xBox, &QComboBox::currentTextChanged, this, [this] {
+    if (m_filling) return;
+    fillCurves();
+  });
+  connect(m_target, &QDoubleSpinBox::valueChanged, this, [this] {
+    if (m_filling) return;
+    fillTrialTargets();
+  });
+  connect(m_openBest, &QPushButton::clicked, this, [this] {
+    const QString config = bestConfig();
+    if (config.isEmpty()) return;
+    emit openConfig(config, tr("sweep %1, best trial").arg(m_name));
+  });
+  reload();
+}
+
+void SweepView::setStore(const api::StoreReader* store) {
+  if (store != m_store) m_name.clear();
+  m_store = store;
+  refresh();
+}
+
+void SweepView::refresh() {
+  // The sweeps list, keeping the one shown.
+  m_filling = true;
+  m_sweepBox->clear();
+  std::vector<api::SweepRow> rows;
+  QString error;
+  if (m_store) {
+    try {
+      rows = m_store->sweeps();
+    } catch (const std::exception& e) {
+      error = QString::fromUtf8(e.what());
+    }
+  }
+  for (const auto& r : rows)
+    m_sweepBox->addItem(QStringLiteral("%1 (%2)").arg(QString::fromStdString(r.name),
+                                                      QString::fromStdString(r.status)),
+                        QString::fromStdString(r.name));
+  m_filling = false;
+  if (!error.isEmpty()) {
+    m_summary->setText(error);
+    return;
+  }
+  showSweep(m_name);
+}
+
+void SweepView::showSweep(const QString& name) {
+  QString want = name;
+  if (want.isEmpty() && m_sweepBox->count() > 0) want = m_sweepBox->itemData(0).toString();
+  const int index = m_sweepBox->findData(want);
+  if (index < 0) {
+    m_name.clear();
+    m_result = {};
+    m_summary->setText(m_store ? tr("No sweep in this store: run one with trainbench-cli sweep "
+                                    "CONFIG or the config editor's Sweep tab")
+                               : QString());
+    reload();
+    return;
+  }
+  const bool changed = want != m_name;
+  m_name = want;
+  m_filling = true;
+  m_sweepBox->setCurrentIndex(index);
+  m_filling = false;
+  try {
+    m_result = m_store->sweep(m_name.toStdString());
+  } catch (const std::exception& e) {
+    m_result = {};
+    m_summary->setText(QString::fromUtf8(e.what()));
+    reload();
+    return;
+  }
+  if (changed) {
+    // A new sweep: its x choices, and a target half its finished trials reach (the median).
+    m_filling = true;
+    m_xBox->clear();
+    m_xBox->addItems(sweepXKeys(m_result));
+    std::vector<double> bests;
+    for (const auto& t : m_result.trials)
+      if (t.best) bests.push_back(*t.best);
+    if (!bests.empty()) {
+      std::sort(bests.begin(), bests.end());
+      m_target->setValue(bests[(bests.size() - 1) / 2]);
+    }
+    m_filling = false;
+  }
+  int finished = 0;
+  int stopped = 0;
+  for (const auto& t : m_result.trials) {
+    finished += t.status == "finished" ? 1 : 0;
+    stopped += t.stopped ? 1 : 0;
+  }
+  const auto& p = m_result.plan;
+  QString text = tr("%1, %2: %3 %4; %5 trials, %6 finished")
+                     .arg(QString::fromStdString(m_result.status), QString::fromStdString(p.method),
+                          QString::fromStdString(p.goal), QString::fromStdString(p.metric))
+                     .arg(m_result.trials.size())
+                     .arg(finished);
+  if (p.stopping != "none")
+    text += tr(", %1 stopped early (%2)").arg(stopped).arg(QString::fromStdString(p.stopping));
+  m_summary->setText(text);
+  reload();
+}
+
+void SweepView::reload() {
+  fillCurves();
+  fillParallel();
+  fillTables();
+  m_openBest->setEnabled(!bestConfig().isEmpty());
+}
+
+QStringList SweepView::xKeys() const {
+  QStringList keys;
+  for (int i = 0; i < m_xBox->count(); ++i)
+    keys << m_xBox->itemText(i);
+  return keys;
+}
+
+bool SweepView::setXKey(const QString& key) {
+  const int i = m_xBox->findText(key);
+  if (i < 0) return false;
+  m_xBox->setCurrentIndex(i);
+  fillCurves();
+  return true;
+}
+
+void SweepView::setTarget(double value) {
+  m_target->setValue(value);
+  fillTrialTargets();
+}
+
+QString SweepView::bestConfig() const {
+  if (m_result.points.empty() || !m_result.points.front().mean) return {};
+  const std::int64_t point = m_result.points.front().point;
+  const bool max = m_result.plan.goal == "max";
+  const api::SweepTrialResult* best = nullptr;
+  for (const auto& t : m_result.trials)
+    if (t.trial.point == point && t.best &&
+        (!best || (max ? *t.best > *best->best : *t.best < *best->best)))
+      best = &t;
+  return best ? QString::fromStdString(best->config) : QString();
+}
+
+void SweepView::fillCurves() {
+  QCustomPlot* plot = m_curvePlot;
+  plot->clearGraphs();
+  const QString xKey = m_xBox->currentText();
+  m_curves = xKey.isEmpty() ? std::vector<SweepCurve>{} : sweepCurves(m_result, xKey);
+  double lo = 0;
+  double hi = 0;
+  bool first = true;
+  for (std::size_t i = 0; i < m_curves.size(); ++i) {
+    const SweepCurve& c = m_curves[i];
+    const QColor color = runColor(static_cast<int>(i));
+    QVector<double> x(c.x.begin(), c.x.end());
+    QCPGraph* line = plot->addGraph();
+    line->setName(c.name);
+    line->setPen(QPen(color, 2));
+    line->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
+    line->setData(x, QVector<double>(c.mean.begin(), c.mean.end()), true);
+    QCPGraph* low = plot->addGraph();
+    low->setName(c.name + tr(" (lowest seed)"));
+    low->setPen(Qt::NoPen);
+    low->setData(x, QVector<double>(c.low.begin(), c.low.end()), true);
+    low->removeFromLegend();
+    QCPGraph* high = plot->addGraph();
+    high->setName(c.name + tr(" (highest seed)"));
+    high->setPen(Qt::NoPen);
+    QColor band = color;
+    band.setAlpha(50);
+    high->setBrush(band);
+    high->setChannelFillGraph(low);
+    high->setData(x, QVector<double>(c.high.begin(), c.high.end()), true);
+    high->removeFromLegend();
+    for (double v : c.x) {
+      lo = first ? v : std::min(lo, v);
+      hi = first ? v : std::max(hi, v);
+      first = false;
+    }
+  }
+  const bool logX = !first && lo > 0 && hi / lo >= 10;
+  plot->xAxis->setScaleType(logX ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  if (logX) {
+    plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  } else {
+    plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  }
+  plot->xAxis->setLabel(xKey);
+  plot->yAxis->setLabel(
+      tr("best %1 (mean; band: seeds' range)").arg(QString::fromStdString(m_result.plan.metric)));
+  plot->rescaleAxes();
+  if (!first) {
+    // Some room around the points (a factor on a log axis).
+    if (logX) {
+      plot->xAxis->setRange(lo / 1.5, hi * 1.5);
+    } else {
+      const double pad = hi > lo ? (hi - lo) * 0.08 : std::max(std::abs(lo) * 0.1, 1e-3);
+      plot->xAxis->setRange(lo - pad, hi + pad);
+    }
+    plot->yAxis->scaleRange(1.15, plot->yAxis->range().center());
+  }
+  plot->legend->setVisible(!m_curves.empty());
+  plot->replot();
+}
+
+void SweepView::fillParallel() {
+  QCustomPlot* plot = m_parallel;
+  plot->clearPlottables();
+  plot->clearItems();
+  const auto& keys = m_result.plan.keys;
+  const bool max = m_result.plan.goal == "max";
+  // The axes: every swept key, then the metric. Per axis, a value's height in [0, 1]
+  // (n/a: below the axis).
+  struct Axis {
+    QString title;
+    bool numeric = true;
+    bool log = false;
+    double lo = 0, hi = 0;
+    QStringList categories;
+    bool missing = false;
+    bool any = false;  // some trial has a value here
+  };
+  std::vector<Axis> axes;
+  std::vector<const api::SweepTrialResult*> shown;
+  for (const auto& t : m_result.trials)
+    if (t.best) shown.push_back(&t);
+  auto valueOf = [&](const api::SweepTrialResult& t,
+                     std::size_t axis) -> std::optional<std::string> {
+    if (axis == keys.size()) return std::to_string(*t.best);
+    for (const auto& [k, v] : valuesOf(m_result, t.trial.point))
+      if (k == keys[axis]) return v;
+    return std::nullopt;
+  };
+  for (std::size_t a = 0; a <= keys.size(); ++a) {
+    Axis ax;
+    ax.title = a < keys.size() ? QString::fromStdString(keys[a])
+                               : QString::fromStdString(m_result.plan.metric);
+    ax.numeric = a == keys.size() || numericKey(m_result, keys[a]);
+    bool first = true;
+    std::set<QString> cats;
+    for (const auto* t : shown) {
+      const auto v = valueOf(*t, a);
+      if (!v) {
+        ax.missing = true;
+        continue;
+      }
+      if (ax.numeric) {
+        const double x = numberOf(*v).value_or(0);
+        ax.lo = first ? x : std::min(ax.lo, x);
+        ax.hi = first ? x : std::max(ax.hi, x);
+        first = false;
+      } else {
+        cats.insert(display(*v));
+      }
+    }
+    ax.any = !first || !cats.empty();
+    ax.categories = QStringList(cats.begin(), cats.end());
+    ax.log = ax.numeric && a < keys.size() && ax.lo > 0 && ax.hi / ax.lo >= 10;
+    axes.push_back(ax);
+  }
+  auto height = [&](const Axis& ax, const std::optional<std::string>& v) {
+    if (!v) return -0.12;
+    if (!ax.numeric) {
+      const auto n = ax.categories.size();
+      const auto i = ax.categories.indexOf(display(*v));
+      return n <= 1 ? 0.5 : static_cast<double>(i) / static_cast<double>(n - 1);
+    }
+    const double x = numberOf(*v).value_or(0);
+    if (!(ax.hi > ax.lo)) return 0.5;
+    return ax.log ? (std::log(x) - std::log(ax.lo)) / (std::log(ax.hi) - std::log(ax.lo))
+                  : (x - ax.lo) / (ax.hi - ax.lo);
+  };
+  // One curve per finished trial, coloured from red (worst) to blue (best).
+  const Axis& metric = axes.back();
+  for (const auto* t : shown) {
+    auto* curve = new QCPCurve(plot->xAxis, plot->yAxis);
+    QVector<double> xs, ys;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      xs << static_cast<double>(a);
+      ys << height(axes[a], valueOf(*t, a));
+    }
+    curve->setData(xs, ys);
+    double good = metric.hi > metric.lo ? (*t->best - metric.lo) / (metric.hi - metric.lo) : 1.0;
+    if (!max) good = 1.0 - good;
+    const QColor color = QColor::fromRgbF(0.7 * (1 - good) + 0.13 * good, 0.1 + 0.3 * good,
+                                          0.17 * (1 - good) + 0.67 * good);
+    curve->setPen(QPen(color, 1.6));
+    curve->setName(QString::fromStdString(t->trial.name));
+  }
+  // The axes, their titles and value labels.
+  auto text = [&](double x, double y, const QString& s, Qt::Alignment align, bool bold = false) {
+    auto* item = new QCPItemText(plot);
+    item->position->setCoords(x, y);
+    item->setText(s);
+    item->setPositionAlignment(align);
+    QFont f = plot->font();
+    f.setPointSizeF(f.pointSizeF() * 0.85);
+    f.setBold(bold);
+    item->setFont(f);
+  };
+  for (std::size_t a = 0; a < axes.size(); ++a) {
+    const Axis& ax = axes[a];
+    const auto x = static_cast<double>(a);
+    auto* line = new QCPItemLine(plot);
+    line->start->setCoords(x, 0);
+    line->end->setCoords(x, 1);
+    line->setPen(QPen(QColor(90, 90, 90), 1.2));
+    text(x, 1.04, ax.title, Qt::AlignHCenter | Qt::AlignBottom, true);
+    // (An axis no finished trial has a value on is labelled n/a only.)
+    if (ax.any && ax.numeric) {
+      text(x + 0.03, 0, number(ax.lo), Qt::AlignLeft | Qt::AlignVCenter);
+      if (ax.hi > ax.lo) text(x + 0.03, 1, number(ax.hi), Qt::AlignLeft | Qt::AlignVCenter);
+    } else if (ax.any) {
+      for (int i = 0; i < ax.categories.size(); ++i) {
+        const double y = ax.categories.size() <= 1 ? 0.5 : double(i) / (ax.categories.size() - 1);
+        text(x + 0.03, y, ax.categories[i], Qt::AlignLeft | Qt::AlignVCenter);
+      }
+    }
+    if (ax.missing) text(x + 0.03, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
+  }
+  plot->xAxis->setRange(-0.5, static_cast<double>(axes.size()) - 0.4);
+  plot->yAxis->setRange(-0.2, 1.16);
+  plot->replot();
+}
+
+void SweepView::fillTables() {
+  m_points->clear();
+  m_points->setColumnCount(6);
+  m_points->setHorizontalHeaderLabels(
+      {tr("point"), tr("mean ± sd"), tr("finished"), tr("stopped"), tr("runs"), tr("values")});
+  m_points->setRowCount(static_cast<int>(m_result.points.size()));
+  for (int r = 0; r < m_points->rowCount(); ++r) {
+    const auto& p = m_result.points[static_cast<std::size_t>(r)];
+    QString stat = p.mean ? number(*p.mean) : QStringLiteral("-");
+    if (p.mean && p.stddev) stat += QStringLiteral(" ± ") + QString::number(*p.stddev, 'g', 3);
+    QStringList runs;
+    for (auto id : p.run_ids)
+      runs << QString::number(id);
+    m_points->setItem(r, 0, cell(QStringLiteral("p%1").arg(p.point)));
+    m_points->setItem(r, 1, cell(stat));
+    m_points->setItem(r, 2, cell(QStringLiteral("%1/%2").arg(p.finished).arg(p.runs)));
+    m_points->setItem(
+        r, 3,
+        cell(p.stopped ? tr("at %1%2")
+                             .arg(*p.stopped)
+                             .arg(p.stopped_value ? QStringLiteral(" (") +
+                                                        number(*p.stopped_value) + QLatin1Char(')')
+                                                  : QString())
+                       : QString()));
+    m_points->setItem(r, 4, cell(runs.join(QStringLiteral(", "))));
+    m_points->setItem(r, 5, cell(QString::fromStdString(p.values)));
+  }
+  m_points->resizeColumnsToContents();
+
+  m_trials->clear();
+  m_trials->setColumnCount(9);
+  m_trials->setHorizontalHeaderLabels({tr("trial"), tr("point"), tr("seed"), tr("status"),
+                                       tr("best"), tr("steps"), tr("steps to target"),
+                                       tr("time to target (s)"), tr("run")});
+  m_trials->setRowCount(static_cast<int>(m_result.trials.size()));
+  for (int r = 0; r < m_trials->rowCount(); ++r) {
+    const auto& t = m_result.trials[static_cast<std::size_t>(r)];
+    QString status = QString::fromStdString(t.status.empty() ? "not started" : t.status);
+    if (t.stopped) status = tr("stopped at %1").arg(*t.stopped);
+    m_trials->setItem(r, 0, cell(QString::number(t.trial.index)));
+    m_trials->setItem(r, 1, cell(QStringLiteral("p%1").arg(t.trial.point)));
+    m_trials->setItem(r, 2, cell(QString::number(t.trial.seed)));
+    m_trials->setItem(r, 3, cell(status));
+    m_trials->setItem(r, 4, cell(t.best ? number(*t.best) : QString()));
+    m_trials->setItem(r, 5, cell(t.steps ? QString::number(*t.steps) : QString()));
+    m_trials->setItem(r, 8, cell(t.run ? QString::number(*t.run) : QString()));
+  }
+  fillTrialTargets();
+}
+
+void SweepView::fillTrialTargets() {
+  const double target = m_target->value();
+  const bool max = m_result.plan.goal == "max";
+  for (int r = 0; r < m_trials->rowCount() && r < static_cast<int>(m_result.trials.size()); ++r) {
+    const auto& t = m_result.trials[static_cast<std::size_t>(r)];
+    QString steps, seconds;
+    if (t.run && m_store) {
+      try {
+        const api::Series s = m_store->series(*t.run, m_result.plan.metric);
+        for (std::size_t i = 0; i < s.value.size(); ++i)
+          if (reaches(s.value[i], target, max)) {
+            steps = QString::number(static_cast<qint64>(s.step[i]));
+            seconds = QString::number(s.wall_s[i], 'f', 1);
+            break;
+          }
+      } catch (const std::exception&) {  // deleted meanwhile: left blank
+      }
+    }
+    m_trials->setItem(r, 6, cell(steps));
+    m_trials->setItem(r, 7, cell(seconds));
+  }
+  m_trials->resizeColumnsToContents();
+}
+
+}  // namespace tb::ui

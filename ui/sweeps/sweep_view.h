@@ -1,0 +1,114 @@
+// SweepView: one sweep of the store, updated as its trials finish — the metric against a swept
+// key (one line per combination of the categorical keys, e.g. per optimizer, with the seeds'
+// spread as a band: the learning-rate sensitivity curve), a parallel-coordinates plot of every
+// finished trial, the points best first, every trial with its steps and time to a target, and
+// "open the best config".
+#pragma once
+
+#include <QList>
+#include <QMap>
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+#include <optional>
+#include <vector>
+
+#include "engine/api/workbench_api.h"
+
+class QComboBox;
+class QCustomPlot;
+class QDoubleSpinBox;
+class QLabel;
+class QPushButton;
+class QTableWidget;
+
+namespace tb::ui {
+
+/// One line of the metric-against-key plot: a group's points by increasing x.
+struct SweepCurve {
+  QString name;              ///< the group ("muon", "adamw", or "all")
+  std::vector<double> x;     ///< the key's value
+  std::vector<double> mean;  ///< the point's mean over its finished seeds of the best metric
+  std::vector<double> low;   ///< the smallest of them
+  std::vector<double> high;  ///< the largest
+};
+
+/// The x choice that merges every swept key ending in "lr" (optimizer.lr, optimizer.muon.lr):
+/// each optimizer's learning rate on one axis.
+inline const QString kAnyLearningRate = QStringLiteral("learning rate (any *lr key)");
+
+/// The curves of `sweep` against `xKey` (a swept key, or kAnyLearningRate): points grouped by
+/// their values of the non-numeric swept keys; points without a finished trial or without the
+/// key are left out.
+std::vector<SweepCurve> sweepCurves(const api::SweepResult& sweep, const QString& xKey);
+
+/// The x choices of a sweep: its numeric swept keys, led by kAnyLearningRate when two or more of
+/// them end in "lr".
+QStringList sweepXKeys(const api::SweepResult& sweep);
+
+/// The view of one sweep.
+class SweepView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit SweepView(QWidget* parent = nullptr);
+  /// Reads sweeps from `store` (kept; must outlive this view's use of it; null clears) and
+  /// refreshes.
+  void setStore(const api::StoreReader* store);
+  /// Shows sweep `name` ("" = the newest).
+  void showSweep(const QString& name = QString());
+  /// Re-reads the sweeps list and the shown sweep (call while a sweep runs).
+  void refresh();
+  /// The sweep shown ("" = none).
+  QString sweepName() const { return m_name; }
+  /// Whether the shown sweep is still running.
+  bool running() const { return m_result.status == "running"; }
+  /// The x choices and the current one.
+  QStringList xKeys() const;
+  /// Chooses the x of the curve plot (a swept key or kAnyLearningRate); false if unknown.
+  bool setXKey(const QString& key);
+  /// The curves drawn.
+  const std::vector<SweepCurve>& curves() const { return m_curves; }
+  /// The metric-against-key plot (per curve: a line graph named after it, then the band's two
+  /// edge graphs).
+  QCustomPlot* curvePlot() const { return m_curvePlot; }
+  /// The parallel-coordinates plot (one curve per finished trial).
+  QCustomPlot* parallelPlot() const { return m_parallel; }
+  /// Points, best first.
+  QTableWidget* pointsTable() const { return m_points; }
+  /// Every trial.
+  QTableWidget* trialsTable() const { return m_trials; }
+  /// The best finished trial's effective config ("" when none).
+  QString bestConfig() const;
+  /// Sets the target of "steps / time to target" on the sweep's metric.
+  void setTarget(double value);
+
+ signals:
+  /// "Open the best config": its TOML and a name for it.
+  void openConfig(const QString& toml, const QString& source);
+
+ private:
+  void reload();
+  void fillCurves();
+  void fillParallel();
+  void fillTables();
+  void fillTrialTargets();
+
+  const api::StoreReader* m_store = nullptr;
+  QString m_name;
+  api::SweepResult m_result;
+  std::vector<SweepCurve> m_curves;
+  QComboBox* m_sweepBox = nullptr;
+  QLabel* m_summary = nullptr;
+  QComboBox* m_xBox = nullptr;
+  QDoubleSpinBox* m_target = nullptr;
+  QPushButton* m_openBest = nullptr;
+  QCustomPlot* m_curvePlot = nullptr;
+  QCustomPlot* m_parallel = nullptr;
+  QTableWidget* m_points = nullptr;
+  QTableWidget* m_trials = nullptr;
+  bool m_filling = false;
+};
+
+}  // namespace tb::ui
