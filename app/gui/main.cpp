@@ -1,6 +1,7 @@
 // trainbench: the GUI workbench. `trainbench [--db PATH] [CONFIG.toml]` opens the main window
-// with a config ready to run; `trainbench --export-report RUN[,RUN...] -o FILE` writes an HTML or
-// PDF report without a display (offscreen) and exits.
+// with a config ready to run; `trainbench --export-report RUN[,RUN...] -o FILE` (or
+// `--export-sweep-report NAME -o FILE`) writes an HTML or PDF report without a display
+// (offscreen) and exits.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
@@ -14,10 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 
 #include "engine/api/workbench_api.h"
 #include "ui/main_window/main_window.h"
 #include "ui/report/report.h"
+#include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
 
 namespace {
@@ -30,9 +33,10 @@ bool wantsOffscreen(int argc, char** argv) {
     const char* a = argv[i];
     if (std::strcmp(a, "--") == 0) break;  // the rest are positional
     if (std::strcmp(a, "--export-report") == 0 || std::strncmp(a, "--export-report=", 16) == 0 ||
-        std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0 ||
-        std::strcmp(a, "--help-all") == 0 || std::strcmp(a, "-v") == 0 ||
-        std::strcmp(a, "--version") == 0)
+        std::strcmp(a, "--export-sweep-report") == 0 ||
+        std::strncmp(a, "--export-sweep-report=", 22) == 0 || std::strcmp(a, "-h") == 0 ||
+        std::strcmp(a, "--help") == 0 || std::strcmp(a, "--help-all") == 0 ||
+        std::strcmp(a, "-v") == 0 || std::strcmp(a, "--version") == 0)
       return true;
   }
   return false;
@@ -51,30 +55,14 @@ QString defaultConfigPath() {
   return {};
 }
 
-int exportReport(const QString& db, const QString& runs, const QString& out,
-                 const QString& pagesDir) {
+// Builds a report from the store at `db`, writes it to `out` and, with `pagesDir`, its PDF
+// layout's pages as PNGs. 0, or 1 after printing the error.
+int writeReportFiles(const QString& db, const QString& out, const QString& pagesDir,
+                     const std::function<tb::ui::Report(const tb::api::StoreReader&)>& build) {
   QTextStream err(stderr);
-  if (out.isEmpty()) {
-    err << "trainbench: --export-report needs -o FILE (.html or .pdf)\n";
-    return 2;
-  }
-  QList<qint64> ids;
-  for (const QString& part : runs.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
-    bool ok = false;
-    const qint64 id = part.trimmed().toLongLong(&ok);
-    if (!ok || id <= 0) {
-      err << "trainbench: --export-report: '" << part << "' is not a run id\n";
-      return 2;
-    }
-    ids << id;
-  }
-  if (ids.isEmpty()) {
-    err << "trainbench: --export-report needs run ids, e.g. 3 or 3,4\n";
-    return 2;
-  }
   try {
     tb::api::StoreReader store(db.toStdString());
-    const tb::ui::Report report = tb::ui::buildReport(store, ids);
+    const tb::ui::Report report = build(store);
     const QString e = tb::ui::writeReport(report, out);
     if (!e.isEmpty()) {
       err << "trainbench: " << e << "\n";
@@ -99,8 +87,49 @@ int exportReport(const QString& db, const QString& runs, const QString& out,
     err << "trainbench: " << e.what() << "\n";
     return 1;
   }
-  QTextStream(stdout) << "report of run(s) " << runs << " written to " << out << "\n";
   return 0;
+}
+
+int exportReport(const QString& db, const QString& runs, const QString& out,
+                 const QString& pagesDir) {
+  QTextStream err(stderr);
+  if (out.isEmpty()) {
+    err << "trainbench: --export-report needs -o FILE (.html or .pdf)\n";
+    return 2;
+  }
+  QList<qint64> ids;
+  for (const QString& part : runs.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+    bool ok = false;
+    const qint64 id = part.trimmed().toLongLong(&ok);
+    if (!ok || id <= 0) {
+      err << "trainbench: --export-report: '" << part << "' is not a run id\n";
+      return 2;
+    }
+    ids << id;
+  }
+  if (ids.isEmpty()) {
+    err << "trainbench: --export-report needs run ids, e.g. 3 or 3,4\n";
+    return 2;
+  }
+  const int rc = writeReportFiles(db, out, pagesDir, [&](const tb::api::StoreReader& store) {
+    return tb::ui::buildReport(store, ids);
+  });
+  if (rc == 0) QTextStream(stdout) << "report of run(s) " << runs << " written to " << out << "\n";
+  return rc;
+}
+
+// `--export-sweep-report NAME -o FILE`: the report of a stored sweep.
+int exportSweepReport(const QString& db, const QString& name, const QString& out,
+                      const QString& pagesDir) {
+  if (out.isEmpty()) {
+    QTextStream(stderr) << "trainbench: --export-sweep-report needs -o FILE (.html or .pdf)\n";
+    return 2;
+  }
+  const int rc = writeReportFiles(db, out, pagesDir, [&](const tb::api::StoreReader& store) {
+    return tb::ui::buildSweepReport(store, name);
+  });
+  if (rc == 0) QTextStream(stdout) << "report of sweep " << name << " written to " << out << "\n";
+  return rc;
 }
 
 }  // namespace
@@ -142,19 +171,27 @@ int main(int argc, char** argv) {
       QStringLiteral("3000"));
   const QCommandLineOption pagesOpt(
       QStringLiteral("pages"),
-      QStringLiteral("With --export-report: also save the PDF layout's pages as PNGs in DIR."),
+      QStringLiteral("With --export-report or --export-sweep-report: also save the PDF layout's "
+                     "pages as PNGs in DIR."),
       QStringLiteral("DIR"));
   const QCommandLineOption sweepOpt(QStringLiteral("sweep"),
                                     QStringLiteral("Open the Sweeps tab on sweep NAME."),
                                     QStringLiteral("NAME"));
-  parser.addOptions(
-      {dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt, pagesOpt, sweepOpt});
+  const QCommandLineOption exportSweepOpt(
+      QStringLiteral("export-sweep-report"),
+      QStringLiteral("Write a report of sweep NAME and exit (no display needed)."),
+      QStringLiteral("NAME"));
+  parser.addOptions({dbOpt, exportOpt, outOpt, runOpt, screenshotOpt, delayOpt, pagesOpt, sweepOpt,
+                     exportSweepOpt});
   parser.addPositionalArgument(QStringLiteral("config"),
                                QStringLiteral("A TOML run config to open."),
                                QStringLiteral("[CONFIG.toml]"));
   parser.process(app);
 
   const QString db = parser.value(dbOpt);
+  if (parser.isSet(exportSweepOpt))
+    return exportSweepReport(db, parser.value(exportSweepOpt), parser.value(outOpt),
+                             parser.value(pagesOpt));
   if (parser.isSet(exportOpt))
     return exportReport(db, parser.value(exportOpt), parser.value(outOpt), parser.value(pagesOpt));
 

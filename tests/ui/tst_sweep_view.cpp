@@ -1,6 +1,7 @@
 // The Sweeps tab: a real 2 x 2 x 2 sweep (trainbench-cli sweep) read back by SweepView, whose
 // learning-rate curves must equal what the stored metrics say — computed here from each run's
-// stored eval.loss series and stored config, without the sweep's own table.
+// stored eval.loss series and stored config, without the sweep's own table — and the sweep's
+// report.
 #include <QtTest>
 
 #include <QMap>
@@ -9,6 +10,7 @@
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QXmlStreamReader>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +20,7 @@
 
 #include "engine/api/workbench_api.h"
 #include "ui/main_window/main_window.h"
+#include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/sweeps/sweep_view.h"
 
@@ -140,11 +143,67 @@ class TestSweepView : public QObject {
 
     // "Open best config" hands the best trial's config to whoever listens.
     QSignalSpy opened(&view, &ui::SweepView::openConfig);
-    auto* button = view.findChild<QPushButton*>();
-    QVERIFY(button != nullptr && button->text() == QStringLiteral("Open best config"));
+    QPushButton* button = nullptr;
+    for (auto* b : view.findChildren<QPushButton*>())
+      if (b->text() == QStringLiteral("Open best config")) button = b;
+    QVERIFY(button != nullptr);
     button->click();
     QCOMPARE(opened.count(), 1);
     QVERIFY(opened.at(0).at(0).toString().contains(QStringLiteral("opt-lr p")));
+  }
+
+  // The sweep report is well-formed XHTML whose every plot is an embedded PNG that decodes to
+  // the drawn size — the learning-rate curve and the parallel coordinates among them — with the
+  // points, every trial and the best configs; its PDF is written.
+  void reportParsesAndEmbedsItsPlots() {
+    api::StoreReader store(m_db.toStdString());
+    ui::SweepReportOptions options;
+    const ui::Report report = ui::buildSweepReport(store, QStringLiteral("opt-lr"), options);
+    QXmlStreamReader xml(report.html);
+    int images = 0;
+    int points = 0;
+    int trials = 0;
+    int pres = 0;
+    while (!xml.atEnd()) {
+      xml.readNext();
+      if (!xml.isStartElement()) continue;
+      const auto attrs = xml.attributes();
+      if (xml.name() == QLatin1String("img")) {
+        const QString src = attrs.value(QStringLiteral("src")).toString();
+        QVERIFY2(src.startsWith(QStringLiteral("data:image/png;base64,")),
+                 qPrintable(src.left(40)));
+        QImage img;
+        QVERIFY(img.loadFromData(QByteArray::fromBase64(src.mid(22).toLatin1()), "PNG"));
+        QCOMPARE(img.size(), QSize(options.plotWidth, options.plotHeight));
+        ++images;
+      } else if (xml.name() == QLatin1String("tr")) {
+        points += attrs.value(QStringLiteral("class")) == QLatin1String("point") ? 1 : 0;
+        trials += attrs.value(QStringLiteral("class")) == QLatin1String("trial") ? 1 : 0;
+      } else if (xml.name() == QLatin1String("pre")) {
+        ++pres;
+      }
+    }
+    QVERIFY2(!xml.hasError(), qPrintable(xml.errorString()));
+    QCOMPARE(images, static_cast<int>(report.images.size()));
+    QVERIFY(images >= 2);
+    QVERIFY(report.imageTitles.first().contains(ui::kAnyLearningRate));
+    QVERIFY(report.imageTitles.last().startsWith(QStringLiteral("parallel coordinates")));
+    QCOMPARE(points, 4);
+    QCOMPARE(trials, 8);
+    QCOMPARE(pres, 3);  // the three best points' configs
+    const QString pdf = m_dir.filePath(QStringLiteral("sweep.pdf"));
+    QCOMPARE(ui::writeReport(report, pdf), QString());
+    QFile f(pdf);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QVERIFY(f.read(5) == "%PDF-");
+    try {
+      (void)ui::buildSweepReport(store, QStringLiteral("nope"));
+      QFAIL("a report of an unknown sweep was built");
+    } catch (const std::exception& e) {
+      QVERIFY2(
+          QString::fromUtf8(e.what()).contains(QStringLiteral("no sweep 'nope' (it has: opt-lr)")),
+          e.what());
+    }
   }
 
   // The main window's Sweeps tab and "open the best config" into the editor.

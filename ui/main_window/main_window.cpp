@@ -36,6 +36,7 @@
 #include "ui/compare/compare_view.h"
 #include "ui/live_plots/plots_panel.h"
 #include "ui/report/report.h"
+#include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
 #include "ui/sweeps/sweep_view.h"
@@ -128,6 +129,7 @@ void MainWindow::buildDocks() {
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
   connect(pair, &QPushButton::clicked, this, &MainWindow::enqueueMuonAndAdamw);
   connect(m_editor, &ConfigEditor::validityChanged, run, &QPushButton::setEnabled);
+  connect(m_sweeps, &SweepView::exportRequested, this, &MainWindow::exportSweepReport);
   connect(m_sweeps, &SweepView::openConfig, this,
           [this, configDock](const QString& toml, const QString& source) {
             if (m_editor->setToml(toml, source)) {
@@ -454,6 +456,22 @@ void MainWindow::showRunsLive(const QList<qint64>& ids) {
     log(QStringLiteral("error"), QString::fromUtf8(e.what()));
   }
   m_live->replotAll();
+}
+
+void MainWindow::exportSweepReport(const QString& name) {
+  api::StoreReader* store = m_runsModel->store();
+  if (!store) return;
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export sweep report"),
+                                                    QStringLiteral("sweep-%1.html").arg(name),
+                                                    tr("HTML report (*.html);;PDF report (*.pdf)"));
+  if (path.isEmpty()) return;
+  try {
+    const QString err = writeReport(buildSweepReport(*store, name), path);
+    if (!err.isEmpty()) throw std::runtime_error(err.toStdString());
+    log(QStringLiteral("info"), tr("sweep report written to %1").arg(path));
+  } catch (const std::exception& e) {
+    log(QStringLiteral("error"), QString::fromUtf8(e.what()));
+  }
 }
 
 void MainWindow::showSweep(const QString& name) {

@@ -70,6 +70,8 @@ class MainWindow : public QMainWindow {
   ConfigEditor* configEditor() const { return m_editor; }
   PlotsPanel* livePlots() const { return m_live; }
   CompareView* compareView() const { return m_compare; }
+  /// Asks for a file and writes sweep `name`'s report there (HTML or PDF).
+  void exportSweepReport(const QString& name);
   /// Opens the Sweeps tab on sweep `name`.
   void showSweep(const QString& name);
   /// The Sweeps tab.

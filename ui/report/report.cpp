@@ -54,6 +54,20 @@ QString htmlEscape(const QString& text) {
   return out;
 }
 
+QString reportHtmlHead(const QString& title) {
+  return QStringLiteral(
+             "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n"
+             "<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+             "<meta charset=\"utf-8\" />\n<title>%1</title>\n<style>\n"
+             "body{font-family:sans-serif;margin:2em;max-width:1000px}"
+             "table{border-collapse:collapse;margin:0.5em 0}"
+             "th,td{border:1px solid #bbb;padding:3px 8px;text-align:left;font-size:90%}"
+             "th{background:#eee}pre{background:#f6f6f6;padding:0.6em;font-size:85%}"
+             ".meta{color:#666}figure{margin:1em 0}figcaption{color:#444}\n"
+             "</style>\n</head>\n<body>\n")
+      .arg(htmlEscape(title));
+}
+
 namespace {
 
 const QList<QPair<QString, QString>> kPhases = {
@@ -323,18 +337,7 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
     configsHtml += one;
     pdfConfigsHtml += one;
   }
-  const QString head =
-      QStringLiteral(
-          "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n"
-          "<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
-          "<meta charset=\"utf-8\" />\n<title>%1</title>\n<style>\n"
-          "body{font-family:sans-serif;margin:2em;max-width:1000px}"
-          "table{border-collapse:collapse;margin:0.5em 0}"
-          "th,td{border:1px solid #bbb;padding:3px 8px;text-align:left;font-size:90%}"
-          "th{background:#eee}pre{background:#f6f6f6;padding:0.6em;font-size:85%}"
-          ".meta{color:#666}figure{margin:1em 0}figcaption{color:#444}\n"
-          "</style>\n</head>\n<body>\n")
-          .arg(htmlEscape(title));
+  const QString head = reportHtmlHead(title);
   const QString tail = QStringLiteral("</body>\n</html>\n");
   report.html = head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtml + configsHtml + tail;
   // The PDF's: the summary by run, and the plots and configs each from a new page.

@@ -22,6 +22,9 @@ namespace tb::ui {
 /// HTML-escapes user text (&, <, >, ", ').
 QString htmlEscape(const QString& text);
 
+/// The start of a report's XHTML document up to and including <body>: title and style.
+QString reportHtmlHead(const QString& title);
+
 /// A target for "steps and time to target": the first step where `metric` reaches `value`
 /// (<= for losses and perplexity, >= for accuracy).
 struct Target {

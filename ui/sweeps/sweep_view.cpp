@@ -160,6 +160,11 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   top->addWidget(new QLabel(tr("target:"), this));
   top->addWidget(m_target);
   top->addWidget(m_openBest);
+  m_export = new QPushButton(tr("Export report…"), this);
+  m_export->setToolTip(
+      tr("This sweep as an HTML or PDF report: its plots, points, trials and "
+         "the best configs"));
+  top->addWidget(m_export);
 
   m_curvePlot = new QCustomPlot(this);
   m_curvePlot->setMinimumHeight(300);
@@ -211,6 +216,9 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
     const QString config = bestConfig();
     if (config.isEmpty()) return;
     emit openConfig(config, tr("sweep %1, best trial").arg(m_name));
+  });
+  connect(m_export, &QPushButton::clicked, this, [this] {
+    if (!m_name.isEmpty()) emit exportRequested(m_name);
   });
   reload();
 }
@@ -309,6 +317,7 @@ void SweepView::reload() {
   fillParallel();
   fillTables();
   m_openBest->setEnabled(!bestConfig().isEmpty());
+  m_export->setEnabled(!m_name.isEmpty());
 }
 
 QStringList SweepView::xKeys() const {

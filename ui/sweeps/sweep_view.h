@@ -87,6 +87,8 @@ class SweepView : public QWidget {
  signals:
   /// "Open the best config": its TOML and a name for it.
   void openConfig(const QString& toml, const QString& source);
+  /// "Export report…" for sweep `name`.
+  void exportRequested(const QString& name);
 
  private:
   void reload();
@@ -104,6 +106,7 @@ class SweepView : public QWidget {
   QComboBox* m_xBox = nullptr;
   QDoubleSpinBox* m_target = nullptr;
   QPushButton* m_openBest = nullptr;
+  QPushButton* m_export = nullptr;
   QCustomPlot* m_curvePlot = nullptr;
   QCustomPlot* m_parallel = nullptr;
   QTableWidget* m_points = nullptr;
