@@ -136,7 +136,8 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
     view.setXKey(key);
     if (view.curves().empty()) continue;
     addPlot(view.curvePlot(),
-            QStringLiteral("best %1 against %2").arg(QString::fromStdString(plan.metric), key));
+            QStringLiteral("best %1 against %2 (mean over the seeds; the band spans them)")
+                .arg(QString::fromStdString(plan.metric), key));
   }
   if (finished > 0)
     addPlot(view.parallelPlot(),

@@ -170,6 +170,9 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   m_curvePlot->setMinimumHeight(300);
   m_curvePlot->legend->setVisible(true);
   m_curvePlot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_curvePlot->setToolTip(
+      tr("Each point's best metric, mean over its seeds; the band spans "
+         "the seeds' values"));
   m_parallel = new QCustomPlot(this);
   m_parallel->setMinimumHeight(300);
   m_parallel->xAxis->setVisible(false);
@@ -397,8 +400,7 @@ void SweepView::fillCurves() {
     plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   }
   plot->xAxis->setLabel(xKey);
-  plot->yAxis->setLabel(
-      tr("best %1 (mean; band: seeds' range)").arg(QString::fromStdString(m_result.plan.metric)));
+  plot->yAxis->setLabel(tr("best %1").arg(QString::fromStdString(m_result.plan.metric)));
   plot->rescaleAxes();
   if (!first) {
     // Some room around the points (a factor on a log axis).
