@@ -23,6 +23,7 @@
 #include "engine/store/database.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/store/sweeps.h"
 #include "engine/train/config_schema.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
@@ -348,6 +349,9 @@ std::string StoreReader::path() const {
 
 std::vector<RunInfo> StoreReader::runs() const {
   const auto summaries = impl_->store.list_runs();
+  std::map<std::int64_t, std::string> sweep_names;
+  for (const auto& sw : store::list_sweeps(impl_->store))
+    sweep_names[sw.id] = sw.name;
   std::map<std::int64_t, RunFacts> fresh;
   std::vector<RunInfo> out;
   out.reserve(summaries.size());
@@ -382,6 +386,8 @@ std::vector<RunInfo> StoreReader::runs() const {
     r.best_eval_loss = f.best_eval_loss;
     r.best_accuracy = f.best_accuracy;
     r.best_perplexity = f.best_perplexity;
+    if (s.sweep_id) r.sweep = sweep_names[*s.sweep_id];
+    r.sweep_point = s.sweep_point;
     out.push_back(std::move(r));
   }
   impl_->facts = std::move(fresh);

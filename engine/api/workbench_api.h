@@ -144,23 +144,25 @@ RunOutcomeInfo start_training(const TrainRequest& request,
 
 /// A run with the facts the runs table shows.
 struct RunInfo {
-  std::int64_t id = 0;                    ///< run id
-  std::string name;                       ///< name
-  std::vector<std::string> tags;          ///< tags
-  std::string status;                     ///< queued, running, finished, failed, ...
-  double created_at = 0;                  ///< Unix seconds
-  std::optional<double> started_at;       ///< Unix seconds
-  std::optional<double> ended_at;         ///< Unix seconds
-  std::optional<std::int64_t> last_step;  ///< newest committed step
-  std::string message;                    ///< why it ended
-  std::string model;                      ///< model.kind from the stored config ("mlp")
-  std::string optimizer;                  ///< optimizer.kind ("muon", "adamw", ...)
-  std::string scheduler;                  ///< scheduler.kind, "none" when absent
-  std::string dataset;                    ///< data.kind
-  std::optional<double> final_loss;       ///< last "loss"
-  std::optional<double> best_eval_loss;   ///< min "eval.loss"
-  std::optional<double> best_accuracy;    ///< max "eval.accuracy"
-  std::optional<double> best_perplexity;  ///< min "eval.perplexity"
+  std::int64_t id = 0;                      ///< run id
+  std::string name;                         ///< name
+  std::vector<std::string> tags;            ///< tags
+  std::string status;                       ///< queued, running, finished, failed, ...
+  double created_at = 0;                    ///< Unix seconds
+  std::optional<double> started_at;         ///< Unix seconds
+  std::optional<double> ended_at;           ///< Unix seconds
+  std::optional<std::int64_t> last_step;    ///< newest committed step
+  std::string message;                      ///< why it ended
+  std::string model;                        ///< model.kind from the stored config ("mlp")
+  std::string optimizer;                    ///< optimizer.kind ("muon", "adamw", ...)
+  std::string scheduler;                    ///< scheduler.kind, "none" when absent
+  std::string dataset;                      ///< data.kind
+  std::optional<double> final_loss;         ///< last "loss"
+  std::optional<double> best_eval_loss;     ///< min "eval.loss"
+  std::optional<double> best_accuracy;      ///< max "eval.accuracy"
+  std::optional<double> best_perplexity;    ///< min "eval.perplexity"
+  std::string sweep;                        ///< the sweep it is a trial of ("" = none)
+  std::optional<std::int64_t> sweep_point;  ///< its point in that sweep
 };
 
 /// One metric series: parallel arrays, by increasing step.

@@ -4,9 +4,11 @@
 // report.
 #include <QtTest>
 
+#include <QComboBox>
 #include <QMap>
 #include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -22,6 +24,7 @@
 #include "ui/main_window/main_window.h"
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
+#include "ui/runs/runs_model.h"
 #include "ui/sweeps/sweep_view.h"
 
 using namespace tb;
@@ -204,6 +207,31 @@ class TestSweepView : public QObject {
           QString::fromUtf8(e.what()).contains(QStringLiteral("no sweep 'nope' (it has: opt-lr)")),
           e.what());
     }
+  }
+
+  // The runs table knows each run's sweep and point, and shows one sweep's runs on demand.
+  void runsTableFiltersBySweep() {
+    ui::MainWindow w(m_db);
+    ui::RunsView* view = w.runsView();
+    QAbstractItemModel* shown = view->table()->model();
+    const int all = shown->rowCount();
+    QCOMPARE(all, 8);
+    // The sweep column: the sweep's name and the run's point.
+    QVERIFY(QRegularExpression(QStringLiteral("^opt-lr p[0-3]$"))
+                .match(shown->data(shown->index(0, ui::RunsModel::Sweep)).toString())
+                .hasMatch());
+    auto* box = view->findChild<QComboBox*>(QStringLiteral("runsSweep"));
+    QVERIFY(box != nullptr);
+    QCOMPARE(box->count(), 2);  // all sweeps, opt-lr
+    view->setSweepFilter(QStringLiteral("opt-lr"));
+    QCOMPARE(box->currentData().toString(), QStringLiteral("opt-lr"));
+    QCOMPARE(shown->rowCount(), 8);
+    view->setSweepFilter(QStringLiteral("other"));  // unknown: every run
+    QCOMPARE(box->currentIndex(), 0);
+    QCOMPARE(shown->rowCount(), all);
+    view->filter()->setSweep(QStringLiteral("opt"));  // a prefix is not the sweep
+    QCOMPARE(shown->rowCount(), 0);
+    view->filter()->setSweep(QString());
   }
 
   // The main window's Sweeps tab and "open the best config" into the editor.

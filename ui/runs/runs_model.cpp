@@ -9,9 +9,11 @@
 #include <QMenu>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <exception>
 
 namespace tb::ui {
@@ -69,9 +71,9 @@ int RunsModel::columnCount(const QModelIndex& parent) const {
 
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* const names[] = {"id",        "status",    "name",       "model",
-                                      "optimizer", "scheduler", "final loss", "best eval",
-                                      "duration",  "steps",     "tags",       "created"};
+  static const char* const names[] = {
+      "id",        "status",   "name",  "model", "optimizer", "scheduler", "final loss",
+      "best eval", "duration", "steps", "tags",  "sweep",     "created"};
   return section >= 0 && section < ColumnCount ? tr(names[section]) : QVariant();
 }
 
@@ -152,6 +154,11 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         t << QString::fromStdString(s);
       return t.join(QStringLiteral(", "));
     }
+    case Sweep:
+      if (r.sweep.empty()) return {};
+      return QStringLiteral("%1 p%2")
+          .arg(QString::fromStdString(r.sweep))
+          .arg(r.sweep_point.value_or(0));
     case Created:
       if (sortRole) return r.created_at;
       return QDateTime::fromSecsSinceEpoch(static_cast<qint64>(r.created_at))
@@ -267,14 +274,23 @@ void RunsFilter::setStatus(const QString& status) {
   invalidateFilter();
 }
 
+void RunsFilter::setSweep(const QString& name) {
+  m_sweep = name;
+  invalidateFilter();
+}
+
 bool RunsFilter::filterAcceptsRow(int row, const QModelIndex& parent) const {
   const QAbstractItemModel* m = sourceModel();
   if (!m_status.isEmpty() &&
       m->data(m->index(row, RunsModel::Status, parent), Qt::DisplayRole).toString() != m_status)
     return false;
+  if (!m_sweep.isEmpty() && m->data(m->index(row, RunsModel::Sweep, parent), Qt::DisplayRole)
+                                    .toString()
+                                    .section(QLatin1Char(' '), 0, -2) != m_sweep)
+    return false;
   if (m_search.isEmpty()) return true;
   for (int c : {RunsModel::Id, RunsModel::Name, RunsModel::Model, RunsModel::Optimizer,
-                RunsModel::Scheduler, RunsModel::Tags, RunsModel::Status}) {
+                RunsModel::Scheduler, RunsModel::Tags, RunsModel::Status, RunsModel::Sweep}) {
     if (m->data(m->index(row, c, parent), Qt::DisplayRole)
             .toString()
             .contains(m_search, Qt::CaseInsensitive))
@@ -309,6 +325,12 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
        {"queued", "running", "finished", "failed", "diverged", "cancelled", "crashed"})
     m_status->addItem(QString::fromLatin1(s), QString::fromLatin1(s));
   tools->addWidget(m_status);
+  m_sweep = new QComboBox(this);
+  m_sweep->setObjectName(QStringLiteral("runsSweep"));
+  m_sweep->setToolTip(tr("Only the runs of one sweep"));
+  m_sweep->addItem(tr("all sweeps"), QString());
+  m_sweep->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  tools->addWidget(m_sweep);
   auto* compare = new QPushButton(tr("Compare"), this);
   compare->setToolTip(tr("Compare the selected runs (2 or more)"));
   tools->addWidget(compare);
@@ -341,6 +363,32 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   connect(m_search, &QLineEdit::textChanged, m_filter, &RunsFilter::setSearch);
   connect(m_status, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
           [this] { m_filter->setStatus(m_status->currentData().toString()); });
+  connect(m_sweep, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
+          [this] { m_filter->setSweep(m_sweep->currentData().toString()); });
+  // The sweep choices follow the store: every sweep some run belongs to.
+  auto fillSweeps = [this] {
+    QStringList names;
+    for (int r = 0; r < m_model->rowCount(); ++r)
+      if (!m_model->run(r).sweep.empty()) names << QString::fromStdString(m_model->run(r).sweep);
+    names.removeDuplicates();
+    names.sort();
+    QStringList have;
+    for (int i = 1; i < m_sweep->count(); ++i)
+      have << m_sweep->itemData(i).toString();
+    if (have == names) return;
+    const QString current = m_sweep->currentData().toString();
+    const QSignalBlocker block(m_sweep);
+    while (m_sweep->count() > 1)
+      m_sweep->removeItem(1);
+    for (const QString& n : names)
+      m_sweep->addItem(tr("sweep %1").arg(n), n);
+    m_sweep->setCurrentIndex(std::max(0, m_sweep->findData(current)));
+    if (m_sweep->currentIndex() == 0 && !current.isEmpty()) m_filter->setSweep(QString());
+  };
+  connect(model, &QAbstractItemModel::modelReset, this, fillSweeps);
+  connect(model, &QAbstractItemModel::rowsInserted, this, fillSweeps);
+  connect(model, &QAbstractItemModel::rowsRemoved, this, fillSweeps);
+  fillSweeps();
   connect(compare, &QPushButton::clicked, this,
           [this] { Q_EMIT compareRequested(selectedRuns()); });
   connect(del, &QPushButton::clicked, this, &RunsView::deleteSelected);
@@ -438,6 +486,12 @@ void RunsView::deleteSelected() {
   if (answer != QMessageBox::Yes) return;
   if (!m_model->deleteRuns(ids))
     QMessageBox::warning(this, tr("Delete runs"), m_model->lastError());
+}
+
+void RunsView::setSweepFilter(const QString& name) {
+  const int i = m_sweep->findData(name);
+  m_sweep->setCurrentIndex(std::max(0, i));
+  m_filter->setSweep(i > 0 ? name : QString());
 }
 
 void RunsView::editTags() {

@@ -41,6 +41,7 @@ class RunsModel : public QAbstractTableModel {
     Duration,
     Steps,
     Tags,
+    Sweep,
     Created,
     ColumnCount
   };
@@ -102,6 +103,8 @@ class RunsFilter : public QSortFilterProxyModel {
   void setSearch(const QString& text);
   /// Status that rows must have ("" = all).
   void setStatus(const QString& status);
+  /// Sweep whose runs are shown ("" = every run).
+  void setSweep(const QString& name);
 
  protected:
   bool filterAcceptsRow(int row, const QModelIndex& parent) const override;
@@ -110,6 +113,7 @@ class RunsFilter : public QSortFilterProxyModel {
  private:
   QString m_search;
   QString m_status;
+  QString m_sweep;
 };
 
 /// The runs table with its tools.
@@ -122,6 +126,8 @@ class RunsView : public QWidget {
   QList<qint64> selectedRuns() const;
   /// Selects run `id` (and scrolls to it).
   void selectRun(qint64 id);
+  /// Shows only the runs of sweep `name` ("" = every run), as its choice in the sweep box.
+  void setSweepFilter(const QString& name);
   /// The table (tests).
   QTableView* table() const { return m_table; }
   /// The filter (tests).
@@ -151,6 +157,7 @@ class RunsView : public QWidget {
   QTableView* m_table;
   QLineEdit* m_search;
   QComboBox* m_status;
+  QComboBox* m_sweep;
   QPushButton* m_resume;
   void updateButtons();
 };
