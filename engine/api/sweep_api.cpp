@@ -257,6 +257,10 @@ SweepPreview preview_sweep(const std::string& config_path,
   return preview_of(train::plan_sweep_file(config_path, overrides));
 }
 
+SweepPreview preview_sweep_text(const std::string& toml, const std::string& source) {
+  return preview_of(train::plan_sweep(toml, source));
+}
+
 SweepResult run_sweep(const SweepRequest& request,
                       const std::function<void(const SweepTrialEvent&)>& on_trial,
                       const std::function<void(const std::string&)>& on_note) {

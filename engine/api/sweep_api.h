@@ -41,6 +41,9 @@ struct SweepPreview {
 SweepPreview preview_sweep(const std::string& config_path,
                            const std::vector<std::string>& overrides = {});
 
+/// preview_sweep of a config text (`source` names it in messages): what a sweep editor checks.
+SweepPreview preview_sweep_text(const std::string& toml, const std::string& source = "<sweep>");
+
 /// What run_sweep does.
 struct SweepRequest {
   std::string program;                 ///< the trainbench-cli executable

@@ -6,11 +6,14 @@
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QPushButton>
 #include <QSet>
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
+
+#include <qcustomplot.h>
 
 #include "tests/ui/ui_test_util.h"
 #include "ui/compare/compare_view.h"
@@ -19,6 +22,8 @@
 #include "ui/main_window/main_window.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/sweeps/sweep_editor.h"
+#include "ui/sweeps/sweep_view.h"
 #include "ui/topology/topology_view.h"
 
 using namespace tb;
@@ -117,6 +122,43 @@ class TestScreenshots : public QObject {
     const QImage topo = window.topologyView()->grab().toImage();
     QVERIFY(topo.save(out + QStringLiteral("/topology.png")));
     QVERIFY(inkAndColours(topo).second >= 4);
+  }
+
+  // The sweep editor beside the config form, and the Sweeps tab while the sweep runs and after.
+  void sweepEditorAndSweepsTab() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    ui::MainWindow window(db);
+    window.resize(1600, 1000);
+    window.setCliPath(QStringLiteral(TB_CLI_PATH));
+    QVERIFY(window.configEditor()->setToml(test::blobsConfig(60, QStringLiteral("blobs"))));
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    ui::SweepEditor* e = window.sweepEditor();
+    e->setName(QStringLiteral("screenshot-sweep"));
+    e->clearParameters();
+    e->addParameter(QStringLiteral("optimizer.kind"), QStringLiteral("muon, adamw"));
+    e->addParameter(QStringLiteral("optimizer.muon.lr"), QStringLiteral("0.005, 0.01, 0.02, 0.05"));
+    e->addParameter(QStringLiteral("optimizer.lr"), QStringLiteral("1e-3, 3e-3, 1e-2, 3e-2"));
+    e->setPlan(QStringLiteral("grid"), 1, QStringLiteral("1, 2"), QStringLiteral("eval.loss"),
+               QStringLiteral("min"));
+    e->setEarlyStopping(QStringLiteral("successive_halving"), QStringLiteral("20"));
+    e->setSlots(2, QStringLiteral("none"));
+    QCOMPARE(e->check(), 16);
+    auto* tabs = e->parentWidget();
+    while (tabs && !qobject_cast<QTabWidget*>(tabs))
+      tabs = tabs->parentWidget();
+    QVERIFY(tabs != nullptr);
+    qobject_cast<QTabWidget*>(tabs)->setCurrentWidget(e);
+    QTest::qWait(100);
+    const QString out = QStringLiteral(TB_SCREENSHOT_DIR);
+    QVERIFY(window.grab().save(out + QStringLiteral("/sweep-editor.png")));
+    e->findChild<QPushButton*>(QStringLiteral("runSweepButton"))->click();
+    QTRY_VERIFY_WITH_TIMEOUT(!window.sweepRunning(), 180000);
+    QTest::qWait(700);
+    QCOMPARE(window.sweepView()->sweepName(), QStringLiteral("screenshot-sweep"));
+    QVERIFY(window.grab().save(out + QStringLiteral("/sweeps-tab.png")));
+    QVERIFY(inkAndColours(window.sweepView()->curvePlot()->grab().toImage()).second >= 3);
   }
 };
 

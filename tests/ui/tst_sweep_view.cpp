@@ -21,10 +21,12 @@
 #include <qcustomplot.h>
 
 #include "engine/api/workbench_api.h"
+#include "tests/ui/ui_test_util.h"
 #include "ui/main_window/main_window.h"
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/sweeps/sweep_editor.h"
 #include "ui/sweeps/sweep_view.h"
 
 using namespace tb;
@@ -232,6 +234,52 @@ class TestSweepView : public QObject {
     view->filter()->setSweep(QStringLiteral("opt"));  // a prefix is not the sweep
     QCOMPARE(shown->rowCount(), 0);
     view->filter()->setSweep(QString());
+  }
+
+  // The sweep editor writes the [sweep] its form says, checks it against the config as typed
+  // (errors name the key), and runs it: the sweep lands in the store with its runs.
+  void editorChecksAndRunsASweep() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    ui::MainWindow w(db);
+    w.setCliPath(QStringLiteral(TB_CLI_PATH));
+    QVERIFY(w.configEditor()->setToml(test::blobsConfig(20)));
+    ui::SweepEditor* e = w.sweepEditor();
+    QVERIFY(e != nullptr);
+    e->setName(QStringLiteral("gui-sweep"));
+    e->clearParameters();
+    e->addParameter(QStringLiteral("optimizer.lr"), QStringLiteral("0.01, 0.02"));
+    e->addParameter(QStringLiteral("optimizer.kind"), QStringLiteral("adamw, muon"));
+    e->setPlan(QStringLiteral("grid"), 1, QStringLiteral("3"), QStringLiteral("eval.accuracy"),
+               QStringLiteral("max"));
+    // optimizer.lr does not apply to the Muon points: 2 AdamW points + 1 Muon point, 1 seed.
+    QCOMPARE(e->check(), 3);
+    QVERIFY2(e->sweepToml().contains(QStringLiteral("\"optimizer.kind\" = [\"adamw\", \"muon\"]")),
+             qPrintable(e->sweepToml()));
+    e->setEarlyStopping(QStringLiteral("median"), QString());
+    QCOMPARE(e->check(), -1);
+    QVERIFY2(e->errorText().contains(QStringLiteral("sweep.early_stopping.steps")),
+             qPrintable(e->errorText()));
+    e->setEarlyStopping(QStringLiteral("none"), QString());
+    e->addParameter(QStringLiteral("optimizer.lrr"), QStringLiteral("1"));
+    QCOMPARE(e->check(), -1);
+    QVERIFY2(e->errorText().contains(QStringLiteral("optimizer.lrr")), qPrintable(e->errorText()));
+    e->parameters()->removeRow(2);
+    QCOMPARE(e->check(), 3);
+
+    e->setSlots(2, QStringLiteral("none"));
+    auto* run = e->findChild<QPushButton*>(QStringLiteral("runSweepButton"));
+    QVERIFY(run != nullptr && run->isEnabled());
+    run->click();
+    QVERIFY(w.sweepRunning());
+    QTRY_VERIFY_WITH_TIMEOUT(!w.sweepRunning(), 120000);
+    api::StoreReader store(db.toStdString());
+    const auto sweep = store.sweep("gui-sweep");
+    QCOMPARE(sweep.status, std::string("finished"));
+    QCOMPARE(sweep.trials.size(), std::size_t{3});
+    for (const auto& t : sweep.trials)
+      QCOMPARE(t.status, std::string("finished"));
+    QCOMPARE(w.sweepView()->sweepName(), QStringLiteral("gui-sweep"));
   }
 
   // The main window's Sweeps tab and "open the best config" into the editor.

@@ -6,6 +6,7 @@
 #include <QCloseEvent>
 #include <QComboBox>
 #include <QDateTime>
+#include <QDir>
 #include <QDockWidget>
 #include <QFile>
 #include <QFileDialog>
@@ -17,7 +18,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -39,6 +42,7 @@
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/sweeps/sweep_editor.h"
 #include "ui/sweeps/sweep_view.h"
 #include "ui/topology/topology_view.h"
 
@@ -129,6 +133,12 @@ void MainWindow::buildDocks() {
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
   connect(pair, &QPushButton::clicked, this, &MainWindow::enqueueMuonAndAdamw);
   connect(m_editor, &ConfigEditor::validityChanged, run, &QPushButton::setEnabled);
+  m_sweepEditor = new SweepEditor([this] { return m_editor->toToml(); }, m_editor);
+  m_sweepEditor->setName(m_editor->fieldText(QStringLiteral("run.name")) +
+                         QStringLiteral("-sweep"));
+  m_editor->addPage(m_sweepEditor, tr("Sweep"));
+  connect(m_editor, &ConfigEditor::edited, m_sweepEditor, [this] { m_sweepEditor->check(); });
+  connect(m_sweepEditor, &SweepEditor::runRequested, this, &MainWindow::startSweep);
   connect(m_sweeps, &SweepView::exportRequested, this, &MainWindow::exportSweepReport);
   connect(m_sweeps, &SweepView::openConfig, this,
           [this, configDock](const QString& toml, const QString& source) {
@@ -436,7 +446,63 @@ void MainWindow::pollStore() {
     }
   }
   if (m_tabs->currentWidget() == m_compare) m_compare->refresh();
-  if (m_tabs->currentWidget() == m_sweeps && m_sweeps->running()) m_sweeps->refresh();
+  if (m_tabs->currentWidget() == m_sweeps && (m_sweepProcess || m_sweeps->running())) {
+    m_sweeps->refresh();
+    if (!m_pendingSweep.isEmpty()) {
+      m_sweeps->showSweep(m_pendingSweep);
+      if (m_sweeps->sweepName() == m_pendingSweep) m_pendingSweep.clear();
+    }
+  }
+}
+
+void MainWindow::startSweep(const SweepLaunch& launch) {
+  if (m_sweepProcess) {
+    log(QStringLiteral("warning"), tr("a sweep is already running; wait for it to end"));
+    return;
+  }
+  const QString cli = cliPath();
+  if (cli.isEmpty()) {
+    log(QStringLiteral("error"), tr("cannot find trainbench-cli to run the sweep"));
+    return;
+  }
+  QString safe = launch.name;
+  safe.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_.-]")), QStringLiteral("_"));
+  const QDir dir(QFileInfo(m_dbPath).absoluteDir().filePath(QStringLiteral("sweeps")));
+  QFile file(dir.filePath(safe + QStringLiteral(".toml")));
+  if (!QDir().mkpath(dir.path()) || !file.open(QIODevice::WriteOnly | QIODevice::Truncate) ||
+      file.write(launch.toml.toUtf8()) < 0) {
+    log(QStringLiteral("error"),
+        tr("cannot write %1: %2").arg(file.fileName(), file.errorString()));
+    return;
+  }
+  file.close();
+  m_sweepProcess = new QProcess(this);
+  m_sweepProcess->setProcessChannelMode(QProcess::MergedChannels);
+  connect(m_sweepProcess, &QProcess::readyRead, this, [this] {
+    while (m_sweepProcess->canReadLine()) {
+      const QString line = QString::fromUtf8(m_sweepProcess->readLine()).trimmed();
+      if (!line.isEmpty()) log(QStringLiteral("info"), line);
+    }
+  });
+  connect(m_sweepProcess, &QProcess::finished, this,
+          [this, name = launch.name](int code, QProcess::ExitStatus status) {
+            const QString rest = QString::fromUtf8(m_sweepProcess->readAll()).trimmed();
+            if (!rest.isEmpty()) log(QStringLiteral("info"), rest);
+            log(code == 0 && status == QProcess::NormalExit ? QStringLiteral("info")
+                                                            : QStringLiteral("error"),
+                tr("sweep %1 ended (exit %2)").arg(name).arg(code));
+            m_sweepProcess->deleteLater();
+            m_sweepProcess = nullptr;
+            m_runsModel->refresh();
+            m_sweeps->refresh();
+          });
+  m_pendingSweep = launch.name;
+  m_sweepProcess->start(cli,
+                        {QStringLiteral("--db"), m_dbPath, QStringLiteral("sweep"), file.fileName(),
+                         QStringLiteral("--parallel"), QString::number(launch.parallel),
+                         QStringLiteral("--binding"), launch.binding});
+  log(QStringLiteral("info"), tr("sweep %1 started: %2").arg(launch.name, file.fileName()));
+  m_tabs->setCurrentWidget(m_sweeps);
 }
 
 void MainWindow::showRunsLive(const QList<qint64>& ids) {

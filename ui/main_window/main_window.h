@@ -25,11 +25,14 @@ class QListWidget;
 class QPlainTextEdit;
 class QSpinBox;
 class QTabWidget;
+class QProcess;
 
 namespace tb::ui {
 
 class CompareView;
 class SweepView;
+class SweepEditor;
+struct SweepLaunch;
 class ConfigEditor;
 class PlotsPanel;
 class RunWorker;
@@ -70,6 +73,13 @@ class MainWindow : public QMainWindow {
   ConfigEditor* configEditor() const { return m_editor; }
   PlotsPanel* livePlots() const { return m_live; }
   CompareView* compareView() const { return m_compare; }
+  /// Starts a sweep from the editor: its config written to STORE_FOLDER/sweeps/NAME.toml and run
+  /// by `trainbench-cli sweep` (output in the Events dock); the Sweeps tab follows it.
+  void startSweep(const SweepLaunch& launch);
+  /// Whether a sweep started from the editor still runs.
+  bool sweepRunning() const { return m_sweepProcess != nullptr; }
+  /// The config editor's Sweep page.
+  SweepEditor* sweepEditor() const { return m_sweepEditor; }
   /// Asks for a file and writes sweep `name`'s report there (HTML or PDF).
   void exportSweepReport(const QString& name);
   /// Opens the Sweeps tab on sweep `name`.
@@ -116,6 +126,9 @@ class MainWindow : public QMainWindow {
   PlotsPanel* m_live = nullptr;
   CompareView* m_compare = nullptr;
   SweepView* m_sweeps = nullptr;
+  SweepEditor* m_sweepEditor = nullptr;
+  QProcess* m_sweepProcess = nullptr;  // the sweep started from the editor, while it runs
+  QString m_pendingSweep;              // its name, until the Sweeps tab shows it
   RunsModel* m_runsModel = nullptr;
   RunsView* m_runsView = nullptr;
   TopologyView* m_topology = nullptr;

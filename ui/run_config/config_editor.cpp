@@ -286,6 +286,10 @@ QString ConfigEditor::literal(const Field& f) const {
   return text.isEmpty() ? QStringLiteral("\"\"") : text;
 }
 
+void ConfigEditor::addPage(QWidget* page, const QString& title) {
+  m_tabs->addTab(page, title);
+}
+
 QString ConfigEditor::toToml() const {
   QString out;
   QString section;

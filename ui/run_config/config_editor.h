@@ -54,6 +54,8 @@ class ConfigEditor : public QWidget {
   bool setFieldText(const QString& key, const QString& text);
   /// The keys of the form, in order.
   QStringList keys() const;
+  /// Adds a page beside Form, TOML and Parameters (the sweep editor).
+  void addPage(QWidget* page, const QString& title);
   /// The LR preview plot.
   MetricPlot* previewPlot() const { return m_preview; }
   /// The parameter-split table.

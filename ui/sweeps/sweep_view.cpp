@@ -4,10 +4,11 @@
 #include <qcustomplot.h>
 
 #include <QComboBox>
-#include <QDoubleSpinBox>
+#include <QDoubleValidator>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSplitter>
 #include <QTabWidget>
@@ -142,11 +143,15 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   m_sweepBox->setMinimumContentsLength(24);
   m_summary = new QLabel(this);
   m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_summary->setWordWrap(true);
   m_xBox = new QComboBox(this);
   m_xBox->setToolTip(tr("The swept key on the x axis of the metric plot"));
-  m_target = new QDoubleSpinBox(this);
-  m_target->setDecimals(5);
-  m_target->setRange(-1e12, 1e12);
+  m_xBox->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  m_xBox->setMinimumContentsLength(20);
+  m_target = new QLineEdit(this);
+  m_target->setValidator(new QDoubleValidator(m_target));
+  m_target->setMinimumWidth(90);
+  m_target->setMaximumWidth(120);
   m_target->setToolTip(
       tr("Target of the sweep's metric: the trials table shows the steps and "
          "time each trial took to reach it"));
@@ -154,7 +159,7 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   m_openBest->setToolTip(tr("Load the best finished trial's config into the config editor"));
   top->addWidget(new QLabel(tr("Sweep:"), this));
   top->addWidget(m_sweepBox);
-  top->addWidget(m_summary, 1);
+  top->addStretch(1);
   top->addWidget(new QLabel(tr("x:"), this));
   top->addWidget(m_xBox);
   top->addWidget(new QLabel(tr("target:"), this));
@@ -201,6 +206,7 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(1, 1);
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(top);
+  layout->addWidget(m_summary);
   layout->addWidget(split, 1);
 
   connect(m_sweepBox, &QComboBox::currentIndexChanged, this, [this](int i) {
@@ -211,7 +217,7 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
     if (m_filling) return;
     fillCurves();
   });
-  connect(m_target, &QDoubleSpinBox::valueChanged, this, [this] {
+  connect(m_target, &QLineEdit::editingFinished, this, [this] {
     if (m_filling) return;
     fillTrialTargets();
   });
@@ -283,19 +289,22 @@ void SweepView::showSweep(const QString& name) {
     reload();
     return;
   }
-  if (changed) {
-    // A new sweep: its x choices, and a target half its finished trials reach (the median).
+  if (changed) {  // a new sweep: its x choices
     m_filling = true;
     m_xBox->clear();
     m_xBox->addItems(sweepXKeys(m_result));
+    m_target->clear();
+    m_filling = false;
+  }
+  if (m_target->text().isEmpty()) {
+    // A target half the finished trials reach (their median), once there are some.
     std::vector<double> bests;
     for (const auto& t : m_result.trials)
       if (t.best) bests.push_back(*t.best);
     if (!bests.empty()) {
       std::sort(bests.begin(), bests.end());
-      m_target->setValue(bests[(bests.size() - 1) / 2]);
+      m_target->setText(QString::number(bests[(bests.size() - 1) / 2], 'g', 6));
     }
-    m_filling = false;
   }
   int finished = 0;
   int stopped = 0;
@@ -339,7 +348,7 @@ bool SweepView::setXKey(const QString& key) {
 }
 
 void SweepView::setTarget(double value) {
-  m_target->setValue(value);
+  m_target->setText(QString::number(value, 'g', 17));
   fillTrialTargets();
 }
 
@@ -444,9 +453,23 @@ void SweepView::fillParallel() {
       if (k == keys[axis]) return v;
     return std::nullopt;
   };
+  // Axis titles without the keys' common dotted prefix ("kind", "lr", "muon.lr" for three
+  // optimizer.* keys), so that neighbours do not overlap; the prefix goes to the tooltip.
+  QString prefix;
+  if (keys.size() >= 2) {
+    const QStringList first = QString::fromStdString(keys[0]).split(QLatin1Char('.'));
+    for (int n = static_cast<int>(first.size()) - 1; n > 0 && prefix.isEmpty(); --n) {
+      const QString p = QStringList(first.mid(0, n)).join(QLatin1Char('.')) + QLatin1Char('.');
+      if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) {
+            return QString::fromStdString(k).startsWith(p) && QString::fromStdString(k) != p;
+          }))
+        prefix = p;
+    }
+  }
+  plot->setToolTip(prefix.isEmpty() ? QString() : tr("Axes: keys under %1").arg(prefix));
   for (std::size_t a = 0; a <= keys.size(); ++a) {
     Axis ax;
-    ax.title = a < keys.size() ? QString::fromStdString(keys[a])
+    ax.title = a < keys.size() ? QString::fromStdString(keys[a]).mid(prefix.size())
                                : QString::fromStdString(m_result.plan.metric);
     ax.numeric = a == keys.size() || numericKey(m_result, keys[a]);
     bool first = true;
@@ -587,12 +610,13 @@ void SweepView::fillTables() {
 }
 
 void SweepView::fillTrialTargets() {
-  const double target = m_target->value();
+  bool ok = false;
+  const double target = m_target->text().toDouble(&ok);
   const bool max = m_result.plan.goal == "max";
   for (int r = 0; r < m_trials->rowCount() && r < static_cast<int>(m_result.trials.size()); ++r) {
     const auto& t = m_result.trials[static_cast<std::size_t>(r)];
     QString steps, seconds;
-    if (t.run && m_store) {
+    if (ok && t.run && m_store) {
       try {
         const api::Series s = m_store->series(*t.run, m_result.plan.metric);
         for (std::size_t i = 0; i < s.value.size(); ++i)

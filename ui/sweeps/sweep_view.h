@@ -18,7 +18,7 @@
 
 class QComboBox;
 class QCustomPlot;
-class QDoubleSpinBox;
+class QLineEdit;
 class QLabel;
 class QPushButton;
 class QTableWidget;
@@ -104,7 +104,7 @@ class SweepView : public QWidget {
   QComboBox* m_sweepBox = nullptr;
   QLabel* m_summary = nullptr;
   QComboBox* m_xBox = nullptr;
-  QDoubleSpinBox* m_target = nullptr;
+  QLineEdit* m_target = nullptr;
   QPushButton* m_openBest = nullptr;
   QPushButton* m_export = nullptr;
   QCustomPlot* m_curvePlot = nullptr;
