@@ -202,8 +202,12 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   std::map<std::int64_t, std::vector<double>> values;  // point -> its trials' values
   for (const auto& t : trials) {
     if (t.stopped_step && *t.stopped_step < step) continue;
+    // Only a run that got to the rung (or ended before it, finished) has its value there: an
+    // earlier point of a run that failed on the way is not it.
     std::optional<double> v;
-    if (t.run_id) v = value_at(st, *t.run_id, plan.metric, step);
+    const bool there =
+        t.run_status == store::RunStatus::kFinished || (t.last_step && *t.last_step >= step);
+    if (t.run_id && there) v = value_at(st, *t.run_id, plan.metric, step);
     values[t.point].push_back(v && !std::isnan(*v) ? *v : worst);
   }
   std::vector<std::pair<double, std::int64_t>> ranked;  // (score, point), best first

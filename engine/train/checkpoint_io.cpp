@@ -215,14 +215,15 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
              owner_description_.empty() ? owner_key_ : owner_description_,
              "; resume that run from its own store");
   }
-  // The config must match; a data-parallel rank's own CPU slot (binding.slot) may differ from
-  // rank 0's, which wrote the checkpoint.
+  // The config must match, except where the run is placed: [binding] (a data-parallel rank's
+  // own slot differs from rank 0's, which wrote the checkpoint; a run resumed by a launcher or a
+  // sweep gets whatever slot is free then) changes the CPUs, not the training.
   auto same_run = [](RunConfig c) {
-    c.binding.slot = 0;
+    c.binding = BindingSection{};
     return to_toml(c);
   };
   bool same = state.at("config") == to_toml(config_);
-  if (!same && s.ddp) {
+  if (!same) {
     try {
       same = same_run(parse_run_config(state.at("config").get<std::string>(), "checkpoint")) ==
              same_run(config_);

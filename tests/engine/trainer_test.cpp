@@ -112,6 +112,14 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   ASSERT_EQ(resumed.size(), 18u);
   using Losses = std::vector<std::pair<std::int64_t, double>>;
   EXPECT_EQ(resumed, Losses(full.begin() + 12, full.end()));
+  // Placed elsewhere ([binding]: another slot and CPU list, as a launcher or a sweep resumes a
+  // run wherever a slot is free) it is the same run, with the same losses.
+  auto moved = cfg;
+  moved.binding.slot = 1;
+  moved.binding.slots = 2;
+  moved.binding.cpus = "0";
+  moved.binding.mode = "exclusive";
+  EXPECT_EQ(run_losses(moved, {}, dir / "step-00000012"), resumed);
   // Another config refuses the checkpoint.
   auto other = cfg;
   other.optimizer.main.set("lr", 0.5);
