@@ -52,6 +52,9 @@ pkg_check_modules(NUMA REQUIRED IMPORTED_TARGET numa)
 find_package(nlohmann_json 3.10 REQUIRED)
 # Gzip-compressed IDX files of Fashion-MNIST (engine/data).
 find_package(ZLIB REQUIRED)
+# Image folders (engine/data/image_decode): PNG and JPEG files.
+find_package(PNG REQUIRED)
+find_package(JPEG REQUIRED)
 find_package(CLI11 REQUIRED)
 # The run store (engine/store) uses the SQLite 3 C API.
 find_package(SQLite3 REQUIRED)

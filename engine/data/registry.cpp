@@ -1,13 +1,22 @@
 // The data-set registry and the built-in kinds.
 #include "engine/data/registry.h"
 
+#include <cmath>
+#include <filesystem>
+#include <tuple>
+#include <utility>
+
 #include "engine/core/error.h"
 #include "engine/data/cifar.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/idx.h"
+#include "engine/data/image_folder.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
 #include "engine/data/token_file.h"
+
+#include <tuple>
+#include <utility>
 
 namespace tb::data {
 
@@ -116,6 +125,81 @@ DatasetKind cifar_kind(CifarVariant v) {
     o.image.augment = ImageAugment{};
     s.eval = load_cifar(o);
     return s;
+  };
+  return k;
+}
+
+// data.size of an image folder: [height, width] (one number: square).
+std::pair<std::int64_t, std::int64_t> image_size_of(const nlohmann::json& d) {
+  const auto it = d.find("size");
+  if (it == d.end() || !it->is_array() || it->empty()) return {32, 32};
+  const std::int64_t h = (*it)[0].get<std::int64_t>();
+  return {h, it->size() >= 2 ? (*it)[1].get<std::int64_t>() : h};
+}
+
+DatasetKind image_folder_kind() {
+  using core::FieldSpec;
+  using core::FieldType;
+  DatasetKind k;
+  k.name = "image-folder";
+  k.help =
+      "a folder of PNG/JPEG images, one subfolder per class (torchvision's ImageFolder layout), "
+      "decoded once and resized to data.size";
+  k.task = core::kTaskClassification;
+  k.fields = {FieldSpec("size", FieldType::kIntList, std::vector<std::int64_t>{32, 32},
+                        "[height, width] every image is resized to (antialiased bilinear, as "
+                        "torchvision's Resize); one number: square"),
+              FieldSpec("channels", FieldType::kInt, 3, "1 (grey) or 3 (RGB)")
+                  .at_least(1)
+                  .at_most(3)
+                  .documented_as("int", "1 or 3"),
+              FieldSpec("val_path", FieldType::kString, "",
+                        "validation folder with the same class subfolders; \"\" = the last "
+                        "val_fraction of each class of data.path (by file name)")};
+  for (auto& f : augment_fields())
+    k.fields.push_back(std::move(f));
+  k.shape = [](const nlohmann::json& d) {
+    core::DataShape s;
+    s.kind = "image-folder";
+    s.task = core::kTaskClassification;
+    const auto [h, w] = image_size_of(d);
+    const std::int64_t c = d.value("channels", std::int64_t{3});
+    s.features = c * h * w;
+    s.features_note =
+        std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w) + " pixels";
+    // The classes are the subfolders: listing them reads no image.
+    s.classes = static_cast<std::int64_t>(image_folder_classes(path_of(d)).size());
+    return s;
+  };
+  k.make = [](const nlohmann::json& d, std::uint64_t) {
+    ImageFolderOptions o;
+    o.dir = path_of(d);
+    o.val_dir = d.value("val_path", std::string());
+    o.val_fraction = d.value("val_fraction", 0.1);
+    std::tie(o.height, o.width) = image_size_of(d);
+    o.channels = d.value("channels", std::int64_t{3});
+    o.image.normalize = d.value("normalize", true);
+    o.image.augment = augment_of(d);
+    ImageFolderSplits loaded = load_image_folder(o);
+    DataSplits s;
+    s.train = loaded.train;
+    s.eval = loaded.eval;
+    return s;
+  };
+  // Counted from the folder listing, without decoding an image (previews need only this).
+  k.train_size = [](const nlohmann::json& d, std::uint64_t) {
+    const std::filesystem::path dir = path_of(d);
+    const bool held_out = d.value("val_path", std::string()).empty();
+    const double fraction = d.value("val_fraction", 0.1);
+    std::int64_t n = 0;
+    for (const auto& c : image_folder_classes(dir)) {
+      const auto files = static_cast<std::int64_t>(image_folder_files(dir / c).size());
+      n += files -
+           (held_out
+                ? static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(files) + 0.5))
+                : 0);
+    }
+    return n;
   };
   return k;
 }
@@ -263,6 +347,7 @@ core::Registry<DatasetKind>& dataset_registry() {
     r->add(fashion_mnist_kind());
     r->add(cifar_kind(CifarVariant::kCifar10));
     r->add(cifar_kind(CifarVariant::kCifar100));
+    r->add(image_folder_kind());
     r->add(text_kind());
     r->add(tokens_kind());
     r->add(synthetic_blobs_kind());

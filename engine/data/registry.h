@@ -47,8 +47,8 @@ struct DatasetKind {
 std::int64_t train_samples(const DatasetKind& kind, const nlohmann::json& settings,
                            std::uint64_t seed);
 
-/// The registry of data kinds, with the built-in ones (fashion-mnist, cifar-10, cifar-100, text,
-/// tokens, synthetic-blobs, synthetic-text) added on first use.
+/// The registry of data kinds, with the built-in ones (fashion-mnist, cifar-10, cifar-100,
+/// image-folder, text, tokens, synthetic-blobs, synthetic-text) added on first use.
 core::Registry<DatasetKind>& dataset_registry();
 
 }  // namespace tb::data

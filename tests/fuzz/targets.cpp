@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
+#include "engine/data/image_decode.h"
 #include "engine/data/token_file.h"
 #include "engine/sched/lr_lambda_expr.h"
 #include "engine/store/run_store.h"
@@ -109,6 +110,21 @@ void cifar(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+void image(const std::uint8_t* data, std::size_t size) {
+  for (std::int64_t channels : {1, 3}) {
+    try {
+      const data::DecodedImage img = data::decode_image({data, size}, channels, "fuzz");
+      if (static_cast<std::int64_t>(img.pixels.size()) != img.width * img.height * channels)
+        throw std::logic_error("decoded pixel count does not match the image size");
+      if (img.width * img.height >
+          (std::int64_t{16} << 20) + 1100 * static_cast<std::int64_t>(size))
+        throw std::logic_error("more pixels than the file can hold");
+      (void)data::resize_to_planes(img, 5, 7);
+    } catch (const Error&) {
+    }
+  }
+}
+
 void tokens(const std::uint8_t* data, std::size_t size) {
   const auto path = scratch("f.tokens");
   write(path, data, size);
@@ -161,6 +177,7 @@ const std::vector<NamedTarget>& targets() {
                                                {"idx", &idx},
                                                {"cifar", &cifar},
                                                {"tokens", &tokens},
+                                               {"image", &image},
                                                {"lr_lambda", &lr_lambda},
                                                {"store", &store}};
   return all;
