@@ -178,6 +178,21 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
 }
 
 // `run`: a progress bar on a terminal, one plain line per report when piped.
+// "1, 2,3" -> {"1", "2", "3"} (empty parts dropped).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : text + ",") {
+    if (c == ',') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  return parts;
+}
+
 int cmd_run(tb::api::RunRequest req) {
   const std::string db = req.db_path;
   const std::int64_t resume = req.resume.value_or(0);
@@ -626,6 +641,29 @@ int main(int argc, char** argv) {
   exp->add_option("run", export_id, "run id")->required();
   exp->add_option("dir", export_dir, "with --format tensorboard: the log directory to write to");
   exp->add_option("--format", export_format, "csv, json or tensorboard")->capture_default_str();
+  auto* sample = app.add_subcommand(
+      "sample", "text (or token ids) continued by a language-model run's checkpoint");
+  tb::api::SampleRequest sample_req;
+  std::string sample_ids;
+  sample->add_option("run", sample_req.run_id, "run id (qwen-tiny or gpt)")->required();
+  sample->add_option("--prompt", sample_req.prompt,
+                     "byte models: the text to continue (default: a newline)");
+  sample->add_option("--prompt-tokens", sample_ids,
+                     "token models: comma-separated ids to continue (default: <|endoftext|>)");
+  sample->add_option("--tokens", sample_req.tokens, "new tokens")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--temperature", sample_req.temperature, "0 = always the most likely token")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--top-k", sample_req.top_k, "keep the k most likely tokens (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--seed", sample_req.seed, "the draws' seed")->capture_default_str();
+  sample
+      ->add_option("--from-checkpoint", sample_req.checkpoint,
+                   "this checkpoint folder instead of the run's newest")
+      ->check(CLI::ExistingDirectory);
   auto* weights = app.add_subcommand(
       "weights", "a run's trained weights as a safetensors file PyTorch loads (load_state_dict)");
   std::int64_t weights_id = 0;
@@ -806,6 +844,33 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::cout << tb::api::export_run(db_path, export_id, export_format);
+      return 0;
+    }
+    if (sample->parsed()) {
+      sample_req.db_path = db_path;
+      for (const auto& part : split_commas(sample_ids)) {
+        std::size_t used = 0;
+        std::int64_t id = -1;
+        try {
+          id = std::stoll(part, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != part.size() || id < 0) {
+          std::cerr << "error: [sample] --prompt-tokens: '" << part << "' is not a token id\n";
+          return 2;
+        }
+        sample_req.prompt_tokens.push_back(id);
+      }
+      const auto r = tb::api::sample_run(sample_req);
+      std::cerr << "sampled from " << r.from << "\n";
+      if (r.bytes) {
+        std::cout << r.text << "\n";
+      } else {
+        for (std::size_t i = 0; i < r.tokens.size(); ++i)
+          std::cout << (i ? "," : "") << r.tokens[i];
+        std::cout << "\n";
+      }
       return 0;
     }
     if (weights->parsed()) {

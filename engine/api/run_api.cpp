@@ -22,6 +22,7 @@
 #include "engine/store/sweeps.h"
 #include "engine/store/tensorboard.h"
 #include "engine/train/run_config.h"
+#include "engine/train/sample.h"
 #include "engine/train/weights_io.h"
 
 namespace tb::api {
@@ -259,6 +260,54 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
      << model->num_parameters() << " parameters) of run " << run_id << " (" << from << "), layout "
      << layout << "\n";
   return os.str();
+}
+
+SampleResult sample_run(const SampleRequest& req) {
+  auto st = store::RunStore::open(detail::store_path(req.db_path));
+  TB_CHECK(st.has_run(req.run_id), "[sample] the store has no run ", req.run_id);
+  const train::RunConfig config = train::parse_run_config(
+      st.get_run(req.run_id).config, "run " + std::to_string(req.run_id) + "'s stored config");
+  std::filesystem::path dir = req.checkpoint;
+  SampleResult out;
+  out.from = "run " + std::to_string(req.run_id) + ", " + dir.string();
+  if (dir.empty()) {
+    const auto cks = st.checkpoints(req.run_id);
+    TB_CHECK(!cks.empty(), "[sample] run ", req.run_id,
+             " has no checkpoint to sample from (checkpoints are written at each "
+             "checkpoint.interval and at the end of the run)");
+    dir = cks.back().path;
+    out.from = "run " + std::to_string(req.run_id) + ", checkpoint of step " +
+               std::to_string(cks.back().step);
+  }
+  rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
+  const auto model = nn::build_model(config.model, &gen);
+  const auto [vocab, context] = train::language_model_shape(*model);
+  (void)context;
+  (void)train::load_weights(*model, dir / "model.safetensors");
+  out.bytes = vocab == 256;
+  std::vector<std::int64_t> prompt = req.prompt_tokens;
+  if (out.bytes) {
+    TB_CHECK(req.prompt_tokens.empty(), "[sample] run ", req.run_id,
+             " models bytes: give the prompt as text (--prompt), not token ids");
+    for (unsigned char c : req.prompt.empty() ? std::string("\n") : req.prompt)
+      prompt.push_back(c);
+  } else {
+    TB_CHECK(req.prompt.empty(), "[sample] run ", req.run_id, " models ", vocab,
+             " token ids (no tokenizer is stored with it): give the prompt as ids "
+             "(--prompt-tokens 464,2068), not text");
+    // GPT-2's <|endoftext|> starts a document; other vocabularies start from token 0.
+    if (prompt.empty()) prompt.push_back(vocab >= 50257 ? 50256 : 0);
+  }
+  train::SampleOptions o;
+  o.tokens = req.tokens;
+  o.temperature = req.temperature;
+  o.top_k = req.top_k;
+  o.seed = req.seed;
+  out.tokens = train::sample_tokens(*model, prompt, o);
+  if (out.bytes)
+    for (std::int64_t t : out.tokens)
+      out.text.push_back(static_cast<char>(static_cast<unsigned char>(t)));
+  return out;
 }
 
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format) {

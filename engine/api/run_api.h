@@ -66,6 +66,30 @@ std::vector<RunRow> list_runs(const std::string& db_path, const std::string& swe
 /// A run for display: status, times, config text, and last/min/max of each metric as text.
 std::string show_run(const std::string& db_path, std::int64_t run_id);
 
+/// What `trainbench-cli sample` asks for.
+struct SampleRequest {
+  std::string db_path;                      ///< the store ("" = default)
+  std::int64_t run_id = 0;                  ///< a language-model run with a checkpoint
+  std::string checkpoint;                   ///< this checkpoint folder ("" = the run's newest)
+  std::string prompt;                       ///< byte models (vocab 256): the text to continue
+  std::vector<std::int64_t> prompt_tokens;  ///< token models: the ids to continue
+  std::int64_t tokens = 200;                ///< new tokens
+  double temperature = 1.0;                 ///< 0 = greedy
+  std::int64_t top_k = 0;                   ///< 0 = every token
+  std::uint64_t seed = 0;                   ///< the draws' seed
+};
+/// Text (or token ids) continued by a run's model.
+struct SampleResult {
+  bool bytes = false;                ///< a byte model: `text` holds the continuation
+  std::string text;                  ///< byte models: prompt + continuation
+  std::vector<std::int64_t> tokens;  ///< prompt + continuation as ids
+  std::string from;                  ///< "run 3, checkpoint of step 1200"
+};
+/// Loads the run's model from its newest checkpoint (or `checkpoint`) and samples from it. A run
+/// that is not a language model, has no checkpoint, or a prompt of the wrong form (text for a
+/// token model, ids out of range) is a tb::ValueError saying so.
+SampleResult sample_run(const SampleRequest& request);
+
 /// The run's metrics as "csv" or "json" text.
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);
 

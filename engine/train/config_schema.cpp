@@ -86,13 +86,19 @@ std::vector<SectionSchema> make_fixed_sections() {
         FieldSpec("start_step", FieldType::kInt, 0, "first step that updates the average")
             .at_least(0),
         FieldSpec("every", FieldType::kInt, 1, "update interval in steps").at_least(1)}});
-  out.push_back({"eval",
-                 {FieldSpec("interval", FieldType::kInt, 0,
-                            "steps between evaluations (0 = at the end of each epoch)")
-                      .at_least(0),
-                  FieldSpec("batches", FieldType::kInt, 0,
-                            "batches per evaluation (0 = the whole eval split)")
-                      .at_least(0)}});
+  out.push_back(
+      {"eval",
+       {FieldSpec("interval", FieldType::kInt, 0,
+                  "steps between evaluations (0 = at the end of each epoch)")
+            .at_least(0),
+        FieldSpec("batches", FieldType::kInt, 0,
+                  "batches per evaluation (0 = the whole eval split)")
+            .at_least(0),
+        FieldSpec("samples", FieldType::kInt, 0,
+                  "language models: texts generated at each evaluation from the start "
+                  "of the eval split, stored with the run (temperature 0.8, top-k 40)")
+            .at_least(0),
+        FieldSpec("sample_tokens", FieldType::kInt, 64, "tokens per generated text").at_least(1)}});
   out.push_back(
       {"checkpoint",
        {FieldSpec("interval", FieldType::kInt, 0, "steps between checkpoints (0 = only at the end)")

@@ -131,6 +131,8 @@ std::string to_toml(const RunConfig& c) {
   w.header("eval");
   w.integer("interval", c.eval.interval);
   w.integer("batches", c.eval.batches);
+  w.integer("samples", c.eval.samples);
+  w.integer("sample_tokens", c.eval.sample_tokens);
 
   w.header("checkpoint");
   w.integer("interval", c.checkpoint.interval);

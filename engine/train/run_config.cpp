@@ -389,6 +389,10 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     s.check_min("interval", c.eval.interval, 0);
     s.read("batches", c.eval.batches);
     s.check_min("batches", c.eval.batches, 0);
+    s.read("samples", c.eval.samples);
+    s.check_min("samples", c.eval.samples, 0);
+    s.read("sample_tokens", c.eval.sample_tokens);
+    s.check_min("sample_tokens", c.eval.sample_tokens, 1);
     s.finish();
   }
   {

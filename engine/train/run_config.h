@@ -112,8 +112,10 @@ struct SwaSection {
 
 /// [eval]
 struct EvalSection {
-  std::int64_t interval = 0;  ///< steps between evaluations (0 = at the end of each epoch)
-  std::int64_t batches = 0;   ///< batches per evaluation (0 = the whole eval split)
+  std::int64_t interval = 0;        ///< steps between evaluations (0 = at the end of each epoch)
+  std::int64_t batches = 0;         ///< batches per evaluation (0 = the whole eval split)
+  std::int64_t samples = 0;         ///< language models: texts generated at each evaluation
+  std::int64_t sample_tokens = 64;  ///< tokens per generated text
 };
 
 /// [checkpoint]

@@ -23,6 +23,7 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
 #include "engine/train/applied_binding.h"
+#include "engine/train/sample.h"
 #include "engine/train/trainer_state.h"
 
 namespace tb::train {
@@ -171,6 +172,49 @@ void Trainer::report_ranks() {
 void Trainer::emit_event(const std::string& level, const std::string& text) {
   for (auto& s : sinks_)
     s->on_event(level, text);
+}
+
+void Trainer::emit_samples() {
+  // Prompts: the first tokens of the eval split's first samples (the same at every evaluation);
+  // draws seeded from run.seed and the step, so a rerun writes the same texts.
+  const auto [vocab, context] = language_model_shape(*s_->model);
+  std::vector<std::int64_t> first;
+  for (std::int64_t i = 0; i < config_.eval.samples && i < s_->eval_set->size(); ++i)
+    first.push_back(i);
+  if (first.empty()) return;
+  const data::Batch b = s_->eval_set->get_batch(first, data::BatchContext{});
+  const core::Tensor prompts = b.input.to(core::ScalarType::Int64).contiguous();
+  const std::int64_t plen = std::max<std::int64_t>(1, std::min<std::int64_t>(8, context / 2));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(first.size()); ++i) {
+    const std::int64_t* row = prompts.data_ptr<std::int64_t>() + i * prompts.size(1);
+    SampleOptions o;
+    o.tokens = config_.eval.sample_tokens;
+    o.temperature = 0.8;
+    o.top_k = 40;
+    o.seed = config_.run.seed * 1000003ull + static_cast<std::uint64_t>(s_->step) * 31ull +
+             static_cast<std::uint64_t>(i);
+    const auto out = sample_tokens(
+        *s_->model, std::vector<std::int64_t>(row, row + std::min(plen, prompts.size(1))), o);
+    std::string text;
+    if (vocab == 256) {
+      for (std::int64_t t : out) {
+        const auto c = static_cast<unsigned char>(t);
+        if (c == '\n')
+          text += "\\n";
+        else if (c == '\t')
+          text += "\\t";
+        else if (c < 32 || c == 127)
+          text += '?';
+        else
+          text += static_cast<char>(c);
+      }
+    } else {
+      for (std::size_t k = 0; k < out.size(); ++k)
+        text += (k ? "," : "") + std::to_string(out[k]);
+    }
+    emit_event("info", "sample at step " + std::to_string(s_->step) + ": " + text);
+  }
+  s_->model->train();
 }
 
 void Trainer::cancel() {
@@ -508,6 +552,7 @@ TrainResult Trainer::loop() {
       s.last_eval = evaluate();
       m.insert(m.end(), s.last_eval.begin(), s.last_eval.end());
       m.emplace_back(core::metric::kEvalMs, ms_since(te));
+      if (config_.eval.samples > 0 && rank() == 0) emit_samples();
     }
     r.last_loss = loss_value;
     if (log_now)

@@ -128,6 +128,7 @@ class Trainer {
 
  private:
   void emit_event(const std::string& level, const std::string& text);
+  void emit_samples();  // eval.samples texts as "sample at step N: ..." events
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
   void report_placement();
   void report_ranks();

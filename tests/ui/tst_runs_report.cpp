@@ -224,6 +224,51 @@ class TestRunsReport : public QObject {
     QVERIFY2(lossDrawn, "no plot spans the newest run's 12 steps");
   }
 
+  void languageModelSamplesShowBesideThePlots() {
+    // eval.samples: the texts a language model wrote at its evaluations appear under the Live
+    // plots of its run, one line per text; a classifier's run shows no samples pane.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("classifier"))) > 0);
+    const qint64 lm = train(db, QStringLiteral(R"(
+[run]
+name = "lm"
+steps = 10
+[model]
+kind = "qwen-tiny"
+d_model = 16
+n_layers = 1
+n_heads = 2
+context_length = 16
+[data]
+kind = "synthetic-text"
+context_length = 16
+batch_size = 4
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 5
+batches = 1
+samples = 2
+sample_tokens = 10
+)"));
+    QVERIFY(lm > 0);
+    ui::MainWindow window(db);
+    window.show();
+    QCOMPARE(window.livePlots()->runIds(), QList<qint64>{lm});
+    const QStringList lines = window.liveSamples()->toPlainText().split(QLatin1Char('\n'));
+    QCOMPARE(lines.size(), 4);  // 2 texts at steps 5 and 10
+    QVERIFY2(lines[0].startsWith(QStringLiteral("run %1, step 5: ").arg(lm)), qPrintable(lines[0]));
+    QVERIFY2(lines[3].startsWith(QStringLiteral("run %1, step 10: ").arg(lm)),
+             qPrintable(lines[3]));
+    QVERIFY(window.liveSamples()->isVisible());
+    window.runsView()->selectRun(lm - 1);
+    QTRY_COMPARE(window.livePlots()->runIds(), QList<qint64>{lm - 1});
+    QVERIFY(!window.liveSamples()->isVisible());
+  }
+
   void runsWrittenByAnotherProcessAppearLive() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));

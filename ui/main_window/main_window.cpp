@@ -23,10 +23,12 @@
 #include <QRegularExpression>
 #include <QSettings>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QTextCursor>
 #include <QTextStream>
 #include <QToolBar>
 #include <QVBoxLayout>
@@ -61,7 +63,21 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   m_compare = new CompareView(m_tabs);
   m_sweeps = new SweepView(m_tabs);
   m_sweeps->setObjectName(QStringLiteral("sweepView"));
-  m_tabs->addTab(m_live, tr("Live"));
+  // The Live tab: the plots, and below them the texts a language model wrote at its
+  // evaluations (eval.samples), shown when there are some.
+  m_livePage = new QSplitter(Qt::Vertical, m_tabs);
+  m_live->setParent(m_livePage);
+  m_livePage->addWidget(m_live);
+  m_samples = new QPlainTextEdit(m_livePage);
+  m_samples->setObjectName(QStringLiteral("liveSamples"));
+  m_samples->setReadOnly(true);
+  m_samples->setPlaceholderText(tr("Samples (eval.samples of a language model)"));
+  m_samples->setToolTip(tr("Texts the model wrote at its evaluations, newest last"));
+  m_samples->setVisible(false);
+  m_livePage->addWidget(m_samples);
+  m_livePage->setStretchFactor(0, 4);
+  m_livePage->setStretchFactor(1, 1);
+  m_tabs->addTab(m_livePage, tr("Live"));
   m_tabs->addTab(m_compare, tr("Compare"));
   m_tabs->addTab(m_sweeps, tr("Sweeps"));
   setCentralWidget(m_tabs);
@@ -382,7 +398,7 @@ void MainWindow::startEntry(const QueueEntry& entry) {
   connect(worker, &RunWorker::started, this, [this, label, resumed](qint64 id, const QString&) {
     log(QStringLiteral("info"), (resumed ? tr("run %1 resumed") : tr("run %1 started")).arg(id));
     m_runsModel->refresh();
-    m_tabs->setCurrentWidget(m_live);
+    m_tabs->setCurrentWidget(m_livePage);
     m_live->clearRuns();
     m_live->addRun(id, QStringLiteral("%1 %2").arg(id).arg(label), runColor(0));
     if (resumed) {  // the steps before the checkpoint, from the store
@@ -445,6 +461,7 @@ void MainWindow::pollStore() {
       log(QStringLiteral("error"), QString::fromUtf8(e.what()));
     }
   }
+  if (m_tabs->currentWidget() == m_livePage) updateSamples();
   if (m_tabs->currentWidget() == m_compare) m_compare->refresh();
   if (m_tabs->currentWidget() == m_sweeps && (m_sweepProcess || m_sweeps->running())) {
     m_sweeps->refresh();
@@ -505,6 +522,29 @@ void MainWindow::startSweep(const SweepLaunch& launch) {
   m_tabs->setCurrentWidget(m_sweeps);
 }
 
+void MainWindow::updateSamples() {
+  api::StoreReader* store = m_runsModel->store();
+  if (!store) return;
+  QStringList lines;
+  const QString marker = QStringLiteral("sample at step ");
+  for (qint64 id : m_live->runIds()) {
+    try {
+      for (const auto& e : store->events(id)) {
+        const QString line = QString::fromStdString(e);
+        const int at = line.indexOf(marker);
+        if (at >= 0) lines << QStringLiteral("run %1, %2").arg(id).arg(line.mid(at + 10));
+      }
+    } catch (const std::exception&) {  // deleted meanwhile
+    }
+  }
+  m_samples->setVisible(!lines.isEmpty());
+  const QString text = lines.join(QLatin1Char('\n'));
+  if (text != m_samples->toPlainText()) {
+    m_samples->setPlainText(text);
+    m_samples->moveCursor(QTextCursor::End);
+  }
+}
+
 void MainWindow::showRunsLive(const QList<qint64>& ids) {
   api::StoreReader* store = m_runsModel->store();
   if (!store) return;
@@ -522,6 +562,7 @@ void MainWindow::showRunsLive(const QList<qint64>& ids) {
     log(QStringLiteral("error"), QString::fromUtf8(e.what()));
   }
   m_live->replotAll();
+  updateSamples();
 }
 
 void MainWindow::exportSweepReport(const QString& name) {

@@ -26,6 +26,7 @@ class QPlainTextEdit;
 class QSpinBox;
 class QTabWidget;
 class QProcess;
+class QSplitter;
 
 namespace tb::ui {
 
@@ -76,12 +77,16 @@ class MainWindow : public QMainWindow {
   /// Starts a sweep from the editor: its config written to STORE_FOLDER/sweeps/NAME.toml and run
   /// by `trainbench-cli sweep` (output in the Events dock); the Sweeps tab follows it.
   void startSweep(const SweepLaunch& launch);
+  /// Re-reads the samples of the runs shown live.
+  void updateSamples();
   /// Whether a sweep started from the editor still runs.
   bool sweepRunning() const { return m_sweepProcess != nullptr; }
   /// The config editor's Sweep page.
   SweepEditor* sweepEditor() const { return m_sweepEditor; }
   /// Asks for a file and writes sweep `name`'s report there (HTML or PDF).
   void exportSweepReport(const QString& name);
+  /// The texts the runs shown live generated at their evaluations (eval.samples).
+  QPlainTextEdit* liveSamples() const { return m_samples; }
   /// Opens the Sweeps tab on sweep `name`.
   void showSweep(const QString& name);
   /// The Sweeps tab.
@@ -126,6 +131,8 @@ class MainWindow : public QMainWindow {
   PlotsPanel* m_live = nullptr;
   CompareView* m_compare = nullptr;
   SweepView* m_sweeps = nullptr;
+  QSplitter* m_livePage = nullptr;      // the Live tab: plots over samples
+  QPlainTextEdit* m_samples = nullptr;  // eval.samples texts of the runs shown live
   SweepEditor* m_sweepEditor = nullptr;
   QProcess* m_sweepProcess = nullptr;  // the sweep started from the editor, while it runs
   QString m_pendingSweep;              // its name, until the Sweeps tab shows it

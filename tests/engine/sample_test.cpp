@@ -1,0 +1,179 @@
+// Sampling from language models (engine/train/sample.h, api::sample_run): greedy equals the
+// argmax of the model's own logits, top_k = 1 is greedy, a seed gives the same draws, the context
+// window slides, and errors say what is wrong; a stored run is continued from its checkpoint.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "engine/api/run_api.h"
+#include "engine/api/workbench_api.h"
+#include "engine/autograd/autograd.h"
+#include "engine/core/error.h"
+#include "engine/nn/models.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/train/sample.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+using namespace tb;
+
+std::shared_ptr<nn::Model> tiny_lm(std::int64_t context = 8) {
+  nn::QwenTinyConfig c;
+  c.vocab = 256;
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.n_heads = 2;
+  c.context_length = context;
+  rng::CpuGenerator gen(4);
+  return nn::build_model(c, &gen);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Sample, GreedyIsTheArgmaxOfTheModelsLogits) {
+  auto model = tiny_lm(8);
+  train::SampleOptions o;
+  o.tokens = 12;  // more than the context: the window slides
+  o.temperature = 0.0;
+  const std::vector<std::int64_t> prompt = {10, 72, 101};
+  const auto out = train::sample_tokens(*model, prompt, o);
+  ASSERT_EQ(out.size(), prompt.size() + 12);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), out.begin()));
+  // Each new token: the argmax of the last position over the newest 8 tokens.
+  autograd::NoGradGuard no_grad;
+  model->eval();
+  for (std::size_t i = prompt.size(); i < out.size(); ++i) {
+    const auto w = static_cast<std::int64_t>(std::min<std::size_t>(i, 8));
+    core::Tensor in = core::Tensor::empty({1, w}, core::ScalarType::Int64);
+    std::copy(out.begin() + static_cast<long>(i) - w, out.begin() + static_cast<long>(i),
+              in.data_ptr<std::int64_t>());
+    const core::Tensor logits = model->forward(in).select(1, w - 1).contiguous();
+    const float* z = logits.data_ptr<float>();
+    EXPECT_EQ(out[i], std::max_element(z, z + 256) - z) << i;
+  }
+  // top_k = 1 at any temperature is greedy too.
+  o.temperature = 1.5;
+  o.top_k = 1;
+  EXPECT_EQ(train::sample_tokens(*model, prompt, o), out);
+}
+
+TEST(Sample, ASeedGivesTheSameDrawsAndTheModelKeepsItsMode) {
+  auto model = tiny_lm();
+  model->train();
+  train::SampleOptions o;
+  o.tokens = 20;
+  o.seed = 9;
+  const auto a = train::sample_tokens(*model, {65}, o);
+  EXPECT_TRUE(model->is_training());
+  EXPECT_EQ(train::sample_tokens(*model, {65}, o), a);
+  o.seed = 10;
+  EXPECT_NE(train::sample_tokens(*model, {65}, o), a);  // 20 draws over 256 bytes
+  o.top_k = 3;                                          // every draw among the three most likely
+  EXPECT_EQ(train::sample_tokens(*model, {65}, o).size(), 21u);
+}
+
+TEST(Sample, ErrorsSayWhatIsWrong) {
+  auto model = tiny_lm();
+  train::SampleOptions o;
+  EXPECT_NE(error_of([&] { train::sample_tokens(*model, {}, o); }).find("the prompt is empty"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              train::sample_tokens(*model, {256}, o);
+            }).find("prompt token 256 is outside the vocabulary 0..255"),
+            std::string::npos);
+  o.temperature = -1;
+  EXPECT_NE(error_of([&] { train::sample_tokens(*model, {1}, o); }).find("temperature"),
+            std::string::npos);
+  rng::CpuGenerator gen(1);
+  auto mlp = nn::build_model(nn::MlpConfig{}, &gen);
+  EXPECT_NE(error_of([&] {
+              train::sample_tokens(*mlp, {1}, train::SampleOptions{});
+            }).find("a mlp model does not generate tokens"),
+            std::string::npos);
+}
+
+// A stored byte-level run is continued from its checkpoint: the prompt kept, as many new bytes
+// as asked, the same text for the same seed; a token prompt for a byte model is refused.
+TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
+  const test::TempDir dir("tb_sample_run");
+  const auto config = dir.path() / "lm.toml";
+  std::ofstream(config) << R"(
+[run]
+name = "lm"
+steps = 20
+seed = 2
+[model]
+kind = "qwen-tiny"
+d_model = 16
+n_layers = 1
+n_heads = 2
+context_length = 16
+[data]
+kind = "synthetic-text"
+context_length = 16
+batch_size = 4
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 10
+batches = 1
+samples = 2
+sample_tokens = 12
+)";
+  const auto db = (dir.path() / "runs.sqlite").string();
+  const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
+                                     nullptr, nullptr);
+  ASSERT_EQ(run.status, "finished") << run.message;
+  // eval.samples: two texts at each evaluation (steps 10 and 20), stored as the run's events,
+  // each its prompt (8 bytes of the eval split) and 12 new bytes.
+  int samples = 0;
+  for (const auto& e : api::StoreReader(db).events(run.run_id)) {
+    const auto at = e.find("sample at step ");
+    if (at == std::string::npos) continue;
+    ++samples;
+    EXPECT_TRUE(e.find("step 10: ") != std::string::npos ||
+                e.find("step 20: ") != std::string::npos)
+        << e;
+    // Newlines and tabs are written as \n and \t, one byte each.
+    std::string text = e.substr(e.find(": ", at) + 2);
+    std::size_t escapes = 0;
+    for (std::size_t k = 0; k + 1 < text.size(); ++k)
+      if (text[k] == '\\' && (text[k + 1] == 'n' || text[k + 1] == 't')) ++escapes, ++k;
+    EXPECT_EQ(text.size() - escapes, 20u) << e;
+  }
+  EXPECT_EQ(samples, 4);
+  api::SampleRequest req;
+  req.db_path = db;
+  req.run_id = run.run_id;
+  req.prompt = "abc";
+  req.tokens = 10;
+  req.seed = 5;
+  const auto a = api::sample_run(req);
+  EXPECT_TRUE(a.bytes);
+  EXPECT_EQ(a.text.size(), 13u);
+  EXPECT_EQ(a.text.substr(0, 3), "abc");
+  EXPECT_NE(a.from.find("checkpoint of step 20"), std::string::npos) << a.from;
+  EXPECT_EQ(api::sample_run(req).text, a.text);
+  req.prompt.clear();
+  req.prompt_tokens = {1, 2};
+  EXPECT_NE(error_of([&] { api::sample_run(req); }).find("give the prompt as text"),
+            std::string::npos);
+  req.run_id = 99;
+  EXPECT_NE(error_of([&] { api::sample_run(req); }).find("has no run 99"), std::string::npos);
+}
