@@ -54,6 +54,29 @@ QString htmlEscape(const QString& text) {
   return out;
 }
 
+QString htmlFigure(const QImage& image, const QString& title, int width, int height) {
+  QByteArray png;
+  QBuffer buf(&png);
+  buf.open(QIODevice::WriteOnly);
+  image.save(&buf, "PNG");
+  return QStringLiteral(
+             "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
+             "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
+      .arg(htmlEscape(title))
+      .arg(width)
+      .arg(height)
+      .arg(QString::fromLatin1(png.toBase64()));
+}
+
+QString pdfFigure(int n, const QString& title, int width, int height) {
+  return QStringLiteral(
+             "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
+      .arg(htmlEscape(title))
+      .arg(width)
+      .arg(height)
+      .arg(n);
+}
+
 QString reportHtmlHead(const QString& title) {
   return QStringLiteral(
              "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n"
@@ -292,23 +315,11 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
       p->resize(options.plotWidth, options.plotHeight);
       p->plot()->resize(options.plotWidth, options.plotHeight);
       p->replotNow();
-      const QPixmap pix = p->plot()->toPixmap(options.plotWidth, options.plotHeight, 1.0);
-      const QImage img = pix.toImage();
-      QByteArray png;
-      QBuffer buf(&png);
-      buf.open(QIODevice::WriteOnly);
-      img.save(&buf, "PNG");
+      const QImage img = p->plot()->toPixmap(options.plotWidth, options.plotHeight, 1.0).toImage();
       const int n = static_cast<int>(report.images.size());
       report.images.append(img);
       report.imageTitles.append(plotTitle);
-      const QString alt = htmlEscape(plotTitle);
-      plotsHtml += QStringLiteral(
-                       "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
-                       "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
-                       .arg(alt)
-                       .arg(options.plotWidth)
-                       .arg(options.plotHeight)
-                       .arg(QString::fromLatin1(png.toBase64()));
+      plotsHtml += htmlFigure(img, plotTitle, options.plotWidth, options.plotHeight);
       // The PDF: two plots (and captions) to a landscape page, drawn for that size — their
       // labels then print at about 8 pt — at twice the resolution.
       constexpr int kPdfW = 640, kPdfH = 256;
@@ -318,13 +329,7 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
       p->plot()->resize(kPdfW, kPdfH);
       p->replotNow();
       report.pdfImages.append(p->plot()->toPixmap(kPdfW, kPdfH, 2.0).toImage());
-      plotsHtmlRes +=
-          QStringLiteral(
-              "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
-              .arg(alt)
-              .arg(static_cast<int>(w))
-              .arg(static_cast<int>(h))
-              .arg(n);
+      plotsHtmlRes += pdfFigure(n, plotTitle, static_cast<int>(w), static_cast<int>(h));
     }
   }
   QString configsHtml = QStringLiteral("<h2>Configs</h2>\n");

@@ -25,6 +25,13 @@ QString htmlEscape(const QString& text);
 /// The start of a report's XHTML document up to and including <body>: title and style.
 QString reportHtmlHead(const QString& title);
 
+/// An HTML figure: `image` embedded as PNG data (a data: URL), shown at width × height pixels,
+/// with `title` as its alt text and caption (escaped here).
+QString htmlFigure(const QImage& image, const QString& title, int width, int height);
+
+/// The PDF document's figure: image resource plotN.png at width × height points, `title` below.
+QString pdfFigure(int n, const QString& title, int width, int height);
+
 /// A target for "steps and time to target": the first step where `metric` reaches `value`
 /// (<= for losses and perplexity, >= for accuracy).
 struct Target {

@@ -1,7 +1,6 @@
 // The report of a sweep (see sweep_report.h).
 #include "ui/report/sweep_report.h"
 
-#include <QBuffer>
 #include <QDateTime>
 #include <QImage>
 
@@ -14,14 +13,6 @@ namespace {
 
 QString num(const std::optional<double>& v) {
   return v ? QString::number(*v, 'g', 5) : QStringLiteral("–");
-}
-
-QString pngBase64(const QImage& img) {
-  QByteArray png;
-  QBuffer buf(&png);
-  buf.open(QIODevice::WriteOnly);
-  img.save(&buf, "PNG");
-  return QString::fromLatin1(png.toBase64());
 }
 
 }  // namespace
@@ -116,21 +107,8 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
     report.images.append(img);
     report.pdfImages.append(pdfImg);
     report.imageTitles.append(plotTitle);
-    const QString alt = htmlEscape(plotTitle);
-    plotsHtml += QStringLiteral(
-                     "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
-                     "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
-                     .arg(alt)
-                     .arg(options.plotWidth)
-                     .arg(options.plotHeight)
-                     .arg(pngBase64(img));
-    plotsHtmlRes +=
-        QStringLiteral(
-            "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
-            .arg(alt)
-            .arg(static_cast<int>(pdfW))
-            .arg(static_cast<int>(pdfH))
-            .arg(n);
+    plotsHtml += htmlFigure(img, plotTitle, options.plotWidth, options.plotHeight);
+    plotsHtmlRes += pdfFigure(n, plotTitle, static_cast<int>(pdfW), static_cast<int>(pdfH));
   };
   for (const QString& key : view.xKeys()) {
     view.setXKey(key);
