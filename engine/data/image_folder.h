@@ -21,8 +21,8 @@ struct ImageFolderOptions {
   std::filesystem::path val_dir;  ///< the validation folder ("" = hold out val_fraction of dir)
   /// Without val_dir: the last round(val_fraction × n) images of each class of n, by file name.
   double val_fraction = 0.1;
-  std::int64_t height = 32;  ///< every image is resized to height × width
-  std::int64_t width = 32;
+  std::int64_t height = 32;   ///< every image is resized to height × width
+  std::int64_t width = 32;    ///< the width images are resized to
   std::int64_t channels = 3;  ///< 1 (grey) or 3 (RGB)
   /// Normalisation (mean/std empty and normalize on: the training split's per-channel
   /// statistics) and the training split's augmentation.
