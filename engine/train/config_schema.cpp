@@ -134,8 +134,11 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "gradients are all-reduced in buckets of this many MiB")
             .above(0),
         FieldSpec("check_replicas", FieldType::kBool, false,
-                  "compare the ranks' parameters bit for bit at every logged step (a mismatch "
-                  "fails the run)"),
+                  "compare the ranks' parameters and buffers bit for bit at every logged step (a "
+                  "mismatch fails the run)"),
+        FieldSpec("broadcast_buffers", FieldType::kBool, true,
+                  "copy rank 0's buffers (BatchNorm running statistics) to every rank after each "
+                  "step, as PyTorch DDP's broadcast_buffers; false: each rank keeps its own"),
         FieldSpec("muon", FieldType::kString, "distributed",
                   "Muon over ranks: distributed = each rank orthogonalises a share of the "
                   "matrices (by Newton-Schulz cost) and the updated matrices are gathered; "

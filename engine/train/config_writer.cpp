@@ -152,6 +152,7 @@ std::string to_toml(const RunConfig& c) {
   w.num("timeout_s", c.distributed.timeout_s);
   w.num("bucket_mb", c.distributed.bucket_mb);
   w.flag("check_replicas", c.distributed.check_replicas);
+  w.flag("broadcast_buffers", c.distributed.broadcast_buffers);
   w.str("muon", c.distributed.muon);
   return w.text();
 }

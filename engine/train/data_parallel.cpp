@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
@@ -57,6 +58,25 @@ void DataParallel::broadcast_model(nn::Model& model) {
   for (auto& [name, t] : model.state_dict()) {
     Tensor view = t;
     TB_CHECK(view.is_contiguous(), "[trainer] cannot broadcast ", name, ": not contiguous");
+    group_->broadcast(view, 0, name);
+  }
+}
+
+nn::NamedTensors persistent_buffers(const nn::Model& model) {
+  std::set<std::string> params;
+  for (const auto& [name, p] : model.named_parameters())
+    params.insert(name);
+  nn::NamedTensors out;
+  for (auto& [name, t] : model.state_dict())
+    if (!params.count(name)) out.emplace_back(name, t);
+  return out;
+}
+
+void DataParallel::broadcast_buffers(nn::Model& model) {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, t] : persistent_buffers(model)) {
+    Tensor view = t;
+    TB_CHECK(view.is_contiguous(), "[trainer] cannot broadcast buffer ", name, ": not contiguous");
     group_->broadcast(view, 0, name);
   }
 }
@@ -272,7 +292,8 @@ void DataParallel::check_replicas(const std::vector<Tensor>& params, std::int64_
   const Tensor all = group_->all_gather(mine, "parameter checksums");
   const auto* sums = all.data_ptr<std::int64_t>();
   for (int r = 1; r < world(); ++r)
-    TB_CHECK(sums[r] == sums[0], "[trainer] distributed.check_replicas: the parameters of ",
+    TB_CHECK(sums[r] == sums[0],
+             "[trainer] distributed.check_replicas: the parameters or buffers of ",
              group_->describe_rank(r), " differ from rank 0's after step ", step);
 }
 

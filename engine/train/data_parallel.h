@@ -39,6 +39,9 @@ struct StepExchange {
 };
 
 /// The data-parallel state of a run.
+/// The persistent buffers of `model`: its state_dict entries that are not parameters, in order.
+nn::NamedTensors persistent_buffers(const nn::Model& model);
+
 class DataParallel {
  public:
   /// Checks the group against the config (distributed.world_size) and the device (CPU).
@@ -53,6 +56,9 @@ class DataParallel {
 
   /// Copies rank 0's parameters and buffers into every rank's model.
   void broadcast_model(nn::Model& model);
+  /// Copies rank 0's persistent buffers (those in the state_dict that are not parameters:
+  /// BatchNorm's running statistics) into every rank's model; nothing when there are none.
+  void broadcast_buffers(nn::Model& model);
   /// This rank's rows of `global` (a global batch: data.batch_size x world rows), remembered
   /// as shard() for Dropout and the gradient weight.
   data::Batch take_shard(const data::Batch& global);
@@ -81,8 +87,8 @@ class DataParallel {
   /// Distributed Muon after a checkpoint is saved or loaded: drops the momentum of the matrices
   /// this rank does not own.
   void release_muon_state(optim::Muon& muon);
-  /// Compares the ranks' parameters bit for bit (a checksum each); throws tb::ValueError naming
-  /// the first rank that differs from rank 0.
+  /// Compares the ranks' parameters (and buffers) bit for bit (a checksum each); throws
+  /// tb::ValueError naming the first rank that differs from rank 0.
   void check_replicas(const std::vector<core::Tensor>& params, std::int64_t step);
 
  private:

@@ -435,6 +435,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
       s.ctx().fail("distributed.bucket_mb",
                    "expected a size in MiB > 0, found " + std::to_string(c.distributed.bucket_mb));
     s.read("check_replicas", c.distributed.check_replicas);
+    s.read("broadcast_buffers", c.distributed.broadcast_buffers);
     s.read("muon", c.distributed.muon);
     s.check_enum("muon", c.distributed.muon, {"distributed", "replicated"});
     s.finish();

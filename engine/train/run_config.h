@@ -148,6 +148,9 @@ struct DistributedSection {
   double timeout_s = 300;       ///< deadline of every collective; a rank late by more fails the job
   double bucket_mb = 25;        ///< gradients are all-reduced in buckets of this size
   bool check_replicas = false;  ///< compare every rank's parameters at each logged step
+  /// Copy rank 0's buffers (BatchNorm running statistics) to every rank after each step, as
+  /// PyTorch's DistributedDataParallel(broadcast_buffers=True) does.
+  bool broadcast_buffers = true;
   std::string muon =
       "distributed";  ///< distributed (each rank a share of the matrices) or replicated
 };

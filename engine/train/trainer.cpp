@@ -439,6 +439,13 @@ TrainResult Trainer::loop() {
   const std::int64_t eval_every =
       config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();
   const auto all_params = s.model->parameters();
+  // Data-parallel: the persistent buffers (BatchNorm statistics), and what check_replicas
+  // compares — the parameters and those buffers.
+  const nn::NamedTensors buffers =
+      s.ddp ? detail::persistent_buffers(*s.model) : nn::NamedTensors{};
+  std::vector<Tensor> replicated = all_params;
+  for (const auto& [name, t] : buffers)
+    replicated.push_back(t);
   // On a device with its own clock (CUDA, openreg) the forward/backward/optimizer times come
   // from events queued between the phases, read once per step; elsewhere from the host clock.
   const std::unique_ptr<core::DeviceTimer> timer = core::make_device_timer(s.device);
@@ -544,8 +551,12 @@ TrainResult Trainer::loop() {
       }
     }
     after_optimizer_step();
+    // Rank 0's running statistics for every rank, before anything reads them (evaluation, a
+    // checkpoint, the replica check).
+    if (s.ddp && config_.distributed.broadcast_buffers && !buffers.empty())
+      s.ddp->broadcast_buffers(*s.model);
     if (s.ddp && config_.distributed.check_replicas && log_now)
-      s.ddp->check_replicas(all_params, s.step);
+      s.ddp->check_replicas(replicated, s.step);
     if (log_now) detail::append_step_metrics(s, times, grad_norm, opt, global, ms_since(t0), m);
     if (eval_now) {
       const auto te = Clock::now();

@@ -204,6 +204,46 @@ interval = 4
   }
 }
 
+// A CNN with BatchNorm: every rank's forward updates its running statistics from its own rows;
+// with broadcast_buffers (the default, as PyTorch DDP) rank 0's are copied to all after each
+// step, so check_replicas (parameters and buffers) holds and evaluation agrees; without it the
+// statistics part and the replica check names a rank.
+void batch_norm_buffers_follow_rank0(const std::shared_ptr<dist::ProcessGroup>& g) {
+  const std::string base = R"(
+[run]
+seed = 4
+steps = 6
+[model]
+kind = "cnn"
+input = [1, 4, 4]
+channels = [4]
+norm = "batch"
+classes = 4
+[data]
+kind = "synthetic-blobs"
+batch_size = 8
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 3
+)";
+  const std::vector<std::string> ddp = {"distributed.backend=\"mpi\"",
+                                        "distributed.check_replicas=true"};
+  tb::train::Trainer two(tb::train::parse_run_config(base, "bn", ddp), {}, g);
+  const auto r = two.run();
+  check(r.outcome == tb::train::RunOutcome::kFinished,
+        "BatchNorm CNN with broadcast buffers: " + r.message);
+  auto off = ddp;
+  off.push_back("distributed.broadcast_buffers=false");
+  tb::train::Trainer own(tb::train::parse_run_config(base, "bn-own", off), {}, g);
+  const auto r2 = own.run();
+  check(r2.outcome == tb::train::RunOutcome::kFailed &&
+            r2.message.find("the parameters or buffers of rank") != std::string::npos,
+        "without broadcast_buffers the replica check names a rank: " + r2.message);
+}
+
 // The last rank joins a barrier 1.5 s late; the others' deadline is 0.5 s: they fail naming it.
 // (The others did enter the barrier, so the late rank's own barrier may still complete; it is
 // not checked.)
@@ -247,6 +287,7 @@ int main() {
     check(g->size() >= 2, "run under mpirun -np 2 or more");
     collectives(*g);
     nan_on_one_rank(g);
+    batch_norm_buffers_follow_rank0(g);
     late_rank(*g);
   } catch (const std::exception& e) {
     check(false, std::string("exception: ") + e.what());
