@@ -111,31 +111,7 @@ TEST(Sample, ErrorsSayWhatIsWrong) {
 TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
   const test::TempDir dir("tb_sample_run");
   const auto config = dir.path() / "lm.toml";
-  std::ofstream(config) << R"(
-[run]
-name = "lm"
-steps = 20
-seed = 2
-[model]
-kind = "qwen-tiny"
-d_model = 16
-n_layers = 1
-n_heads = 2
-context_length = 16
-[data]
-kind = "synthetic-text"
-context_length = 16
-batch_size = 4
-workers = 0
-[optimizer]
-kind = "adamw"
-lr = 0.01
-[eval]
-interval = 10
-batches = 1
-samples = 2
-sample_tokens = 12
-)";
+  std::ofstream(config) << test::kTinyLm;
   const auto db = (dir.path() / "runs.sqlite").string();
   const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
                                      nullptr, nullptr);

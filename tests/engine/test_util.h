@@ -38,6 +38,35 @@ lr = 0.01
 interval = 10
 )";
 
+/// A byte-level language model run of 20 quick steps: qwen-tiny (16 wide, 1 layer) on
+/// synthetic text, AdamW lr 0.01, evaluation at steps 10 and 20 writing two 12-byte samples
+/// each (eval.samples). Shared by the engine's and the GUI's sample tests.
+inline const std::string kTinyLm = R"(
+[run]
+name = "lm"
+steps = 20
+seed = 2
+[model]
+kind = "qwen-tiny"
+d_model = 16
+n_layers = 1
+n_heads = 2
+context_length = 16
+[data]
+kind = "synthetic-text"
+context_length = 16
+batch_size = 4
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 10
+batches = 1
+samples = 2
+sample_tokens = 12
+)";
+
 /// Runs f and returns the message of the exception it throws, or "<no error>".
 template <typename F>
 std::string error_of(F&& f) {

@@ -26,6 +26,7 @@
 #include <qcustomplot.h>
 
 #include "engine/api/workbench_api.h"
+#include "tests/engine/test_util.h"
 #include "tests/ui/ui_test_util.h"
 #include "ui/compare/compare_view.h"
 #include "ui/live_plots/metric_plot.h"
@@ -230,38 +231,16 @@ class TestRunsReport : public QObject {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
     QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("classifier"))) > 0);
-    const qint64 lm = train(db, QStringLiteral(R"(
-[run]
-name = "lm"
-steps = 10
-[model]
-kind = "qwen-tiny"
-d_model = 16
-n_layers = 1
-n_heads = 2
-context_length = 16
-[data]
-kind = "synthetic-text"
-context_length = 16
-batch_size = 4
-workers = 0
-[optimizer]
-kind = "adamw"
-lr = 0.01
-[eval]
-interval = 5
-batches = 1
-samples = 2
-sample_tokens = 10
-)"));
+    const qint64 lm = train(db, QString::fromStdString(tb::test::kTinyLm));
     QVERIFY(lm > 0);
     ui::MainWindow window(db);
     window.show();
     QCOMPARE(window.livePlots()->runIds(), QList<qint64>{lm});
     const QStringList lines = window.liveSamples()->toPlainText().split(QLatin1Char('\n'));
-    QCOMPARE(lines.size(), 4);  // 2 texts at steps 5 and 10
-    QVERIFY2(lines[0].startsWith(QStringLiteral("run %1, step 5: ").arg(lm)), qPrintable(lines[0]));
-    QVERIFY2(lines[3].startsWith(QStringLiteral("run %1, step 10: ").arg(lm)),
+    QCOMPARE(lines.size(), 4);  // 2 texts at steps 10 and 20
+    QVERIFY2(lines[0].startsWith(QStringLiteral("run %1, step 10: ").arg(lm)),
+             qPrintable(lines[0]));
+    QVERIFY2(lines[3].startsWith(QStringLiteral("run %1, step 20: ").arg(lm)),
              qPrintable(lines[3]));
     QVERIFY(window.liveSamples()->isVisible());
     window.runsView()->selectRun(lm - 1);

@@ -77,6 +77,12 @@ QString pdfFigure(int n, const QString& title, int width, int height) {
       .arg(n);
 }
 
+QString reportHeading(const QString& title, const api::StoreReader& store) {
+  return QStringLiteral("<h1>%1</h1>\n<p class=\"meta\">Generated %2 from %3</p>\n")
+      .arg(htmlEscape(title), QDateTime::currentDateTimeUtc().toString(Qt::ISODate),
+           htmlEscape(QString::fromStdString(store.path())));
+}
+
 QString reportHtmlHead(const QString& title) {
   return QStringLiteral(
              "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<!DOCTYPE html>\n"
@@ -168,10 +174,7 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
                                   .arg(idText.join(QStringLiteral(", ")));
   Report report;
   QString body;
-  body += QStringLiteral("<h1>%1</h1>\n").arg(htmlEscape(title));
-  body += QStringLiteral("<p class=\"meta\">Generated %1 from %2</p>\n")
-              .arg(QDateTime::currentDateTimeUtc().toString(Qt::ISODate),
-                   htmlEscape(QString::fromStdString(store.path())));
+  body += reportHeading(title, store);
 
   // Summary.
   body += QStringLiteral(

@@ -22,6 +22,9 @@ namespace tb::ui {
 /// HTML-escapes user text (&, <, >, ", ').
 QString htmlEscape(const QString& text);
 
+/// A report's first lines: the title as <h1> and "Generated TIME from STORE".
+QString reportHeading(const QString& title, const api::StoreReader& store);
+
 /// The start of a report's XHTML document up to and including <body>: title and style.
 QString reportHtmlHead(const QString& title);
 

@@ -1,7 +1,6 @@
 // The report of a sweep (see sweep_report.h).
 #include "ui/report/sweep_report.h"
 
-#include <QDateTime>
 #include <QImage>
 
 #include <qcustomplot.h>
@@ -24,10 +23,7 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   const QString title = QStringLiteral("TrainBench sweep report: %1").arg(name);
   Report report;
   QString body;
-  body += QStringLiteral("<h1>%1</h1>\n").arg(htmlEscape(title));
-  body += QStringLiteral("<p class=\"meta\">Generated %1 from %2</p>\n")
-              .arg(QDateTime::currentDateTimeUtc().toString(Qt::ISODate),
-                   htmlEscape(QString::fromStdString(store.path())));
+  body += reportHeading(title, store);
   int finished = 0;
   int stopped = 0;
   for (const auto& t : sweep.trials) {
