@@ -64,15 +64,18 @@ train() {  # name config extra --set arguments...
   train mlp resources/configs/fmnist-mlp-adamw.toml --set run.steps=220 \
     --set data.path="$dir/data/fashion-mnist" --set data.workers=2
   echo "mlp adamw: $(median 1 time.step_ms samples_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
+  train cnn resources/configs/fmnist-cnn-adamw.toml --set run.steps=120 \
+    --set data.path="$dir/data/fashion-mnist" --set data.workers=2
+  echo "cnn adamw: $(median 2 time.step_ms samples_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
   train qwen-adamw resources/configs/qwen-tiny-fortunes-adamw.toml --set run.steps=120 \
     --set data.kind=synthetic-text
-  echo "qwen-tiny adamw: $(median 2 time.step_ms tokens_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
+  echo "qwen-tiny adamw: $(median 3 time.step_ms tokens_per_s time.forward_ms time.backward_ms time.optimizer_ms)"
   train qwen-muon resources/configs/qwen-tiny-fortunes-muon.toml --set run.steps=120 \
     --set data.kind=synthetic-text
-  echo "qwen-tiny muon: $(median 3 time.step_ms tokens_per_s time.optimizer_ms time.newton_schulz_ms)"
+  echo "qwen-tiny muon: $(median 4 time.step_ms tokens_per_s time.optimizer_ms time.newton_schulz_ms)"
   train qwen-bf16 resources/configs/qwen-tiny-fortunes-adamw.toml --set run.steps=120 \
     --set data.kind=synthetic-text --set amp.enabled=true --set amp.dtype=bf16
-  echo "qwen-tiny adamw bf16 autocast: $(median 4 time.step_ms tokens_per_s)"
+  echo "qwen-tiny adamw bf16 autocast: $(median 5 time.step_ms tokens_per_s)"
   echo "== PyTorch on this GPU, same models and shapes"
   python3 bench/gpu/torch_gpu.py --steps 100 || echo "(no PyTorch with CUDA here)"
 } 2>&1 | tee "$out/gpu-check.log"

@@ -141,7 +141,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
            shape_str(x), " should be [N, ", channels_, ", ...] (num_features = ", channels_, ")");
   if (is_training()) {
     autograd::NoGradGuard no_grad;
-    ops::add_(num_batches_tracked_, ops::ones({}, core::ScalarType::Int64));
+    ops::add_(num_batches_tracked_,
+              ops::ones({}, core::ScalarType::Int64, num_batches_tracked_.device()));
   }
   return ops::batch_norm(x, running_mean_, running_var_, weight_, bias_, is_training(), momentum_,
                          eps_);

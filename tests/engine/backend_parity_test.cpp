@@ -835,6 +835,233 @@ std::map<std::string, Case> cases() {
       }
     };
   }
+  // Convolutional-network ops: strides, padding, dilation, groups (depthwise too), 1×1, a batch
+  // over the CUDA kernels' 128-sample chunk, with and without bias; float16 through the public
+  // op's conversion.
+  struct ConvCase {
+    Shape x, w;
+    Shape stride, padding, dilation;
+    std::int64_t groups;
+    bool bias;
+  };
+  static const ConvCase kConvCases[] = {{{2, 3, 7, 6}, {4, 3, 3, 3}, {1}, {1}, {1}, 1, true},
+                                        {{3, 4, 9, 8}, {6, 2, 3, 2}, {2}, {1, 0}, {1, 2}, 2, false},
+                                        {{2, 4, 5, 5}, {8, 4, 1, 1}, {1}, {0}, {1}, 1, true},
+                                        {{1, 2, 4, 4}, {2, 1, 3, 3}, {2, 1}, {2}, {2}, 2, true},
+                                        {{130, 1, 3, 3}, {2, 1, 2, 2}, {1}, {0}, {1}, 1, true}};
+  const std::vector<ScalarType> kConvDtypes = {ScalarType::Float32, ScalarType::Float64,
+                                               ScalarType::Float16};
+  const auto to_dev = [](const Tensor& t, const Device& d) {
+    return t.defined() ? t.to(d) : Tensor();
+  };
+  const auto shape_of = [](const Tensor& t) { return Shape(t.sizes().begin(), t.sizes().end()); };
+  c["conv2d"] = [=](const Device& d) {
+    std::uint64_t seed = 4100;
+    for (ScalarType dt : kConvDtypes) {
+      for (const ConvCase& cc : kConvCases) {
+        const Tensor x = rand_input(cc.x, dt, seed++);
+        const Tensor w = rand_input(cc.w, dt, seed++);
+        const Tensor b = cc.bias ? rand_input({cc.w[0]}, dt, seed++) : Tensor();
+        const Tensor yh = ops::conv2d(x, w, b, cc.stride, cc.padding, cc.dilation, cc.groups);
+        const Tensor yd = ops::conv2d(x.to(d), w.to(d), to_dev(b, d), cc.stride, cc.padding,
+                                      cc.dilation, cc.groups);
+        const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
+        expect_close(yd, yh, t, label("conv2d", dt, cc.x, cc.w));
+      }
+    }
+  };
+  c["conv2d_backward"] = [=](const Device& d) {
+    std::uint64_t seed = 4200;
+    for (ScalarType dt : kConvDtypes) {
+      for (const ConvCase& cc : kConvCases) {
+        const Tensor x = rand_input(cc.x, dt, seed++);
+        const Tensor w = rand_input(cc.w, dt, seed++);
+        const Tensor y = ops::conv2d(x, w, Tensor(), cc.stride, cc.padding, cc.dilation, cc.groups);
+        const Tensor g = rand_input(shape_of(y), dt, seed++);
+        const auto [dxh, dwh, dbh] =
+            ops::conv2d_backward(g, x, w, cc.stride, cc.padding, cc.dilation, cc.groups, cc.bias);
+        const auto [dxd, dwd, dbd] = ops::conv2d_backward(
+            g.to(d), x.to(d), w.to(d), cc.stride, cc.padding, cc.dilation, cc.groups, cc.bias);
+        // Sums over the batch and the output positions.
+        const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
+        const std::string what = label("conv2d_backward", dt, cc.x, cc.w);
+        expect_close(dxd, dxh, t, what + " dx");
+        expect_close(dwd, dwh, t, what + " dweight");
+        ASSERT_EQ(dbd.defined(), dbh.defined()) << what;
+        if (dbh.defined()) expect_close(dbd, dbh, t, what + " dbias");
+      }
+    }
+  };
+  // Pooling windows: 2×2/2 (the CPU's fast path), overlapping with padding, rectangular, and
+  // a plane holding NaN and −inf (NaN wins, indices exact).
+  struct PoolCase {
+    Shape x, kernel, stride, padding;
+  };
+  static const PoolCase kPoolCases[] = {{{2, 3, 8, 8}, {2}, {2}, {0}},
+                                        {{2, 2, 7, 8}, {3}, {2}, {1}},
+                                        {{1, 3, 6, 5}, {3, 2}, {1, 2}, {1, 0}},
+                                        {{3, 1, 5, 5}, {5}, {1}, {2}}};
+  const auto pool_input = [](const PoolCase& pc, ScalarType dt, std::uint64_t seed) {
+    Tensor x = rand_input(pc.x, dt, seed);
+    if (pc.x[2] == 5) {  // special values in the last case's planes
+      auto v = x.to(ScalarType::Float64).to_vector<double>();
+      v[3] = std::nan("");
+      v[27] = -INFINITY;
+      v[28] = -INFINITY;
+      x = tb::core::from_vector(v, tb::core::IntList(pc.x)).to(dt);
+    }
+    return x;
+  };
+  c["max_pool2d"] = [=](const Device& d) {
+    std::uint64_t seed = 4300;
+    for (ScalarType dt : kConvDtypes) {
+      for (const PoolCase& pc : kPoolCases) {
+        const Tensor x = pool_input(pc, dt, seed++);
+        const auto [yh, ih] = ops::max_pool2d_with_indices(x, pc.kernel, pc.stride, pc.padding);
+        const auto [yd, id] =
+            ops::max_pool2d_with_indices(x.to(d), pc.kernel, pc.stride, pc.padding);
+        expect_close(yd, yh, {0.0, 0.0}, label("max_pool2d", dt, pc.x, pc.kernel));
+        expect_close(id, ih, {0.0, 0.0}, label("max_pool2d indices", dt, pc.x, pc.kernel));
+      }
+    }
+  };
+  c["max_pool2d_backward"] = [=](const Device& d) {
+    std::uint64_t seed = 4400;
+    for (ScalarType dt : kConvDtypes) {
+      for (const PoolCase& pc : kPoolCases) {
+        const Tensor x = rand_input(pc.x, dt, seed++);
+        const auto [y, idx] = ops::max_pool2d_with_indices(x, pc.kernel, pc.stride, pc.padding);
+        const Tensor g = rand_input(shape_of(y), dt, seed++);
+        expect_close(ops::max_pool2d_backward(g.to(d), x.to(d), idx.to(d)),
+                     ops::max_pool2d_backward(g, x, idx), tol_of(dt),
+                     label("max_pool2d_backward", dt, pc.x, pc.kernel));
+      }
+    }
+  };
+  c["avg_pool2d"] = [=](const Device& d) {
+    std::uint64_t seed = 4500;
+    for (ScalarType dt : kConvDtypes) {
+      for (const PoolCase& pc : kPoolCases) {
+        for (const bool include_pad : {true, false}) {
+          const Tensor x = rand_input(pc.x, dt, seed++);
+          expect_close(ops::avg_pool2d(x.to(d), pc.kernel, pc.stride, pc.padding, include_pad),
+                       ops::avg_pool2d(x, pc.kernel, pc.stride, pc.padding, include_pad),
+                       tol_of(dt), label("avg_pool2d", dt, pc.x, pc.kernel));
+        }
+      }
+    }
+  };
+  c["avg_pool2d_backward"] = [=](const Device& d) {
+    std::uint64_t seed = 4600;
+    for (ScalarType dt : kConvDtypes) {
+      for (const PoolCase& pc : kPoolCases) {
+        for (const bool include_pad : {true, false}) {
+          const Tensor x = rand_input(pc.x, dt, seed++);
+          const Tensor y = ops::avg_pool2d(x, pc.kernel, pc.stride, pc.padding, include_pad);
+          const Tensor g = rand_input(shape_of(y), dt, seed++);
+          expect_close(
+              ops::avg_pool2d_backward(g.to(d), x.to(d), pc.kernel, pc.stride, pc.padding,
+                                       include_pad),
+              ops::avg_pool2d_backward(g, x, pc.kernel, pc.stride, pc.padding, include_pad),
+              tol_of(dt), label("avg_pool2d_backward", dt, pc.x, pc.kernel));
+        }
+      }
+    }
+  };
+  // Adaptive windows: dividing and not dividing the input, global, identity and larger than the
+  // input (overlapping windows).
+  static const std::pair<Shape, Shape> kAdaptiveCases[] = {{{2, 3, 8, 6}, {4, 3}},
+                                                           {{2, 3, 7, 5}, {3, 2}},
+                                                           {{1, 4, 5, 5}, {1, 1}},
+                                                           {{1, 2, 4, 3}, {4, 3}},
+                                                           {{1, 2, 4, 3}, {9, 7}}};
+  c["adaptive_avg_pool2d"] = [=](const Device& d) {
+    std::uint64_t seed = 4700;
+    for (ScalarType dt : kConvDtypes) {
+      for (const auto& [xs, out] : kAdaptiveCases) {
+        const Tensor x = rand_input(xs, dt, seed++);
+        expect_close(ops::adaptive_avg_pool2d(x.to(d), out), ops::adaptive_avg_pool2d(x, out),
+                     tol_of(dt), label("adaptive_avg_pool2d", dt, xs, out));
+      }
+    }
+  };
+  c["adaptive_avg_pool2d_backward"] = [=](const Device& d) {
+    std::uint64_t seed = 4800;
+    for (ScalarType dt : kConvDtypes) {
+      for (const auto& [xs, out] : kAdaptiveCases) {
+        const Tensor x = rand_input(xs, dt, seed++);
+        const Tensor g = rand_input({xs[0], xs[1], out[0], out[1]}, dt, seed++);
+        expect_close(ops::adaptive_avg_pool2d_backward(g.to(d), x.to(d)),
+                     ops::adaptive_avg_pool2d_backward(g, x), tol_of(dt),
+                     label("adaptive_avg_pool2d_backward", dt, xs, out));
+      }
+    }
+  };
+  // Batch norm: 4-D, 2-D and 3-D inputs; training with running statistics (updated in place on
+  // both), training without them, evaluation; with and without weight and bias.
+  static const Shape kBnShapes[] = {{4, 3, 5, 6}, {5, 4}, {2, 3, 7}};
+  c["batch_norm"] = [=](const Device& d) {
+    std::uint64_t seed = 4900;
+    for (ScalarType dt : kConvDtypes) {
+      for (const Shape& xs : kBnShapes) {
+        for (int mode = 0; mode < 3; ++mode) {  // 0 training, 1 training without stats, 2 eval
+          const std::int64_t ch = xs[1];
+          const Tensor x = rand_input(xs, dt, seed++);
+          const Tensor w = mode == 1 ? Tensor() : rand_input({ch}, dt, seed++);
+          const Tensor b = mode == 1 ? Tensor() : rand_input({ch}, dt, seed++);
+          Tensor rmh = mode == 1 ? Tensor() : rand_input({ch}, ScalarType::Float32, seed++);
+          Tensor rvh = mode == 1
+                           ? Tensor()
+                           : ops::add(ops::abs(rand_input({ch}, ScalarType::Float32, seed++)), 0.5);
+          Tensor rmd = to_dev(rmh, d);
+          Tensor rvd = to_dev(rvh, d);
+          const bool training = mode != 2;
+          const Tensor yh = ops::batch_norm(x, rmh, rvh, w, b, training, 0.1, 1e-5);
+          const Tensor yd =
+              ops::batch_norm(x.to(d), rmd, rvd, to_dev(w, d), to_dev(b, d), training, 0.1, 1e-5);
+          const std::string what = label("batch_norm mode " + std::to_string(mode), dt, xs);
+          const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
+          expect_close(yd, yh, t, what);
+          if (rmh.defined()) {
+            expect_close(rmd, rmh, tol_of(ScalarType::Float32), what + " running_mean");
+            expect_close(rvd, rvh, tol_of(ScalarType::Float32), what + " running_var");
+          }
+        }
+      }
+    }
+  };
+  c["batch_norm_backward"] = [=](const Device& d) {
+    static const auto fwd =
+        tb::dispatch::Dispatcher::singleton().typed<tb::ops::sig::BatchNorm>("batch_norm");
+    std::uint64_t seed = 5000;
+    for (ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+      for (const Shape& xs : kBnShapes) {
+        for (const bool training : {true, false}) {
+          for (const bool with_wb : {true, false}) {
+            const std::int64_t ch = xs[1];
+            const Tensor x = rand_input(xs, dt, seed++);
+            const Tensor w = with_wb ? rand_input({ch}, dt, seed++) : Tensor();
+            const Tensor g = rand_input(xs, dt, seed++);
+            // The CPU forward's statistics, so only the backward is compared.
+            const auto [y, mean, invstd] =
+                fwd.call(x, w, Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5);
+            const auto [dxh, dwh, dbh] =
+                ops::batch_norm_backward(g, x, w, mean, invstd, training, with_wb);
+            const auto [dxd, dwd, dbd] = ops::batch_norm_backward(
+                g.to(d), x.to(d), to_dev(w, d), mean.to(d), invstd.to(d), training, with_wb);
+            const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
+            const std::string what = label("batch_norm_backward", dt, xs);
+            expect_close(dxd, dxh, t, what + " dx");
+            ASSERT_EQ(dwd.defined(), dwh.defined()) << what;
+            if (dwh.defined()) {
+              expect_close(dwd, dwh, t, what + " dweight");
+              expect_close(dbd, dbh, t, what + " dbias");
+            }
+          }
+        }
+      }
+    }
+  };
   // Attention shapes: grouped-query heads, T != S, more rows than a block's warps and a tile's
   // keys, both head-size configurations of the CUDA kernels (<= 64, <= 128), D != E, no keys.
   struct AttnShape {

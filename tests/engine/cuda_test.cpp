@@ -284,7 +284,8 @@ TEST(Cuda, DeviceTimerUsesEvents) {
 }
 
 // Training on cuda:0 follows the CPU: the MLP (AdamW, Muon with fp32 Newton-Schulz, bf16
-// autocast, EMA) and qwen-tiny on synthetic text, same seed, losses within tolerance.
+// autocast, EMA), qwen-tiny on synthetic text and a small residual CNN with batch norm and
+// pooling (its 16 features as 1×4×4 images), same seed, losses within tolerance.
 struct LossSink : tb::train::MetricSink {
   std::vector<double> losses;
   void on_metrics(std::int64_t, const tb::train::Metrics& m) override {
@@ -294,7 +295,9 @@ struct LossSink : tb::train::MetricSink {
   void on_event(const std::string&, const std::string&) override {}
 };
 
-std::vector<double> train(const std::string& device, bool qwen,
+enum class Net { kMlp, kQwen, kCnn };
+
+std::vector<double> train(const std::string& device, Net net,
                           const std::function<void(tb::train::RunConfig&)>& edit) {
   tb::train::RunConfig c;
   c.run.seed = 5;
@@ -304,7 +307,7 @@ std::vector<double> train(const std::string& device, bool qwen,
   c.data.batch_size = 8;
   c.eval.interval = 2;  // evaluation runs on the device too, briefly
   c.eval.batches = 2;
-  if (qwen) {
+  if (net == Net::kQwen) {
     c.data.kind = "synthetic-text";
     c.data.context_length = 16;
     tb::nn::QwenTinyConfig q;
@@ -314,6 +317,13 @@ std::vector<double> train(const std::string& device, bool qwen,
     q.n_heads = 4;
     q.context_length = 16;
     c.model = q;
+  } else if (net == Net::kCnn) {
+    c.data.kind = "synthetic-blobs";
+    c.model = tb::nn::model_config_from_json({{"kind", "cnn"},
+                                              {"input", {1, 4, 4}},
+                                              {"channels", {4, 8}},
+                                              {"residual", true},
+                                              {"classes", 4}});
   } else {
     c.data.kind = "synthetic-blobs";
     tb::nn::MlpConfig m;
@@ -352,16 +362,16 @@ TEST(Cuda, TrainsLikeTheCpu) {
          c.amp.dtype = "bf16";
        }},
       {"ema", [](tb::train::RunConfig& c) { c.swa.kind = "ema"; }}};
-  for (const bool qwen : {false, true}) {
+  for (const Net net : {Net::kMlp, Net::kQwen, Net::kCnn}) {
+    const char* model = net == Net::kMlp ? "mlp " : net == Net::kQwen ? "qwen-tiny " : "cnn ";
     for (const auto& [name, edit] : variants) {
-      const auto cpu = train(std::string("cpu"), qwen, edit);
-      const auto gpu = train(kGpu.str(), qwen, edit);
+      const auto cpu = train(std::string("cpu"), net, edit);
+      const auto gpu = train(kGpu.str(), net, edit);
       ASSERT_EQ(cpu.size(), gpu.size()) << name;
       // bf16 rounds differently with a different summation order.
       const double rel = name == "bf16 autocast" ? 2e-2 : 2e-3;
       for (std::size_t i = 0; i < cpu.size(); ++i) {
-        EXPECT_NEAR(gpu[i], cpu[i], rel * std::abs(cpu[i]))
-            << (qwen ? "qwen-tiny " : "mlp ") << name << " step " << i;
+        EXPECT_NEAR(gpu[i], cpu[i], rel * std::abs(cpu[i])) << model << name << " step " << i;
       }
     }
   }

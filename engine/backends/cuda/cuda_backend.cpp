@@ -354,6 +354,7 @@ void register_cuda_backend(dispatch::Dispatcher& d) {
   cuda_detail::register_cuda_ops(d);
   cuda_detail::register_cuda_optim_ops(d);
   cuda_detail::register_cuda_nn_ops(d);
+  cuda_detail::register_cuda_conv_ops(d);
   cuda_detail::register_cuda_blas(d);
 }
 

@@ -70,10 +70,11 @@ inline void same_device(const char* op, const core::Tensor& a, const core::Tenso
 }
 
 /// Kernel registration of the CUDA backend, by family (cuda_ops.cpp, cuda_optim_ops.cpp,
-/// cuda_nn_ops.cpp, cuda_blas.cpp).
+/// cuda_nn_ops.cpp, cuda_conv_ops.cpp, cuda_blas.cpp).
 void register_cuda_ops(dispatch::Dispatcher& d);
 void register_cuda_optim_ops(dispatch::Dispatcher& d);
 void register_cuda_nn_ops(dispatch::Dispatcher& d);
+void register_cuda_conv_ops(dispatch::Dispatcher& d);
 void register_cuda_blas(dispatch::Dispatcher& d);
 
 }  // namespace tb::backends::cuda_detail

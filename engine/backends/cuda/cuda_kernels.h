@@ -183,6 +183,67 @@ int launch_attention_forward(const AttentionArgs& a, void* out, void* lse);
 int launch_attention_backward(const AttentionArgs& a, const AttnOperand& g, const AttnOperand& out,
                               const void* lse, void* dvec, void* dq, void* dk, void* dv);
 
+// ---- convolutional networks (cuda_conv.cu): contiguous NCHW float32/float64 ---------------------
+
+/// conv2d's geometry: input [n, c, h, w], weight [o, c/groups, kh, kw], output [n, o, oh, ow].
+struct ConvShape {
+  std::int64_t n = 0, c = 0, h = 0, w = 0;  ///< input
+  std::int64_t o = 0, kh = 0, kw = 0;       ///< weight
+  std::int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
+  std::int64_t oh = 0, ow = 0;  ///< output
+};
+
+/// col [groups, c/groups·kh·kw, b·oh·ow] (row (c, i, j), column (sample, oy, ox)) from samples
+/// [n0, n0 + b) of x: the input at (oy·sh − ph + i·dh, ox·sw − pw + j·dw), 0 outside the image.
+int launch_im2col(int st, const ConvShape& g, const void* x, void* col, std::int64_t n0,
+                  std::int64_t b);
+
+/// The adjoint of launch_im2col: samples [n0, n0 + b) of dx (every element written) gathered
+/// from col (same layout); each element sums its (i, j) taps in order, no atomics.
+int launch_col2im(int st, const ConvShape& g, const void* col, void* dx, std::int64_t n0,
+                  std::int64_t b);
+
+/// Pooling geometry: `planes` = n·c planes of h×w, window kh×kw, stride, padding; output oh×ow.
+struct PoolShape {
+  std::int64_t planes = 0, h = 0, w = 0, kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
+  std::int64_t oh = 0, ow = 0;  ///< output
+};
+
+/// max_pool2d: y and the int64 position ih·w + iw of each window's first maximum (a NaN wins).
+int launch_max_pool2d(int st, const PoolShape& g, const void* x, void* y, std::int64_t* indices);
+
+/// max_pool2d_backward: dx (planes × hw, every element written) = dy (planes × ohw) summed into
+/// the positions `indices` names, in output order (a thread per plane, deterministic).
+int launch_max_pool2d_backward(int st, std::int64_t planes, std::int64_t hw, std::int64_t ohw,
+                               const void* dy, const std::int64_t* indices, void* dx);
+
+/// avg_pool2d and its gradient (PyTorch's divisor: the window clipped to the padded image with
+/// count_include_pad, to the image otherwise); the gradient gathers, no atomics.
+int launch_avg_pool2d(int st, const PoolShape& g, bool count_include_pad, const void* x, void* y);
+int launch_avg_pool2d_backward(int st, const PoolShape& g, bool count_include_pad, const void* dy,
+                               void* dx);
+
+/// adaptive_avg_pool2d and its gradient (windows floor(i·h/oh) .. ceil((i+1)·h/oh)); g's kernel,
+/// stride and padding are unused.
+int launch_adaptive_avg_pool2d(int st, const PoolShape& g, const void* x, void* y);
+int launch_adaptive_avg_pool2d_backward(int st, const PoolShape& g, const void* dy, void* dx);
+
+/// batch_norm over x viewed as [n, c, s]: a block per channel computes the statistics in double
+/// (training: the batch's, running_mean/var updated in place when not null; otherwise the
+/// running ones), writes mean and invstd (dtype st), then y = x·scale + shift. weight and bias
+/// may be null.
+int launch_batch_norm(int st, std::int64_t n, std::int64_t c, std::int64_t s, const void* x,
+                      const void* weight, const void* bias, void* running_mean, void* running_var,
+                      bool training, double momentum, double eps, void* y, void* mean,
+                      void* invstd);
+
+/// batch_norm_backward: per channel Σdy and Σdy·(x − mean) in double into `sums` (a device
+/// buffer of 2·c doubles), dweight/dbias from them when not null, then dx.
+int launch_batch_norm_backward(int st, std::int64_t n, std::int64_t c, std::int64_t s,
+                               const void* dy, const void* x, const void* weight, const void* mean,
+                               const void* invstd, bool training, double* sums, void* dx, void* dw,
+                               void* db);
+
 // ---- multi-tensor optimizer and mixed-precision kernels (cuda_optim.cu) -------------------------
 
 /// One fused Adam/AdamW launch sequence over `count` tensors of one float dtype (float32 or
