@@ -55,6 +55,11 @@ find_package(ZLIB REQUIRED)
 # Image folders (engine/data/image_decode): PNG and JPEG files.
 find_package(PNG REQUIRED)
 find_package(JPEG REQUIRED)
+# Text through a SentencePiece model (engine/data/tokenizer): the processor and its trainer
+# (trainbench-cli tokenizer train); the .pc file names only the processor's library.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+find_library(TB_SENTENCEPIECE_TRAIN_LIB sentencepiece_train HINTS ${SENTENCEPIECE_LIBRARY_DIRS}
+  REQUIRED)
 find_package(CLI11 REQUIRED)
 # The run store (engine/store) uses the SQLite 3 C API.
 find_package(SQLite3 REQUIRED)

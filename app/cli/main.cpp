@@ -25,6 +25,7 @@
 #include "engine/api/run_api.h"
 #include "engine/api/schedule_api.h"
 #include "engine/api/sweep_api.h"
+#include "engine/api/tokenizer_api.h"
 #include "engine/api/topology_api.h"
 
 namespace {
@@ -647,9 +648,11 @@ int main(int argc, char** argv) {
   std::string sample_ids;
   sample->add_option("run", sample_req.run_id, "run id (qwen-tiny or gpt)")->required();
   sample->add_option("--prompt", sample_req.prompt,
-                     "byte models: the text to continue (default: a newline)");
+                     "models of text (bytes, SentencePiece): the text to continue (default: a "
+                     "line break / a word start)");
   sample->add_option("--prompt-tokens", sample_ids,
-                     "token models: comma-separated ids to continue (default: <|endoftext|>)");
+                     "models of token files: comma-separated ids to continue (default: "
+                     "<|endoftext|>)");
   sample->add_option("--tokens", sample_req.tokens, "new tokens")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -681,6 +684,30 @@ int main(int argc, char** argv) {
       ->add_option("--checkpoint", weights_checkpoint,
                    "this checkpoint folder instead of the run's newest")
       ->check(CLI::ExistingDirectory);
+
+  auto* tokenizer = app.add_subcommand(
+      "tokenizer", "SentencePiece models for [data] tokenizer = \"sentencepiece\"");
+  tokenizer->require_subcommand(1);
+  auto* tok_train =
+      tokenizer->add_subcommand("train", "train a SentencePiece model on a text file or folder");
+  tb::api::TokenizerTrainRequest tok_req;
+  tok_train->add_option("text", tok_req.text, "text file or folder (default: Debian's fortunes)");
+  tok_train->add_option("-o,--output", tok_req.output, "model prefix: writes PREFIX.model")
+      ->required();
+  tok_train->add_option("--vocab-size", tok_req.vocab_size, "pieces")->capture_default_str();
+  tok_train->add_option("--model-type", tok_req.model_type, "unigram, bpe, char or word")
+      ->capture_default_str();
+  tok_train
+      ->add_option("--character-coverage", tok_req.character_coverage,
+                   "characters the pieces cover (0.9995 for languages with large alphabets)")
+      ->capture_default_str();
+  tok_train->add_option("--max-lines", tok_req.max_lines, "lines sampled from the text (0 = all)")
+      ->capture_default_str();
+  auto* tok_encode = tokenizer->add_subcommand("encode", "how a SentencePiece model splits a text");
+  std::string tok_model;
+  std::string tok_text;
+  tok_encode->add_option("model", tok_model, "the .model file")->required();
+  tok_encode->add_option("text", tok_text, "the text")->required();
 
   auto* reference = app.add_subcommand(
       "reference",
@@ -864,7 +891,7 @@ int main(int argc, char** argv) {
       }
       const auto r = tb::api::sample_run(sample_req);
       std::cerr << "sampled from " << r.from << "\n";
-      if (r.bytes) {
+      if (r.has_text) {
         std::cout << r.text << "\n";
       } else {
         for (std::size_t i = 0; i < r.tokens.size(); ++i)
@@ -876,6 +903,14 @@ int main(int argc, char** argv) {
     if (weights->parsed()) {
       std::cout << tb::api::export_weights(db_path, weights_id, weights_out, weights_layout,
                                            weights_checkpoint);
+      return 0;
+    }
+    if (tok_train->parsed()) {
+      std::cout << tb::api::train_tokenizer(tok_req);
+      return 0;
+    }
+    if (tok_encode->parsed()) {
+      std::cout << tb::api::encode_text(tok_model, tok_text);
       return 0;
     }
     if (reference->parsed()) {

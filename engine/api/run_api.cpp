@@ -15,6 +15,7 @@
 #include "engine/api/api_detail.h"
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
+#include "engine/data/registry.h"
 #include "engine/nn/models.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/store/run_store.h"
@@ -284,13 +285,20 @@ SampleResult sample_run(const SampleRequest& req) {
   const auto [vocab, context] = train::language_model_shape(*model);
   (void)context;
   (void)train::load_weights(*model, dir / "model.safetensors");
-  out.bytes = vocab == 256;
+  // The text form of the run's ids: its data kind's tokenizer (bytes, a SentencePiece model),
+  // bytes for any other 256-id model, else none (bare ids, e.g. GPT-2 token files).
+  std::shared_ptr<const data::Tokenizer> tokenizer;
+  if (const auto kind = data::dataset_registry().find(config.data.kind))
+    tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
+  if (tokenizer == nullptr && vocab == 256) tokenizer = data::byte_tokenizer();
+  out.has_text = tokenizer != nullptr;
+  out.tokenizer = tokenizer != nullptr ? tokenizer->describe() : "";
   std::vector<std::int64_t> prompt = req.prompt_tokens;
-  if (out.bytes) {
-    TB_CHECK(req.prompt_tokens.empty(), "[sample] run ", req.run_id,
-             " models bytes: give the prompt as text (--prompt), not token ids");
-    for (unsigned char c : req.prompt.empty() ? std::string("\n") : req.prompt)
-      prompt.push_back(c);
+  if (tokenizer != nullptr) {
+    TB_CHECK(req.prompt_tokens.empty(), "[sample] run ", req.run_id, " models text (",
+             tokenizer->describe(), "): give the prompt as text (--prompt), not token ids");
+    prompt = req.prompt.empty() ? tokenizer->start_ids() : tokenizer->encode(req.prompt);
+    if (prompt.empty()) prompt = tokenizer->start_ids();
   } else {
     TB_CHECK(req.prompt.empty(), "[sample] run ", req.run_id, " models ", vocab,
              " token ids (no tokenizer is stored with it): give the prompt as ids "
@@ -304,9 +312,7 @@ SampleResult sample_run(const SampleRequest& req) {
   o.top_k = req.top_k;
   o.seed = req.seed;
   out.tokens = train::sample_tokens(*model, prompt, o);
-  if (out.bytes)
-    for (std::int64_t t : out.tokens)
-      out.text.push_back(static_cast<char>(static_cast<unsigned char>(t)));
+  if (tokenizer != nullptr) out.text = tokenizer->decode(out.tokens);
   return out;
 }
 

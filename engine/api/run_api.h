@@ -71,8 +71,8 @@ struct SampleRequest {
   std::string db_path;                      ///< the store ("" = default)
   std::int64_t run_id = 0;                  ///< a language-model run with a checkpoint
   std::string checkpoint;                   ///< this checkpoint folder ("" = the run's newest)
-  std::string prompt;                       ///< byte models (vocab 256): the text to continue
-  std::vector<std::int64_t> prompt_tokens;  ///< token models: the ids to continue
+  std::string prompt;                       ///< models of text (bytes, SentencePiece): the text
+  std::vector<std::int64_t> prompt_tokens;  ///< models of bare token ids: the ids to continue
   std::int64_t tokens = 200;                ///< new tokens
   double temperature = 1.0;                 ///< 0 = greedy
   std::int64_t top_k = 0;                   ///< 0 = every token
@@ -80,8 +80,9 @@ struct SampleRequest {
 };
 /// Text (or token ids) continued by a run's model.
 struct SampleResult {
-  bool bytes = false;                ///< a byte model: `text` holds the continuation
-  std::string text;                  ///< byte models: prompt + continuation
+  bool has_text = false;             ///< the run's data have a tokenizer: `text` is filled
+  std::string text;                  ///< prompt + continuation as text (has_text)
+  std::string tokenizer;             ///< "bytes", "sentencepiece <model>" or "" (bare ids)
   std::vector<std::int64_t> tokens;  ///< prompt + continuation as ids
   std::string from;                  ///< "run 3, checkpoint of step 1200"
 };

@@ -19,7 +19,7 @@ struct DataShape {
   std::string features_note;        ///< how the data set explains them ("28x28 pixels")
   std::int64_t classes = 0;         ///< classification: number of labels
   std::int64_t context_length = 0;  ///< language model: tokens per sample
-  std::int64_t vocab = 0;           ///< language model: token ids are below this
+  std::int64_t vocab = 0;           ///< language model: token ids are below this (0: not known yet)
 };
 
 }  // namespace tb::core

@@ -224,17 +224,70 @@ DataSplits text_splits(const TextCorpus& corpus, const nlohmann::json& d) {
   return s;
 }
 
+// The text kind's tokenizer: bytes, or the SentencePiece model data.tokenizer_model names.
+std::shared_ptr<const Tokenizer> text_tokenizer(const nlohmann::json& d) {
+  if (d.value("tokenizer", std::string("bytes")) != "sentencepiece") return byte_tokenizer();
+  const std::string model = d.value("tokenizer_model", std::string());
+  TB_CHECK(!model.empty(),
+           "[text] data.tokenizer = \"sentencepiece\" needs data.tokenizer_model, the path of a "
+           "SentencePiece .model file (trainbench-cli tokenizer train makes one)");
+  try {
+    return load_sentencepiece(model);
+  } catch (const ValueError& e) {
+    throw ValueError(detail::str_cat("[text] data.tokenizer_model: ", e.what()));
+  }
+}
+
 DatasetKind text_kind() {
+  using core::FieldSpec;
+  using core::FieldType;
   DatasetKind k;
   k.name = "text";
-  k.help = "the bytes of a text file or folder (default: Debian's fortunes), next-byte prediction";
+  k.help =
+      "a text file or folder (default: Debian's fortunes), as bytes or SentencePiece pieces; "
+      "next-token prediction";
   k.task = core::kTaskLanguageModel;
-  k.shape = [](const nlohmann::json& d) { return text_shape("text", d); };
+  k.fields = {FieldSpec("tokenizer", FieldType::kString, "bytes",
+                        "bytes (256 ids) or sentencepiece (the pieces of data.tokenizer_model; "
+                        "each line encoded on its own)")
+                  .one_of({"bytes", "sentencepiece"}),
+              FieldSpec("tokenizer_model", FieldType::kString, "",
+                        "SentencePiece .model file (tokenizer = \"sentencepiece\"); its piece "
+                        "count is the data's vocabulary")};
+  // With SentencePiece the vocabulary is the model's piece count, read from its file; 0
+  // (unknown) while that file is missing or unreadable, which the run itself then reports.
+  k.shape = [](const nlohmann::json& d) {
+    core::DataShape s = text_shape("text", d);
+    if (d.value("tokenizer", std::string("bytes")) == "sentencepiece") {
+      try {
+        s.vocab = text_tokenizer(d)->vocab();
+      } catch (const ValueError&) {
+        s.vocab = 0;
+      }
+    }
+    return s;
+  };
   k.make = [](const nlohmann::json& d, std::uint64_t) {
     const TextCorpus corpus =
         path_of(d).empty() ? load_text_corpus() : load_text_corpus(path_of(d));
-    return text_splits(corpus, d);
+    if (d.value("tokenizer", std::string("bytes")) != "sentencepiece")
+      return text_splits(corpus, d);
+    const auto tokenizer = text_tokenizer(d);
+    TokenDatasetOptions o;
+    o.context_length = d.value("context_length", std::int64_t{64});
+    o.vocab = tokenizer->vocab();
+    o.val_fraction = d.value("val_fraction", 0.1);
+    TB_CHECK(o.val_fraction > 0.0, "[text] data.val_fraction is 0: there is no validation split");
+    TokenStream ids = token_stream_from_ids(encode_corpus_lines(*tokenizer, corpus),
+                                            corpus.source + " (" + tokenizer->describe() + ")");
+    DataSplits s;
+    s.train = std::make_shared<TokenDataset>(ids, o);
+    o.split = TextSplit::kValidation;
+    o.sampling = TextSampling::kSequential;
+    s.eval = std::make_shared<TokenDataset>(std::move(ids), o);
+    return s;
   };
+  k.tokenizer = text_tokenizer;
   return k;
 }
 
@@ -328,6 +381,7 @@ DatasetKind synthetic_text_kind() {
   k.make = [](const nlohmann::json& d, std::uint64_t seed) {
     return text_splits(make_synthetic_text(200000, seed), d);
   };
+  k.tokenizer = [](const nlohmann::json&) { return byte_tokenizer(); };
   return k;
 }
 
@@ -339,6 +393,11 @@ std::int64_t train_samples(const DatasetKind& kind, const nlohmann::json& settin
   const DataSplits splits = kind.make(settings, seed);
   TB_CHECK(splits.train != nullptr, "[data] ", kind.name, ": no training split");
   return splits.train->size();
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_of(const DatasetKind& kind,
+                                              const nlohmann::json& settings) {
+  return kind.tokenizer ? kind.tokenizer(settings) : nullptr;
 }
 
 core::Registry<DatasetKind>& dataset_registry() {

@@ -15,6 +15,7 @@
 #include "engine/core/fields.h"
 #include "engine/core/registry.h"
 #include "engine/data/dataset.h"
+#include "engine/data/tokenizer.h"
 
 namespace tb::data {
 
@@ -39,7 +40,15 @@ struct DatasetKind {
   /// Optional: the training split's sample count read cheaply (a header, not the data), for
   /// previews that need steps per epoch; train_samples() falls back to make() without it.
   std::function<std::int64_t(const nlohmann::json&, std::uint64_t seed)> train_size;
+  /// Optional, language-model kinds: the tokenizer that turns the kind's text into its ids
+  /// (bytes, a SentencePiece model), used to encode prompts and show generated text. Absent or
+  /// returning null: the ids have no known text form (token files).
+  std::function<std::shared_ptr<const Tokenizer>(const nlohmann::json&)> tokenizer;
 };
+
+/// The tokenizer of `kind` for the [data] table `settings`, or null (see DatasetKind::tokenizer).
+std::shared_ptr<const Tokenizer> tokenizer_of(const DatasetKind& kind,
+                                              const nlohmann::json& settings);
 
 /// The training split's sample count of `kind` for the [data] table `settings`: train_size when
 /// the kind has one, else the size of make()'s training split. Throws what they throw (a missing

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <system_error>
+#include <utility>
 
 #include "engine/core/error.h"
 
@@ -155,8 +157,26 @@ TokenStream open_token_stream(const std::string& pattern, TokenFormat format) {
   return s;
 }
 
+TokenStream token_stream_from_ids(std::vector<std::int32_t> ids, std::string source) {
+  TokenStream s;
+  s.source = std::move(source);
+  s.size = static_cast<std::int64_t>(ids.size());
+  s.memory = std::make_shared<const std::vector<std::int32_t>>(std::move(ids));
+  return s;
+}
+
 void TokenStream::read(std::int64_t begin, std::int64_t n, std::int64_t vocab,
                        std::int64_t* out) const {
+  if (memory) {
+    for (std::int64_t k = 0; k < n; ++k) {
+      const std::int64_t t = (*memory)[static_cast<std::size_t>(begin + k)];
+      if (t < 0 || t >= vocab)
+        throw ValueError(detail::str_cat("[tokens] ", source, ": token ", begin + k, " (", t,
+                                         ") is outside the vocabulary of ", vocab));
+      out[k] = t;
+    }
+    return;
+  }
   auto f = static_cast<std::size_t>(std::upper_bound(starts.begin(), starts.end(), begin) -
                                     starts.begin() - 1);
   for (std::int64_t k = 0; k < n; ++k) {

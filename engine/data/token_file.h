@@ -74,16 +74,21 @@ class TokenFile {
 /// "fineweb10B/fineweb_train_*.bin"). Throws tb::ValueError when nothing matches.
 std::vector<std::filesystem::path> expand_token_paths(const std::string& pattern);
 
-/// Token files read as one concatenated stream of tokens.
+/// Token files read as one concatenated stream of tokens, or tokens held in memory (a text
+/// encoded at load time, see token_stream_from_ids).
 struct TokenStream {
-  std::string source;                             ///< the path or pattern (for messages)
-  std::vector<std::shared_ptr<TokenFile>> files;  ///< in stream order
-  std::vector<std::int64_t> starts;               ///< first stream position of each file
-  std::int64_t size = 0;                          ///< total tokens
+  std::string source;                                       ///< the path or pattern (for messages)
+  std::vector<std::shared_ptr<TokenFile>> files;            ///< in stream order
+  std::vector<std::int64_t> starts;                         ///< first stream position of each file
+  std::shared_ptr<const std::vector<std::int32_t>> memory;  ///< in-memory tokens (no files)
+  std::int64_t size = 0;                                    ///< total tokens
   /// Copies tokens [begin, begin + n) to `out`, checking each is < vocab. Throws
   /// tb::ValueError naming the file, the byte offset and the token otherwise.
   void read(std::int64_t begin, std::int64_t n, std::int64_t vocab, std::int64_t* out) const;
 };
+
+/// A stream of in-memory tokens; `source` names them in messages.
+TokenStream token_stream_from_ids(std::vector<std::int32_t> ids, std::string source);
 
 /// Opens every file of `pattern` (expand_token_paths) as a stream.
 TokenStream open_token_stream(const std::string& pattern, TokenFormat format);

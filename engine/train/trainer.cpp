@@ -196,9 +196,11 @@ void Trainer::emit_samples() {
     const auto out = sample_tokens(
         *s_->model, std::vector<std::int64_t>(row, row + std::min(plen, prompts.size(1))), o);
     std::string text;
-    if (vocab == 256) {
-      for (std::int64_t t : out) {
-        const auto c = static_cast<unsigned char>(t);
+    if (s_->tokenizer != nullptr || vocab == 256) {
+      const std::string decoded = s_->tokenizer != nullptr ? s_->tokenizer->decode(out)
+                                                           : data::byte_tokenizer()->decode(out);
+      for (const char ch : decoded) {
+        const auto c = static_cast<unsigned char>(ch);
         if (c == '\n')
           text += "\\n";
         else if (c == '\t')
@@ -206,7 +208,7 @@ void Trainer::emit_samples() {
         else if (c < 32 || c == 127)
           text += '?';
         else
-          text += static_cast<char>(c);
+          text += ch;
       }
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)

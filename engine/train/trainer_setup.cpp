@@ -97,6 +97,7 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   s.train_set = std::move(splits.train);
   s.eval_set = std::move(splits.eval);
   s.language_model = kind->task == core::kTaskLanguageModel;
+  s.tokenizer = data::tokenizer_of(*kind, data_settings(d));
   data::DataLoaderOptions lo;
   // Data-parallel: every rank draws the same global batches (data.batch_size per rank) and
   // keeps its rows, so the union of the ranks' k-th batches is the one-process k-th batch.

@@ -14,6 +14,7 @@
 #include "engine/amp/grad_scaler.h"
 #include "engine/core/device.h"
 #include "engine/data/dataloader.h"
+#include "engine/data/tokenizer.h"
 #include "engine/nn/models.h"
 #include "engine/numa/binding.h"
 #include "engine/optim/optimizer.h"
@@ -34,6 +35,7 @@ struct Trainer::State {
   std::unique_ptr<data::DataLoader> loader;             ///< the training batches
   std::shared_ptr<nn::Model> model;                     ///< the model trained
   bool language_model = false;                          ///< the data set is a language-model task
+  std::shared_ptr<const data::Tokenizer> tokenizer;     ///< the data's text form (null: ids)
   std::vector<std::string> opt_names;                   ///< "adamw", "muon", ...
   std::vector<std::unique_ptr<optim::Optimizer>> opts;  ///< one, or matrix kind + rest
   std::vector<std::shared_ptr<sched::LRScheduler>> scheds;  ///< one per optimizer, or none

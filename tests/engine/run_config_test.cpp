@@ -18,10 +18,15 @@ using ::testing::HasSubstr;
 
 const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
 
-const std::vector<std::string> kExamples = {
-    "fmnist-mlp-adamw.toml", "fmnist-mlp-muon.toml",          "fmnist-cnn-adamw.toml",
-    "fmnist-cnn-muon.toml",  "qwen-tiny-fortunes-adamw.toml", "qwen-tiny-fortunes-muon.toml",
-    "gpt-tokens-muon.toml",  "gpt-tokens-adamw.toml"};
+const std::vector<std::string> kExamples = {"fmnist-mlp-adamw.toml",
+                                            "fmnist-mlp-muon.toml",
+                                            "fmnist-cnn-adamw.toml",
+                                            "fmnist-cnn-muon.toml",
+                                            "qwen-tiny-fortunes-adamw.toml",
+                                            "qwen-tiny-fortunes-muon.toml",
+                                            "gpt-tokens-muon.toml",
+                                            "gpt-tokens-adamw.toml",
+                                            "qwen-tiny-fortunes-sentencepiece.toml"};
 
 // The message of the tb::ValueError that parsing `text` (with `overrides`) throws.
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {

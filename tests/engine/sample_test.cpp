@@ -141,7 +141,8 @@ TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
   req.tokens = 10;
   req.seed = 5;
   const auto a = api::sample_run(req);
-  EXPECT_TRUE(a.bytes);
+  EXPECT_TRUE(a.has_text);
+  EXPECT_EQ(a.tokenizer, "bytes");
   EXPECT_EQ(a.text.size(), 13u);
   EXPECT_EQ(a.text.substr(0, 3), "abc");
   EXPECT_NE(a.from.find("checkpoint of step 20"), std::string::npos) << a.from;

@@ -1,0 +1,27 @@
+// Tokenizers for the front ends: `trainbench-cli tokenizer train` (a SentencePiece model from a
+// text file or folder) and `tokenizer encode` (how a model splits a text).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tb::api {
+
+/// What `trainbench-cli tokenizer train` asks for.
+struct TokenizerTrainRequest {
+  std::string text;                    ///< text file or folder ("" = Debian's fortunes)
+  std::string output;                  ///< model prefix: writes OUTPUT.model and OUTPUT.vocab
+  std::int64_t vocab_size = 1000;      ///< pieces, the special ones included
+  std::string model_type = "unigram";  ///< unigram | bpe | char | word
+  double character_coverage = 1.0;     ///< characters covered (0.9995 for CJK text)
+  std::int64_t max_lines = 1000000;    ///< lines taken, evenly spaced (0 = all)
+};
+
+/// Trains a SentencePiece model on the request's text; returns a report ("wrote m.model: 1000
+/// pieces, unigram, from 9,871 lines of ..."). Errors name the option or the trainer's reason.
+std::string train_tokenizer(const TokenizerTrainRequest& request);
+
+/// The pieces and ids of `text` under the SentencePiece model `model`, and the text decoded back.
+std::string encode_text(const std::string& model, const std::string& text);
+
+}  // namespace tb::api

@@ -1,0 +1,193 @@
+// Byte and SentencePiece tokenizers (see tokenizer.h).
+#include "engine/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "engine/core/error.h"
+
+namespace tb::data {
+
+namespace {
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string describe() const override { return "bytes"; }
+  std::int64_t vocab() const override { return kByteVocabSize; }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<std::int64_t> ids;
+    ids.reserve(text.size());
+    for (const char c : text)
+      ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
+  std::string decode(std::span<const std::int64_t> ids) const override {
+    std::string text;
+    text.reserve(ids.size());
+    for (const std::int64_t id : ids) {
+      TB_CHECK(id >= 0 && id < kByteVocabSize, "[tokenizer] id ", id,
+               " is not a byte (bytes: 0..255)");
+      text += static_cast<char>(id);
+    }
+    return text;
+  }
+  std::vector<std::int64_t> start_ids() const override { return {'\n'}; }
+};
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::filesystem::path& model) : path_(model) {
+    std::error_code ec;
+    TB_CHECK(std::filesystem::is_regular_file(model, ec), "[tokenizer] cannot open ",
+             model.string(), ": no such file");
+    const auto status = sp_.Load(model.string());
+    TB_CHECK(status.ok(), "[tokenizer] ", model.string(), " is not a SentencePiece model (",
+             status.ToString(), ")");
+    TB_CHECK(sp_.GetPieceSize() > 0, "[tokenizer] ", model.string(), " has no pieces");
+  }
+  std::string describe() const override { return "sentencepiece " + path_.string(); }
+  std::int64_t vocab() const override { return sp_.GetPieceSize(); }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    const auto status = sp_.Encode(text, &ids);
+    TB_CHECK(status.ok(), "[tokenizer] ", path_.string(), ": cannot encode text (",
+             status.ToString(), ")");
+    return {ids.begin(), ids.end()};
+  }
+  std::string decode(std::span<const std::int64_t> ids) const override {
+    std::vector<int> v;
+    v.reserve(ids.size());
+    for (const std::int64_t id : ids) {
+      TB_CHECK(id >= 0 && id < vocab(), "[tokenizer] id ", id, " is outside the vocabulary 0..",
+               vocab() - 1, " of ", path_.string());
+      v.push_back(static_cast<int>(id));
+    }
+    std::string text;
+    const auto status = sp_.Decode(v, &text);
+    TB_CHECK(status.ok(), "[tokenizer] ", path_.string(), ": cannot decode ids (",
+             status.ToString(), ")");
+    return text;
+  }
+  std::vector<std::int64_t> start_ids() const override {
+    const int word = sp_.PieceToId("\xe2\x96\x81");  // U+2581, SentencePiece's word start
+    if (word != sp_.unk_id()) return {word};
+    return {sp_.bos_id() >= 0 ? sp_.bos_id() : 0};
+  }
+
+ private:
+  std::filesystem::path path_;
+  sentencepiece::SentencePieceProcessor sp_;
+};
+
+// Feeds a corpus's non-empty lines to SentencePiece's trainer (at most `max` lines, 0 = all;
+// spread evenly over the corpus when there are more).
+class CorpusLines final : public sentencepiece::SentenceIterator {
+ public:
+  CorpusLines(const TextCorpus& corpus, std::int64_t max) {
+    const auto& b = *corpus.bytes;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= b.size(); ++i) {
+      if (i == b.size() || b[i] == '\n') {
+        if (i > start) lines_.emplace_back(start, i - start);
+        start = i + 1;
+      }
+    }
+    bytes_ = corpus.bytes;
+    const auto n = static_cast<std::int64_t>(lines_.size());
+    step_ = max > 0 && n > max ? static_cast<double>(n) / static_cast<double>(max) : 1.0;
+    count_ = max > 0 && n > max ? max : n;
+    set();
+  }
+  bool done() const override { return k_ >= count_; }
+  void Next() override {
+    ++k_;
+    set();
+  }
+  const std::string& value() const override { return value_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void set() {
+    if (done()) return;
+    const auto& [off, len] = lines_[static_cast<std::size_t>(static_cast<double>(k_) * step_)];
+    value_.assign(reinterpret_cast<const char*>(bytes_->data()) + off, len);
+  }
+  std::shared_ptr<const std::vector<std::uint8_t>> bytes_;
+  std::vector<std::pair<std::size_t, std::size_t>> lines_;
+  double step_ = 1.0;
+  std::int64_t count_ = 0;
+  std::int64_t k_ = 0;
+  std::string value_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> byte_tokenizer() {
+  static const auto bytes = std::make_shared<const ByteTokenizer>();
+  return bytes;
+}
+
+std::shared_ptr<const Tokenizer> load_sentencepiece(const std::filesystem::path& model) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, std::filesystem::file_time_type>,
+                  std::shared_ptr<const Tokenizer>>
+      cache;
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(model, ec);
+  TB_CHECK(!ec, "[tokenizer] cannot open ", model.string(), ": ", ec.message());
+  const std::lock_guard<std::mutex> lock(mu);
+  auto& slot = cache[{model.string(), mtime}];
+  if (!slot) slot = std::make_shared<const SentencePieceTokenizer>(model);
+  return slot;
+}
+
+std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
+                                              const TextCorpus& corpus) {
+  std::vector<std::int32_t> ids;
+  const auto& b = *corpus.bytes;
+  const auto* text = reinterpret_cast<const char*>(b.data());
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= b.size(); ++i) {
+    if (i < b.size() && b[i] != '\n') continue;
+    if (i > start) {
+      for (const std::int64_t id : tokenizer.encode(std::string_view(text + start, i - start)))
+        ids.push_back(static_cast<std::int32_t>(id));
+    }
+    start = i + 1;
+  }
+  return ids;
+}
+
+std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
+                                          const SentencePieceTrainOptions& o) {
+  TB_CHECK(!o.model_prefix.empty(), "[tokenizer] the model prefix (-o) is empty");
+  TB_CHECK(o.vocab_size >= 8, "[tokenizer] vocab_size must be >= 8, got ", o.vocab_size);
+  TB_CHECK(o.model_type == "unigram" || o.model_type == "bpe" || o.model_type == "char" ||
+               o.model_type == "word",
+           "[tokenizer] model_type must be one of unigram, bpe, char, word, got '", o.model_type,
+           "'");
+  TB_CHECK(o.character_coverage > 0.0 && o.character_coverage <= 1.0,
+           "[tokenizer] character_coverage must be in (0, 1], got ", o.character_coverage);
+  TB_CHECK(o.max_lines >= 0, "[tokenizer] max_lines must be >= 0, got ", o.max_lines);
+  CorpusLines lines(corpus, o.max_lines);
+  TB_CHECK(!lines.done(), "[tokenizer] ", corpus.source, " has no non-empty line to train on");
+  const std::unordered_map<std::string, std::string> args = {
+      {"model_prefix", o.model_prefix.string()},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"model_type", o.model_type},
+      {"character_coverage", std::to_string(o.character_coverage)},
+      {"num_threads", "1"},  // the same model on every machine
+      {"minloglevel", "2"},  // warnings and errors only
+  };
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines);
+  TB_CHECK(status.ok(), "[tokenizer] training on ", corpus.source, " failed: ", status.ToString());
+  return o.model_prefix.string() + ".model";
+}
+
+}  // namespace tb::data

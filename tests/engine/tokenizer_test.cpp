@@ -1,0 +1,288 @@
+// Tokenizers (engine/data/tokenizer.h) and the text kind over SentencePiece pieces: a model
+// trained here on a generated text (the same bytes twice over: deterministic), texts that
+// round-trip, errors naming the file or field, windows that are the encoded text's, and a run
+// whose samples and `sample` come back as text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/api/run_api.h"
+#include "engine/api/tokenizer_api.h"
+#include "engine/api/workbench_api.h"
+#include "engine/core/error.h"
+#include "engine/data/registry.h"
+#include "engine/data/token_file.h"
+#include "engine/data/tokenizer.h"
+#include "tests/engine/test_util.h"
+
+namespace {
+
+using namespace tb;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// 600 lines of sentences over a small vocabulary of words (a fixed pseudo-random walk).
+std::string corpus_text() {
+  static const char* words[] = {"the",  "cat",   "sat",  "on",   "mat",  "a",     "dog",
+                                "ran",  "after", "fast", "slow", "red",  "green", "ball",
+                                "with", "and",   "then", "over", "hill", "under", "tree"};
+  std::ostringstream os;
+  std::uint32_t x = 12345;
+  for (int line = 0; line < 600; ++line) {
+    const int n = 4 + line % 7;
+    for (int w = 0; w < n; ++w) {
+      x = x * 1664525u + 1013904223u;
+      os << (w ? " " : "") << words[(x >> 16) % 21];
+    }
+    os << (line % 5 == 4 ? ".\n\n" : ".\n");  // some empty lines
+  }
+  return os.str();
+}
+
+struct Fixture {
+  test::TempDir dir{"tb_tokenizer"};
+  std::filesystem::path text = dir.path() / "corpus.txt";
+  std::filesystem::path model;
+  Fixture() {
+    std::ofstream(text) << corpus_text();
+    data::SentencePieceTrainOptions o;
+    o.model_prefix = dir.path() / "sp";
+    o.vocab_size = 40;
+    model = data::train_sentencepiece(data::load_text_corpus(text), o);
+  }
+};
+
+TEST(Tokenizer, BytesAreTheirOwnIds) {
+  const auto b = data::byte_tokenizer();
+  EXPECT_EQ(b->vocab(), 256);
+  EXPECT_EQ(b->encode("A\n\xff"), (std::vector<std::int64_t>{65, 10, 255}));
+  const std::vector<std::int64_t> ids = {104, 105};
+  EXPECT_EQ(b->decode(ids), "hi");
+  const std::vector<std::int64_t> bad = {256};
+  EXPECT_NE(error_of([&] { (void)b->decode(bad); }).find("id 256 is not a byte"),
+            std::string::npos);
+  EXPECT_EQ(b->start_ids(), std::vector<std::int64_t>{'\n'});
+}
+
+TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
+  Fixture f;
+  ASSERT_TRUE(std::filesystem::exists(f.model));
+  EXPECT_EQ(f.model.filename(), "sp.model");
+  const auto sp = data::load_sentencepiece(f.model);
+  EXPECT_EQ(sp->vocab(), 40);
+  EXPECT_EQ(sp->describe(), "sentencepiece " + f.model.string());
+  // The same text and options give the same pieces and scores (the .vocab files; the .model
+  // file also records its own prefix).
+  data::SentencePieceTrainOptions o;
+  o.model_prefix = f.dir.path() / "again";
+  o.vocab_size = 40;
+  const auto again = data::train_sentencepiece(data::load_text_corpus(f.text), o);
+  auto vocab_of = [](std::filesystem::path m) { return read_bytes(m.replace_extension(".vocab")); };
+  EXPECT_FALSE(vocab_of(f.model).empty());
+  EXPECT_TRUE(vocab_of(again) == vocab_of(f.model));
+  // Single-spaced words round-trip; frequent words are one piece each.
+  const std::string line = "the dog ran after the red ball";
+  const auto ids = sp->encode(line);
+  EXPECT_LT(ids.size(), line.size());
+  for (const auto id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 40);
+  }
+  EXPECT_EQ(sp->decode(ids), line);
+  ASSERT_EQ(sp->start_ids().size(), 1u);
+  EXPECT_EQ(sp->decode(sp->start_ids()), "");  // the word-start piece alone
+  const std::vector<std::int64_t> bad = {40};
+  EXPECT_NE(error_of([&] { (void)sp->decode(bad); }).find("id 40 is outside the vocabulary 0..39"),
+            std::string::npos);
+  // The corpus encodes line by line: the ids are the concatenation of each non-empty line's.
+  const auto corpus = data::load_text_corpus(f.text);
+  const auto all = data::encode_corpus_lines(*sp, corpus);
+  std::vector<std::int32_t> by_line;
+  std::istringstream in(corpus_text());
+  for (std::string l; std::getline(in, l);) {
+    if (l.empty()) continue;
+    for (const auto id : sp->encode(l))
+      by_line.push_back(static_cast<std::int32_t>(id));
+  }
+  EXPECT_EQ(all, by_line);
+  // The CLI's report and encode.
+  const std::string enc = api::encode_text(f.model.string(), line);
+  EXPECT_NE(enc.find(std::to_string(ids.size()) + " pieces of sentencepiece"), std::string::npos)
+      << enc;
+  EXPECT_NE(enc.find("decoded: " + line), std::string::npos) << enc;
+}
+
+TEST(Tokenizer, BadFilesAndOptionsAreNamed) {
+  test::TempDir dir("tb_tokenizer_bad");
+  const auto missing = dir.path() / "missing.model";
+  EXPECT_NE(error_of([&] {
+              (void)data::load_sentencepiece(missing);
+            }).find("[tokenizer] cannot open " + missing.string()),
+            std::string::npos);
+  const auto text = dir.path() / "not.model";
+  std::ofstream(text) << "this is not a protobuf";
+  EXPECT_NE(error_of([&] {
+              (void)data::load_sentencepiece(text);
+            }).find(text.string() + " is not a SentencePiece model"),
+            std::string::npos);
+  std::ofstream(dir.path() / "small.txt") << "ab ab ab\nba ba\n";
+  const auto small = data::load_text_corpus(dir.path() / "small.txt");
+  data::SentencePieceTrainOptions o;
+  o.model_prefix = dir.path() / "m";
+  o.vocab_size = 5000;  // far more pieces than the text has
+  const std::string too_many = error_of([&] { (void)data::train_sentencepiece(small, o); });
+  EXPECT_NE(too_many.find("[tokenizer] training on"), std::string::npos) << too_many;
+  EXPECT_NE(too_many.find("Vocabulary size"), std::string::npos) << too_many;
+  o.vocab_size = 100;
+  o.model_type = "wordpiece";
+  EXPECT_NE(error_of([&] {
+              (void)data::train_sentencepiece(small, o);
+            }).find("model_type must be one of unigram, bpe, char, word, got 'wordpiece'"),
+            std::string::npos);
+}
+
+// data.kind = "text" with tokenizer = "sentencepiece": the shape's vocabulary is the model's,
+// windows are the encoded text's (validation: the last tenth, in order), and a missing model is
+// named by its field — at load time, while the config check reads vocabulary 0 (not known).
+TEST(Tokenizer, TheTextKindReadsPieces) {
+  Fixture f;
+  const auto kind = data::dataset_registry().at("text");
+  nlohmann::json d = {{"path", f.text.string()},
+                      {"tokenizer", "sentencepiece"},
+                      {"tokenizer_model", f.model.string()},
+                      {"context_length", 8},
+                      {"val_fraction", 0.1}};
+  EXPECT_EQ(kind->shape(d).vocab, 40);
+  ASSERT_NE(data::tokenizer_of(*kind, d), nullptr);
+  EXPECT_EQ(data::tokenizer_of(*kind, d)->vocab(), 40);
+  const data::DataSplits s = kind->make(d, 1);
+  const auto sp = data::load_sentencepiece(f.model);
+  const auto ids = data::encode_corpus_lines(*sp, data::load_text_corpus(f.text));
+  const auto n = static_cast<std::int64_t>(ids.size());
+  const std::int64_t val_begin = n - static_cast<std::int64_t>(static_cast<double>(n) * 0.1);
+  const std::vector<std::int64_t> first = {0, 1};
+  const data::Batch b = s.eval->get_batch(first, data::BatchContext{});
+  ASSERT_EQ(b.input.size(1), 8);
+  const auto in = b.input.to_vector<std::int64_t>();
+  const auto tg = b.target.to_vector<std::int64_t>();
+  for (std::int64_t j = 0; j < 8; ++j) {
+    EXPECT_EQ(in[static_cast<std::size_t>(j)], ids[static_cast<std::size_t>(val_begin + j)]);
+    EXPECT_EQ(tg[static_cast<std::size_t>(j)], ids[static_cast<std::size_t>(val_begin + j + 1)]);
+    EXPECT_EQ(in[static_cast<std::size_t>(8 + j)],
+              ids[static_cast<std::size_t>(val_begin + 8 + j)]);
+  }
+  const std::vector<std::int64_t> some = {0, 5, 9};
+  for (const auto t :
+       s.train->get_batch(some, data::BatchContext{7}).input.to_vector<std::int64_t>())
+    EXPECT_LT(t, 40);
+  // Bytes stay the default.
+  EXPECT_EQ(kind->shape({{"path", f.text.string()}}).vocab, 256);
+  EXPECT_EQ(data::tokenizer_of(*kind, {{"path", f.text.string()}})->describe(), "bytes");
+  // A missing model.
+  d["tokenizer_model"] = (f.dir.path() / "nope.model").string();
+  EXPECT_EQ(kind->shape(d).vocab, 0);
+  EXPECT_NE(error_of([&] {
+              (void)kind->make(d, 1);
+            }).find("[text] data.tokenizer_model: [tokenizer] cannot open"),
+            std::string::npos);
+  d.erase("tokenizer_model");
+  EXPECT_NE(error_of([&] {
+              (void)kind->make(d, 1);
+            }).find("data.tokenizer = \"sentencepiece\" needs data.tokenizer_model"),
+            std::string::npos);
+}
+
+// A qwen-tiny run over the pieces: it learns (eval loss below the uniform guess ln 40), writes
+// its eval samples as text, and `sample` takes and gives text through the run's tokenizer.
+TEST(Tokenizer, ARunOverPiecesSamplesText) {
+  Fixture f;
+  const auto config = f.dir.path() / "lm.toml";
+  std::ofstream(config) << R"([run]
+name = "pieces"
+steps = 40
+seed = 3
+[model]
+kind = "qwen-tiny"
+vocab = 64
+d_model = 32
+n_layers = 1
+n_heads = 2
+context_length = 16
+[data]
+kind = "text"
+path = ")" << f.text.string()
+                        << R"("
+tokenizer = "sentencepiece"
+tokenizer_model = ")" << f.model.string()
+                        << R"("
+context_length = 16
+batch_size = 8
+workers = 0
+[optimizer]
+kind = "adamw"
+lr = 0.01
+[eval]
+interval = 40
+batches = 2
+samples = 1
+sample_tokens = 10
+)";
+  const auto db = (f.dir.path() / "runs.sqlite").string();
+  const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
+                                     nullptr, nullptr);
+  ASSERT_EQ(run.status, "finished") << run.message;
+  const auto evals = api::StoreReader(db).series(run.run_id, "eval.loss");
+  ASSERT_FALSE(evals.value.empty());
+  EXPECT_LT(evals.value.back(), std::log(40.0) - 0.5);
+  // The sample event is text of the corpus's words (letters, spaces, full stops).
+  int samples = 0;
+  for (const auto& e : api::StoreReader(db).events(run.run_id)) {
+    const auto at = e.find("sample at step 40: ");
+    if (at == std::string::npos) continue;
+    ++samples;
+    const std::string text = e.substr(at + 19);
+    EXPECT_FALSE(text.empty());
+    for (const char c : text)
+      EXPECT_TRUE((c >= 'a' && c <= 'z') || c == ' ' || c == '.' || c == '?') << e;
+  }
+  EXPECT_EQ(samples, 1);
+  api::SampleRequest req;
+  req.db_path = db;
+  req.run_id = run.run_id;
+  req.prompt = "the cat";
+  req.tokens = 12;
+  req.temperature = 0.0;
+  const auto a = api::sample_run(req);
+  EXPECT_TRUE(a.has_text);
+  EXPECT_EQ(a.tokenizer, "sentencepiece " + f.model.string());
+  EXPECT_EQ(a.text.rfind("the cat", 0), 0u) << a.text;
+  EXPECT_EQ(a.tokens.size(), data::load_sentencepiece(f.model)->encode("the cat").size() + 12);
+  req.prompt.clear();
+  req.prompt_tokens = {3};
+  EXPECT_NE(error_of([&] { (void)api::sample_run(req); }).find("give the prompt as text"),
+            std::string::npos);
+}
+
+}  // namespace
