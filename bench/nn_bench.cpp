@@ -2,7 +2,8 @@
 // shapes and thread count (bench/torch_nn.py):
 //   mlp:       784-256-256-10 (ReLU), batch 128, cross-entropy
 //   qwen-tiny: d=128, 4 layers, 4 heads, T=64, B=16, vocab 256, cross-entropy
-// One iteration = forward + loss + backward + zero_grad (no optimizer step).
+// One iteration = forward + loss + backward + zero_grad (no optimizer step). Also the CNN
+// example's first-block kernels (batch norm, max pooling, ReLU's gradient) one at a time.
 // Run: nn_bench --benchmark_min_time=2 (threads: the /N argument).
 #include <benchmark/benchmark.h>
 
@@ -118,12 +119,52 @@ void BM_rms_norm_fwd_bwd(benchmark::State& state) {
   state.SetLabel(state.range(0) == 0 ? "fused" : "composed");
 }
 
+// The CNN example's first block at batch 128 ([128, 32, 28, 28]), one kernel at a time, one
+// thread: arg 0 = batch norm forward, 1 = batch norm backward, 2 = max_pool2d 2x2 forward, 3 =
+// its backward, 4 = ReLU backward.
+void BM_cnn_block_kernels(benchmark::State& state) {
+  tb::core::set_num_threads(1);
+  auto gen = tb::rng::make_generator(tb::core::Device());
+  gen->manual_seed(0);
+  const Tensor x = ops::randn({128, 32, 28, 28}, gen.get());
+  const Tensor g = ops::randn({128, 32, 28, 28}, gen.get());
+  const Tensor w = ops::ones({32}), b = ops::zeros({32});
+  Tensor rm = ops::zeros({32}), rv = ops::ones({32});
+  const Tensor mean = ops::mean(x, {0, 2, 3}), invstd = ops::ones({32});
+  const auto [pooled, idx] = ops::max_pool2d_with_indices(x, {2}, {2}, {0});
+  const Tensor gp = ops::randn({128, 32, 14, 14}, gen.get());
+  const char* labels[] = {"batch_norm", "batch_norm_backward", "max_pool2d", "max_pool2d_backward",
+                          "relu_backward"};
+  for (auto _ : state) {
+    switch (state.range(0)) {
+      case 0:
+        benchmark::DoNotOptimize(ops::batch_norm(x, rm, rv, w, b, true).data_ptr());
+        break;
+      case 1:
+        benchmark::DoNotOptimize(
+            std::get<0>(ops::batch_norm_backward(g, x, w, mean, invstd, true, true)).data_ptr());
+        break;
+      case 2:
+        benchmark::DoNotOptimize(
+            std::get<0>(ops::max_pool2d_with_indices(x, {2}, {2}, {0})).data_ptr());
+        break;
+      case 3:
+        benchmark::DoNotOptimize(ops::max_pool2d_backward(gp, x, idx).data_ptr());
+        break;
+      default:
+        benchmark::DoNotOptimize(ops::relu_backward(g, x).data_ptr());
+    }
+  }
+  state.SetLabel(labels[state.range(0)]);
+}
+
 BENCHMARK(BM_mlp_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_qwen_tiny_fwd_bwd)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_rms_norm_fwd_bwd)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+BENCHMARK(BM_cnn_block_kernels)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_attention_fwd_bwd)
     ->ArgsProduct({{0, 1}, {64, 256}, {1, 2}})
     ->Unit(benchmark::kMillisecond)

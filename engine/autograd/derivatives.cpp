@@ -92,9 +92,10 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
       unary([](const Tensor& g, const Tensor&, const Tensor&) { return ops::zeros_like(g); });
   t["square"] =
       unary([](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, mul(x, 2.0)); });
-  t["relu"] = unary([](const Tensor& g, const Tensor& x, const Tensor&) {
-    return mul(g, as_float_mask(ops::gt(x, ops::zeros({}, x.dtype(), x.device())), g));
-  });
+  // One fused pass: the comparison, its bool-to-float copy and the product were a tenth of a
+  // small CNN's step.
+  t["relu"] = unary(
+      [](const Tensor& g, const Tensor& x, const Tensor&) { return ops::relu_backward(g, x); });
   t["exp"] = unary([](const Tensor& g, const Tensor&, const Tensor& out) { return mul(g, out); });
   t["log"] = unary([](const Tensor& g, const Tensor& x, const Tensor&) { return ops::div(g, x); });
   t["log1p"] = unary([](const Tensor& g, const Tensor& x, const Tensor&) {

@@ -99,6 +99,9 @@ Tensor gelu_tanh(const Tensor& a);
 /// 0.5·x·(1 + tanh u) rewritten with 0.5·(1 + tanh u) = σ(2u). Floating point (integers are
 /// promoted), broadcasting as mul. Not itself differentiable (the backward of gelu_tanh).
 Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x);
+/// relu's gradient in one pass: 0 where x <= 0, else grad (PyTorch's threshold_backward at 0,
+/// so a NaN input passes grad).
+Tensor relu_backward(const Tensor& grad, const Tensor& x);
 
 /// In place: a += alpha * b (b broadcast to a's shape; result cast to a's dtype).
 Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);

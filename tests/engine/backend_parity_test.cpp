@@ -197,6 +197,10 @@ std::map<std::string, Case> cases() {
                    tol_of(dt), label("gelu_tanh_backward (transposed)", dt, {3, 5}));
     }
   };
+  c["relu_backward"] = [](const Device& d) {
+    binary_case("relu_backward", d,
+                [](const Tensor& a, const Tensor& b) { return ops::relu_backward(a, b); });
+  };
   c["maximum"] = [](const Device& d) {
     binary_case("maximum", d, [](const Tensor& a, const Tensor& b) { return ops::maximum(a, b); });
   };

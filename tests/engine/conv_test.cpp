@@ -356,3 +356,73 @@ TEST(CnnModel, ConfigErrorsNameTheField) {
 }
 
 }  // namespace
+
+namespace {
+
+// max_pool2d against a plain scan (PyTorch's rule: the first maximum in row-major window order,
+// a NaN wins), on data full of ties, signed zeros, infinities and NaNs: the 2x2 / stride-2 fast
+// path and the general one, float32 and float64, values and indices exact.
+TEST(ConvOps, MaxPoolMatchesAPlainScanOnTiesZerosInfinitiesAndNaNs) {
+  // Mostly signed zeros, so that windows tie at a maximum of 0 and the winner's sign shows
+  // which corner was taken.
+  const double specials[] = {-0.0, -0.0, -0.0, -0.0, -0.0, 0.0,       0.0,      0.0,
+                             0.0,  0.0,  -1.0, 1.0,  1.0,  -INFINITY, INFINITY, std::nan("")};
+  const std::int64_t n = 2, c = 3, h = 9, w = 70;  // 35 outputs a row: a block and a tail
+  std::vector<double> v(static_cast<std::size_t>(n * c * h * w));
+  std::uint32_t r = 7;
+  for (auto& e : v) {
+    r = r * 1664525u + 1013904223u;
+    e = specials[(r >> 24) % 16];
+  }
+  // The first plane without NaN (the fast path's vector loop without its fallback).
+  for (std::int64_t i = 0; i < h * w; ++i)
+    if (std::isnan(v[static_cast<std::size_t>(i)])) v[static_cast<std::size_t>(i)] = 2.0;
+  struct Geometry {
+    std::int64_t k, s, p;
+  };
+  for (const Geometry geo : {Geometry{2, 2, 0}, Geometry{3, 2, 1}}) {
+    const std::int64_t oh = (h + 2 * geo.p - geo.k) / geo.s + 1;
+    const std::int64_t ow = (w + 2 * geo.p - geo.k) / geo.s + 1;
+    std::vector<double> want;
+    std::vector<std::int64_t> want_at;
+    for (std::int64_t plane = 0; plane < n * c; ++plane) {
+      for (std::int64_t oy = 0; oy < oh; ++oy) {
+        for (std::int64_t ox = 0; ox < ow; ++ox) {
+          double best = -INFINITY;
+          std::int64_t at = -1;
+          for (std::int64_t iy = oy * geo.s - geo.p; iy < oy * geo.s - geo.p + geo.k; ++iy) {
+            for (std::int64_t ix = ox * geo.s - geo.p; ix < ox * geo.s - geo.p + geo.k; ++ix) {
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              const double e = v[static_cast<std::size_t>((plane * h + iy) * w + ix)];
+              if (at < 0 || (!std::isnan(best) && (e > best || std::isnan(e)))) {
+                best = e;
+                at = iy * w + ix;
+              }
+            }
+          }
+          want.push_back(best);
+          want_at.push_back(at);
+        }
+      }
+    }
+    for (const ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+      const Tensor x = tb::core::from_vector(v, {n, c, h, w}).to(dt);
+      const auto [y, idx] = ops::max_pool2d_with_indices(x, {geo.k}, {geo.s}, {geo.p});
+      const auto got = y.to(ScalarType::Float64).to_vector<double>();
+      const auto got_at = idx.to_vector<std::int64_t>();
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        SCOPED_TRACE("kernel " + std::to_string(geo.k) + " output " + std::to_string(i));
+        EXPECT_EQ(got_at[i], want_at[i]);
+        if (std::isnan(want[i])) {
+          EXPECT_TRUE(std::isnan(got[i]));
+        } else {
+          EXPECT_EQ(got[i], want[i]);
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want[i]));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace

@@ -485,6 +485,26 @@ const UnaryCase kUnaryCases[] = {
      -5, 5},
 };
 
+// relu's fused backward is PyTorch's threshold_backward at 0: the gradient where x > 0, 0 where
+// x <= 0 (an infinite gradient included), the gradient where x is NaN; it broadcasts and keeps
+// integer dtypes.
+TEST(OpsBinary, ReluBackwardIsThresholdBackward) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+    const Tensor out = relu_backward(make({1, 2, 3, 4, inf, -5}, {6}, dt),
+                                     make({-1, 0, 2, kNaN, -3, 1e-30}, {6}, dt));
+    EXPECT_EQ(out.dtype(), dt);
+    const auto v = vals(out);
+    EXPECT_EQ(v, (std::vector<double>{0, 0, 3, 4, 0, -5}));
+  }
+  const Tensor b = relu_backward(make({2}, {1}), make({-1, 1, 3}, {3}));
+  EXPECT_EQ(vals(b), (std::vector<double>{0, 2, 2}));
+  EXPECT_EQ(
+      relu_backward(make({7, 7}, {2}, ScalarType::Int64), make({-1, 1}, {2}, ScalarType::Int64))
+          .dtype(),
+      ScalarType::Int64);
+}
+
 // gelu_tanh's fused backward is d/dx of torch's formula, 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²)
 // with t = tanh(k·(x + c·x³)), times the incoming gradient; far out it is 0 (x ≪ 0) and the
 // gradient itself (x ≫ 0), and NaN propagates.

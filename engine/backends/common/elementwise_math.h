@@ -48,8 +48,20 @@ enum class Unary : int {
 };
 
 /// Binary ops with a shared implementation (add/sub take alpha: a + alpha * b, a - alpha * b).
-/// gelu_tanh_backward(grad, x) is gelu_tanh's gradient at x times grad.
-enum class Binary : int { add, sub, mul, div, maximum, minimum, pow, gelu_tanh_backward, kCount };
+/// gelu_tanh_backward(grad, x) is gelu_tanh's gradient at x times grad; relu_backward(grad, x)
+/// is 0 where x <= 0, else grad (PyTorch's threshold_backward at 0: a NaN passes grad).
+enum class Binary : int {
+  add,
+  sub,
+  mul,
+  div,
+  maximum,
+  minimum,
+  pow,
+  gelu_tanh_backward,
+  relu_backward,
+  kCount
+};
 
 /// Comparisons (results are bool; a NaN compares unequal to everything, as in C++).
 enum class Compare : int { eq, ne, lt, le, gt, ge, kCount };
@@ -65,8 +77,9 @@ inline const char* name(Unary op) {
 
 /// The dispatcher's name of a binary op.
 inline const char* name(Binary op) {
-  constexpr const char* kNames[] = {"add",     "sub",     "mul", "div",
-                                    "maximum", "minimum", "pow", "gelu_tanh_backward"};
+  constexpr const char* kNames[] = {"add",          "sub",     "mul", "div",
+                                    "maximum",      "minimum", "pow", "gelu_tanh_backward",
+                                    "relu_backward"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -189,6 +202,8 @@ TB_EW_HD inline C apply(Binary op, C a, C b, C alpha) {
       } else {
         return a;
       }
+    case Binary::relu_backward:  // a = grad, b = x
+      return b <= C(0) ? C(0) : a;
     default:
       return a;
   }

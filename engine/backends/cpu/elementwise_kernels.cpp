@@ -510,6 +510,11 @@ void register_elementwise_kernels(dispatch::Dispatcher& d) {
      });
      return out;
    }).detach();
+  // relu's gradient in one pass (PyTorch's threshold_backward at 0).
+  d.impl<sig::Binary>("relu_backward", cpu, [](const Tensor& g, const Tensor& x) {
+     return binary_kernel("relu_backward", g, x,
+                          [](auto u, auto v) { return v <= decltype(v)(0) ? decltype(u)(0) : u; });
+   }).detach();
   d.impl<sig::Binary>("maximum", cpu, [](const Tensor& a, const Tensor& b) {
      return binary_kernel("maximum", a, b, [](auto u, auto v) { return max_fn(u, v); });
    }).detach();

@@ -493,8 +493,9 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
                              })
         .detach();
   }
-  for (const auto op : {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum,
-                        ew::Binary::pow, ew::Binary::gelu_tanh_backward}) {
+  for (const auto op :
+       {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum, ew::Binary::pow,
+        ew::Binary::gelu_tanh_backward, ew::Binary::relu_backward}) {
     d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
        return binary_ew(op, a, b, 1.0);
      }).detach();
