@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/backends/common/conv_math.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/capability_kernels.h"
 #include "engine/backends/cpu/float_or_double.h"
@@ -40,39 +41,12 @@ ScalarType stat_dtype(ScalarType dt) {
 
 // ---- conv2d ---------------------------------------------------------------------------------
 
-struct ConvGeom {
-  std::int64_t n, c, h, w;  // input
-  std::int64_t o, kh, kw;   // weight [o, c/groups, kh, kw]
-  std::int64_t sh, sw, ph, pw, dh, dw, groups;
-  std::int64_t oh, ow;  // output
-  std::int64_t cg() const { return c / groups; }
-  std::int64_t og() const { return o / groups; }
-  std::int64_t k() const { return cg() * kh * kw; }  // one group's column rows
-  std::int64_t l() const { return oh * ow; }         // output positions
-  // 1×1, stride 1, no padding: the input plane is the column matrix itself.
-  bool pointwise() const { return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0; }
-};
+using ConvGeom = conv::ConvShape;
 
 ConvGeom conv_geom(const Tensor& x, const Tensor& weight, IntList stride, IntList padding,
                    IntList dilation, std::int64_t groups) {
-  ConvGeom g{};
-  g.n = x.size(0);
-  g.c = x.size(1);
-  g.h = x.size(2);
-  g.w = x.size(3);
-  g.o = weight.size(0);
-  g.kh = weight.size(2);
-  g.kw = weight.size(3);
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.dh = dilation[0];
-  g.dw = dilation[1];
-  g.groups = groups;
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
+  return conv::conv_shape(x.sizes().data(), weight.sizes().data(), stride.data(), padding.data(),
+                          dilation.data(), groups);
 }
 
 // col[k, l] for one group of one sample: row (c, i, j) holds the input at (oh·sh − ph + i·dh,
@@ -269,24 +243,10 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
 
 // ---- pooling --------------------------------------------------------------------------------
 
-struct PoolGeom {
-  std::int64_t planes, h, w, kh, kw, sh, sw, ph, pw, oh, ow;
-};
+using PoolGeom = conv::PoolShape;
 
 PoolGeom pool_geom(const Tensor& x, IntList kernel, IntList stride, IntList padding) {
-  PoolGeom g{};
-  g.planes = x.size(0) * x.size(1);
-  g.h = x.size(2);
-  g.w = x.size(3);
-  g.kh = kernel[0];
-  g.kw = kernel[1];
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
-  return g;
+  return conv::pool_shape(x.sizes().data(), kernel.data(), stride.data(), padding.data());
 }
 
 std::int64_t plane_grain(std::int64_t plane_elems) {
@@ -433,25 +393,8 @@ Tensor max_pool2d_backward_kernel(const Tensor& dy, const Tensor& x, const Tenso
   return dx;
 }
 
-// The averaging window of output (oy, ox): rows [y0, y1) and columns [x0, x1) inside the image,
-// and its divisor (PyTorch: the window clipped to the padded image when count_include_pad, to the
-// image otherwise).
-struct AvgWindow {
-  std::int64_t y0, y1, x0, x1;
-  double divisor;
-};
-
-AvgWindow avg_window(const PoolGeom& g, std::int64_t oy, std::int64_t ox, bool count_include_pad) {
-  std::int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  std::int64_t y1 = std::min(y0 + g.kh, g.h + g.ph), x1 = std::min(x0 + g.kw, g.w + g.pw);
-  const std::int64_t padded = (y1 - y0) * (x1 - x0);
-  y0 = std::max<std::int64_t>(y0, 0);
-  x0 = std::max<std::int64_t>(x0, 0);
-  y1 = std::min(y1, g.h);
-  x1 = std::min(x1, g.w);
-  const std::int64_t inside = (y1 - y0) * (x1 - x0);
-  return {y0, y1, x0, x1, static_cast<double>(count_include_pad ? padded : inside)};
-}
+using conv::avg_window;
+using conv::AvgWindow;
 
 Tensor avg_pool2d_kernel(const Tensor& x, IntList kernel, IntList stride, IntList padding,
                          bool count_include_pad) {
@@ -507,12 +450,8 @@ Tensor avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& x, IntList ker
   return dx;
 }
 
-std::int64_t adaptive_start(std::int64_t i, std::int64_t out, std::int64_t in) {
-  return (i * in) / out;
-}
-std::int64_t adaptive_end(std::int64_t i, std::int64_t out, std::int64_t in) {
-  return ((i + 1) * in + out - 1) / out;
-}
+using conv::adaptive_end;
+using conv::adaptive_start;
 
 Tensor adaptive_avg_pool2d_kernel(const Tensor& x, IntList output_size) {
   const std::int64_t planes = x.size(0) * x.size(1), h = x.size(2), w = x.size(3);

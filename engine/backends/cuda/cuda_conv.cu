@@ -139,24 +139,10 @@ __global__ void max_pool_backward_kernel(std::int64_t planes, std::int64_t hw, s
   }
 }
 
-// The averaging window of output (oy, ox), clipped to the image, and its divisor (the CPU's
-// avg_window).
-struct Window {
-  std::int64_t y0, y1, x0, x1, divisor;
-};
-
-__device__ inline Window avg_window(const PoolShape& g, std::int64_t oy, std::int64_t ox,
-                                    bool count_include_pad) {
-  std::int64_t y0 = oy * g.sh - g.ph, x0 = ox * g.sw - g.pw;
-  std::int64_t y1 = y0 + g.kh < g.h + g.ph ? y0 + g.kh : g.h + g.ph;
-  std::int64_t x1 = x0 + g.kw < g.w + g.pw ? x0 + g.kw : g.w + g.pw;
-  const std::int64_t padded = (y1 - y0) * (x1 - x0);
-  y0 = y0 > 0 ? y0 : 0;
-  x0 = x0 > 0 ? x0 : 0;
-  y1 = y1 < g.h ? y1 : g.h;
-  x1 = x1 < g.w ? x1 : g.w;
-  return {y0, y1, x0, x1, count_include_pad ? padded : (y1 - y0) * (x1 - x0)};
-}
+using conv::adaptive_end;
+using conv::adaptive_start;
+using conv::avg_window;
+using conv::AvgWindow;
 
 template <typename T>
 __global__ void avg_pool_kernel(PoolShape g, bool count_include_pad, const T* x, T* y) {
@@ -165,7 +151,7 @@ __global__ void avg_pool_kernel(PoolShape g, bool count_include_pad, const T* x,
     const std::int64_t ox = idx % g.ow;
     const std::int64_t oy = (idx / g.ow) % g.oh;
     const T* plane = x + (idx / (g.ow * g.oh)) * g.h * g.w;
-    const Window a = avg_window(g, oy, ox, count_include_pad);
+    const AvgWindow a = avg_window(g, oy, ox, count_include_pad);
     T s = 0;
     for (std::int64_t iy = a.y0; iy < a.y1; ++iy)
       for (std::int64_t ix = a.x0; ix < a.x1; ++ix)
@@ -196,20 +182,13 @@ __global__ void avg_pool_backward_kernel(PoolShape g, bool count_include_pad, co
     T acc = 0;
     for (std::int64_t oy = oy0; oy <= oy1; ++oy) {
       for (std::int64_t ox = ox0; ox <= ox1; ++ox) {
-        const Window a = avg_window(g, oy, ox, count_include_pad);
+        const AvgWindow a = avg_window(g, oy, ox, count_include_pad);
         if (iy < a.y0 || iy >= a.y1 || ix < a.x0 || ix >= a.x1) continue;
         acc += grad[oy * g.ow + ox] / static_cast<T>(a.divisor);
       }
     }
     dx[idx] = acc;
   }
-}
-
-__device__ inline std::int64_t adaptive_start(std::int64_t i, std::int64_t out, std::int64_t in) {
-  return (i * in) / out;
-}
-__device__ inline std::int64_t adaptive_end(std::int64_t i, std::int64_t out, std::int64_t in) {
-  return ((i + 1) * in + out - 1) / out;
 }
 
 template <typename T>

@@ -60,24 +60,8 @@ void* mut_ptr_or_null(const Tensor& t) {
 
 kern::ConvShape conv_shape(const Tensor& x, const Tensor& weight, IntList stride, IntList padding,
                            IntList dilation, std::int64_t groups) {
-  kern::ConvShape g;
-  g.n = x.size(0);
-  g.c = x.size(1);
-  g.h = x.size(2);
-  g.w = x.size(3);
-  g.o = weight.size(0);
-  g.kh = weight.size(2);
-  g.kw = weight.size(3);
-  g.sh = stride[0];
-  g.sw = stride[1];
-  g.ph = padding[0];
-  g.pw = padding[1];
-  g.dh = dilation[0];
-  g.dw = dilation[1];
-  g.groups = groups;
-  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
-  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
-  return g;
+  return conv::conv_shape(x.sizes().data(), weight.sizes().data(), stride.data(), padding.data(),
+                          dilation.data(), groups);
 }
 
 // Samples per chunk: at most kChunkSamples, and the column buffer [groups, K, chunk·L] within
@@ -110,9 +94,9 @@ ConvChunks conv_chunks(const Tensor& x, const Tensor& weight, IntList stride, In
                        IntList dilation, std::int64_t groups) {
   ConvChunks c;
   c.g = conv_shape(x, weight, stride, padding, dilation, groups);
-  c.k = (c.g.c / groups) * c.g.kh * c.g.kw;
-  c.l = c.g.oh * c.g.ow;
-  c.og = c.g.o / groups;
+  c.k = c.g.k();
+  c.l = c.g.l();
+  c.og = c.g.og();
   c.chunk = chunk_samples(c.g, static_cast<std::int64_t>(core::element_size(x.dtype())));
   c.col = Tensor::empty({groups, c.k, c.chunk * c.l}, x.dtype(), x.device());
   return c;
@@ -183,30 +167,20 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
 
 // ---- pooling ------------------------------------------------------------------------------------
 
-kern::PoolShape pool_shape(const Tensor& x, IntList kernel, IntList stride, IntList padding,
-                           std::int64_t oh, std::int64_t ow) {
+kern::PoolShape window_pool_shape(const Tensor& x, IntList kernel, IntList stride,
+                                  IntList padding) {
+  return conv::pool_shape(x.sizes().data(), kernel.data(), stride.data(), padding.data());
+}
+
+// Adaptive pooling: planes and sizes only (no window parameters).
+kern::PoolShape adaptive_shape(const Tensor& x, std::int64_t oh, std::int64_t ow) {
   kern::PoolShape g;
   g.planes = x.size(0) * x.size(1);
   g.h = x.size(2);
   g.w = x.size(3);
-  if (!kernel.empty()) {
-    g.kh = kernel[0];
-    g.kw = kernel[1];
-    g.sh = stride[0];
-    g.sw = stride[1];
-    g.ph = padding[0];
-    g.pw = padding[1];
-  }
   g.oh = oh;
   g.ow = ow;
   return g;
-}
-
-kern::PoolShape window_pool_shape(const Tensor& x, IntList kernel, IntList stride,
-                                  IntList padding) {
-  return pool_shape(x, kernel, stride, padding,
-                    (x.size(2) + 2 * padding[0] - kernel[0]) / stride[0] + 1,
-                    (x.size(3) + 2 * padding[1] - kernel[1]) / stride[1] + 1);
 }
 
 std::tuple<Tensor, Tensor> max_pool2d_kernel(const Tensor& x, IntList kernel, IntList stride,
@@ -259,7 +233,7 @@ Tensor avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& x, IntList ker
 
 Tensor adaptive_avg_pool2d_kernel(const Tensor& x, IntList output_size) {
   require_float_or_double(x, "adaptive_avg_pool2d");
-  const kern::PoolShape g = pool_shape(x, {}, {}, {}, output_size[0], output_size[1]);
+  const kern::PoolShape g = adaptive_shape(x, output_size[0], output_size[1]);
   Tensor y = Tensor::empty({x.size(0), x.size(1), g.oh, g.ow}, x.dtype(), x.device());
   DeviceGuard guard(x.device().index());
   check_launch(kern::launch_adaptive_avg_pool2d(st(x), g, x.data_ptr(), y.data_ptr()),
@@ -269,7 +243,7 @@ Tensor adaptive_avg_pool2d_kernel(const Tensor& x, IntList output_size) {
 
 Tensor adaptive_avg_pool2d_backward_kernel(const Tensor& dy, const Tensor& x) {
   require_float_or_double(x, "adaptive_avg_pool2d_backward");
-  const kern::PoolShape g = pool_shape(x, {}, {}, {}, dy.size(2), dy.size(3));
+  const kern::PoolShape g = adaptive_shape(x, dy.size(2), dy.size(3));
   Tensor dx = Tensor::empty(x.sizes(), x.dtype(), x.device());
   DeviceGuard guard(x.device().index());
   check_launch(kern::launch_adaptive_avg_pool2d_backward(st(x), g, dy.data_ptr(), dx.data_ptr()),

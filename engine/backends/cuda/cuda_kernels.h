@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "engine/backends/common/conv_math.h"
+
 namespace tb::cuda {
 
 /// Fills n elements of `elem_size` bytes at `dst` with the bit pattern at `value` (host memory).
@@ -185,13 +187,8 @@ int launch_attention_backward(const AttentionArgs& a, const AttnOperand& g, cons
 
 // ---- convolutional networks (cuda_conv.cu): contiguous NCHW float32/float64 ---------------------
 
-/// conv2d's geometry: input [n, c, h, w], weight [o, c/groups, kh, kw], output [n, o, oh, ow].
-struct ConvShape {
-  std::int64_t n = 0, c = 0, h = 0, w = 0;  ///< input
-  std::int64_t o = 0, kh = 0, kw = 0;       ///< weight
-  std::int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
-  std::int64_t oh = 0, ow = 0;  ///< output
-};
+using conv::ConvShape;  // engine/backends/common/conv_math.h
+using conv::PoolShape;
 
 /// col [groups, c/groups·kh·kw, b·oh·ow] (row (c, i, j), column (sample, oy, ox)) from samples
 /// [n0, n0 + b) of x: the input at (oy·sh − ph + i·dh, ox·sw − pw + j·dw), 0 outside the image.
@@ -202,12 +199,6 @@ int launch_im2col(int st, const ConvShape& g, const void* x, void* col, std::int
 /// from col (same layout); each element sums its (i, j) taps in order, no atomics.
 int launch_col2im(int st, const ConvShape& g, const void* col, void* dx, std::int64_t n0,
                   std::int64_t b);
-
-/// Pooling geometry: `planes` = n·c planes of h×w, window kh×kw, stride, padding; output oh×ow.
-struct PoolShape {
-  std::int64_t planes = 0, h = 0, w = 0, kh = 0, kw = 0, sh = 1, sw = 1, ph = 0, pw = 0;
-  std::int64_t oh = 0, ow = 0;  ///< output
-};
 
 /// max_pool2d: y and the int64 position ih·w + iw of each window's first maximum (a NaN wins).
 int launch_max_pool2d(int st, const PoolShape& g, const void* x, void* y, std::int64_t* indices);
