@@ -121,7 +121,7 @@ void BM_rms_norm_fwd_bwd(benchmark::State& state) {
 
 // The CNN example's first block at batch 128 ([128, 32, 28, 28]), one kernel at a time, one
 // thread: arg 0 = batch norm forward, 1 = batch norm backward, 2 = max_pool2d 2x2 forward, 3 =
-// its backward, 4 = ReLU backward.
+// its backward, 4 = ReLU backward, 5 = ReLU.
 void BM_cnn_block_kernels(benchmark::State& state) {
   tb::core::set_num_threads(1);
   auto gen = tb::rng::make_generator(tb::core::Device());
@@ -133,8 +133,8 @@ void BM_cnn_block_kernels(benchmark::State& state) {
   const Tensor mean = ops::mean(x, {0, 2, 3}), invstd = ops::ones({32});
   const auto [pooled, idx] = ops::max_pool2d_with_indices(x, {2}, {2}, {0});
   const Tensor gp = ops::randn({128, 32, 14, 14}, gen.get());
-  const char* labels[] = {"batch_norm", "batch_norm_backward", "max_pool2d", "max_pool2d_backward",
-                          "relu_backward"};
+  const char* labels[] = {"batch_norm",          "batch_norm_backward", "max_pool2d",
+                          "max_pool2d_backward", "relu_backward",       "relu"};
   for (auto _ : state) {
     switch (state.range(0)) {
       case 0:
@@ -151,8 +151,11 @@ void BM_cnn_block_kernels(benchmark::State& state) {
       case 3:
         benchmark::DoNotOptimize(ops::max_pool2d_backward(gp, x, idx).data_ptr());
         break;
-      default:
+      case 4:
         benchmark::DoNotOptimize(ops::relu_backward(g, x).data_ptr());
+        break;
+      default:
+        benchmark::DoNotOptimize(ops::relu(x).data_ptr());
     }
   }
   state.SetLabel(labels[state.range(0)]);
@@ -164,7 +167,7 @@ BENCHMARK(BM_rms_norm_fwd_bwd)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK(BM_cnn_block_kernels)->DenseRange(0, 4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_cnn_block_kernels)->DenseRange(0, 5)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_attention_fwd_bwd)
     ->ArgsProduct({{0, 1}, {64, 256}, {1, 2}})
     ->Unit(benchmark::kMillisecond)

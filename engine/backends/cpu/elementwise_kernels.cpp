@@ -21,7 +21,8 @@ namespace {
 template <typename C>
 C relu_fn(C x) {
   if constexpr (std::is_floating_point_v<C>) {
-    return std::isnan(x) ? x : (x > C(0) ? x : C(0));
+    // One compare and select (vectorises; a NaN is not <= 0, so it passes through).
+    return x <= C(0) ? C(0) : x;
   } else {
     return x > C(0) ? x : C(0);
   }
