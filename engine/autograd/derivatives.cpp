@@ -357,7 +357,7 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
   t["conv2d"] = [](const GradContext& c) -> Grads {
     auto [dx, dw, db] =
         ops::conv2d_backward(c.grad(), c.tensor(0), c.tensor(1), c.ints(3), c.ints(4), c.ints(5),
-                             c.integer(6), c.tensor(2).defined() && c.needs[2]);
+                             c.integer(6), c.tensor(2).defined() && c.needs[2], c.needs[0]);
     return {c.needs[0] ? dx : Tensor(),
             c.needs[1] ? dw : Tensor(),
             c.needs[2] ? db : Tensor(),

@@ -111,11 +111,12 @@ using MuonMomentum = void(const std::vector<Tensor>&, const std::vector<Tensor>&
 /// padding [2], dilation [2], groups) -> y [N, O, OH, OW], as torch.nn.functional.conv2d.
 using Conv2d = Tensor(const Tensor&, const Tensor&, const Tensor&, IntList, IntList, IntList,
                       std::int64_t);
-/// conv2d_backward(dy, x, weight, stride, padding, dilation, groups, with_bias) -> (dx, dweight,
-/// dbias; dbias undefined unless with_bias).
+/// conv2d_backward(dy, x, weight, stride, padding, dilation, groups, with_bias, with_input) ->
+/// (dx, dweight, dbias; dbias undefined unless with_bias, dx undefined unless with_input — the
+/// first layer's input needs none, as PyTorch's output_mask).
 using Conv2dBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&,
                                                           const Tensor&, IntList, IntList, IntList,
-                                                          std::int64_t, bool);
+                                                          std::int64_t, bool, bool);
 /// max_pool2d(x [N,C,H,W], kernel [2], stride [2], padding [2]) -> (y, indices: int64 positions
 /// ih·W + iw of each maximum within its H×W plane, as PyTorch's return_indices).
 using MaxPool2d = std::tuple<Tensor, Tensor>(const Tensor&, IntList, IntList, IntList);

@@ -166,7 +166,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, IntList
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad, const Tensor& x,
                                                    const Tensor& weight, IntList stride,
                                                    IntList padding, IntList dilation,
-                                                   std::int64_t groups, bool with_bias) {
+                                                   std::int64_t groups, bool with_bias,
+                                                   bool with_input) {
   static const auto op = Dispatcher::singleton().typed<sig::Conv2dBackward>("conv2d_backward");
   const Tensor x4 = batched("conv2d_backward", x);
   const ConvArgs a = check_conv(x4, weight, Tensor(), stride, padding, dilation, groups);
@@ -186,8 +187,9 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad, const Ten
   const ScalarType dt = compute_dtype({&x, &weight});
   auto [dx, dw, db] =
       op.call(prepared(g4, dt), prepared(x4, dt), prepared(weight, dt), a.stride.list(),
-              a.padding.list(), a.dilation.list(), groups, with_bias);
-  return {unbatched_like(cast_if_needed(dx, x.dtype()), x), cast_if_needed(dw, weight.dtype()), db};
+              a.padding.list(), a.dilation.list(), groups, with_bias, with_input);
+  return {dx.defined() ? unbatched_like(cast_if_needed(dx, x.dtype()), x) : dx,
+          cast_if_needed(dw, weight.dtype()), db};
 }
 
 // ---- pooling ------------------------------------------------------------------------------------

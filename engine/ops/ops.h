@@ -212,11 +212,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               IntList stride = {}, IntList padding = {}, IntList dilation = {},
               std::int64_t groups = 1);
 /// conv2d's gradients (dx, dweight, dbias) given the output's gradient; dbias undefined unless
-/// with_bias.
+/// with_bias, dx undefined unless with_input (not computed: the first layer's input needs none).
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward(const Tensor& grad, const Tensor& x,
                                                    const Tensor& weight, IntList stride,
                                                    IntList padding, IntList dilation,
-                                                   std::int64_t groups, bool with_bias);
+                                                   std::int64_t groups, bool with_bias,
+                                                   bool with_input = true);
 /// Max pooling over kernel windows of x [N, C, H, W] (or [C, H, W]); stride defaults to the
 /// kernel, padding (at most half the kernel) to 0; padded positions never win. A NaN in a window
 /// is its maximum (as in PyTorch). Differentiable in x.

@@ -890,6 +890,12 @@ std::map<std::string, Case> cases() {
         const Tol t{tol_of(dt).atol * 10, tol_of(dt).rtol * 10};
         const std::string what = label("conv2d_backward", dt, cc.x, cc.w);
         expect_close(dxd, dxh, t, what + " dx");
+        // Without the input's gradient: dx undefined, the others unchanged.
+        const auto [nxd, nwd, nbd] =
+            ops::conv2d_backward(g.to(d), x.to(d), w.to(d), cc.stride, cc.padding, cc.dilation,
+                                 cc.groups, cc.bias, false);
+        EXPECT_FALSE(nxd.defined()) << what;
+        expect_close(nwd, dwh, t, what + " dweight without dx");
         expect_close(dwd, dwh, t, what + " dweight");
         ASSERT_EQ(dbd.defined(), dbh.defined()) << what;
         if (dbh.defined()) expect_close(dbd, dbh, t, what + " dbias");

@@ -286,6 +286,11 @@ TEST(ConvOps, WeightGradientDoesNotDependOnTheThreadCount) {
   EXPECT_EQ(dws[0], dws[1]);
   EXPECT_EQ(dws[0], dws[2]);
   EXPECT_EQ(dxs[0], dxs[1]);
+  // Without the input's gradient (autograd asks so for a first layer): no dx, the same dw.
+  const auto [dx, dw, db] = ops::conv2d_backward(dy, x, w, {1}, {1}, {1}, 1, true, false);
+  EXPECT_FALSE(dx.defined());
+  EXPECT_EQ(dw.to_vector<float>(), dws[0]);
+  EXPECT_TRUE(db.defined());
 }
 
 TEST(ConvLayers, Conv2dInitialisationIsPyTorchs) {

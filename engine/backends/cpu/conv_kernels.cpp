@@ -166,9 +166,10 @@ Tensor conv2d_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, const Tensor& x,
                                                           const Tensor& weight, IntList stride,
                                                           IntList padding, IntList dilation,
-                                                          std::int64_t groups, bool with_bias) {
+                                                          std::int64_t groups, bool with_bias,
+                                                          bool with_input) {
   const ConvGeom g = conv_geom(x, weight, stride, padding, dilation, groups);
-  Tensor dx = Tensor::empty(x.sizes(), x.dtype(), x.device());
+  Tensor dx = with_input ? Tensor::empty(x.sizes(), x.dtype(), x.device()) : Tensor();
   Tensor dw = Tensor::empty(weight.sizes(), x.dtype(), x.device());
   Tensor db = with_bias ? Tensor::empty({g.o}, x.dtype(), x.device()) : Tensor();
   float_or_double(x.dtype(), "conv2d_backward", [&](auto zero) {
@@ -176,7 +177,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
     const T* xp = x.data_ptr<T>();
     const T* wp = weight.data_ptr<T>();
     const T* gp = dy.data_ptr<T>();
-    T* dxp = dx.data_ptr<T>();
+    T* dxp = with_input ? dx.data_ptr<T>() : nullptr;
     T* dwp = dw.data_ptr<T>();
     const std::int64_t K = g.k(), L = g.l(), Og = g.og();
     const std::int64_t wsize = g.o * K;
@@ -184,7 +185,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
     // Each chunk's weight gradient, summed in chunk order below.
     std::vector<T> partial(static_cast<std::size_t>(std::max<std::int64_t>(chunks, 1) * wsize),
                            T(0));
-    std::fill(dxp, dxp + x.numel(), T(0));
+    if (with_input) std::fill(dxp, dxp + x.numel(), T(0));
     parallel_gemm_items(chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
       T* col = scratch<T>(static_cast<std::size_t>(K * L), 0);
       T* dcol = scratch<T>(static_cast<std::size_t>(K * L), 1);
@@ -198,9 +199,9 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
             const T* gg = gp + (n * g.o + grp * Og) * L;
             const T* wg = wp + grp * Og * K;
             // dx: columns = Wᵀ·dy, scattered back (a 1×1 stride-1 convolution writes dx directly).
-            if (g.pointwise()) {
+            if (with_input && g.pointwise()) {
               gemm(true, false, K, L, Og, T(1), wg, K, gg, L, T(0), dxp + off, L);
-            } else {
+            } else if (with_input) {
               gemm(true, false, K, L, Og, T(1), wg, K, gg, L, T(0), dcol, L);
               col2im(g, dcol, dxp + off);
             }

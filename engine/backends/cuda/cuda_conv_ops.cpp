@@ -127,10 +127,11 @@ Tensor conv2d_kernel(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, const Tensor& x,
                                                           const Tensor& weight, IntList stride,
                                                           IntList padding, IntList dilation,
-                                                          std::int64_t groups, bool with_bias) {
+                                                          std::int64_t groups, bool with_bias,
+                                                          bool with_input) {
   require_float_or_double(x, "conv2d_backward");
   const kern::ConvShape shape = conv_shape(x, weight, stride, padding, dilation, groups);
-  Tensor dx = Tensor::empty(x.sizes(), x.dtype(), x.device());
+  Tensor dx = with_input ? Tensor::empty(x.sizes(), x.dtype(), x.device()) : Tensor();
   Tensor db = with_bias ? sum(dy, {0, 2, 3}) : Tensor();
   DeviceGuard guard(x.device().index());
   ConvChunks c = conv_chunks(x, weight, stride, padding, dilation, groups);
@@ -156,6 +157,7 @@ std::tuple<Tensor, Tensor, Tensor> conv2d_backward_kernel(const Tensor& dy, cons
       dw3 = part;
     }
     // dx: columns = W_gᵀ · dy_g, gathered back into the samples.
+    if (!with_input) continue;
     const Tensor dcol = bmm(w3t, dyg);
     check_launch(kern::launch_col2im(st(x), c.g, dcol.data_ptr(), dx.data_ptr(), n0, b),
                  "conv2d_backward");
