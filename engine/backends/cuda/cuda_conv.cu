@@ -20,19 +20,6 @@ namespace {
 
 using namespace dev;  // NOLINT(google-build-using-namespace): kernel-file helpers
 
-// Calls f(T{}) for float32 or float64; cudaErrorInvalidValue for another dtype.
-template <typename F>
-int dispatch_float_double(int st, F&& f) {
-  switch (static_cast<ScalarType>(st)) {
-    case ScalarType::Float32:
-      return f(float{});
-    case ScalarType::Float64:
-      return f(double{});
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
-}
-
 // ---- conv2d: im2col / col2im --------------------------------------------------------------------
 
 template <typename T>

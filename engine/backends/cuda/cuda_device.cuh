@@ -72,6 +72,20 @@ int dispatch_float(int st, F&& f) {
   }
 }
 
+/// Calls f(T{}) for float32 or float64 only (kernels whose public ops convert other dtypes
+/// first); cudaErrorInvalidValue for another dtype.
+template <typename F>
+int dispatch_float_double(int st, F&& f) {
+  switch (static_cast<ScalarType>(st)) {
+    case ScalarType::Float32:
+      return f(float{});
+    case ScalarType::Float64:
+      return f(double{});
+    default:
+      return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
 /// As dispatch_float, plus int64, int32, int16, int8, uint8 and bool.
 template <typename F>
 int dispatch_all(int st, F&& f) {
