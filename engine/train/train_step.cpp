@@ -84,7 +84,7 @@ OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics) {
       o->append_step_metrics(part);
       for (const auto& [k, v] : part) {
         auto it = std::find_if(r.optimizer_metrics.begin(), r.optimizer_metrics.end(),
-                               [&](const auto& e) { return e.first == k; });
+                               [&key = k](const auto& e) { return e.first == key; });
         if (it == r.optimizer_metrics.end()) {
           r.optimizer_metrics.emplace_back(k, v);
         } else {
