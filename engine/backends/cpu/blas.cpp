@@ -503,7 +503,9 @@ void onednn_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
     onednn::sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  const auto [block_rows, blocks] = fixed_blocks(m, kOneDnnMinRows, kOneDnnMaxBlocks);
+  // Plain names, not a structured binding: clang 14 (the fuzz build) cannot capture those.
+  const FixedBlocks fb = fixed_blocks(m, kOneDnnMinRows, kOneDnnMaxBlocks);
+  const int64_t block_rows = fb.size, blocks = fb.count;
   run_blocks(blocks, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t r0 = i * block_rows;
@@ -599,7 +601,8 @@ constexpr int64_t kOpenBlasMaxBlocks = 8;
 void openblas_column_blocks(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                             float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
                             float beta, float* c, int64_t ldc) {
-  const auto [block_cols, blocks] = fixed_blocks(n, kOpenBlasMinCols, kOpenBlasMaxBlocks);
+  const FixedBlocks fb = fixed_blocks(n, kOpenBlasMinCols, kOpenBlasMaxBlocks);
+  const int64_t block_cols = fb.size, blocks = fb.count;
   core::ScopedSingleThreadedBlas one_thread;
   run_blocks(blocks, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "engine/backends/cpu/kernels.h"
 
 namespace tb::cpu {
@@ -53,6 +57,14 @@ std::vector<CpuCapability> compiled_capabilities() {
   return out;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 bool cpu_supports(CpuCapability c) {
   switch (c) {
     case CpuCapability::Baseline:
@@ -60,8 +72,7 @@ bool cpu_supports(CpuCapability c) {
     case CpuCapability::Avx2:
 #if defined(__x86_64__) || defined(__i386__)
       // libgcc's cpuid reading also checks that the OS saves the AVX state (XGETBV).
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #else
       return false;
 #endif
