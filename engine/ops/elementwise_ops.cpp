@@ -154,6 +154,12 @@ Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x) {
   return op.call(g, y);
 }
 
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  static const auto op = Dispatcher::singleton().typed<sig::Binary>("silu_backward");
+  auto [g, y] = prepare_binary("silu_backward", grad, x, float_result(result_type(grad, x)));
+  return op.call(g, y);
+}
+
 Tensor relu_backward(const Tensor& grad, const Tensor& x) {
   static const auto op = Dispatcher::singleton().typed<sig::Binary>("relu_backward");
   auto [g, y] = prepare_binary("relu_backward", grad, x, result_type(grad, x));

@@ -19,6 +19,7 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
 #undef TB_DEFINE_BINARY
   d.define<sig::Binary>("gelu_tanh_backward", plain);  // gelu_tanh's backward, not differentiable
   d.define<sig::Binary>("relu_backward", plain);       // relu's backward, not differentiable
+  d.define<sig::Binary>("silu_backward", plain);       // silu's backward, not differentiable
 #define TB_DEFINE_COMPARE(name) d.define<sig::Binary>(#name, plain);
   TB_COMPARE_OPS(TB_DEFINE_COMPARE)
 #undef TB_DEFINE_COMPARE

@@ -102,6 +102,9 @@ Tensor gelu_tanh_backward(const Tensor& grad, const Tensor& x);
 /// relu's gradient in one pass: 0 where x <= 0, else grad (PyTorch's threshold_backward at 0,
 /// so a NaN input passes grad).
 Tensor relu_backward(const Tensor& grad, const Tensor& x);
+/// silu's gradient in one pass: grad·σ(x)·(1 + x·(1 − σ(x))) (PyTorch's silu_backward).
+/// Floating point (integers are promoted), broadcasting as mul. Not itself differentiable.
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
 
 /// In place: a += alpha * b (b broadcast to a's shape; result cast to a's dtype).
 Tensor& add_(Tensor& a, const Tensor& b, const Scalar& alpha = 1);

@@ -184,19 +184,25 @@ std::map<std::string, Case> cases() {
   c["div"] = [](const Device& d) {
     binary_case("div", d, [](const Tensor& a, const Tensor& b) { return ops::div(a, b); });
   };
-  c["gelu_tanh_backward"] = [](const Device& d) {  // float dtypes (integers are promoted)
-    std::uint64_t seed = 700;
-    for (ScalarType dt : kFloats) {
-      for (const auto& [sa, sb] : kBinaryShapes) {
-        const Tensor g = rand_input(sa, dt, seed++), x = rand_input(sb, dt, seed++);
-        expect_close(ops::gelu_tanh_backward(g.to(d), x.to(d)), ops::gelu_tanh_backward(g, x),
-                     tol_of(dt), label("gelu_tanh_backward", dt, sa, sb));
+  // The fused activation gradients: float dtypes (integers are promoted).
+  using GradFn = Tensor (*)(const Tensor&, const Tensor&);
+  for (const auto& [name, fn, first_seed] :
+       {std::tuple<const char*, GradFn, std::uint64_t>{"gelu_tanh_backward",
+                                                       ops::gelu_tanh_backward, 700},
+        {"silu_backward", ops::silu_backward, 750}}) {
+    c[name] = [name, fn, first_seed](const Device& d) {
+      std::uint64_t seed = first_seed;
+      for (ScalarType dt : kFloats) {
+        for (const auto& [sa, sb] : kBinaryShapes) {
+          const Tensor g = rand_input(sa, dt, seed++), x = rand_input(sb, dt, seed++);
+          expect_close(fn(g.to(d), x.to(d)), fn(g, x), tol_of(dt), label(name, dt, sa, sb));
+        }
+        const Tensor g = rand_input({5, 3}, dt, seed++).t(), x = rand_input({3, 5}, dt, seed++);
+        expect_close(fn(g.to(d), x.to(d)), fn(g, x), tol_of(dt),
+                     label(std::string(name) + " (transposed)", dt, {3, 5}));
       }
-      const Tensor g = rand_input({5, 3}, dt, seed++).t(), x = rand_input({3, 5}, dt, seed++);
-      expect_close(ops::gelu_tanh_backward(g.to(d), x.to(d)), ops::gelu_tanh_backward(g, x),
-                   tol_of(dt), label("gelu_tanh_backward (transposed)", dt, {3, 5}));
-    }
-  };
+    };
+  }
   c["relu_backward"] = [](const Device& d) {
     binary_case("relu_backward", d,
                 [](const Tensor& a, const Tensor& b) { return ops::relu_backward(a, b); });

@@ -535,6 +535,38 @@ TEST(OpsBinary, GeluTanhBackwardIsTheDerivative) {
             ScalarType::Float32);
 }
 
+// silu's fused backward is d/dx of x·σ(x) = σ(x)·(1 + x·(1 − σ(x))), times the incoming gradient,
+// checked here against a central difference of silu in long double; far out it is 0 (x ≪ 0) and
+// the gradient itself (x ≫ 0), and NaN propagates.
+TEST(OpsBinary, SiluBackwardIsTheDerivative) {
+  const auto silu = [](long double v) { return v / (1.0L + std::exp(-v)); };
+  std::vector<double> x, g, want;
+  for (int i = 0; i <= 240; ++i) {
+    x.push_back(-12.0 + 24.0 * i / 240.0);
+    g.push_back(0.5 + 0.01 * (i % 17));
+    const long double h = 1e-6L;
+    want.push_back(
+        static_cast<double>(g.back() * (silu(x.back() + h) - silu(x.back() - h)) / (2.0L * h)));
+  }
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  for (const auto& [dt, tol] :
+       {std::pair{ScalarType::Float64, 1e-9}, {ScalarType::Float32, 2e-6}}) {
+    const Tensor out = silu_backward(make(g, {n}, dt), make(x, {n}, dt));
+    EXPECT_EQ(out.dtype(), dt);
+    expect_close(vals(out), want, tol, tol,
+                 std::string("silu_backward ") + std::string(core::scalar_type_name(dt)));
+  }
+  expect_close(vals(silu_backward(make({2, 2, 2}, {3}), make({-200, 200, 0}, {3}))), {0, 2, 1}, 0,
+               1e-30, "silu_backward far out");
+  EXPECT_TRUE(std::isnan(vals(silu_backward(make({1}, {1}), make({kNaN}, {1})))[0]));
+  // Broadcasting as mul; integers compute in float32.
+  expect_close(vals(silu_backward(make({1, 2}, {2, 1}), make({0}, {1}))), {0.5, 1}, 0, 1e-15,
+               "silu_backward broadcast");
+  EXPECT_EQ(
+      silu_backward(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32)).dtype(),
+      ScalarType::Float32);
+}
+
 TEST(OpsUnary, FloatOpsMatchStdFunctions) {
   struct Precision {
     ScalarType dtype;
@@ -2017,6 +2049,39 @@ TEST(OpsIndex, ScatterAddAccumulatesDuplicates) {
                "[scatter_add] index 3 is out of range for dimension 0 with size 3");
   EXPECT_ERROR(ValueError, scatter_add(t, 0, zeros({1, 5}, ScalarType::Int64), src),
                "[scatter_add] index shape [1, 5] exceeds src shape [2, 4]");
+  // Contiguous index and src of the output's shape off `dim` take a blocked loop: bounds are
+  // still checked there.
+  EXPECT_ERROR(IndexError,
+               scatter_add(t, 0, from_vector<std::int64_t>({0, 1, 2, -4}, {1, 4}),
+                           make({1, 2, 3, 4}, {1, 4})),
+               "[scatter_add] index -4 is out of range for dimension 0 with size 3");
+}
+
+// The blocked loop (contiguous index and src, index_select's backward) adds in the same order as
+// the general walk, so both give the same bits: here along the middle dimension of a 3-D tensor,
+// with repeated and negative indices, against the same values in a non-contiguous src.
+TEST(OpsIndex, ScatterAddBlockedLoopEqualsTheGeneralWalk) {
+  std::vector<std::int64_t> iv;
+  std::vector<double> sv;
+  for (int i = 0; i < 2 * 5 * 3; ++i) {
+    iv.push_back((i * 7) % 4 - (i % 3 == 0 ? 4 : 0));  // in [-4, 3]
+    sv.push_back(0.1 * i + 1e-3 * (i % 7));
+  }
+  const Tensor idx = from_vector<std::int64_t>(iv, {2, 5, 3});
+  const Tensor src = make(sv, {2, 5, 3});
+  const Tensor strided = src.transpose(0, 2).contiguous().transpose(0, 2);
+  ASSERT_FALSE(strided.is_contiguous());
+  const Tensor base = make(std::vector<double>(2 * 4 * 3, 0.25), {2, 4, 3});
+  const Tensor blocked = scatter_add(base, 1, idx, src);
+  const Tensor walked = scatter_add(base, 1, idx, strided);
+  expect_exact(vals(blocked), vals(walked));
+  double total = 0;
+  for (double v : vals(blocked))
+    total += v;
+  double want = 0.25 * 24;
+  for (double v : sv)
+    want += static_cast<float>(v);
+  EXPECT_NEAR(total, want, 1e-4);
 }
 
 // ---- random ops ---------------------------------------------------------------------------------

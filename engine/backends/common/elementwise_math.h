@@ -49,7 +49,8 @@ enum class Unary : int {
 
 /// Binary ops with a shared implementation (add/sub take alpha: a + alpha * b, a - alpha * b).
 /// gelu_tanh_backward(grad, x) is gelu_tanh's gradient at x times grad; relu_backward(grad, x)
-/// is 0 where x <= 0, else grad (PyTorch's threshold_backward at 0: a NaN passes grad).
+/// is 0 where x <= 0, else grad (PyTorch's threshold_backward at 0: a NaN passes grad);
+/// silu_backward(grad, x) is silu's gradient at x times grad (PyTorch's silu_backward).
 enum class Binary : int {
   add,
   sub,
@@ -60,6 +61,7 @@ enum class Binary : int {
   pow,
   gelu_tanh_backward,
   relu_backward,
+  silu_backward,
   kCount
 };
 
@@ -77,9 +79,9 @@ inline const char* name(Unary op) {
 
 /// The dispatcher's name of a binary op.
 inline const char* name(Binary op) {
-  constexpr const char* kNames[] = {"add",          "sub",     "mul", "div",
-                                    "maximum",      "minimum", "pow", "gelu_tanh_backward",
-                                    "relu_backward"};
+  constexpr const char* kNames[] = {"add",           "sub",          "mul", "div",
+                                    "maximum",       "minimum",      "pow", "gelu_tanh_backward",
+                                    "relu_backward", "silu_backward"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -124,6 +126,13 @@ TB_EW_HD inline C gelu_tanh_grad(C grad, C x) {
   const C x2 = x * x;
   const C s = sigmoid(k2 * x * (C(1) + c * x2));
   return grad * (s + k2 * x * s * (C(1) - s) * (C(1) + C(3) * c * x2));
+}
+
+/// grad · d/dx silu(x) = grad·σ(x)·(1 + x·(1 − σ(x))).
+template <typename C>
+TB_EW_HD inline C silu_grad(C grad, C x) {
+  const C s = sigmoid(x);
+  return grad * (s * (C(1) + x * (C(1) - s)));
 }
 
 /// op(x) in compute type C.
@@ -204,6 +213,12 @@ TB_EW_HD inline C apply(Binary op, C a, C b, C alpha) {
       }
     case Binary::relu_backward:  // a = grad, b = x
       return b <= C(0) ? C(0) : a;
+    case Binary::silu_backward:  // a = grad, b = x; floating point only
+      if constexpr (std::is_floating_point_v<C>) {
+        return silu_grad(a, b);
+      } else {
+        return a;
+      }
     default:
       return a;
   }

@@ -162,6 +162,40 @@ Tensor scatter_add_kernel(const Tensor& t, std::int64_t dim, const Tensor& index
     using C = compute_t<T>;
     const T* s = static_cast<const T*>(src.data_ptr());
     T* o = out.data_ptr<T>();
+    const auto add = [](T a, T b) {
+      return convert<T>(static_cast<C>(static_cast<C>(a) + static_cast<C>(b)));
+    };
+    // Contiguous index and source of the output's shape except along `dim` (index_select's
+    // and embedding's backward): [outer, n, inner] blocks, walked in the same order as below,
+    // so the sums are the same bits; a DimVector walk per element was 2.5 % of a qwen-tiny step.
+    bool blocked = t.dim() > 0 && index.is_contiguous() && src.is_contiguous() &&
+                   DimVector(index.sizes()) == DimVector(src.sizes());
+    for (std::int64_t d = 0; blocked && d < t.dim(); ++d) {
+      blocked = d == dim || index.size(d) == t.size(d);
+    }
+    if (blocked) {
+      const std::int64_t n = index.size(dim);
+      std::int64_t inner = 1;
+      for (std::int64_t d = dim + 1; d < t.dim(); ++d)
+        inner *= t.size(d);
+      const std::int64_t outer = index.numel() / (n * inner);
+      const std::int64_t* ip = index.data_ptr<std::int64_t>();
+      for (std::int64_t a = 0; a < outer; ++a) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::int64_t* iv = ip + (a * n + i) * inner;
+          const T* sv = s + (a * n + i) * inner;
+          T* ob = o + a * size * inner;
+          for (std::int64_t r = 0; r < inner; ++r) {
+            std::int64_t v = iv[r];
+            if (v < -size || v >= size) index_error("scatter_add", v, dim, size);
+            if (v < 0) v += size;
+            T& dst = ob[v * inner + r];
+            dst = add(dst, sv[r]);
+          }
+        }
+      }
+      return;
+    }
     for_each_index(index, [&](const DimVector& pos, std::int64_t v) {
       if (v < -size || v >= size) index_error("scatter_add", v, dim, size);
       if (v < 0) v += size;
@@ -172,8 +206,7 @@ Tensor scatter_add_kernel(const Tensor& t, std::int64_t dim, const Tensor& index
         off_out += (d == dim ? v : p) * out.stride(d);
         off_src += p * src.stride(d);
       }
-      o[off_out] =
-          convert<T>(static_cast<C>(static_cast<C>(o[off_out]) + static_cast<C>(s[off_src])));
+      o[off_out] = add(o[off_out], s[off_src]);
     });
   });
   return out;

@@ -59,7 +59,9 @@ Tensor unary_ew(ew::Unary op, const Tensor& a) {
 }
 
 bool binary_dtype_ok(ew::Binary op, ScalarType t) {
-  if (op == ew::Binary::pow || op == ew::Binary::gelu_tanh_backward) return is_float(t);
+  if (op == ew::Binary::pow || op == ew::Binary::gelu_tanh_backward ||
+      op == ew::Binary::silu_backward)
+    return is_float(t);
   return is_float(t) || t == ScalarType::Int64 || t == ScalarType::Int32;
 }
 
@@ -495,7 +497,7 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
   }
   for (const auto op :
        {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum, ew::Binary::pow,
-        ew::Binary::gelu_tanh_backward, ew::Binary::relu_backward}) {
+        ew::Binary::gelu_tanh_backward, ew::Binary::relu_backward, ew::Binary::silu_backward}) {
     d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
        return binary_ew(op, a, b, 1.0);
      }).detach();

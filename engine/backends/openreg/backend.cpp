@@ -641,7 +641,7 @@ void set_native_kernels(bool enabled) {
   }
   for (const auto op :
        {ew::Binary::mul, ew::Binary::div, ew::Binary::maximum, ew::Binary::minimum, ew::Binary::pow,
-        ew::Binary::gelu_tanh_backward, ew::Binary::relu_backward}) {
+        ew::Binary::gelu_tanh_backward, ew::Binary::relu_backward, ew::Binary::silu_backward}) {
     h.push_back(d.impl<sig::Binary>(ew::name(op), key, [op](const Tensor& a, const Tensor& b) {
       if (!ew_dtype(a.dtype())) return via_fallback<sig::Binary>(ew::name(op), a, b);
       return binary_ew(op, a, b, 1.0);
