@@ -100,8 +100,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     namespace metric = tb::core::metric;
-    std::printf("tb threads=%d gemm=%s steps=%ld", tb::core::num_threads(),
-                std::string(tb::cpu::gemm_backend_name(tb::cpu::current_gemm_backend())).c_str(),
+    // "auto/onednn": Auto runs oneDNN but sends its largest float products to OpenBLAS, so the
+    // requested setting is printed beside the backend it chose.
+    std::string gemm_used(tb::cpu::gemm_backend_name(tb::cpu::current_gemm_backend()));
+    if (tb::cpu::requested_gemm_backend() == tb::cpu::GemmBackend::Auto)
+      gemm_used = "auto/" + gemm_used;
+    std::printf("tb threads=%d gemm=%s steps=%ld", tb::core::num_threads(), gemm_used.c_str(),
                 steps);
     for (const char* k : {metric::kStepMs, metric::kDataMs, metric::kForwardMs, metric::kBackwardMs,
                           metric::kOptimizerMs, metric::kNewtonSchulzMs}) {
