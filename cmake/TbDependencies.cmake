@@ -60,6 +60,8 @@ find_package(JPEG REQUIRED)
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 find_library(TB_SENTENCEPIECE_TRAIN_LIB sentencepiece_train HINTS ${SENTENCEPIECE_LIBRARY_DIRS}
   REQUIRED)
+# GPT-2's byte-level BPE (engine/data/gpt2_bpe): Unicode character classes.
+find_package(ICU REQUIRED COMPONENTS uc)
 find_package(CLI11 REQUIRED)
 # The run store (engine/store) uses the SQLite 3 C API.
 find_package(SQLite3 REQUIRED)

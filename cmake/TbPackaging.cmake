@@ -129,7 +129,7 @@ else()
   message(STATUS "Packaging: dpkg-shlibdeps not found (dpkg-dev); the .deb gets fixed Debian 12 dependencies")
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS OFF)
   set(_tb_depends libopenblas0 libsqlite3-0 libhwloc15 libnuma1 zlib1g libtomlplusplus3 libpng16-16
-      libjpeg62-turbo libsentencepiece0)
+      libjpeg62-turbo libsentencepiece0 libicu72)
   if(TB_HAVE_MPI)
     list(APPEND _tb_depends libopenmpi3)
   endif()

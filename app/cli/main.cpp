@@ -703,10 +703,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tok_train->add_option("--max-lines", tok_req.max_lines, "lines sampled from the text (0 = all)")
       ->capture_default_str();
-  auto* tok_encode = tokenizer->add_subcommand("encode", "how a SentencePiece model splits a text");
+  auto* tok_encode = tokenizer->add_subcommand(
+      "encode", "how a SentencePiece model or GPT-2's byte-level BPE splits a text");
   std::string tok_model;
   std::string tok_text;
-  tok_encode->add_option("model", tok_model, "the .model file")->required();
+  tok_encode
+      ->add_option("model", tok_model,
+                   "a SentencePiece .model file, or GPT-2's vocab.json / encoder.json (with "
+                   "merges.txt / vocab.bpe beside it)")
+      ->required();
   tok_encode->add_option("text", tok_text, "the text")->required();
 
   auto* reference = app.add_subcommand(

@@ -1,6 +1,7 @@
 // Tokenizers for the front ends (see tokenizer_api.h).
 #include "engine/api/tokenizer_api.h"
 
+#include <filesystem>
 #include <sstream>
 
 #include "engine/data/text_dataset.h"
@@ -32,7 +33,10 @@ std::string train_tokenizer(const TokenizerTrainRequest& r) {
 }
 
 std::string encode_text(const std::string& model, const std::string& text) {
-  const auto tok = data::load_sentencepiece(model);
+  // GPT-2's vocabulary is JSON (vocab.json, encoder.json); anything else a SentencePiece model.
+  const auto tok = std::filesystem::path(model).extension() == ".json"
+                       ? data::load_gpt2_bpe(model)
+                       : data::load_sentencepiece(model);
   const auto ids = tok->encode(text);
   std::ostringstream os;
   os << ids.size() << " pieces of " << tok->describe() << " (vocabulary " << tok->vocab() << "):\n";

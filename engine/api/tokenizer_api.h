@@ -21,7 +21,8 @@ struct TokenizerTrainRequest {
 /// pieces, unigram, from 9,871 lines of ..."). Errors name the option or the trainer's reason.
 std::string train_tokenizer(const TokenizerTrainRequest& request);
 
-/// The pieces and ids of `text` under the SentencePiece model `model`, and the text decoded back.
+/// The ids of `text` under `model` — a SentencePiece .model file, or GPT-2's vocab.json /
+/// encoder.json (any .json: its byte-level BPE) — and the text decoded back.
 std::string encode_text(const std::string& model, const std::string& text);
 
 }  // namespace tb::api

@@ -291,6 +291,26 @@ DatasetKind text_kind() {
   return k;
 }
 
+// The tokens kind's tokenizer: none (ids), or GPT-2's BPE from data.tokenizer_model, whose
+// vocabulary must fit data.vocab.
+std::shared_ptr<const Tokenizer> tokens_tokenizer(const nlohmann::json& d) {
+  if (d.value("tokenizer", std::string("ids")) != "gpt2") return nullptr;
+  const std::string model = d.value("tokenizer_model", std::string());
+  TB_CHECK(!model.empty(),
+           "[tokens] data.tokenizer = \"gpt2\" needs data.tokenizer_model, the path of GPT-2's "
+           "vocab.json (or encoder.json) with merges.txt (or vocab.bpe) beside it");
+  std::shared_ptr<const Tokenizer> t;
+  try {
+    t = load_gpt2_bpe(model);
+  } catch (const ValueError& e) {
+    throw ValueError(detail::str_cat("[tokens] data.tokenizer_model: ", e.what()));
+  }
+  const std::int64_t vocab = d.value("vocab", std::int64_t{50257});
+  TB_CHECK(t->vocab() <= vocab, "[tokens] data.tokenizer_model ", model, " has ", t->vocab(),
+           " tokens, more than data.vocab = ", vocab);
+  return t;
+}
+
 DatasetKind tokens_kind() {
   using core::FieldSpec;
   using core::FieldType;
@@ -309,12 +329,20 @@ DatasetKind tokens_kind() {
           .one_of({"auto", "llmc", "uint16"}),
       FieldSpec("vocab", FieldType::kInt, 50257,
                 "vocabulary size; every token must be below it (GPT-2: 50257)")
-          .at_least(1)};
+          .at_least(1),
+      FieldSpec("tokenizer", FieldType::kString, "ids",
+                "ids (samples and prompts as token ids) or gpt2 (text through GPT-2's "
+                "byte-level BPE, data.tokenizer_model)")
+          .one_of({"ids", "gpt2"}),
+      FieldSpec("tokenizer_model", FieldType::kString, "",
+                "GPT-2 vocabulary file (vocab.json or encoder.json) with merges.txt or "
+                "vocab.bpe beside it (tokenizer = \"gpt2\")")};
   k.shape = [](const nlohmann::json& d) {
     core::DataShape s = text_shape("tokens", d);
     s.vocab = d.value("vocab", std::int64_t{50257});
     return s;
   };
+  k.tokenizer = tokens_tokenizer;
   k.make = [](const nlohmann::json& d, std::uint64_t) {
     const TokenFormat format = token_format_from_name(d.value("format", std::string("auto")));
     const std::string val_path = d.value("val_path", std::string());

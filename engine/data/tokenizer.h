@@ -21,7 +21,7 @@ namespace tb::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  /// "bytes" or "sentencepiece <model file>" (for messages).
+  /// "bytes", "sentencepiece <model file>" or "gpt2-bpe <vocabulary file>" (for messages).
   virtual std::string describe() const = 0;
   /// Number of ids: every id is in [0, vocab()).
   virtual std::int64_t vocab() const = 0;
@@ -30,7 +30,7 @@ class Tokenizer {
   /// The text of `ids`; an id outside the vocabulary is a tb::ValueError naming it.
   virtual std::string decode(std::span<const std::int64_t> ids) const = 0;
   /// Where generation starts without a prompt: a line break (bytes), SentencePiece's word-start
-  /// piece "▁" (else its beginning-of-sentence id, else id 0).
+  /// piece "▁" (else its beginning-of-sentence id, else id 0), GPT-2's <|endoftext|>.
   virtual std::vector<std::int64_t> start_ids() const = 0;
 };
 
@@ -41,6 +41,18 @@ std::shared_ptr<const Tokenizer> byte_tokenizer();
 /// checks that ask for its vocabulary do not re-read it). Throws tb::ValueError naming the file
 /// when it is missing or not a SentencePiece model.
 std::shared_ptr<const Tokenizer> load_sentencepiece(const std::filesystem::path& model);
+
+/// GPT-2's byte-level BPE from its vocabulary file `vocab` (Hugging Face's vocab.json or
+/// openai/gpt-2's encoder.json: token -> id) and the merges file beside it (merges.txt or
+/// vocab.bpe), as openai/gpt-2's src/encoder.py reads them: GPT-2's pre-tokenising pattern (its
+/// \p{L}, \p{N} and \s from ICU), then the merges by rank. Generation starts from
+/// <|endoftext|>. Cached per path and modification time. Throws tb::ValueError naming the file
+/// (and line) when a file is missing or malformed.
+std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab);
+
+/// The merges file beside a GPT-2 vocabulary file: merges.txt, else vocab.bpe; a
+/// tb::ValueError when there is neither.
+std::filesystem::path gpt2_merges_beside(const std::filesystem::path& vocab);
 
 /// The ids of a corpus under a SentencePiece tokenizer: each line encoded on its own (a line break
 /// becomes a word boundary, as SentencePiece's own training reads lines), empty lines skipped.

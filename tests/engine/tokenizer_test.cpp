@@ -4,6 +4,8 @@
 // whose samples and `sample` come back as text.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -282,6 +284,102 @@ sample_tokens = 10
   req.prompt.clear();
   req.prompt_tokens = {3};
   EXPECT_NE(error_of([&] { (void)api::sample_run(req); }).find("give the prompt as text"),
+            std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- GPT-2's byte-level BPE ---------------------------------------------------------------------
+
+std::filesystem::path gpt2_vocab() {
+  return std::filesystem::path(TB_TEST_DATA_DIR) / "gpt2_bpe" / "vocab.json";
+}
+
+// A GPT-2-format vocabulary and merges learned by tests/data/gen_gpt2_bpe_ref.py, and the ids
+// openai/gpt-2's own encoder.py gives for texts that exercise every branch of its pattern
+// (contractions, letters/numbers/other runs with their one leading space, white-space runs
+// before words and at the end, non-Latin letters and digits, no-break and ideographic spaces,
+// emoji, the special token's text) — and decoding gives each text back byte for byte.
+TEST(Gpt2Bpe, EncodesAsGpt2sEncoderAndDecodesBack) {
+  const auto bpe = data::load_gpt2_bpe(gpt2_vocab());
+  EXPECT_EQ(bpe->vocab(), 377);
+  EXPECT_EQ(bpe->describe(), "gpt2-bpe " + gpt2_vocab().string());
+  EXPECT_EQ(bpe->start_ids(), std::vector<std::int64_t>{376});  // <|endoftext|>
+  std::ifstream in(std::filesystem::path(TB_TEST_DATA_DIR) / "gpt2_bpe" / "expected.json");
+  const auto ref = nlohmann::json::parse(in);
+  ASSERT_GE(ref.at("cases").size(), 10u);
+  for (const auto& c : ref.at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    const auto want = c.at("ids").get<std::vector<std::int64_t>>();
+    EXPECT_EQ(bpe->encode(text), want) << "text: '" << text << "'";
+    EXPECT_EQ(bpe->decode(want), text);
+  }
+  // Bytes that are not UTF-8 still round-trip (each is a character of no class).
+  const std::string raw = "a\xff\xfe b\x80";
+  EXPECT_EQ(bpe->decode(bpe->encode(raw)), raw);
+  EXPECT_NE(error_of([&] {
+              (void)bpe->decode(std::vector<std::int64_t>{5, 377});
+            }).find("id 377 is outside the vocabulary 0..376"),
+            std::string::npos);
+}
+
+// Missing and malformed files are named, with the line of a bad merge.
+TEST(Gpt2Bpe, BadFilesAreNamed) {
+  test::TempDir dir("tb_gpt2_bpe");
+  const auto vocab = dir.path() / "vocab.json";
+  std::filesystem::copy_file(gpt2_vocab(), vocab);
+  EXPECT_NE(error_of([&] {
+              (void)data::load_gpt2_bpe(vocab);
+            }).find("no merges.txt or vocab.bpe beside " + vocab.string()),
+            std::string::npos);
+  std::ofstream(dir.path() / "vocab.bpe") << "#version: 0.2\nh e\nthree sym bols\n";
+  EXPECT_NE(error_of([&] {
+              (void)data::load_gpt2_bpe(vocab);
+            }).find((dir.path() / "vocab.bpe").string() + " line 3: expected a merge"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              (void)data::load_gpt2_bpe(dir.path() / "encoder.json");
+            }).find("cannot open " + (dir.path() / "encoder.json").string()),
+            std::string::npos);
+  const auto other = dir.path() / "b";
+  std::filesystem::create_directories(other);
+  std::ofstream(other / "merges.txt") << "h e\n";
+  std::ofstream(other / "vocab.json") << R"({"h": 0, "e": 0})";
+  EXPECT_NE(error_of([&] {
+              (void)data::load_gpt2_bpe(other / "vocab.json");
+            }).find("id 0 is given to two tokens"),
+            std::string::npos);
+  std::ofstream(other / "vocab.json") << R"(["h", "e"])";
+  EXPECT_NE(error_of([&] {
+              (void)data::load_gpt2_bpe(other / "vocab.json");
+            }).find("expected a JSON object of token -> id"),
+            std::string::npos);
+}
+
+// data.kind = "tokens" with tokenizer = "gpt2": the kind's tokenizer is the BPE (so samples and
+// prompts are text); ids stay the default; a vocabulary larger than data.vocab and a missing
+// model are named by their fields.
+TEST(Gpt2Bpe, TheTokensKindDecodesThroughIt) {
+  const auto kind = data::dataset_registry().at("tokens");
+  nlohmann::json d = {{"path", "unused.bin"},
+                      {"vocab", 400},
+                      {"tokenizer", "gpt2"},
+                      {"tokenizer_model", gpt2_vocab().string()}};
+  const auto t = data::tokenizer_of(*kind, d);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->describe(), "gpt2-bpe " + gpt2_vocab().string());
+  EXPECT_EQ(data::tokenizer_of(*kind, {{"path", "unused.bin"}}), nullptr);
+  d["vocab"] = 300;
+  EXPECT_NE(error_of([&] {
+              (void)data::tokenizer_of(*kind, d);
+            }).find("has 377 tokens, more than data.vocab = 300"),
+            std::string::npos);
+  d.erase("tokenizer_model");
+  EXPECT_NE(error_of([&] {
+              (void)data::tokenizer_of(*kind, d);
+            }).find("data.tokenizer = \"gpt2\" needs data.tokenizer_model"),
             std::string::npos);
 }
 
