@@ -332,6 +332,13 @@ std::unordered_map<std::string, DerivativeRule> build_table() {
   };
 
   // ---- fused nn ops -----------------------------------------------------------------------------
+  t["swiglu"] = [](const GradContext& c) -> Grads {
+    auto [dg, du] = ops::swiglu_backward(c.grad(), c.tensor(0), c.tensor(1));
+    Grads r(2);
+    if (c.needs[0]) r[0] = std::move(dg);
+    if (c.needs[1]) r[1] = std::move(du);
+    return r;
+  };
   t["rope"] = [](const GradContext& c) -> Grads {
     // A rotation per (position, pair): its transpose is the rotation by -angle.
     TB_CHECK_T(NotImplementedError, !c.needs[1] && !c.needs[2],

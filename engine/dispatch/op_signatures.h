@@ -44,6 +44,8 @@ using ScatterAdd = Tensor(const Tensor&, std::int64_t, const Tensor&, const Tens
 using RandomFill = void(Tensor&, double, double, rng::Generator*);
 using BernoulliScalar = void(Tensor&, double, rng::Generator*);
 using BernoulliTensor = Tensor(const Tensor&, rng::Generator*);
+/// swiglu_backward(grad, gate, up) -> (grad of gate, grad of up).
+using SwigluBackward = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&);
 using CrossEntropy = Tensor(const Tensor&, const Tensor&, std::int64_t, double);
 using CrossEntropyBackward = Tensor(const Tensor&, const Tensor&, const Tensor&, std::int64_t,
                                     double);

@@ -67,6 +67,38 @@ Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
   return op.call(x, cos, sin);
 }
 
+namespace {
+void check_swiglu_args(const char* op, const Tensor& gate, const Tensor& up) {
+  check_defined(op, gate, "gate");
+  check_defined(op, up, "up");
+  TB_CHECK_T(TypeError, core::is_floating_point(gate.dtype()) && gate.dtype() == up.dtype(), "[",
+             op, "] gate and up must have one floating-point dtype, got ", gate.dtype(), " and ",
+             up.dtype());
+  TB_CHECK(DimVector(gate.sizes()) == DimVector(up.sizes()), "[", op,
+           "] gate and up must have one shape, got ", DimVector(gate.sizes()), " and ",
+           DimVector(up.sizes()));
+  check_same_device(op, gate, up);
+}
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  static const auto op = Dispatcher::singleton().typed<sig::Binary>("swiglu");
+  check_swiglu_args("swiglu", gate, up);
+  return op.call(gate, up);
+}
+
+std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& grad, const Tensor& gate,
+                                           const Tensor& up) {
+  static const auto op = Dispatcher::singleton().typed<sig::SwigluBackward>("swiglu_backward");
+  check_swiglu_args("swiglu_backward", gate, up);
+  check_defined("swiglu_backward", grad, "grad");
+  TB_CHECK(DimVector(grad.sizes()) == DimVector(gate.sizes()),
+           "[swiglu_backward] grad must have gate's shape ", DimVector(gate.sizes()), ", got ",
+           DimVector(grad.sizes()));
+  check_same_device("swiglu_backward", grad, gate);
+  return op.call(cast_if_needed(grad, gate.dtype()), gate, up);
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, std::int64_t ignore_index,
                      double label_smoothing) {
   static const auto op = Dispatcher::singleton().typed<sig::CrossEntropy>("cross_entropy");

@@ -56,6 +56,8 @@ void define_builtin_ops(dispatch::Dispatcher& d) {
   d.define<sig::ScatterAdd>("scatter_add", diff);
 
   d.define<sig::Ternary>("rope", diff);
+  d.define<sig::Binary>("swiglu", diff);
+  d.define<sig::SwigluBackward>("swiglu_backward", plain);
   d.define<sig::CrossEntropy>("cross_entropy", diff);
   d.define<sig::CrossEntropyBackward>("cross_entropy_backward", plain);
   d.define<sig::RowNorm>("rms_norm", diff);

@@ -164,6 +164,15 @@ Tensor scatter_add(const Tensor& t, std::int64_t dim, const Tensor& index, const
 /// out = [x1·cos − x2·sin, x2·cos + x1·sin]. Differentiable in x (its gradient is rope(g, cos,
 /// −sin)); cos and sin are constants.
 Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
+/// SwiGLU's gate, silu(gate)·up (Shazeer, "GLU Variants Improve Transformer", 2020), in one pass:
+/// the same bits as mul(silu(gate), up) for float32/float64 (16-bit types round once, at the
+/// end). gate and up have one shape and one floating dtype. Differentiable in both.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+/// swiglu's gradients in one pass: (silu_backward(grad·up, gate), grad·silu(gate)), the same
+/// bits as the composite's for float32/float64. Not itself differentiable.
+std::tuple<Tensor, Tensor> swiglu_backward(const Tensor& grad, const Tensor& gate,
+                                           const Tensor& up);
 /// Mean cross-entropy of logits [N, C] against int64 class indices [N], fused (stable
 /// log-softmax + NLL, accumulated in double). Rows whose target equals ignore_index are left out
 /// of the sum and of the count; with every row ignored the result is NaN (as in PyTorch). With

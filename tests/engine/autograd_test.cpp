@@ -90,6 +90,9 @@ TEST(Gradcheck, BinaryOpsWithBroadcasting) {
   const Tensor c = leaf({3, 4}, -1, 1, 3);
   const Tensor e = leaf({3, 4}, -1, 1, 4);
   expect_gradcheck("maximum", [](const auto& in) { return ops::maximum(in[0], in[1]); }, {c, e});
+  const Tensor gate = leaf({3, 4}, -3, 3, 5);
+  const Tensor up = leaf({3, 4}, -2, 2, 6);
+  expect_gradcheck("swiglu", [](const auto& in) { return ops::swiglu(in[0], in[1]); }, {gate, up});
   expect_gradcheck("minimum", [](const auto& in) { return ops::minimum(in[0], in[1]); }, {c, e});
   expect_gradcheck("scalar mul", [](const auto& in) { return ops::mul(in[0], 3.0); }, {c});
   const Tensor cond = ops::gt(ag::detach(c), ag::detach(e));

@@ -629,6 +629,31 @@ std::map<std::string, Case> cases() {
                    label("rope", dt, {2, 3, 5, 8}));
     }
   };
+  c["swiglu"] = [](const Device& d) {
+    std::uint64_t seed = 2050;
+    for (ScalarType dt : kFloats) {
+      const Tensor g = ops::mul(rand_input({3, 7, 5}, dt, seed++), 4.0).to(dt);
+      const Tensor u = rand_input({3, 7, 5}, dt, seed++);
+      expect_close(ops::swiglu(g.to(d), u.to(d)), ops::swiglu(g, u), tol_of(dt),
+                   label("swiglu", dt, {3, 7, 5}));
+      // Non-contiguous operands.
+      expect_close(ops::swiglu(g.to(d).transpose(0, 2), u.to(d).transpose(0, 2)),
+                   ops::swiglu(g.transpose(0, 2), u.transpose(0, 2)), tol_of(dt),
+                   label("swiglu (transposed)", dt, {5, 7, 3}));
+    }
+  };
+  c["swiglu_backward"] = [](const Device& d) {
+    std::uint64_t seed = 2070;
+    for (ScalarType dt : kFloats) {
+      const Tensor gr = rand_input({4, 9}, dt, seed++);
+      const Tensor g = ops::mul(rand_input({4, 9}, dt, seed++), 4.0).to(dt);
+      const Tensor u = rand_input({4, 9}, dt, seed++);
+      const auto [dg_d, du_d] = ops::swiglu_backward(gr.to(d), g.to(d), u.to(d));
+      const auto [dg, du] = ops::swiglu_backward(gr, g, u);
+      expect_close(dg_d, dg, tol_of(dt), label("swiglu_backward gate", dt, {4, 9}));
+      expect_close(du_d, du, tol_of(dt), label("swiglu_backward up", dt, {4, 9}));
+    }
+  };
   c["cross_entropy"] = [](const Device& d) {
     std::uint64_t seed = 2100;
     for (ScalarType dt : kFloats) {

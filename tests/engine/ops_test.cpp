@@ -567,6 +567,39 @@ TEST(OpsBinary, SiluBackwardIsTheDerivative) {
       ScalarType::Float32);
 }
 
+// The fused SwiGLU gate is the composite's bits in float32 and float64, forward and backward
+// (the composite's gradients: mul's rule, then silu_backward), so fusing it changed no run.
+TEST(OpsNn, SwigluIsTheCompositeBitForBit) {
+  std::vector<double> g, u, gr;
+  for (int i = 0; i < 301; ++i) {
+    g.push_back(-9.0 + 0.06 * i);
+    u.push_back(std::sin(0.37 * i) * 2.0);
+    gr.push_back(std::cos(0.11 * i));
+  }
+  for (const ScalarType dt : {ScalarType::Float32, ScalarType::Float64}) {
+    const Tensor gate = make(g, {7, 43}, dt), up = make(u, {7, 43}, dt),
+                 grad = make(gr, {7, 43}, dt);
+    const Tensor silu_gate = silu(gate);
+    expect_exact(vals(swiglu(gate, up)), vals(mul(silu_gate, up)));
+    const auto [dg, du] = swiglu_backward(grad, gate, up);
+    expect_exact(vals(dg), vals(silu_backward(mul(grad, up), gate)));
+    expect_exact(vals(du), vals(mul(grad, silu_gate)));
+  }
+  // bfloat16 rounds once: within one bfloat16 step of the float32 result.
+  const Tensor gb = make(g, {301}, ScalarType::BFloat16), ub = make(u, {301}, ScalarType::BFloat16);
+  const auto want = vals(swiglu(gb.to(ScalarType::Float32), ub.to(ScalarType::Float32)));
+  const auto got = vals(swiglu(gb, ub));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], std::abs(want[i]) * 0.0079 + 1e-30) << i;
+  EXPECT_ERROR(ValueError, swiglu(make({1, 2}, {2}), make({1, 2, 3}, {3})),
+               "[swiglu] gate and up must have one shape, got [2] and [3]");
+  EXPECT_ERROR(TypeError,
+               swiglu(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32)),
+               "[swiglu] gate and up must have one floating-point dtype, got int32 and int32");
+  EXPECT_ERROR(ValueError, swiglu_backward(make({1}, {1}), make({1, 2}, {2}), make({1, 2}, {2})),
+               "[swiglu_backward] grad must have gate's shape [2], got [1]");
+}
+
 TEST(OpsUnary, FloatOpsMatchStdFunctions) {
   struct Precision {
     ScalarType dtype;

@@ -50,17 +50,9 @@ C abs_fn(C x) {
   }
 }
 
-// sigmoid_fn and the Ops built on exp_f32 are always inlined: left to its heuristics, GCC kept
-// them a call per element in this large file, so SiLU's loops (forward and backward) stayed
-// scalar and took a quarter of a transformer's step.
-template <typename C>
-[[gnu::always_inline]] inline C sigmoid_fn(C x) {
-  if constexpr (std::is_same_v<C, float>) {
-    return 1.0f / (1.0f + exp_f32(-x));  // vectorisable (vec_math.h)
-  } else {
-    return C(1) / (C(1) + std::exp(-x));
-  }
-}
+// sigmoid_fn (vec_math.h) and the Ops built on exp_f32 are always inlined: left to its
+// heuristics, GCC kept them a call per element in this large file, so SiLU's loops (forward and
+// backward) stayed scalar and took a quarter of a transformer's step.
 
 template <typename C>
 C gelu_fn(C x) {
@@ -87,13 +79,6 @@ template <typename C>
   const C x2 = x * x;
   const C s = sigmoid_fn(k2 * x * (C(1) + c * x2));
   return grad * (s + k2 * x * s * (C(1) - s) * (C(1) + C(3) * c * x2));
-}
-
-// grad · d/dx silu(x) = grad·σ(x)·(1 + x·(1 − σ(x))), as PyTorch's silu_backward.
-template <typename C>
-[[gnu::always_inline]] inline C silu_grad_fn(C grad, C x) {
-  const C s = sigmoid_fn(x);
-  return grad * (s * (C(1) + x * (C(1) - s)));
 }
 
 struct NegOp {

@@ -231,6 +231,59 @@ Tensor cross_entropy_backward_kernel(const Tensor& grad, const Tensor& logits_in
   return out;
 }
 
+// ---- SwiGLU -------------------------------------------------------------------------------------
+// silu(gate)·up and its gradients with the elementwise kernels' formulas (vec_math.h), so that
+// float32/float64 results are the bits of mul(silu(gate), up) and of its composite backward.
+
+constexpr std::int64_t kSwigluGrain = 16384;
+
+Tensor swiglu_kernel(const Tensor& gate_in, const Tensor& up_in) {
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in.contiguous();
+  Tensor out = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  TB_DISPATCH_FLOATING_TYPES(gate.dtype(), "swiglu", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const T* gp = static_cast<const T*>(gate.data_ptr());
+    const T* upp = static_cast<const T*>(up.data_ptr());
+    T* op = out.data_ptr<T>();
+    core::parallel_for(0, gate.numel(), kSwigluGrain, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const C x = static_cast<C>(gp[i]);
+        op[i] = convert<T>((x * sigmoid_fn(x)) * static_cast<C>(upp[i]));
+      }
+    });
+  });
+  return out;
+}
+
+std::tuple<Tensor, Tensor> swiglu_backward_kernel(const Tensor& grad_in, const Tensor& gate_in,
+                                                  const Tensor& up_in) {
+  const Tensor grad = grad_in.contiguous();
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in.contiguous();
+  Tensor dgate = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  Tensor dup = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  TB_DISPATCH_FLOATING_TYPES(gate.dtype(), "swiglu_backward", [&] {
+    using T = scalar_t;
+    using C = compute_t<T>;
+    const T* gr = static_cast<const T*>(grad.data_ptr());
+    const T* gp = static_cast<const T*>(gate.data_ptr());
+    const T* upp = static_cast<const T*>(up.data_ptr());
+    T* dg = dgate.data_ptr<T>();
+    T* du = dup.data_ptr<T>();
+    core::parallel_for(0, gate.numel(), kSwigluGrain, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const C g = static_cast<C>(gr[i]);
+        const C x = static_cast<C>(gp[i]);
+        dg[i] = convert<T>(silu_grad_fn(g * static_cast<C>(upp[i]), x));
+        du[i] = convert<T>(g * (x * sigmoid_fn(x)));
+      }
+    });
+  });
+  return {dgate, dup};
+}
+
 // ---- RMSNorm / LayerNorm ------------------------------------------------------------------------
 
 constexpr std::int64_t kNormRowChunk = 32;  // rows per partial sum of the weight/bias gradients
@@ -387,6 +440,8 @@ void register_nn_kernels(dispatch::Dispatcher& d) {
   d.impl<sig::RowNormBackward>("rms_norm_backward", cpu, row_norm_backward_kernel<true>).detach();
   d.impl<sig::RowNormBackward>("layer_norm_backward", cpu, row_norm_backward_kernel<false>)
       .detach();
+  d.impl<sig::Binary>("swiglu", cpu, swiglu_kernel).detach();
+  d.impl<sig::SwigluBackward>("swiglu_backward", cpu, swiglu_backward_kernel).detach();
   d.impl<sig::CrossEntropy>("cross_entropy", cpu, cross_entropy_kernel).detach();
   d.impl<sig::CrossEntropyBackward>("cross_entropy_backward", cpu, cross_entropy_backward_kernel)
       .detach();

@@ -11,9 +11,11 @@
 // tests/engine/ops_test.cpp), as PyTorch's vectorised exp (Sleef, 1 ulp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace tb::cpu {
 
@@ -68,6 +70,23 @@ namespace tb::cpu {
   out = select_f32(x > kMax, std::numeric_limits<float>::infinity(), out);
   out = select_f32(x < kMin, 0.0f, out);
   return select_f32(nan, x, out);
+}
+
+/// σ(x) = 1 / (1 + e^(−x)): exp_f32 for float (so float loops vectorise), std::exp otherwise.
+template <typename C>
+[[gnu::always_inline]] inline C sigmoid_fn(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    return 1.0f / (1.0f + exp_f32(-x));
+  } else {
+    return C(1) / (C(1) + std::exp(-x));
+  }
+}
+
+/// grad · d/dx silu(x) = grad·σ(x)·(1 + x·(1 − σ(x))), as PyTorch's silu_backward.
+template <typename C>
+[[gnu::always_inline]] inline C silu_grad_fn(C grad, C x) {
+  const C s = sigmoid_fn(x);
+  return grad * (s * (C(1) + x * (C(1) - s)));
 }
 
 }  // namespace tb::cpu

@@ -1,6 +1,7 @@
 // CUDA indexing kernels (index_select, gather, scatter_add) and RoPE. Indices are checked on
 // the device: the first bad position is recorded (atomicMin) and skipped, and the host raises the
 // CPU kernel's error after reading it back.
+#include "engine/backends/common/elementwise_math.h"
 #include "engine/backends/cuda/cuda_device.cuh"
 
 namespace tb::cuda {
@@ -102,7 +103,52 @@ __global__ void rope_kernel(T* out, const T* x, const C* cs, const C* sn, std::i
   }
 }
 
+// SwiGLU's silu(gate)·up and its two gradients, with the shared formulas of silu and its
+// derivative (the CPU kernel's arithmetic).
+template <typename T, typename C>
+__global__ void swiglu_kernel(T* out, const T* gate, const T* up, std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
+    const C x = static_cast<C>(gate[i]);
+    out[i] = T((x * backends::ew::sigmoid(x)) * static_cast<C>(up[i]));
+  }
+}
+
+template <typename T, typename C>
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* grad, const T* gate, const T* up,
+                                       std::int64_t n) {
+  for (std::int64_t i = global_index(); i < n; i += global_stride()) {
+    const C g = static_cast<C>(grad[i]);
+    const C x = static_cast<C>(gate[i]);
+    dgate[i] = T(backends::ew::silu_grad(g * static_cast<C>(up[i]), x));
+    dup[i] = T(g * (x * backends::ew::sigmoid(x)));
+  }
+}
+
 }  // namespace
+
+int launch_swiglu(int st, void* out, const void* gate, const void* up, std::int64_t n) {
+  if (n == 0) return 0;
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    TB_LAUNCH(blocks_for(n), kThreads, swiglu_kernel<T, C>)
+    (static_cast<T*>(out), static_cast<const T*>(gate), static_cast<const T*>(up), n);
+    return status();
+  });
+}
+
+int launch_swiglu_backward(int st, void* dgate, void* dup, const void* grad, const void* gate,
+                           const void* up, std::int64_t n) {
+  if (n == 0) return 0;
+  return dispatch_float(st, [&](auto tag) {
+    using T = decltype(tag);
+    using C = compute_t<T>;
+    TB_LAUNCH(blocks_for(n), kThreads, swiglu_backward_kernel<T, C>)
+    (static_cast<T*>(dgate), static_cast<T*>(dup), static_cast<const T*>(grad),
+     static_cast<const T*>(gate), static_cast<const T*>(up), n);
+    return status();
+  });
+}
 
 int launch_index_select(int elem_size, void* out, const void* in, const std::int64_t* index,
                         std::int64_t n, std::int64_t outer, std::int64_t size, std::int64_t inner,

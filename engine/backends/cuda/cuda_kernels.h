@@ -121,6 +121,11 @@ int launch_scatter_add(int st, void* out, const std::int64_t* index, const void*
                        std::int64_t dim_stride, std::int64_t dim_size, const Strided& s,
                        std::int64_t n, std::int64_t* bad);
 
+/// out = silu(gate)·up; dgate, dup = swiglu's gradients (contiguous, n elements, float types).
+int launch_swiglu(int st, void* out, const void* gate, const void* up, std::int64_t n);
+int launch_swiglu_backward(int st, void* dgate, void* dup, const void* grad, const void* gate,
+                           const void* up, std::int64_t n);
+
 /// RoPE on contiguous x [rows, d] (rows run over (..., t)), cos/sin [t_len, d / 2] in the
 /// compute type (float, double for float64).
 int launch_rope(int st, void* out, const void* x, const void* cos, const void* sin,

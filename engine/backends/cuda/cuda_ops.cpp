@@ -415,6 +415,34 @@ Tensor rope_kernel(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_i
   return out;
 }
 
+Tensor swiglu_kernel(const Tensor& gate_in, const Tensor& up_in) {
+  require_float(gate_in, "swiglu");
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in.contiguous();
+  Tensor out = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  DeviceGuard guard(gate.device().index());
+  check_launch(
+      kern::launch_swiglu(st(gate), out.data_ptr(), gate.data_ptr(), up.data_ptr(), gate.numel()),
+      "swiglu");
+  return out;
+}
+
+std::tuple<Tensor, Tensor> swiglu_backward_kernel(const Tensor& grad_in, const Tensor& gate_in,
+                                                  const Tensor& up_in) {
+  require_float(gate_in, "swiglu_backward");
+  const Tensor grad = grad_in.contiguous();
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in.contiguous();
+  Tensor dgate = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  Tensor dup = Tensor::empty(gate.sizes(), gate.dtype(), gate.device());
+  DeviceGuard guard(gate.device().index());
+  check_launch(
+      kern::launch_swiglu_backward(st(gate), dgate.data_ptr(), dup.data_ptr(), grad.data_ptr(),
+                                   gate.data_ptr(), up.data_ptr(), gate.numel()),
+      "swiglu_backward");
+  return {dgate, dup};
+}
+
 // ---- random -------------------------------------------------------------------------------------
 
 rng::PhiloxGenerator& philox_for(const char* op, const Tensor& t, rng::Generator* gen) {
@@ -539,6 +567,8 @@ void register_cuda_ops(dispatch::Dispatcher& d) {
   d.impl<sig::IndexSelect>("gather", key, gather_kernel).detach();
   d.impl<sig::ScatterAdd>("scatter_add", key, scatter_add_kernel).detach();
   d.impl<sig::Ternary>("rope", key, rope_kernel).detach();
+  d.impl<sig::Binary>("swiglu", key, swiglu_kernel).detach();
+  d.impl<sig::SwigluBackward>("swiglu_backward", key, swiglu_backward_kernel).detach();
 
   d.impl<sig::RandomFill>("uniform_", key, uniform_kernel).detach();
   d.impl<sig::RandomFill>("normal_", key, normal_kernel).detach();
