@@ -285,6 +285,11 @@ std::filesystem::path gpt2_merges_beside(const std::filesystem::path& vocab) {
                                    " (GPT-2's BPE needs its merges file in the same folder)"));
 }
 
+std::shared_ptr<const Tokenizer> read_gpt2_bpe(const std::filesystem::path& vocab,
+                                               const std::filesystem::path& merges) {
+  return std::make_shared<const Gpt2BpeTokenizer>(vocab, merges);
+}
+
 std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab) {
   static std::mutex mu;
   static std::map<std::pair<std::string, std::filesystem::file_time_type>,

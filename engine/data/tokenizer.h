@@ -50,6 +50,10 @@ std::shared_ptr<const Tokenizer> load_sentencepiece(const std::filesystem::path&
 /// (and line) when a file is missing or malformed.
 std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab);
 
+/// GPT-2's byte-level BPE from explicit vocabulary and merges files, read every time (no cache).
+std::shared_ptr<const Tokenizer> read_gpt2_bpe(const std::filesystem::path& vocab,
+                                               const std::filesystem::path& merges);
+
 /// The merges file beside a GPT-2 vocabulary file: merges.txt, else vocab.bpe; a
 /// tb::ValueError when there is neither.
 std::filesystem::path gpt2_merges_beside(const std::filesystem::path& vocab);

@@ -14,6 +14,7 @@
 #include "engine/data/idx.h"
 #include "engine/data/image_decode.h"
 #include "engine/data/token_file.h"
+#include "engine/data/tokenizer.h"
 #include "engine/sched/lr_lambda_expr.h"
 #include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
@@ -144,6 +145,27 @@ void tokens(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+void gpt2_bpe(const std::uint8_t* data, std::size_t size) {
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const std::size_t nul = bytes.find('\0');
+  const std::string vocab = bytes.substr(0, nul);
+  const std::string merges = nul == std::string::npos ? "" : bytes.substr(nul + 1);
+  const auto vocab_path = scratch("vocab.json");
+  const auto merges_path = scratch("merges.txt");
+  write(vocab_path, reinterpret_cast<const std::uint8_t*>(vocab.data()), vocab.size());
+  write(merges_path, reinterpret_cast<const std::uint8_t*>(merges.data()), merges.size());
+  try {
+    const auto bpe = data::read_gpt2_bpe(vocab_path, merges_path);
+    for (const std::string& text : {std::string("It's 2026 \xe2\x80\x94 caf\xc3\xa9  ok\n"),
+                                    bytes.substr(0, std::min<std::size_t>(bytes.size(), 256))}) {
+      const auto ids = bpe->encode(text);
+      if (bpe->decode(ids) != text) throw std::logic_error("decode(encode(text)) != text");
+    }
+    (void)bpe->decode(bpe->start_ids());
+  } catch (const Error&) {
+  }
+}
+
 void lr_lambda(const std::uint8_t* data, std::size_t size) {
   const std::string expr(reinterpret_cast<const char*>(data), size);
   try {
@@ -172,14 +194,10 @@ void store(const std::uint8_t* data, std::size_t size) {
 }
 
 const std::vector<NamedTarget>& targets() {
-  static const std::vector<NamedTarget> all = {{"run_config", &run_config},
-                                               {"safetensors", &safetensors},
-                                               {"idx", &idx},
-                                               {"cifar", &cifar},
-                                               {"tokens", &tokens},
-                                               {"image", &image},
-                                               {"lr_lambda", &lr_lambda},
-                                               {"store", &store}};
+  static const std::vector<NamedTarget> all = {
+      {"run_config", &run_config}, {"safetensors", &safetensors}, {"idx", &idx},
+      {"cifar", &cifar},           {"tokens", &tokens},           {"image", &image},
+      {"gpt2_bpe", &gpt2_bpe},     {"lr_lambda", &lr_lambda},     {"store", &store}};
   return all;
 }
 

@@ -23,6 +23,11 @@ void idx(const std::uint8_t* data, std::size_t size);
 void cifar(const std::uint8_t* data, std::size_t size);
 /// A token file (llm.c .bin or raw uint16, format auto), then its first windows.
 void tokens(const std::uint8_t* data, std::size_t size);
+/// An image file (PNG, JPEG) decoded as grey and as RGB, then resized.
+void image(const std::uint8_t* data, std::size_t size);
+/// GPT-2's BPE files: vocab.json, a NUL byte, merges.txt; then a text (the input's bytes) encoded
+/// and decoded back, which must give the text again.
+void gpt2_bpe(const std::uint8_t* data, std::size_t size);
 /// A scheduler lambda expression, then evaluated at a few epochs.
 void lr_lambda(const std::uint8_t* data, std::size_t size);
 /// A run database file opened by the store.
