@@ -8,7 +8,6 @@
 #include <array>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -288,23 +287,6 @@ std::filesystem::path gpt2_merges_beside(const std::filesystem::path& vocab) {
 std::shared_ptr<const Tokenizer> read_gpt2_bpe(const std::filesystem::path& vocab,
                                                const std::filesystem::path& merges) {
   return std::make_shared<const Gpt2BpeTokenizer>(vocab, merges);
-}
-
-std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab) {
-  static std::mutex mu;
-  static std::map<std::pair<std::string, std::filesystem::file_time_type>,
-                  std::shared_ptr<const Tokenizer>>
-      cache;
-  std::error_code ec;
-  TB_CHECK(std::filesystem::is_regular_file(vocab, ec), "[tokenizer] cannot open ", vocab.string(),
-           ": no such file");
-  const auto merges = gpt2_merges_beside(vocab);
-  const auto mtime = std::filesystem::last_write_time(vocab, ec);
-  TB_CHECK(!ec, "[tokenizer] cannot open ", vocab.string(), ": ", ec.message());
-  const std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[{vocab.string(), mtime}];
-  if (!slot) slot = std::make_shared<const Gpt2BpeTokenizer>(vocab, merges);
-  return slot;
 }
 
 }  // namespace tb::data

@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <system_error>
@@ -133,18 +134,38 @@ std::shared_ptr<const Tokenizer> byte_tokenizer() {
   return bytes;
 }
 
-std::shared_ptr<const Tokenizer> load_sentencepiece(const std::filesystem::path& model) {
+namespace {
+
+// One tokenizer per file path and modification time (config checks ask for a model's vocabulary
+// again and again; an edited file is read again).
+std::shared_ptr<const Tokenizer> cached(
+    const std::filesystem::path& file,
+    const std::function<std::shared_ptr<const Tokenizer>()>& make) {
   static std::mutex mu;
   static std::map<std::pair<std::string, std::filesystem::file_time_type>,
                   std::shared_ptr<const Tokenizer>>
       cache;
   std::error_code ec;
-  const auto mtime = std::filesystem::last_write_time(model, ec);
-  TB_CHECK(!ec, "[tokenizer] cannot open ", model.string(), ": ", ec.message());
+  const auto mtime = std::filesystem::last_write_time(file, ec);
+  TB_CHECK(!ec, "[tokenizer] cannot open ", file.string(), ": ", ec.message());
   const std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[{model.string(), mtime}];
-  if (!slot) slot = std::make_shared<const SentencePieceTokenizer>(model);
+  auto& slot = cache[{file.string(), mtime}];
+  if (!slot) slot = make();
   return slot;
+}
+
+}  // namespace
+
+std::shared_ptr<const Tokenizer> load_sentencepiece(const std::filesystem::path& model) {
+  return cached(model, [&] { return std::make_shared<const SentencePieceTokenizer>(model); });
+}
+
+std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& vocab) {
+  std::error_code ec;
+  TB_CHECK(std::filesystem::is_regular_file(vocab, ec), "[tokenizer] cannot open ", vocab.string(),
+           ": no such file");
+  const auto merges = gpt2_merges_beside(vocab);
+  return cached(vocab, [&] { return read_gpt2_bpe(vocab, merges); });
 }
 
 std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
