@@ -505,9 +505,30 @@ TEST(OpsBinary, ReluBackwardIsThresholdBackward) {
       ScalarType::Int64);
 }
 
+// A fused activation gradient fn(grad, x) against `want` at the points (g, x), in float64 and
+// float32 with their tolerances; far out it is 0 (x ≪ 0) and the gradient itself (x ≫ 0), NaN
+// propagates, and integers compute in float32.
+void expect_activation_grad(const char* name, Tensor (*fn)(const Tensor&, const Tensor&),
+                            const std::vector<double>& g, const std::vector<double>& x,
+                            const std::vector<double>& want, double tol64) {
+  const std::int64_t n = static_cast<std::int64_t>(x.size());
+  for (const auto& [dt, tol] :
+       {std::pair{ScalarType::Float64, tol64}, {ScalarType::Float32, 2e-6}}) {
+    const Tensor out = fn(make(g, {n}, dt), make(x, {n}, dt));
+    EXPECT_EQ(out.dtype(), dt);
+    expect_close(vals(out), want, tol, tol,
+                 std::string(name) + " " + std::string(core::scalar_type_name(dt)));
+  }
+  expect_close(vals(fn(make({2, 2, 2}, {3}), make({-200, 200, 0}, {3}))), {0, 2, 1}, 0, 1e-30,
+               std::string(name) + " far out");
+  EXPECT_TRUE(std::isnan(vals(fn(make({1}, {1}), make({kNaN}, {1})))[0])) << name;
+  EXPECT_EQ(fn(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32)).dtype(),
+            ScalarType::Float32)
+      << name;
+}
+
 // gelu_tanh's fused backward is d/dx of torch's formula, 0.5·(1 + t) + 0.5·x·(1 − t²)·k·(1 + 3c·x²)
-// with t = tanh(k·(x + c·x³)), times the incoming gradient; far out it is 0 (x ≪ 0) and the
-// gradient itself (x ≫ 0), and NaN propagates.
+// with t = tanh(k·(x + c·x³)), times the incoming gradient.
 TEST(OpsBinary, GeluTanhBackwardIsTheDerivative) {
   const double k = std::sqrt(2.0 / std::numbers::pi), c = 0.044715;
   std::vector<double> x, g, want;
@@ -518,26 +539,11 @@ TEST(OpsBinary, GeluTanhBackwardIsTheDerivative) {
     want.push_back(g.back() * (0.5 * (1 + t) + 0.5 * x.back() * (1 - t * t) * k *
                                                    (1 + 3 * c * x.back() * x.back())));
   }
-  const std::int64_t n = static_cast<std::int64_t>(x.size());
-  for (const auto& [dt, tol] :
-       {std::pair{ScalarType::Float64, 1e-13}, {ScalarType::Float32, 2e-6}}) {
-    const Tensor out = gelu_tanh_backward(make(g, {n}, dt), make(x, {n}, dt));
-    EXPECT_EQ(out.dtype(), dt);
-    expect_close(vals(out), want, tol, tol,
-                 std::string("gelu_tanh_backward ") + std::string(core::scalar_type_name(dt)));
-  }
-  expect_close(vals(gelu_tanh_backward(make({2, 2, 2}, {3}), make({-200, 200, 0}, {3}))), {0, 2, 1},
-               0, 1e-30, "gelu_tanh_backward far out");
-  EXPECT_TRUE(std::isnan(vals(gelu_tanh_backward(make({1}, {1}), make({kNaN}, {1})))[0]));
-  // Integers compute in float32.
-  EXPECT_EQ(gelu_tanh_backward(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32))
-                .dtype(),
-            ScalarType::Float32);
+  expect_activation_grad("gelu_tanh_backward", gelu_tanh_backward, g, x, want, 1e-13);
 }
 
 // silu's fused backward is d/dx of x·σ(x) = σ(x)·(1 + x·(1 − σ(x))), times the incoming gradient,
-// checked here against a central difference of silu in long double; far out it is 0 (x ≪ 0) and
-// the gradient itself (x ≫ 0), and NaN propagates.
+// checked here against a central difference of silu in long double.
 TEST(OpsBinary, SiluBackwardIsTheDerivative) {
   const auto silu = [](long double v) { return v / (1.0L + std::exp(-v)); };
   std::vector<double> x, g, want;
@@ -548,23 +554,10 @@ TEST(OpsBinary, SiluBackwardIsTheDerivative) {
     want.push_back(
         static_cast<double>(g.back() * (silu(x.back() + h) - silu(x.back() - h)) / (2.0L * h)));
   }
-  const std::int64_t n = static_cast<std::int64_t>(x.size());
-  for (const auto& [dt, tol] :
-       {std::pair{ScalarType::Float64, 1e-9}, {ScalarType::Float32, 2e-6}}) {
-    const Tensor out = silu_backward(make(g, {n}, dt), make(x, {n}, dt));
-    EXPECT_EQ(out.dtype(), dt);
-    expect_close(vals(out), want, tol, tol,
-                 std::string("silu_backward ") + std::string(core::scalar_type_name(dt)));
-  }
-  expect_close(vals(silu_backward(make({2, 2, 2}, {3}), make({-200, 200, 0}, {3}))), {0, 2, 1}, 0,
-               1e-30, "silu_backward far out");
-  EXPECT_TRUE(std::isnan(vals(silu_backward(make({1}, {1}), make({kNaN}, {1})))[0]));
-  // Broadcasting as mul; integers compute in float32.
+  expect_activation_grad("silu_backward", silu_backward, g, x, want, 1e-9);
+  // Broadcasting as mul.
   expect_close(vals(silu_backward(make({1, 2}, {2, 1}), make({0}, {1}))), {0.5, 1}, 0, 1e-15,
                "silu_backward broadcast");
-  EXPECT_EQ(
-      silu_backward(make({1}, {1}, ScalarType::Int32), make({1}, {1}, ScalarType::Int32)).dtype(),
-      ScalarType::Float32);
 }
 
 // The fused SwiGLU gate is the composite's bits in float32 and float64, forward and backward

@@ -54,24 +54,6 @@ struct Compute<core::BFloat16> {
 template <typename T>
 using compute_t = typename Compute<T>::type;
 
-/// Calls f(T{}) for a float dtype (float32/64, float16, bfloat16); returns f's status, or
-/// cudaErrorInvalidValue for another dtype.
-template <typename F>
-int dispatch_float(int st, F&& f) {
-  switch (static_cast<ScalarType>(st)) {
-    case ScalarType::Float32:
-      return f(float{});
-    case ScalarType::Float64:
-      return f(double{});
-    case ScalarType::Float16:
-      return f(core::Half{});
-    case ScalarType::BFloat16:
-      return f(core::BFloat16{});
-    default:
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
-}
-
 /// Calls f(T{}) for float32 or float64 only (kernels whose public ops convert other dtypes
 /// first); cudaErrorInvalidValue for another dtype.
 template <typename F>
@@ -83,6 +65,20 @@ int dispatch_float_double(int st, F&& f) {
       return f(double{});
     default:
       return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+/// Calls f(T{}) for a float dtype (float32/64, float16, bfloat16); returns f's status, or
+/// cudaErrorInvalidValue for another dtype.
+template <typename F>
+int dispatch_float(int st, F&& f) {
+  switch (static_cast<ScalarType>(st)) {
+    case ScalarType::Float16:
+      return f(core::Half{});
+    case ScalarType::BFloat16:
+      return f(core::BFloat16{});
+    default:
+      return dispatch_float_double(st, f);
   }
 }
 
