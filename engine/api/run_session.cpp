@@ -185,7 +185,7 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
     o.backend = c.distributed.backend;
     o.timeout_s = c.distributed.timeout_s;
     world_size = c.distributed.world_size;
-  } else if (env.launcher == "mpirun") {
+  } else if (!env.launcher.empty()) {
     o.backend = "mpi";
   }
   if (o.backend != "none" && env.launcher.empty()) {

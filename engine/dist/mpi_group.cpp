@@ -6,12 +6,15 @@
 #include <mpi.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "engine/dist/group_detail.h"
+#include "engine/dist/rendezvous.h"
 
 namespace tb::dist {
 
@@ -30,6 +34,11 @@ using core::ScalarType;
 
 bool g_initialized_here = false;
 std::mutex g_init_mutex;
+// The job's communicator: MPI_COMM_WORLD under mpirun; for ranks joined by the torchrun-style
+// rendezvous, the communicator connect/accept built (each of them is a singleton job of its own).
+MPI_Comm g_world = MPI_COMM_WORLD;
+// The ompi-server rank 0 started for such a job (-1: none).
+pid_t g_ompi_server = -1;
 
 std::string mpi_error(int code) {
   char buf[MPI_MAX_ERROR_STRING] = {0};
@@ -107,7 +116,7 @@ class MpiGroup final : public ProcessGroup {
 
   const char* backend() const override { return "mpi"; }
 
-  void abort_job(int code) noexcept override { MPI_Abort(MPI_COMM_WORLD, code); }
+  void abort_job(int code) noexcept override { MPI_Abort(g_world, code); }
 
   void exchange_peers() {
     std::ostringstream me;
@@ -382,6 +391,12 @@ void finalize() {
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
   g_initialized_here = false;
+  g_world = MPI_COMM_WORLD;
+  if (g_ompi_server > 0) {
+    kill(g_ompi_server, SIGTERM);
+    waitpid(g_ompi_server, nullptr, 0);
+    g_ompi_server = -1;
+  }
 }
 
 void abort_world(int code) noexcept {
@@ -390,26 +405,203 @@ void abort_world(int code) noexcept {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   int size = 1;
-  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (initialized && !finalized) MPI_Comm_size(g_world, &size);
+  if (size > 1) MPI_Abort(g_world, code);
   try {
     finalize();
   } catch (...) {  // nothing left to report to
   }
 }
 
+// ---- torchrun-style launches: joining separately started processes ----------------------------
+//
+// Processes started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, a scheduler, a
+// script) are each an MPI job of one (a singleton). Open MPI joins such jobs with
+// MPI_Comm_connect/MPI_Comm_accept once they share a name server, ompi-server (ompi-server(1),
+// "MPI_Comm_connect(3)"). Rank 0 starts one and, over the TCP rendezvous on MASTER_ADDR:
+// MASTER_PORT, tells every rank its address before they initialise MPI, then lets them in one
+// by one in rank order: the group accepts, the newcomer connects, the two merge with the
+// newcomer last — so the final communicator's ranks are the RANKs.
+
+namespace {
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
+void set_env_default(const char* name, const char* value) {
+  if (std::getenv(name) == nullptr) setenv(name, value, 1);
+}
+
+// MASTER_PORT, or the next port when torchrun's own agent store holds MASTER_PORT (its static
+// rendezvous: TORCHELASTIC_USE_AGENT_STORE=True).
+int rendezvous_port() {
+  const char* v = std::getenv("MASTER_PORT");
+  TB_CHECK(v != nullptr && *v != '\0', "[dist] RANK and WORLD_SIZE are set but MASTER_PORT is not ",
+           "(a torchrun-style launch needs MASTER_ADDR and MASTER_PORT: rank 0's host and a free ",
+           "port on it)");
+  char* end = nullptr;
+  errno = 0;
+  const long port = std::strtol(v, &end, 10);
+  TB_CHECK(errno == 0 && end != v && *end == '\0' && port >= 1 && port <= 65535,
+           "[dist] environment MASTER_PORT='", v, "' is not a TCP port (1-65535)");
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string(agent) == "True";
+  TB_CHECK(!agent_store || port < 65535, "[dist] MASTER_PORT=65535 is torchrun's store; ours ",
+           "takes the next port and there is none");
+  return static_cast<int>(port) + (agent_store ? 1 : 0);
+}
+
+// Starts ompi-server (it dies with this process) and returns its URI.
+std::string start_ompi_server(Clock::time_point deadline) {
+  char path[] = "/tmp/trainbench-ompi-server-XXXXXX";
+  const int fd = mkstemp(path);
+  TB_CHECK(fd >= 0,
+           "[dist] cannot create a file for ompi-server's address: ", std::strerror(errno));
+  close(fd);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  TB_CHECK(pid >= 0, "[dist] cannot start ompi-server: ", std::strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    execlp("ompi-server", "ompi-server", "--no-daemonize", "-r", path, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  g_ompi_server = pid;
+  std::string uri;
+  for (;;) {
+    std::ifstream in(path);
+    std::getline(in, uri);
+    if (!uri.empty() && in) break;  // the whole line is there
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      g_ompi_server = -1;
+      unlink(path);
+      throw DistError(
+          WIFEXITED(status) && WEXITSTATUS(status) == 127
+              ? "[dist] ompi-server not found: a torchrun-style launch needs Open MPI's "
+                "ompi-server on PATH (Debian's openmpi-bin)"
+              : "[dist] ompi-server ended before it gave its address (exit status " +
+                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")",
+          -1);
+    }
+    if (Clock::now() >= deadline) {
+      unlink(path);
+      throw DistError("[dist] ompi-server gave no address before the deadline", -1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  unlink(path);
+  return uri;
+}
+
+// Joins the job's processes into g_world (see above).
+void join_env_world(const LaunchEnv& env, double timeout_s) {
+  const char* addr_env = std::getenv("MASTER_ADDR");
+  TB_CHECK(addr_env != nullptr && *addr_env != '\0', "[dist] RANK and WORLD_SIZE are set but ",
+           "MASTER_ADDR is not (a torchrun-style launch needs MASTER_ADDR and MASTER_PORT: rank ",
+           "0's host and a free port on it)");
+  const std::string address = addr_env;
+  const int port = rendezvous_port();
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
+  if (is_loopback(address)) {
+    // One host: Open MPI's daemons and TCP transport stay on loopback.
+    set_env_default("OMPI_MCA_oob_tcp_if_include", "lo");
+    set_env_default("OMPI_MCA_btl_tcp_if_include", "lo");
+  }
+  auto check = [](int rc, const char* what) {
+    TB_CHECK(rc == MPI_SUCCESS, "[dist] ", what, " failed: ", mpi_error(rc));
+  };
+  // Each newcomer in rank order: the group so far accepts (root: its rank 0), the newcomer
+  // connects, and the two merge with the newcomer last.
+  auto admit = [&](MPI_Comm group, const char* port_name) {
+    MPI_Comm inter = MPI_COMM_NULL;
+    MPI_Comm merged = MPI_COMM_NULL;
+    check(MPI_Comm_accept(port_name, MPI_INFO_NULL, 0, group, &inter), "MPI_Comm_accept");
+    check(MPI_Intercomm_merge(inter, 0, &merged), "MPI_Intercomm_merge");
+    MPI_Comm_free(&inter);
+    MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
+    return merged;
+  };
+  MPI_Comm world = MPI_COMM_NULL;
+  if (env.rank == 0) {
+    RendezvousServer server(address, port, env.size, deadline);
+    try {
+      const std::string uri = start_ompi_server(deadline);
+      server.gather();
+      for (int r = 1; r < env.size; ++r)
+        server.send(r, uri);
+      setenv("OMPI_MCA_pmix_server_uri", uri.c_str(), 1);
+      init_mpi();
+      MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+      char port_name[MPI_MAX_PORT_NAME] = {0};
+      check(MPI_Open_port(MPI_INFO_NULL, port_name), "MPI_Open_port");
+      check(MPI_Comm_dup(MPI_COMM_SELF, &world), "MPI_Comm_dup");
+      for (int r = 1; r < env.size; ++r) {
+        const std::string ready = server.receive(r);
+        if (ready != "ready")
+          throw DistError("[dist] rendezvous: rank " + std::to_string(r) + " " + ready, r);
+        server.send(r, port_name);
+        MPI_Comm next = admit(world, port_name);
+        MPI_Comm_free(&world);
+        world = next;
+      }
+      MPI_Close_port(port_name);
+    } catch (const std::exception& e) {
+      server.fail_all(std::string("rank 0 failed: ") + e.what());
+      throw;
+    }
+  } else {
+    RendezvousClient client(address, port, env.rank, env.size, deadline);
+    const std::string uri = client.receive();
+    setenv("OMPI_MCA_pmix_server_uri", uri.c_str(), 1);
+    try {
+      init_mpi();
+    } catch (const std::exception& e) {
+      client.send(std::string("could not initialise MPI: ") + e.what());
+      throw;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    client.send("ready");
+    std::string port_name = client.receive();
+    MPI_Comm inter = MPI_COMM_NULL;
+    check(MPI_Comm_connect(port_name.data(), MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter),
+          "MPI_Comm_connect");
+    check(MPI_Intercomm_merge(inter, 1, &world), "MPI_Intercomm_merge");
+    MPI_Comm_free(&inter);
+    MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+    for (int r = env.rank + 1; r < env.size; ++r) {
+      MPI_Comm next = admit(world, nullptr);
+      MPI_Comm_free(&world);
+      world = next;
+    }
+  }
+  g_world = world;
+}
+
+}  // namespace
+
 namespace detail {
 
 std::shared_ptr<ProcessGroup> make_mpi_group(const GroupOptions& options) {
-  init_mpi();
+  const LaunchEnv env = detect_launch_env();
+  if (env.launcher == "torchrun" && env.size > 1 && g_world == MPI_COMM_WORLD)
+    join_env_world(env, options.timeout_s);
+  else
+    init_mpi();
   int rank = 0;
   int size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(g_world, &rank);
+  MPI_Comm_size(g_world, &size);
+  if (env.launcher == "torchrun")
+    TB_CHECK(rank == env.rank && size == env.size, "[dist] this process is MPI rank ", rank, " of ",
+             size, " but its environment says RANK=", env.rank, " WORLD_SIZE=", env.size);
   MPI_Comm data = MPI_COMM_NULL;
   MPI_Comm arrivals = MPI_COMM_NULL;
-  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &data);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &arrivals);
+  int rc = MPI_Comm_dup(g_world, &data);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(g_world, &arrivals);
   TB_CHECK(rc == MPI_SUCCESS, "[dist] MPI_Comm_dup failed: ", mpi_error(rc));
   MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(arrivals, MPI_ERRORS_RETURN);

@@ -141,7 +141,8 @@ class ProcessGroup {
 };
 
 /// A group of `options.backend` for this process: "single" (world size 1), or "mpi" (the
-/// ranks mpirun started; MPI is initialised on first use, thread level serialized). Throws
+/// ranks mpirun started, or those of a torchrun-style environment, joined over the rendezvous on
+/// MASTER_ADDR:MASTER_PORT; MPI is initialised on first use, thread level serialized). Throws
 /// tb::ValueError naming the backend when it is unknown or not built in.
 std::shared_ptr<ProcessGroup> make_process_group(const GroupOptions& options);
 /// Whether this build has the MPI group.

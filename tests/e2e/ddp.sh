@@ -6,6 +6,10 @@
 #                rtol 1e-5 for 10 steps (SGD, AdamW, Muon distributed and replicated — and
 #                the two bit for bit; with dropout) and 1e-4 for 50 steps; distributed.check_replicas compares the ranks' parameters bit for bit at
 #                every step (a difference fails the run).
+#   env          2 ranks started by a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR,
+#                MASTER_PORT; no mpirun) log the mpirun launch's losses bit for bit; rank 0
+#                alone names the missing rank at the deadline; with PyTorch's torchrun installed,
+#                torchrun --no_python does the same.
 #   kill         kill -9 of rank 1 mid-run: the launch exits non-zero within 10 s and the stored
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
@@ -15,7 +19,7 @@
 #                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
 #                bit.
 # Usage: ddp.sh CLI REPO_ROOT MODE
-#        (ctest: e2e.ddp_equivalence, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_cancel, e2e.ddp_resume)
+#        (ctest: e2e.ddp_equivalence, e2e.ddp_env, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_cancel, e2e.ddp_resume)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
@@ -85,6 +89,11 @@ run_pair() {
   compare "$name" "$tmp/$name-1.txt" "$tmp/$name-2.txt" "$rtol"
 }
 
+# A free TCP port on loopback (the kernel's pick, released).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # rank_pid STORE RANK: the pid of that rank of the job writing STORE.
 rank_pid() {
   for p in $(pgrep -f "$1 run"); do
@@ -152,6 +161,51 @@ case $mode in
     "$cli" --db "$tmp/muon-2.sqlite" show 1 | grep -q 'Muon distributed, matrices per rank: 2 1' ||
       fail "distributed Muon did not split its three matrices 2 + 1: $("$cli" --db "$tmp/muon-2.sqlite" show 1 | grep data-parallel)"
     ;;
+  env)
+    # Ranks started by a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT),
+    # without mpirun: they meet over the TCP rendezvous and log mpirun's losses bit for bit.
+    sets=(--set threads=1 --set run.steps=10 --set data.workers=0 --set data.batch_size=32
+      --set distributed.check_replicas=true)
+    "$cli" --db "$tmp/mpirun.sqlite" launch --ddp --nproc 2 "$config" "${sets[@]}" \
+      > "$tmp/mpirun.log" 2>&1 || fail "env: the mpirun launch failed: $(tail -3 "$tmp/mpirun.log")"
+    losses "$tmp/mpirun.sqlite" > "$tmp/mpirun.txt"
+    sets+=(--set distributed.backend='"mpi"' --set distributed.world_size=2)
+    port=$(free_port)
+    pids=()
+    for r in 1 0; do
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port "$cli" --db "$tmp/env.sqlite" run "$config" "${sets[@]}" \
+        > "$tmp/env-$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do
+      wait "$p" || fail "env: a rank failed: $(tail -n 3 "$tmp"/env-*.log)"
+    done
+    losses "$tmp/env.sqlite" > "$tmp/env.txt"
+    compare env_vs_mpirun "$tmp/mpirun.txt" "$tmp/env.txt" 0
+    # A rank that never comes: rank 0 gives up at the deadline and names it.
+    t0=$(date +%s)
+    if RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) "$cli" \
+      --db "$tmp/alone.sqlite" run "$config" "${sets[@]}" --set distributed.timeout_s=2 \
+      > "$tmp/alone.log" 2>&1; then
+      fail "env: rank 0 ran without rank 1"
+    fi
+    grep -q 'rank 1 of 2 did not connect before the deadline' "$tmp/alone.log" ||
+      fail "env: rank 0 did not name the missing rank: $(tail -n 2 "$tmp/alone.log")"
+    [ $(($(date +%s) - t0)) -le 10 ] || fail "env: rank 0 took over 10 s to give up"
+    echo "env: rank 0 alone gave up: $(grep -o 'rank 1 of 2 did not connect[^(]*' "$tmp/alone.log")"
+    # PyTorch's own torchrun, where it is installed (Debian's python3-torch). --redirects/--tee 1:
+    # torch 1.13's default (0) fails on Python 3.11.
+    if command -v torchrun > /dev/null && torchrun --help 2>&1 | grep -q -- '--no[-_]python'; then
+      torchrun --standalone --nproc_per_node 2 --redirects 1 --tee 1 --no_python \
+        "$cli" --db "$tmp/torchrun.sqlite" run "$config" "${sets[@]}" > "$tmp/torchrun.log" 2>&1 ||
+        fail "env: torchrun failed: $(tail -n 5 "$tmp/torchrun.log")"
+      losses "$tmp/torchrun.sqlite" > "$tmp/torchrun.txt"
+      compare torchrun_vs_mpirun "$tmp/mpirun.txt" "$tmp/torchrun.txt" 0
+    else
+      echo "env: torchrun not installed, skipped that part"
+    fi
+    ;;
   kill) lose_rank KILL 10 60 ;;
   cancel)
     # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.
@@ -206,6 +260,6 @@ case $mode in
     compare resumed_after_kill "$tmp/whole.txt" "$tmp/cut.txt" 0
     ;;
   stop) lose_rank STOP 8 3 ;;
-  *) fail "unknown mode '$mode' (equivalence, kill, stop)" ;;
+  *) fail "unknown mode '$mode' (equivalence, env, kill, stop, cancel, resume)" ;;
 esac
 echo "PASS: ddp $mode"

@@ -3,10 +3,14 @@
 // in tests/engine/dist_mpi_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/dist/process_group.h"
+#include "engine/dist/rendezvous.h"
 #include "engine/nn/layers.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/muon.h"
@@ -164,6 +168,166 @@ TEST(Dist, MuonOwnersBalanceNewtonSchulzCost) {
   EXPECT_EQ(tb::optim::assign_muon_owners(params, 2), (std::vector<int>{1, 0, 1, 1}));
   EXPECT_EQ(tb::optim::assign_muon_owners(params, 1), (std::vector<int>{0, 0, 0, 0}));
   EXPECT_EQ(tb::optim::assign_muon_owners(params, 4), (std::vector<int>{1, 0, 2, 3}));
+}
+
+// ---- the TCP rendezvous of torchrun-style launches (engine/dist/rendezvous.h) ------------------
+
+using RdzvClock = std::chrono::steady_clock;
+
+RdzvClock::time_point in_seconds(double s) {
+  return RdzvClock::now() + std::chrono::milliseconds(static_cast<int>(s * 1000));
+}
+
+// What a rank thread ended with: its lines, or its error.
+struct ClientOutcome {
+  std::vector<std::string> lines;
+  std::string error;
+};
+
+// Starts a client thread that connects as `rank` of `size`, receives `lines` lines and answers
+// each with "ack <line>".
+std::thread start_client(int port, int rank, int size, int lines, ClientOutcome& out,
+                         double deadline_s = 10) {
+  return std::thread([=, &out] {
+    try {
+      dist::RendezvousClient c("127.0.0.1", port, rank, size, in_seconds(deadline_s));
+      for (int i = 0; i < lines; ++i) {
+        out.lines.push_back(c.receive());
+        c.send("ack " + out.lines.back());
+      }
+    } catch (const std::exception& e) {
+      out.error = e.what();
+    }
+  });
+}
+
+TEST(Rendezvous, RanksExchangeLinesInOrder) {
+  dist::RendezvousServer server("127.0.0.1", 0, 3, in_seconds(10));
+  ASSERT_GT(server.port(), 0);
+  ClientOutcome a;
+  ClientOutcome b;
+  // Rank 2 first: the server files connections by the rank they announce, not their order.
+  std::thread t2 = start_client(server.port(), 2, 3, 2, b);
+  std::thread t1 = start_client(server.port(), 1, 3, 2, a);
+  server.gather();
+  for (int r = 1; r < 3; ++r)
+    server.send(r, "uri for " + std::to_string(r));
+  EXPECT_EQ(server.receive(2), "ack uri for 2");
+  EXPECT_EQ(server.receive(1), "ack uri for 1");
+  server.send(1, "port x");
+  server.send(2, "port y");
+  EXPECT_EQ(server.receive(1), "ack port x");
+  EXPECT_EQ(server.receive(2), "ack port y");
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a.error, "");
+  EXPECT_EQ(b.error, "");
+  EXPECT_EQ(a.lines, (std::vector<std::string>{"uri for 1", "port x"}));
+  EXPECT_EQ(b.lines, (std::vector<std::string>{"uri for 2", "port y"}));
+}
+
+TEST(Rendezvous, WrongHellosAreRefusedWithTheReason) {
+  dist::RendezvousServer server("127.0.0.1", 0, 2, in_seconds(10));
+  ClientOutcome wrong_size;
+  ClientOutcome out_of_range;
+  ClientOutcome good;
+  // Queued in this order: gather() refuses the first two and still waits for rank 1.
+  std::thread t1 = start_client(server.port(), 1, 3, 1, wrong_size);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread t2 = start_client(server.port(), 2, 2, 1, out_of_range);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread t3 = start_client(server.port(), 1, 2, 1, good);
+  server.gather();
+  t1.join();
+  t2.join();
+  server.send(1, "welcome");
+  EXPECT_EQ(server.receive(1), "ack welcome");
+  t3.join();
+  EXPECT_NE(wrong_size.error.find("rank 1 says WORLD_SIZE=3, rank 0 has WORLD_SIZE=2"),
+            std::string::npos)
+      << wrong_size.error;
+  EXPECT_NE(out_of_range.error.find("RANK=2 is not in 1..1"), std::string::npos)
+      << out_of_range.error;
+  EXPECT_EQ(good.error, "");
+  ASSERT_EQ(good.lines.size(), 1u);
+}
+
+TEST(Rendezvous, ATakenRankIsRefused) {
+  dist::RendezvousServer server("127.0.0.1", 0, 3, in_seconds(10));
+  ClientOutcome first;
+  ClientOutcome duplicate;
+  ClientOutcome two;
+  // The kernel queues the connections (and their hellos) in this order until gather() takes
+  // them: rank 1, a second rank 1, rank 2.
+  std::thread t1 = start_client(server.port(), 1, 3, 1, first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread t3 = start_client(server.port(), 1, 3, 1, duplicate);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread t2 = start_client(server.port(), 2, 3, 1, two);
+  server.gather();
+  t3.join();
+  server.send(1, "a");
+  server.send(2, "b");
+  EXPECT_EQ(server.receive(1), "ack a");
+  EXPECT_EQ(server.receive(2), "ack b");
+  t1.join();
+  t2.join();
+  EXPECT_EQ(first.error, "");
+  EXPECT_EQ(two.error, "");
+  EXPECT_NE(duplicate.error.find("RANK=1 is already taken by another process"), std::string::npos)
+      << duplicate.error;
+}
+
+TEST(Rendezvous, AMissingRankIsNamedAtTheDeadline) {
+  dist::RendezvousServer server("127.0.0.1", 0, 3, in_seconds(1));
+  ClientOutcome one;
+  std::thread t1 = start_client(server.port(), 1, 3, 1, one);
+  try {
+    server.gather();
+    FAIL() << "gather() returned without rank 2";
+  } catch (const dist::DistError& e) {
+    EXPECT_EQ(e.missing_rank(), 2);
+    EXPECT_NE(std::string(e.what()).find("rank 2 of 3 did not connect before the deadline"),
+              std::string::npos)
+        << e.what();
+  }
+  // Rank 0 tells the ranks that came why it gave up.
+  server.fail_all("rank 0 failed: no rank 2");
+  t1.join();
+  EXPECT_NE(one.error.find("says: rank 0 failed: no rank 2"), std::string::npos) << one.error;
+}
+
+TEST(Rendezvous, NobodyListeningIsAnErrorNamingTheAddress) {
+  // A port the kernel just handed out and then closed: nothing listens there.
+  int port = 0;
+  {
+    dist::RendezvousServer probe("127.0.0.1", 0, 1, in_seconds(1));
+    port = probe.port();
+  }
+  try {
+    dist::RendezvousClient c("127.0.0.1", port, 1, 2, in_seconds(0.3));
+    FAIL() << "connected to a closed port";
+  } catch (const dist::DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 could not reach rank 0 at 127.0.0.1:" +
+                                         std::to_string(port)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(dist::RendezvousClient("no-such-host.invalid", 29500, 1, 2, in_seconds(1)),
+               dist::DistError);
+}
+
+TEST(Rendezvous, APortInUseIsNamed) {
+  dist::RendezvousServer first("127.0.0.1", 0, 2, in_seconds(1));
+  try {
+    dist::RendezvousServer second("127.0.0.1", first.port(), 2, in_seconds(1));
+    FAIL() << "two servers on one port";
+  } catch (const dist::DistError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
