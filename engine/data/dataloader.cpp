@@ -99,6 +99,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
            options_.num_workers);
   TB_CHECK(options_.prefetch_factor >= 1, "[dataloader] prefetch_factor must be >= 1, got ",
            options_.prefetch_factor);
+  TB_CHECK(options_.shard_count >= 1 && options_.shard_rank >= 0 &&
+               options_.shard_rank < options_.shard_count,
+           "[dataloader] shard ", options_.shard_rank, " of ", options_.shard_count,
+           " is not a shard (0 <= shard_rank < shard_count)");
   size_ = dataset_->size();
   TB_CHECK(size_ >= 0, "[dataloader] the dataset reports a negative size ", size_);
   num_batches_ = options_.drop_last ? size_ / options_.batch_size
@@ -147,7 +151,7 @@ void DataLoader::worker_loop(int worker_id) {
     task.ctx.worker_id = worker_id;
     Result result;
     try {
-      result.batch = dataset_->get_batch(task.indices, task.ctx);
+      result.batch = build(task);
     } catch (...) {
       result.error = std::current_exception();
     }
@@ -193,11 +197,41 @@ void DataLoader::finish_epoch() {
   epoch_started_ = false;
 }
 
-std::vector<std::int64_t> DataLoader::indices_of(std::int64_t batch) const {
+DataLoader::Task DataLoader::task_of(std::int64_t batch) const {
+  Task task;
+  task.ctx.epoch = epoch_;
+  task.ctx.batch_index = batch;
+  task.ctx.seed = batch_seed(options_.seed, epoch_, batch);
   const auto n = static_cast<std::int64_t>(order_.size());
-  const std::int64_t begin = batch * options_.batch_size;
-  const std::int64_t end = std::min(n, begin + options_.batch_size);
-  return {order_.begin() + begin, order_.begin() + end};
+  std::int64_t begin = batch * options_.batch_size;
+  std::int64_t end = std::min(n, begin + options_.batch_size);
+  if (options_.shard_count > 1) {
+    const std::int64_t rows = end - begin;
+    const std::int64_t c = options_.shard_count;
+    const std::int64_t r = options_.shard_rank;
+    const std::int64_t offset = r * (rows / c) + std::min(r, rows % c);
+    task.ctx.row_offset = offset;
+    task.global_rows = rows;
+    begin += offset;
+    end = begin + rows / c + (r < rows % c ? 1 : 0);
+  }
+  task.indices.assign(order_.begin() + begin, order_.begin() + end);
+  return task;
+}
+
+Batch DataLoader::build(const Task& task) const {
+  Batch b;
+  if (task.indices.empty() && task.global_rows > 0) {
+    // This shard has no rows of a short batch: the first sample's shapes, 0 rows.
+    const std::vector<std::int64_t> first{order_.front()};
+    b = dataset_->get_batch(first, task.ctx);
+    b.input = b.input.narrow(0, 0, 0);
+    b.target = b.target.narrow(0, 0, 0);
+  } else {
+    b = dataset_->get_batch(task.indices, task.ctx);
+  }
+  b.global_rows = task.global_rows;
+  return b;
 }
 
 void DataLoader::issue_tasks() {
@@ -207,12 +241,8 @@ void DataLoader::issue_tasks() {
   {
     std::lock_guard lock(mutex_);
     while (next_issue_ < num_batches_ && next_issue_ < next_batch_ + capacity) {
-      Task task;
+      Task task = task_of(next_issue_);
       task.generation = generation_;
-      task.ctx.epoch = epoch_;
-      task.ctx.batch_index = next_issue_;
-      task.ctx.seed = batch_seed(options_.seed, epoch_, next_issue_);
-      task.indices = indices_of(next_issue_);
       tasks_.push_back(std::move(task));
       ++next_issue_;
       ++issued;
@@ -233,14 +263,10 @@ std::optional<Batch> DataLoader::next() {
   }
   const std::int64_t b = next_batch_;
   if (workers_.empty()) {
-    BatchContext ctx;
-    ctx.epoch = epoch_;
-    ctx.batch_index = b;
-    ctx.seed = batch_seed(options_.seed, epoch_, b);
-    ctx.worker_id = -1;
-    const std::vector<std::int64_t> indices = indices_of(b);
+    Task task = task_of(b);
+    task.ctx.worker_id = -1;
     ++next_batch_;
-    return dataset_->get_batch(indices, ctx);
+    return build(task);
   }
 
   issue_tasks();

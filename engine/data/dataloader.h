@@ -62,6 +62,13 @@ struct DataLoaderOptions {
   int prefetch_factor = 2;
   /// Seeds the shuffle generator and, through batch_seed(), every batch's randomness.
   std::uint64_t seed = rng::kDefaultRngSeed;
+  /// Data-parallel sharding: of each batch of n samples, build only the rows of shard
+  /// `shard_rank` of `shard_count` — rows [r * (n / c) + min(r, n % c), + n / c + (r < n % c))
+  /// — with BatchContext::row_offset set to the first and Batch::global_rows to n. The order,
+  /// the seeds and the number of batches are those of the whole loader, so the shards of batch k
+  /// together are its batch k. A shard with no rows is an empty batch (0 rows).
+  int shard_rank = 0;
+  int shard_count = 1;
 };
 
 /// A DataLoader's position, enough to continue exactly where it was (also in another process).
@@ -159,6 +166,7 @@ class DataLoader {
     std::uint64_t generation = 0;
     BatchContext ctx;
     std::vector<std::int64_t> indices;
+    std::int64_t global_rows = 0;  // 0: not sharded
   };
   struct Result {
     std::optional<Batch> batch;
@@ -169,7 +177,10 @@ class DataLoader {
   void finish_epoch();
   void cancel_pending();
   void issue_tasks();
-  std::vector<std::int64_t> indices_of(std::int64_t batch) const;
+  // Batch `batch` of the current epoch: its (shard's) indices, context and global rows.
+  Task task_of(std::int64_t batch) const;
+  // Runs get_batch for a task (an empty shard: 0 rows of the dataset's first sample).
+  Batch build(const Task& task) const;
   void worker_loop(int worker_id);
 
   // Used by the calling thread only.

@@ -14,6 +14,9 @@ namespace tb::data {
 struct Batch {
   core::Tensor input;   ///< e.g. float32 [B, 784] images or int64 [B, T] tokens
   core::Tensor target;  ///< e.g. int64 [B] class labels or int64 [B, T] next tokens
+  /// Set by a sharded DataLoader (DataLoaderOptions::shard_count > 1): the rows of the global
+  /// batch these rows are a share of; 0 when the batch is whole.
+  std::int64_t global_rows = 0;
 };
 
 /// Where a batch sits in the loader's stream; passed to Dataset::get_batch.
@@ -23,6 +26,10 @@ struct BatchContext {
   /// Seed for any randomness inside this batch: batch_seed(base seed, epoch, batch_index) (see
   /// dataloader.h). Depends only on those three values, never on which thread builds the batch.
   std::uint64_t seed = 0;
+  /// The position in the global batch of the first index (a sharded DataLoader builds only its
+  /// rows of each batch; 0 otherwise). Randomness drawn per row must be that of row
+  /// row_offset + j, so that the shards of a batch together equal the whole batch.
+  std::int64_t row_offset = 0;
   /// The worker thread building the batch (0..num_workers-1), or -1 for the calling thread.
   /// For per-thread caches and diagnostics only: batch contents must not depend on it.
   int worker_id = -1;

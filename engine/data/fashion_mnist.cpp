@@ -86,7 +86,7 @@ Batch FashionMnist::get_batch(std::span<const std::int64_t> indices,
     std::array<std::uint8_t, kPixels> augmented;
     if (options_.augment.enabled()) {
       augment_image_u8(row, augmented.data(), 1, kRows, kCols, options_.augment,
-                       sample_seed(ctx.seed, j));
+                       sample_seed(ctx.seed, ctx.row_offset + j));
       row = augmented.data();
     }
     float* out = in + j * kPixels;

@@ -71,7 +71,7 @@ Batch ImageDataset::get_batch(std::span<const std::int64_t> indices,
     const std::uint8_t* img = pixels + i * per;
     if (options_.augment.enabled()) {
       augment_image_u8(img, scratch.data(), c, height(), width(), options_.augment,
-                       sample_seed(ctx.seed, j));
+                       sample_seed(ctx.seed, ctx.row_offset + j));
       img = scratch.data();
     }
     float* out = in + j * per;

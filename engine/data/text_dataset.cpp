@@ -79,6 +79,9 @@ WindowBatch window_batch(std::span<const std::int64_t> indices, const BatchConte
   if (sampling == TextSampling::kRandom) {
     gen.emplace(ctx.seed);
     lock = std::unique_lock(gen->mutex());
+    // A shard's rows start at row_offset of the batch: the draws of the rows before it.
+    for (std::int64_t j = 0; j < ctx.row_offset; ++j)
+      (void)uniform_below(*gen, static_cast<std::uint64_t>(length - t));
   }
   const auto b = static_cast<std::int64_t>(indices.size());
   WindowBatch out{core::Tensor::empty({b, t}, core::ScalarType::Int64),

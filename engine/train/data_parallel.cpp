@@ -82,7 +82,8 @@ void DataParallel::broadcast_buffers(nn::Model& model) {
 }
 
 data::Batch DataParallel::take_shard(const data::Batch& global) {
-  const std::int64_t n = global.input.size(0);
+  const bool sharded = global.global_rows > 0;
+  const std::int64_t n = sharded ? global.global_rows : global.input.size(0);
   const std::int64_t w = world();
   const std::int64_t r = rank();
   const std::int64_t base = n / w;
@@ -90,6 +91,12 @@ data::Batch DataParallel::take_shard(const data::Batch& global) {
   shard_.rows = base + (r < extra ? 1 : 0);
   shard_.offset = r * base + std::min(r, extra);
   shard_.global_rows = n;
+  if (sharded) {
+    TB_CHECK(global.input.size(0) == shard_.rows, "[trainer] rank ", r, " got ",
+             global.input.size(0), " rows of a global batch of ", n, ", its share is ",
+             shard_.rows);
+    return global;
+  }
   if (w == 1) return global;
   data::Batch b;
   b.input = global.input.narrow(0, shard_.offset, shard_.rows).contiguous();

@@ -60,7 +60,8 @@ class DataParallel {
   /// BatchNorm's running statistics) into every rank's model; nothing when there are none.
   void broadcast_buffers(nn::Model& model);
   /// This rank's rows of `global` (a global batch: data.batch_size x world rows), remembered
-  /// as shard() for Dropout and the gradient weight.
+  /// as shard() for Dropout and the gradient weight. A batch a sharded DataLoader built
+  /// (Batch::global_rows > 0) is this rank's rows already: it is returned as it is.
   data::Batch take_shard(const data::Batch& global);
   /// The shard of the last take_shard().
   const nn::BatchShard& shard() const { return shard_; }

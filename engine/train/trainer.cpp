@@ -267,6 +267,10 @@ Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {
   // Data-parallel: the one-process evaluation's batches, each rank computing its rows.
   lo.batch_size = config_.data.batch_size * world_size();
   lo.seed = config_.run.seed + 2;
+  if (s_->ddp) {
+    lo.shard_rank = s_->ddp->rank();
+    lo.shard_count = s_->ddp->world();
+  }
   data::DataLoader loader(s_->eval_set, lo);
   const std::int64_t limit =
       config_.eval.batches > 0 ? config_.eval.batches : std::numeric_limits<std::int64_t>::max();

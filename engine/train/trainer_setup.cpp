@@ -106,6 +106,11 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   lo.drop_last = d.drop_last;
   lo.num_workers = static_cast<int>(d.workers);
   lo.seed = c.run.seed + 1;  // the data order has its own stream, derived from the run's seed
+  // ... and builds only this rank's rows of each (DataParallel::take_shard keeps them as they are).
+  if (s.ddp) {
+    lo.shard_rank = s.ddp->rank();
+    lo.shard_count = s.ddp->world();
+  }
   s.loader = std::make_unique<data::DataLoader>(s.train_set, lo);
 }
 

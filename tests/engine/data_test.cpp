@@ -1061,6 +1061,96 @@ TEST(DataLoader, SameBatchesForZeroOneAndFourWorkers) {
   EXPECT_FALSE(parallel.next().has_value());
 }
 
+// Input and target of a batch as doubles (float32 or int64 tensors).
+std::vector<double> batch_values(const Batch& b) {
+  std::vector<double> out;
+  for (const core::Tensor* t : {&b.input, &b.target}) {
+    if (t->dtype() == core::ScalarType::Float32) {
+      for (float v : t->to_vector<float>()) out.push_back(v);
+    } else {
+      for (std::int64_t v : t->to_vector<std::int64_t>()) out.push_back(static_cast<double>(v));
+    }
+    out.push_back(-1e30);  // input | target
+  }
+  return out;
+}
+
+// Data-parallel loaders: shard r of c builds only its rows of every batch — per-row randomness
+// included (augmented images, random text windows) — and the shards of batch k, in rank order,
+// are the whole loader's batch k, empty shards of a short last batch included.
+TEST(DataLoader, ShardsOfEachBatchMakeTheWholeBatch) {
+  FashionMnistOptions fo;
+  fo.augment.crop_padding = 2;
+  fo.augment.horizontal_flip = true;
+  TextDatasetOptions to;
+  to.context_length = 8;
+  to.sampling = TextSampling::kRandom;
+  to.samples_per_epoch = 22;
+  GaussianBlobsOptions bo;
+  bo.num_samples = 23;
+  // Fashion-MNIST: the first 23 images (a dataset view would do; the loader reads `size()`).
+  struct FirstImages final : Dataset {
+    std::shared_ptr<const FashionMnist> all;
+    std::int64_t size() const override { return 23; }
+    Batch get_batch(std::span<const std::int64_t> indices, const BatchContext& ctx) const override {
+      return all->get_batch(indices, ctx);
+    }
+  };
+  auto images = std::make_shared<FirstImages>();
+  images->all = std::make_shared<const FashionMnist>(fo);
+  const std::vector<std::shared_ptr<const Dataset>> sets = {
+      images, std::make_shared<TextDataset>(make_synthetic_text(2000, 3), TextSplit::kTrain, to),
+      std::make_shared<TensorDataset>(make_gaussian_blobs(bo))};
+  for (const auto& ds : sets) {
+    for (const int count : {2, 3, 4}) {
+      for (const int workers : {0, 2}) {
+        SCOPED_TRACE("shards " + std::to_string(count) + ", workers " + std::to_string(workers));
+        DataLoaderOptions o;
+        o.batch_size = 10;  // 23 (22) samples: a short last batch, some shards of it empty
+        o.shuffle = true;
+        o.seed = 11;
+        DataLoader whole(ds, o);
+        std::vector<std::unique_ptr<DataLoader>> shards;
+        for (int r = 0; r < count; ++r) {
+          DataLoaderOptions so = o;
+          so.shard_rank = r;
+          so.shard_count = count;
+          so.num_workers = workers;
+          shards.push_back(std::make_unique<DataLoader>(ds, so));
+        }
+        for (int epoch = 0; epoch < 2; ++epoch) {
+          while (std::optional<Batch> b = whole.next()) {
+            std::vector<double> joined_in;
+            std::vector<double> joined_tg;
+            for (int r = 0; r < count; ++r) {
+              std::optional<Batch> part = shards[static_cast<std::size_t>(r)]->next();
+              ASSERT_TRUE(part.has_value());
+              EXPECT_EQ(part->global_rows, b->input.size(0));
+              const std::int64_t n = b->input.size(0);
+              EXPECT_EQ(part->input.size(0), n / count + (r < n % count ? 1 : 0));
+              EXPECT_EQ(part->input.size(0), part->target.size(0));
+              const std::vector<double> v = batch_values(*part);
+              const auto mid = std::find(v.begin(), v.end(), -1e30);
+              joined_in.insert(joined_in.end(), v.begin(), mid);
+              joined_tg.insert(joined_tg.end(), mid + 1, v.end() - 1);
+            }
+            const std::vector<double> w = batch_values(*b);
+            const auto mid = std::find(w.begin(), w.end(), -1e30);
+            EXPECT_EQ(joined_in, std::vector<double>(w.begin(), mid));
+            EXPECT_EQ(joined_tg, std::vector<double>(mid + 1, w.end() - 1));
+          }
+          for (auto& sh : shards) EXPECT_FALSE(sh->next().has_value());
+        }
+      }
+    }
+  }
+  DataLoaderOptions bad;
+  bad.shard_rank = 2;
+  bad.shard_count = 2;
+  EXPECT_EQ(error_message([&] { DataLoader(sets[2], bad); }),
+            "[dataloader] shard 2 of 2 is not a shard (0 <= shard_rank < shard_count)");
+}
+
 TEST(DataLoader, SaveAndRestoreMidEpochAndAcrossEpochs) {
   auto ds = std::make_shared<ProbeDataset>(20);
   DataLoaderOptions o;
