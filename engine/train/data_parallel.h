@@ -2,7 +2,8 @@
 // broadcast at the start, each rank's rows of every global batch, and one exchange per step — a
 // flat, persistent float32 buffer holding every gradient (weighted by the rank's share of the
 // batch) followed by the loss, the non-finite flag, cancel/pause requests, which parameters have
-// gradients and every rank's phase times — summed over the ranks in buckets. After it every rank
+// gradients and every rank's phase times — summed over the ranks in buckets; the averaged
+// gradients are then views of that buffer (DDP's gradient_as_bucket_view). After it every rank
 // holds the same gradients and the same decisions (skip, cancel, pause), so logging, clipping,
 // GradScaler's inf check and step skipping agree on every rank and a request can never leave one
 // rank waiting for the others. As PyTorch's DistributedDataParallel with one bucket view per
