@@ -1,7 +1,9 @@
-// All-reduce bandwidth of the MPI process group (engine/dist), run under mpirun:
+// All-reduce bandwidth of a process group (engine/dist), run under mpirun:
 //
-//   mpirun -np 2 build/release/bench/dist_allreduce [--iters N]
+//   mpirun -np 2 build/release/bench/dist_allreduce [--iters N] [--backend mpi|nccl]
 //
+// --backend nccl all-reduces CUDA tensors on each rank's GPU (also started alone: world size 1);
+// its "memcpy" column is then a device-to-device copy of the buffer (copy_, synchronised).
 // For float32 buffers of 4 KiB .. 64 MiB: the median time of a sum all-reduce over N iterations
 // (after warm-up), its algorithm bandwidth (bytes / time) and bus bandwidth (algbw x 2(n-1)/n,
 // nccl-tests' definition in its doc/PERFORMANCE.md: what each rank's links carry, comparable
@@ -32,19 +34,24 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int iters = 20;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string backend = "mpi";
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--iters") iters = std::max(3, std::atoi(argv[i + 1]));
+    if (std::string(argv[i]) == "--backend") backend = argv[i + 1];
+  }
   try {
-    auto g = tb::dist::make_process_group({"mpi", 120});
+    auto g = tb::dist::make_process_group({backend, 120});
+    const tb::core::Device device = g->device();
     const int n = g->size();
     if (g->rank() == 0)
-      std::printf("ranks %d, %d iterations per size (median)\n%10s %12s %12s %12s %12s %8s\n", n,
-                  iters, "bytes", "time_us", "algbw_GB/s", "busbw_GB/s", "memcpy_GB/s", "bus/mc");
+      std::printf(
+          "%s on %s, ranks %d, %d iterations per size (median)\n%10s %12s %12s %12s %12s %8s\n",
+          g->backend(), device.str().c_str(), n, iters, "bytes", "time_us", "algbw_GB/s",
+          "busbw_GB/s", "memcpy_GB/s", "bus/mc");
     for (std::int64_t bytes = 4096; bytes <= (std::int64_t{64} << 20); bytes *= 4) {
       const std::int64_t count = bytes / 4;
-      Tensor t = Tensor::empty({count}, ScalarType::Float32);
-      for (std::int64_t i = 0; i < count; ++i)
-        t.data_ptr<float>()[i] = 1.0f;
+      Tensor t = Tensor::empty({count}, ScalarType::Float32, device);
+      t.fill_(1.0);
       std::vector<double> us;
       for (int it = 0; it < iters + 3; ++it) {
         g->barrier();
@@ -58,15 +65,26 @@ int main(int argc, char** argv) {
       *m.data_ptr<double>() = median(us);
       g->all_reduce(m, tb::dist::ReduceOp::kMax);
       const double time_us = *m.data_ptr<double>();
-      std::vector<char> a(static_cast<std::size_t>(bytes), 1);
-      std::vector<char> b(static_cast<std::size_t>(bytes), 0);
       std::vector<double> mc;
-      for (int it = 0; it < iters + 3; ++it) {
-        const auto t0 = Clock::now();
-        std::memcpy(b.data(), a.data(), a.size());
-        const double d = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (it >= 3) mc.push_back(d);
-        a[static_cast<std::size_t>(it) % a.size()] = static_cast<char>(b[0] + 1);
+      if (device.is_cpu()) {
+        std::vector<char> a(static_cast<std::size_t>(bytes), 1);
+        std::vector<char> b(static_cast<std::size_t>(bytes), 0);
+        for (int it = 0; it < iters + 3; ++it) {
+          const auto t0 = Clock::now();
+          std::memcpy(b.data(), a.data(), a.size());
+          const double d = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          if (it >= 3) mc.push_back(d);
+          a[static_cast<std::size_t>(it) % a.size()] = static_cast<char>(b[0] + 1);
+        }
+      } else {
+        Tensor b = Tensor::empty({count}, ScalarType::Float32, device);
+        for (int it = 0; it < iters + 3; ++it) {
+          const auto t0 = Clock::now();
+          b.copy_(t);
+          (void)b.narrow(0, count - 1, 1).item();  // waits for the copy
+          const double d = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+          if (it >= 3) mc.push_back(d);
+        }
       }
       const double algbw = static_cast<double>(bytes) / (time_us * 1e3);
       const double busbw = algbw * 2.0 * (n - 1) / n;

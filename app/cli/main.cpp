@@ -277,9 +277,12 @@ int cmd_run(tb::api::RunRequest req) {
   tb::api::RunOutcomeInfo out;
   try {
     out = tb::api::run_training(req, on_start, on_progress);
-  } catch (...) {
-    if (rank) tb::api::end_distributed(true);
-    throw;
+  } catch (const std::exception& e) {
+    if (!rank) throw;
+    // Said before the job is ended: MPI_Abort does not return when other ranks run.
+    std::cerr << "error: " << e.what() << "\n" << std::flush;
+    tb::api::end_distributed(true);
+    return 1;
   }
   if (tty) std::cout << "\n";
   std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n"

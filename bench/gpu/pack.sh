@@ -12,7 +12,8 @@ build=${1:-build/ci}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data/fashion-mnist"
-for b in tests/tb_cuda_tests tests/tb_engine_tests app/cli/trainbench-cli bench/cuda_bench; do
+for b in tests/tb_cuda_tests tests/tb_engine_tests app/cli/trainbench-cli bench/cuda_bench \
+  bench/dist_allreduce; do
   cp "$build/$b" "$stage/bin/"
   strip "$stage/bin/$(basename "$b")"
 done

@@ -15,7 +15,7 @@ if [ ! -f .device/pack.tar.xz ]; then
   echo "== no .device/pack.tar.xz: building it (cmake --preset ci)"
   if ! { cmake --preset ci >/dev/null &&
     cmake --build build/ci -j"$(nproc)" --target tb_cuda_tests tb_engine_tests trainbench-cli \
-      cuda_bench >/dev/null &&
+      cuda_bench dist_allreduce >/dev/null &&
     bench/gpu/pack.sh build/ci; }; then
     echo "building the GPU check failed"
     exit 1
@@ -40,6 +40,13 @@ for key in sys.argv[1:]:
     v = [float(r[key]) for r in rows if r.get(key)]
     print(f"{key} {statistics.median(v):.3f}" if v else f"{key} -", end="  ")
 print()' "${@:2}"
+}
+
+losses() {  # the loss column of stored run $1, one per line
+  "$cli" --db "$db" export "$1" | python3 -c '
+import csv, sys
+for r in csv.DictReader(sys.stdin):
+    print(r["loss"])'
 }
 
 train() {  # name config extra --set arguments...
@@ -76,6 +83,23 @@ train() {  # name config extra --set arguments...
   train qwen-bf16 resources/configs/qwen-tiny-fortunes-adamw.toml --set run.steps=120 \
     --set data.kind=synthetic-text --set amp.enabled=true --set amp.dtype=bf16
   echo "qwen-tiny adamw bf16 autocast: $(median 5 time.step_ms tokens_per_s)"
+  echo "== NCCL at world size 1 (one GPU cannot run two ranks: no multi-GPU figures here)"
+  (cd "$dir/data" && "$dir/bin/tb_engine_tests" --gtest_filter='DistNccl.*' --gtest_brief=1)
+  "$dir/bin/dist_allreduce" --backend nccl --iters 20
+  # The MLP through the NCCL exchange (a communicator of one) against the plain run: the same
+  # losses bit for bit (runs 6 and 7).
+  train mlp-plain resources/configs/fmnist-mlp-adamw.toml --set run.steps=60 \
+    --set data.path="$dir/data/fashion-mnist" --set data.workers=2
+  train mlp-nccl resources/configs/fmnist-mlp-adamw.toml --set run.steps=60 \
+    --set data.path="$dir/data/fashion-mnist" --set data.workers=2 \
+    --set distributed.backend='"nccl"'
+  if [ "$(losses 6)" = "$(losses 7)" ] && [ -n "$(losses 6)" ]; then
+    echo "nccl world size 1: the plain run's $(losses 6 | wc -l) losses, bit for bit"
+  else
+    echo "nccl world size 1: LOSSES DIFFER from the plain run"
+    paste -d' ' <(losses 6 | head -5) <(losses 7 | head -5)
+  fi
+  echo "mlp nccl: $(median 7 time.step_ms time.comm_ms)"
   echo "== PyTorch on this GPU, same models and shapes"
   python3 bench/gpu/torch_gpu.py --steps 100 || echo "(no PyTorch with CUDA here)"
 } 2>&1 | tee "$out/gpu-check.log"

@@ -17,6 +17,7 @@
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
+#include "engine/train/run_config.h"
 
 extern char** environ;
 
@@ -204,7 +205,16 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   p.argv.push_back("run");
   if (req.resume > 0) p.argv.insert(p.argv.end(), {"--resume", std::to_string(req.resume)});
   if (!req.configs.empty()) p.argv.push_back(req.configs.front());
-  std::vector<std::string> sets = {"distributed.backend=\"mpi\"",
+  // The config's backend when it asks for NCCL (GPUs), else Open MPI's.
+  std::string backend = "mpi";
+  if (!req.configs.empty()) {
+    try {
+      if (train::load_run_config(req.configs.front(), req.overrides).distributed.backend == "nccl")
+        backend = "nccl";
+    } catch (const std::exception&) {  // the ranks report what is wrong with the config
+    }
+  }
+  std::vector<std::string> sets = {"distributed.backend=\"" + backend + "\"",
                                    "distributed.world_size=" + std::to_string(req.nproc),
                                    "binding.mode=\"" + req.binding + "\""};
   if (req.fallback) sets.emplace_back("binding.fallback=true");

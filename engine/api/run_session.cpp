@@ -189,11 +189,12 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
     o.backend = "mpi";
   }
   if (o.backend != "none" && env.launcher.empty()) {
-    // Not started as a rank (the GUI, a plain `trainbench-cli run`): one rank, in process.
+    // Not started as a rank (the GUI, a plain `trainbench-cli run`): one rank, in process —
+    // through NCCL itself when asked (a communicator of one), else the single-process group.
     TB_CHECK(world_size <= 1, "[run] distributed.world_size = ", world_size,
              ": start the ranks with trainbench-cli launch CONFIG --ddp --nproc ", world_size,
              " (a process started on its own is one rank)");
-    o.backend = "single";
+    if (o.backend != "nccl") o.backend = "single";
   }
   if (o.backend == "none") {
     TB_CHECK(env.size <= 1, "[run] this process is rank ", env.rank, " of ", env.size,

@@ -34,10 +34,12 @@ namespace {
 
 std::atomic<int> g_termination{0};
 
-void check_tensor(const Tensor& t, const char* op) {
+void check_tensor(const Tensor& t, const core::Device& device, const char* backend,
+                  const char* op) {
   TB_CHECK(t.defined(), "[dist] ", op, ": the tensor is undefined");
-  TB_CHECK(t.device().is_cpu(), "[dist] ", op, ": the MPI and single-process groups take CPU ",
-           "tensors, got one on ", t.device().str(), " (the nccl backend takes CUDA tensors)");
+  TB_CHECK(t.device() == device, "[dist] ", op, ": the ", backend, " group takes tensors on ",
+           device.str(), ", got one on ", t.device().str(),
+           device.is_cpu() ? " (the nccl backend takes CUDA tensors)" : "");
   TB_CHECK(t.is_contiguous(), "[dist] ", op, ": the tensor must be contiguous");
 }
 
@@ -95,6 +97,22 @@ std::string ProcessGroup::describe_rank(int rank) const {
 void ProcessGroup::set_timeout(double seconds) {
   TB_CHECK(seconds > 0, "[dist] the collective timeout must be > 0 s, got ", seconds);
   timeout_s_ = seconds;
+  if (ProcessGroup* host = host_group()) host->set_timeout(seconds);
+}
+
+void ProcessGroup::set_context(std::string context) {
+  if (ProcessGroup* host = host_group()) host->set_context(context);
+  context_ = std::move(context);
+}
+
+bool ProcessGroup::broken() const {
+  const ProcessGroup* host = const_cast<ProcessGroup*>(this)->host_group();
+  return broken_ || (host != nullptr && host->broken());
+}
+
+ProcessGroup* ProcessGroup::host_for(const Tensor& t) {
+  ProcessGroup* host = host_group();
+  return host != nullptr && t.defined() && t.device().is_cpu() ? host : nullptr;
 }
 
 std::string ProcessGroup::begin(const char* op, const std::string& what) {
@@ -122,14 +140,16 @@ void ProcessGroup::guarded(const std::string& label, F&& f) {
 }
 
 void ProcessGroup::all_reduce(Tensor& t, ReduceOp op, const std::string& what) {
-  check_tensor(t, "all_reduce");
+  if (ProcessGroup* host = host_for(t)) return host->all_reduce(t, op, what);
+  check_tensor(t, device(), backend(), "all_reduce");
   check_reducible(t.dtype(), op, "all_reduce");
   const std::string label = begin("all_reduce", what);
   guarded(label, [&] { do_all_reduce(t.data_ptr(), t.numel(), t.dtype(), op, label); });
 }
 
 void ProcessGroup::broadcast(Tensor& t, int root, const std::string& what) {
-  check_tensor(t, "broadcast");
+  if (ProcessGroup* host = host_for(t)) return host->broadcast(t, root, what);
+  check_tensor(t, device(), backend(), "broadcast");
   TB_CHECK(root >= 0 && root < size_, "[dist] broadcast: root ", root, " is not a rank of 0..",
            size_ - 1);
   const std::string label = begin("broadcast", what);
@@ -138,12 +158,13 @@ void ProcessGroup::broadcast(Tensor& t, int root, const std::string& what) {
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& t, const std::string& what) {
-  check_tensor(t, "all_gather");
+  if (ProcessGroup* host = host_for(t)) return host->all_gather(t, what);
+  check_tensor(t, device(), backend(), "all_gather");
   std::vector<std::int64_t> sizes;
   sizes.push_back(size_);
   for (auto s : t.sizes())
     sizes.push_back(s);
-  Tensor out = Tensor::empty(sizes, t.dtype());
+  Tensor out = Tensor::empty(sizes, t.dtype(), t.device());
   const std::string label = begin("all_gather", what);
   guarded(label, [&] {
     do_all_gather(t.data_ptr(), out.data_ptr(), static_cast<std::int64_t>(t.nbytes()), label);
@@ -152,13 +173,15 @@ Tensor ProcessGroup::all_gather(const Tensor& t, const std::string& what) {
 }
 
 Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op, const std::string& what) {
-  check_tensor(t, "reduce_scatter");
+  if (ProcessGroup* host = host_for(t)) return host->reduce_scatter(t, op, what);
+  check_tensor(t, device(), backend(), "reduce_scatter");
   check_reducible(t.dtype(), op, "reduce_scatter");
   TB_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "[dist] reduce_scatter: the first dimension (",
            t.dim() >= 1 ? t.size(0) : 0, ") must be divisible by the world size ", size_);
-  std::vector<std::int64_t> sizes(t.sizes().begin(), t.sizes().end());
-  sizes[0] /= size_;
-  Tensor out = Tensor::empty(sizes, t.dtype());
+  std::vector<std::int64_t> sizes{t.size(0) / size_};
+  for (std::int64_t d = 1; d < t.dim(); ++d)
+    sizes.push_back(t.size(d));
+  Tensor out = Tensor::empty(sizes, t.dtype(), t.device());
   const std::string label = begin("reduce_scatter", what);
   guarded(label, [&] {
     do_reduce_scatter(t.data_ptr(), out.data_ptr(), out.numel(), t.dtype(), op, label);
@@ -241,15 +264,27 @@ class SingleGroup final : public ProcessGroup {
 
 }  // namespace
 
+bool nccl_available() {
+  return detail::nccl_built();
+}
+
 std::shared_ptr<ProcessGroup> make_process_group(const GroupOptions& options) {
   TB_CHECK(options.timeout_s > 0, "[dist] the collective timeout must be > 0 s, got ",
            options.timeout_s);
   if (options.backend == "single") return std::make_shared<SingleGroup>(options.timeout_s);
   if (options.backend == "mpi") return detail::make_mpi_group(options);
-  if (options.backend == "nccl")
-    throw ValueError(
-        "[dist] backend 'nccl' is not available in this build yet; use 'mpi' (CPU tensors)");
-  throw ValueError("[dist] unknown backend '" + options.backend + "' (choose mpi or single)");
+  if (options.backend == "nccl") {
+    // Bootstrapped over the ranks' MPI group; a process started alone (world size 1: the GPU
+    // check, the workbench) needs no MPI at all.
+    const LaunchEnv env = detect_launch_env();
+    std::shared_ptr<ProcessGroup> host;
+    if (env.launcher.empty())
+      host = std::make_shared<SingleGroup>(options.timeout_s);
+    else
+      host = detail::make_mpi_group(options);
+    return detail::make_nccl_group(options, std::move(host));
+  }
+  throw ValueError("[dist] unknown backend '" + options.backend + "' (choose mpi, nccl or single)");
 }
 
 // ---- environment and signals --------------------------------------------------------------------

@@ -51,8 +51,10 @@ struct PeerInfo {
 
 /// What a group is made from.
 struct GroupOptions {
-  std::string backend = "mpi";  ///< "mpi" (CPU tensors) or "single" (world size 1, no engine)
-  double timeout_s = 300;       ///< deadline of every collective, seconds (> 0)
+  /// "mpi" (CPU tensors), "nccl" (CUDA tensors; its ranks as for "mpi") or "single" (world
+  /// size 1, no engine)
+  std::string backend = "mpi";
+  double timeout_s = 300;  ///< deadline of every collective, seconds (> 0)
 };
 
 /// The collectives of a group of processes ("ranks"). Every rank must call the same
@@ -67,7 +69,7 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  /// "mpi", "single".
+  /// "mpi", "nccl", "single".
   virtual const char* backend() const = 0;
   /// This process's rank, 0 <= rank < size.
   int rank() const { return rank_; }
@@ -84,9 +86,12 @@ class ProcessGroup {
   /// The deadline of every collective, in seconds.
   double timeout() const { return timeout_s_; }
   /// Words added to error messages ("step 7"): where the caller is.
-  void set_context(std::string context) { context_ = std::move(context); }
+  void set_context(std::string context);
   /// True after a collective failed: the group cannot be used again.
-  bool broken() const { return broken_; }
+  bool broken() const;
+  /// The device of the tensors the group's collectives take: the CPU, or the GPU of this rank
+  /// (nccl: cuda:LOCAL_RANK mod the host's GPUs).
+  virtual core::Device device() const { return core::Device(); }
 
   /// Reduces `t` over the ranks, in place. `what` names the data in errors ("gradients").
   void all_reduce(core::Tensor& t, ReduceOp op, const std::string& what = "");
@@ -110,6 +115,9 @@ class ProcessGroup {
 
  protected:
   ProcessGroup(int rank, int size, double timeout_s);
+  /// A group for CPU tensors beside a device group (nccl: the MPI group of the same ranks, which
+  /// bootstrapped it), or null. Collectives on CPU tensors go to it.
+  virtual ProcessGroup* host_group() { return nullptr; }
   /// Sets the peers (called once by the implementation's factory).
   void set_peers(std::vector<PeerInfo> peers) { peers_ = std::move(peers); }
 
@@ -128,6 +136,7 @@ class ProcessGroup {
 
  private:
   std::string begin(const char* op, const std::string& what);
+  ProcessGroup* host_for(const core::Tensor& t);
   template <typename F>
   void guarded(const std::string& label, F&& f);
 
@@ -147,6 +156,9 @@ class ProcessGroup {
 std::shared_ptr<ProcessGroup> make_process_group(const GroupOptions& options);
 /// Whether this build has the MPI group.
 bool mpi_available();
+/// Whether this build has the NCCL group (CUDA toolkit with nccl.h at configure time; libnccl
+/// itself is loaded when a group is made).
+bool nccl_available();
 /// Finalises MPI if a group initialised it (call once, at the end of main, after every group is
 /// gone). Does nothing otherwise.
 void finalize();

@@ -122,8 +122,10 @@ std::vector<SectionSchema> make_fixed_sections() {
       {"distributed",
        {FieldSpec("backend", FieldType::kString, "none",
                   "data-parallel training over ranks started by mpirun (trainbench-cli launch "
-                  "--ddp): mpi = Open MPI, CPU tensors; none = one process")
-            .one_of({"none", "mpi"}),
+                  "--ddp) or a torchrun-style environment: mpi = Open MPI (CPU tensors; a CUDA "
+                  "model's gradients staged through the host); nccl = NCCL on each rank's GPU "
+                  "(cuda:LOCAL_RANK), bootstrapped over Open MPI; none = one process")
+            .one_of({"none", "mpi", "nccl"}),
         FieldSpec("world_size", FieldType::kInt, 0,
                   "ranks expected; 0 = as many as the launcher started (a mismatch is an error)")
             .at_least(0),

@@ -11,6 +11,7 @@
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/nn/models.h"
+#include "engine/ops/ops.h"
 
 namespace tb::train::detail {
 
@@ -43,7 +44,8 @@ std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h) {
 void scale_into(float* dst, const float* src, std::int64_t n, float w) {
   if (dst == src) {
     if (w != 1.0f)
-      for (std::int64_t k = 0; k < n; ++k) dst[k] *= w;
+      for (std::int64_t k = 0; k < n; ++k)
+        dst[k] *= w;
     return;
   }
   float* __restrict d = dst;
@@ -52,7 +54,8 @@ void scale_into(float* dst, const float* src, std::int64_t n, float w) {
     std::memcpy(d, s, static_cast<std::size_t>(n) * sizeof(float));
     return;
   }
-  for (std::int64_t k = 0; k < n; ++k) d[k] = s[k] * w;
+  for (std::int64_t k = 0; k < n; ++k)
+    d[k] = s[k] * w;
 }
 
 }  // namespace
@@ -64,8 +67,12 @@ DataParallel::DataParallel(std::shared_ptr<dist::ProcessGroup> group, const RunC
   TB_CHECK(c.distributed.world_size == 0 || c.distributed.world_size == group_->size(),
            "[trainer] distributed.world_size is ", c.distributed.world_size, " but ",
            group_->size(), " ranks were started");
-  TB_CHECK(core::Device::parse(c.run.device).is_cpu(), "[trainer] distributed.backend '",
-           c.distributed.backend, "' trains on the CPU; run.device is '", c.run.device, "'");
+  const core::Device device = core::Device::parse(c.run.device);
+  TB_CHECK(c.distributed.backend != "nccl" || device.type() == core::DeviceType::CUDA,
+           "[trainer] distributed.backend ", "'nccl' trains on CUDA devices; run.device is '",
+           c.run.device, "' (use 'mpi' on CPUs)");
+  // Any other device (CUDA with mpi, openreg) exchanges through the host: its flat buffer is
+  // staged to the group's device for each all-reduce.
   group_->set_timeout(c.distributed.timeout_s);
   bucket_elems_ = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(c.distributed.bucket_mb * 1024.0 * 1024.0 / sizeof(float)));
@@ -95,7 +102,13 @@ void DataParallel::broadcast_buffers(nn::Model& model) {
   for (auto& [name, t] : persistent_buffers(model)) {
     Tensor view = t;
     TB_CHECK(view.is_contiguous(), "[trainer] cannot broadcast buffer ", name, ": not contiguous");
-    group_->broadcast(view, 0, name);
+    if (view.device().is_cpu() || view.device() == group_->device()) {
+      group_->broadcast(view, 0, name);
+    } else {
+      Tensor staged = view.to(group_->device());
+      group_->broadcast(staged, 0, name);
+      view.copy_(staged);
+    }
   }
 }
 
@@ -134,7 +147,18 @@ void DataParallel::build_layout(const std::vector<Tensor>& params) {
   grad_elems_ = at;
   const std::int64_t extras =
       kFixedExtras + static_cast<std::int64_t>(params.size()) + kTimes * world();
-  flat_ = Tensor::empty({grad_elems_ + extras}, ScalarType::Float32);
+  const core::Device device = params.empty() ? core::Device() : params.front().device();
+  flat_ = Tensor::empty({grad_elems_ + extras}, ScalarType::Float32, device);
+}
+
+void DataParallel::all_reduce_sum(Tensor& t, const std::string& what) {
+  if (t.device().is_cpu() || t.device() == group_->device()) {
+    group_->all_reduce(t, dist::ReduceOp::kSum, what);
+    return;
+  }
+  Tensor staged = t.to(group_->device());
+  group_->all_reduce(staged, dist::ReduceOp::kSum, what);
+  t.copy_(staged);
 }
 
 StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double loss,
@@ -142,6 +166,24 @@ StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double lo
                                     const RankTimes& times) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!flat_.defined() || offsets_.size() != params.size()) build_layout(params);
+  if (!flat_.device().is_cpu()) {
+    const double w = shard_.global_rows > 0 ? static_cast<double>(shard_.rows) /
+                                                  static_cast<double>(shard_.global_rows)
+                                            : 1.0;
+    const std::int64_t np = static_cast<std::int64_t>(params.size());
+    std::vector<float> extras(static_cast<std::size_t>(flat_.numel() - grad_elems_), 0.0f);
+    extras[kLossSlot] = loss_finite ? static_cast<float>(loss * w) : 0.0f;
+    extras[kNonfiniteSlot] = loss_finite ? 0.0f : 1.0f;
+    extras[kCancelSlot] = cancel ? 1.0f : 0.0f;
+    extras[kPauseSlot] = pause ? 1.0f : 0.0f;
+    for (std::int64_t k = 0; k < kTimes; ++k)
+      extras[static_cast<std::size_t>(kFixedExtras + np + kTimes * rank() + k)] =
+          static_cast<float>(times[static_cast<std::size_t>(k)]);
+    StepExchange ex = exchange_on_device(params, loss_finite ? w : 0.0, extras);
+    ex.comm_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return ex;
+  }
   float* flat = flat_.data_ptr<float>();
   float* extras = flat + grad_elems_;
   const std::int64_t np = static_cast<std::int64_t>(params.size());
@@ -178,7 +220,7 @@ StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double lo
 
   for (std::int64_t start = 0; start < total; start += bucket_elems_) {
     Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, total - start));
-    group_->all_reduce(bucket, dist::ReduceOp::kSum, "gradients");
+    all_reduce_sum(bucket, "gradients");
   }
 
   StepExchange ex;
@@ -210,6 +252,68 @@ StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double lo
   return ex;
 }
 
+StepExchange DataParallel::exchange_on_device(const std::vector<Tensor>& params, double w,
+                                              std::vector<float>& extras) {
+  // w = 0: this rank's loss is not finite; its gradients are left out (zeros), as on the CPU.
+  const std::int64_t np = static_cast<std::int64_t>(params.size());
+  const auto wf = static_cast<float>(w);
+  {
+    autograd::NoGradGuard no_grad;
+    for (std::int64_t i = 0; i < np; ++i) {
+      const Tensor& p = params[static_cast<std::size_t>(i)];
+      Tensor dst = flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], p.numel());
+      const Tensor g = w != 0.0 ? autograd::grad(p) : Tensor();
+      if (!g.defined()) {
+        dst.zero_();
+        continue;
+      }
+      TB_CHECK(g.dtype() == ScalarType::Float32 && g.device() == flat_.device(),
+               "[trainer] the gradient of parameter ", i, " is not a float32 tensor on ",
+               flat_.device().str());
+      const Tensor flat_g = g.contiguous().view({p.numel()});
+      if (flat_g.data_ptr() != dst.data_ptr()) {
+        if (wf == 1.0f)
+          dst.copy_(flat_g);
+        else
+          dst.copy_(ops::mul(flat_g, core::Scalar(static_cast<double>(wf))));
+      } else if (wf != 1.0f) {
+        dst.copy_(ops::mul(flat_g, core::Scalar(static_cast<double>(wf))));
+      }
+      extras[static_cast<std::size_t>(kFixedExtras + i)] = 1.0f;
+    }
+  }
+  const auto n_extras = static_cast<std::int64_t>(extras.size());
+  Tensor tail = flat_.narrow(0, grad_elems_, n_extras);
+  tail.copy_(core::from_vector(extras));
+  const std::int64_t total = flat_.numel();
+  for (std::int64_t start = 0; start < total; start += bucket_elems_) {
+    Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, total - start));
+    all_reduce_sum(bucket, "gradients");
+  }
+  const std::vector<float> sums = tail.to(core::Device()).to_vector<float>();
+  StepExchange ex;
+  ex.nonfinite = sums[kNonfiniteSlot] > 0.0f;
+  ex.loss = ex.nonfinite ? std::numeric_limits<double>::quiet_NaN()
+                         : static_cast<double>(sums[kLossSlot]);
+  ex.cancel = sums[kCancelSlot] > 0.0f;
+  ex.pause = sums[kPauseSlot] > 0.0f;
+  ex.times.resize(static_cast<std::size_t>(world()));
+  for (int r = 0; r < world(); ++r)
+    for (std::int64_t k = 0; k < kTimes; ++k)
+      ex.times[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] =
+          sums[static_cast<std::size_t>(kFixedExtras + np + kTimes * r + k)];
+  if (!ex.nonfinite) {
+    autograd::NoGradGuard no_grad;
+    for (std::int64_t i = 0; i < np; ++i) {
+      if (sums[static_cast<std::size_t>(kFixedExtras + i)] == 0.0f) continue;
+      const Tensor& p = params[static_cast<std::size_t>(i)];
+      autograd::set_grad(
+          p, flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], p.numel()).view(p.sizes()));
+    }
+  }
+  return ex;
+}
+
 std::pair<bool, bool> DataParallel::pause_round(bool pause, bool cancel) {
   Tensor t = Tensor::empty({2}, ScalarType::Float32);
   t.data_ptr<float>()[0] = pause ? 1.0f : 0.0f;
@@ -234,14 +338,45 @@ void DataParallel::sync_owned(const std::vector<Tensor>& tensors, const std::vec
                               const std::string& what) {
   if (world() == 1) return;
   std::vector<std::int64_t> count(static_cast<std::size_t>(world()), 0);
+  const core::Device device = tensors.empty() ? core::Device() : tensors.front().device();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    TB_CHECK(t.dtype() == ScalarType::Float32 && t.device().is_cpu() && t.is_contiguous(),
-             "[trainer] ", what, ": tensor ", i, " is not a contiguous float32 CPU tensor");
+    TB_CHECK(t.dtype() == ScalarType::Float32 && t.device() == device && t.is_contiguous(),
+             "[trainer] ", what, ": tensor ", i, " is not a contiguous float32 tensor on ",
+             device.str());
     count[static_cast<std::size_t>(owner[i])] += t.numel();
   }
   const std::int64_t longest =
       std::max<std::int64_t>(1, *std::max_element(count.begin(), count.end()));
+  if (!device.is_cpu()) {
+    // On a device: the same packing with tensor copies; the all-gather on the group's device.
+    autograd::NoGradGuard no_grad;
+    Tensor mine = Tensor::empty({longest}, ScalarType::Float32, device);
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (owner[i] != rank()) continue;
+      const std::int64_t n = tensors[i].numel();
+      mine.narrow(0, at, n).copy_(tensors[i].view({n}));
+      at += n;
+    }
+    const Tensor all =
+        group_->all_gather(device == group_->device() ? mine : mine.to(group_->device()), what)
+            .to(device)
+            .view({world() * longest});
+    std::vector<std::int64_t> from(static_cast<std::size_t>(world()));
+    for (int r = 0; r < world(); ++r)
+      from[static_cast<std::size_t>(r)] = r * longest;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const auto r = static_cast<std::size_t>(owner[i]);
+      const std::int64_t n = tensors[i].numel();
+      if (owner[i] != rank()) {
+        Tensor dst = tensors[i].view({n});
+        dst.copy_(all.narrow(0, from[r], n));
+      }
+      from[r] += n;
+    }
+    return;
+  }
   Tensor mine = Tensor::empty({longest}, ScalarType::Float32);
   float* out = mine.data_ptr<float>();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -281,8 +416,8 @@ void DataParallel::gather_muon_state(optim::Muon& muon) {
     optim::ParamState& st = muon.state(p);
     auto it = st.find("momentum_buffer");
     if (it == st.end()) {
-      Tensor z = Tensor::empty(p.sizes(), ScalarType::Float32);
-      std::memset(z.data_ptr(), 0, z.nbytes());
+      Tensor z = Tensor::empty(p.sizes(), ScalarType::Float32, p.device());
+      z.zero_();
       it = st.emplace("momentum_buffer", z).first;
     }
     bufs.push_back(it->second);
@@ -301,7 +436,7 @@ void DataParallel::release_muon_state(optim::Muon& muon) {
 void DataParallel::check_replicas(const std::vector<Tensor>& params, std::int64_t step) {
   std::uint64_t h = 1469598103934665603ULL;
   for (const auto& p : params) {
-    const Tensor c = p.contiguous();
+    const Tensor c = p.device().is_cpu() ? p.contiguous() : p.to(core::Device());
     h = fnv1a(c.data_ptr(), c.nbytes(), h);
   }
   Tensor mine = Tensor::empty({1}, ScalarType::Int64);

@@ -76,7 +76,7 @@ class DataParallel {
   std::pair<bool, bool> pause_round(bool pause, bool cancel);
   /// Sums evaluation counts over the ranks (float64).
   void reduce_eval(double& loss_sum, double& items, double& correct);
-  /// Gives every rank each owner's values of `tensors` (float32, contiguous, CPU; owner[i] owns
+  /// Gives every rank each owner's values of `tensors` (float32, contiguous; owner[i] owns
   /// tensors[i]): each rank's owned tensors packed into one buffer, one all-gather.
   void sync_owned(const std::vector<core::Tensor>& tensors, const std::vector<int>& owner,
                   const std::string& what);
@@ -95,6 +95,12 @@ class DataParallel {
 
  private:
   void build_layout(const std::vector<core::Tensor>& params);
+  // Reduces `t` in place over the ranks: directly when the group takes its device (CPU tensors
+  // always), else through a copy on the group's device (an MPI group with a CUDA model).
+  void all_reduce_sum(core::Tensor& t, const std::string& what);
+  // The device exchange (a CUDA model): the same layout, packed and unpacked with tensor ops.
+  StepExchange exchange_on_device(const std::vector<core::Tensor>& params, double w,
+                                  std::vector<float>& extras);
 
   std::shared_ptr<dist::ProcessGroup> group_;
   std::int64_t bucket_elems_ = 0;

@@ -423,7 +423,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   {
     Section s = section("distributed");
     s.read("backend", c.distributed.backend);
-    s.check_enum("backend", c.distributed.backend, {"none", "mpi"});
+    s.check_enum("backend", c.distributed.backend, {"none", "mpi", "nccl"});
     s.read("world_size", c.distributed.world_size);
     s.check_min("world_size", c.distributed.world_size, 0);
     s.read("timeout_s", c.distributed.timeout_s);

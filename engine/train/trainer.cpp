@@ -66,6 +66,8 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
   }
   if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
+  // NCCL: each rank trains on its own GPU (cuda:LOCAL_RANK mod the host's GPUs).
+  if (s_->ddp && !s_->ddp->group().device().is_cpu()) s_->device = s_->ddp->group().device();
   detail::plan_binding(config_, *s_);
   detail::setup_data(config_, *s_);
   detail::setup_model(config_, *s_);

@@ -10,6 +10,8 @@
 #                MASTER_PORT; no mpirun) log the mpirun launch's losses bit for bit; rank 0
 #                alone names the missing rank at the deadline; with PyTorch's torchrun installed,
 #                torchrun --no_python does the same.
+#   device       2 ranks on openreg:0 (the exchange on a device, staged through the host;
+#                distributed Muon on the device) log the CPU's 2-rank losses.
 #   kill         kill -9 of rank 1 mid-run: the launch exits non-zero within 10 s and the stored
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
@@ -19,7 +21,7 @@
 #                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
 #                bit.
 # Usage: ddp.sh CLI REPO_ROOT MODE
-#        (ctest: e2e.ddp_equivalence, e2e.ddp_env, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_cancel, e2e.ddp_resume)
+#        (ctest: e2e.ddp_equivalence, e2e.ddp_env, e2e.ddp_device, e2e.ddp_kill, e2e.ddp_stop, e2e.ddp_cancel, e2e.ddp_resume)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
@@ -206,6 +208,22 @@ case $mode in
       echo "env: torchrun not installed, skipped that part"
     fi
     ;;
+  device)
+    # The exchange on a device (openreg:0, the reference accelerator: what CUDA with mpi does):
+    # the flat buffer on the device, staged through the host for Open MPI; distributed Muon
+    # gathers its matrices on the device. 2 ranks log the CPU's 2-rank losses (rtol 1e-5; openreg
+    # has its own add/mul kernels), and the replica check passes at every step.
+    sets=(--set threads=1 --set run.steps=10 --set data.workers=0 --set data.batch_size=32
+      --set distributed.check_replicas=true --set 'model.hidden=[32, 32, 32]'
+      --set model.dropout=0.1)
+    for dev in cpu openreg:0; do
+      "$cli" --db "$tmp/dev-$dev.sqlite" launch --ddp --nproc 2 "$muon" "${sets[@]}" \
+        --set run.device="\"$dev\"" > "$tmp/dev-$dev.log" 2>&1 ||
+        fail "device: the 2-rank run on $dev failed: $(grep -a 'run 1\|error' "$tmp/dev-$dev.log" | tail -3)"
+      losses "$tmp/dev-$dev.sqlite" > "$tmp/dev-$dev.txt"
+    done
+    compare openreg_vs_cpu "$tmp/dev-cpu.txt" "$tmp/dev-openreg:0.txt" 1e-5
+    ;;
   kill) lose_rank KILL 10 60 ;;
   cancel)
     # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.
@@ -260,6 +278,6 @@ case $mode in
     compare resumed_after_kill "$tmp/whole.txt" "$tmp/cut.txt" 0
     ;;
   stop) lose_rank STOP 8 3 ;;
-  *) fail "unknown mode '$mode' (equivalence, env, kill, stop, cancel, resume)" ;;
+  *) fail "unknown mode '$mode' (equivalence, env, device, kill, stop, cancel, resume)" ;;
 esac
 echo "PASS: ddp $mode"

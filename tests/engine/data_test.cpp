@@ -1066,9 +1066,11 @@ std::vector<double> batch_values(const Batch& b) {
   std::vector<double> out;
   for (const core::Tensor* t : {&b.input, &b.target}) {
     if (t->dtype() == core::ScalarType::Float32) {
-      for (float v : t->to_vector<float>()) out.push_back(v);
+      for (float v : t->to_vector<float>())
+        out.push_back(v);
     } else {
-      for (std::int64_t v : t->to_vector<std::int64_t>()) out.push_back(static_cast<double>(v));
+      for (std::int64_t v : t->to_vector<std::int64_t>())
+        out.push_back(static_cast<double>(v));
     }
     out.push_back(-1e30);  // input | target
   }
@@ -1139,7 +1141,8 @@ TEST(DataLoader, ShardsOfEachBatchMakeTheWholeBatch) {
             EXPECT_EQ(joined_in, std::vector<double>(w.begin(), mid));
             EXPECT_EQ(joined_tg, std::vector<double>(mid + 1, w.end() - 1));
           }
-          for (auto& sh : shards) EXPECT_FALSE(sh->next().has_value());
+          for (auto& sh : shards)
+            EXPECT_FALSE(sh->next().has_value());
         }
       }
     }

@@ -330,4 +330,62 @@ TEST(Rendezvous, APortInUseIsNamed) {
   }
 }
 
+// ---- the NCCL group (CUDA tensors)
+// ---------------------------------------------------------------
+
+// Without a GPU (CI), asking for NCCL is a clear error; with one, a communicator of one rank
+// runs every collective on the device, and CPU tensors go to its host group.
+TEST(DistNccl, WorldSizeOneOnTheGpuOrAClearError) {
+  const tb::core::Device cuda(tb::core::DeviceType::CUDA, 0);
+  const std::string why = tb::core::device_unavailable_reason(cuda);
+  if (!dist::nccl_available() || !why.empty()) {
+    try {
+      dist::make_process_group({"nccl", 10});
+      FAIL() << "an NCCL group without NCCL or a GPU";
+    } catch (const tb::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("[dist] backend 'nccl'"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << (dist::nccl_available() ? "no usable CUDA device: " + why
+                                            : std::string("built without NCCL"));
+  }
+  auto g = dist::make_process_group({"nccl", 30});
+  EXPECT_STREQ(g->backend(), "nccl");
+  EXPECT_EQ(g->size(), 1);
+  EXPECT_EQ(g->device(), cuda);
+  const std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f};
+  for (const dist::ReduceOp op :
+       {dist::ReduceOp::kSum, dist::ReduceOp::kAvg, dist::ReduceOp::kMin, dist::ReduceOp::kMax}) {
+    Tensor t = tb::core::from_vector(v).to(cuda);
+    g->all_reduce(t, op, "values");
+    EXPECT_EQ(t.to(tb::core::Device()).to_vector<float>(), v) << dist::reduce_op_name(op);
+  }
+  Tensor b = tb::core::from_vector(v).to(cuda);
+  g->broadcast(b, 0, "values");
+  EXPECT_EQ(b.to(tb::core::Device()).to_vector<float>(), v);
+  const Tensor all = g->all_gather(tb::core::from_vector(v).to(cuda), "values");
+  EXPECT_EQ(all.device(), cuda);
+  EXPECT_EQ(all.sizes()[0], 1);
+  EXPECT_EQ(all.to(tb::core::Device()).to_vector<float>(), v);
+  const Tensor rs = g->reduce_scatter(tb::core::from_vector(v).to(cuda), dist::ReduceOp::kSum);
+  EXPECT_EQ(rs.to(tb::core::Device()).to_vector<float>(), v);
+  // CPU tensors (pause requests, evaluation sums) go to the host group.
+  Tensor host = tb::core::from_vector(v);
+  g->all_reduce(host, dist::ReduceOp::kSum, "host values");
+  EXPECT_EQ(host.to_vector<float>(), v);
+  EXPECT_EQ(g->all_gather_strings("x", "strings"), std::vector<std::string>{"x"});
+  g->barrier("end");
+  // A CPU group names the device it takes.
+  auto single = dist::make_process_group({"single", 10});
+  Tensor on_gpu = tb::core::from_vector(v).to(cuda);
+  try {
+    single->all_reduce(on_gpu, dist::ReduceOp::kSum);
+    FAIL() << "the single group took a CUDA tensor";
+  } catch (const tb::ValueError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("the single group takes tensors on cpu, got one on cuda:0"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

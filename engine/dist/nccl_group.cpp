@@ -1,0 +1,325 @@
+// The NCCL process group (CUDA tensors), built when the CUDA toolkit and its nccl.h are found.
+//
+// - NCCL is loaded with dlopen on first use (libnccl.so.2), as the CUDA backend loads cuBLAS:
+//   linking it would make every binary need it, GPU or not.
+// - Bootstrap and host data go through a CPU group (the MPI group of the same ranks): rank 0's
+//   ncclUniqueId is broadcast over it, and collectives on CPU tensors (pause requests, the
+//   evaluation's sums, strings) are passed to it, so one group serves a whole run.
+// - Each collective runs on the group's own stream, ordered after the compute stream (the
+//   CUDA backend launches on the device's legacy default stream) by an event, and the compute
+//   stream waits for it by another; as PyTorch's ProcessGroupNCCL does with its NCCL streams.
+// - The deadline: before each collective the ranks meet in a barrier of the CPU group (which
+//   names a rank that does not arrive or whose process is gone); then the host polls the
+//   completion event and ncclCommGetAsyncError until the deadline, and a collective that does not
+//   complete is aborted (ncclCommAbort) with a DistError naming it — PyTorch's NCCL watchdog
+//   (ProcessGroupNCCL.cpp: timeout per work item, ncclCommAbort).
+//
+// Not runnable in CI (no GPU): tests/engine/dist_nccl_test.cpp runs under bench/gpu/run.sh.
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/dist/group_detail.h"
+
+namespace tb::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using core::ScalarType;
+
+// ---- libnccl, loaded on first use -------------------------------------------------------------
+
+struct NcclApi {
+  decltype(&::ncclGetVersion) get_version = nullptr;
+  decltype(&::ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&::ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&::ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&::ncclCommAbort) comm_abort = nullptr;
+  decltype(&::ncclCommGetAsyncError) comm_get_async_error = nullptr;
+  decltype(&::ncclGetErrorString) get_error_string = nullptr;
+  decltype(&::ncclAllReduce) all_reduce = nullptr;
+  decltype(&::ncclBroadcast) broadcast = nullptr;
+  decltype(&::ncclAllGather) all_gather = nullptr;
+  decltype(&::ncclReduceScatter) reduce_scatter = nullptr;
+  int version = 0;
+};
+
+template <typename F>
+void resolve(void* lib, F& field, const char* name) {
+  void* f = dlsym(lib, name);
+  if (f == nullptr)
+    throw ValueError(std::string("[dist] backend 'nccl': libnccl.so.2 lacks ") + name);
+  field = reinterpret_cast<F>(f);
+}
+
+const NcclApi& nccl() {
+  static std::once_flag once;
+  static NcclApi api;
+  static std::string error;
+  std::call_once(once, [] {
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      error = std::string("[dist] backend 'nccl': libnccl.so.2 could not be loaded (") +
+              (why != nullptr ? why : "?") +
+              "); install NCCL (the CUDA toolkit's, or the libnccl2 package) where the dynamic "
+              "loader finds it";
+      return;
+    }
+    try {
+      resolve(lib, api.get_version, "ncclGetVersion");
+      resolve(lib, api.get_unique_id, "ncclGetUniqueId");
+      resolve(lib, api.comm_init_rank, "ncclCommInitRank");
+      resolve(lib, api.comm_destroy, "ncclCommDestroy");
+      resolve(lib, api.comm_abort, "ncclCommAbort");
+      resolve(lib, api.comm_get_async_error, "ncclCommGetAsyncError");
+      resolve(lib, api.get_error_string, "ncclGetErrorString");
+      resolve(lib, api.all_reduce, "ncclAllReduce");
+      resolve(lib, api.broadcast, "ncclBroadcast");
+      resolve(lib, api.all_gather, "ncclAllGather");
+      resolve(lib, api.reduce_scatter, "ncclReduceScatter");
+      api.get_version(&api.version);
+      // ncclAvg came with 2.10.
+      if (api.version < 21000)
+        error = "[dist] backend 'nccl': NCCL " + std::to_string(api.version) +
+                " is too old (2.10 or newer is needed)";
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  if (!error.empty()) throw ValueError(error);
+  return api;
+}
+
+std::string nccl_error(ncclResult_t r) {
+  const char* s = nccl().get_error_string(r);
+  return s != nullptr ? s : "NCCL error " + std::to_string(static_cast<int>(r));
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw DistError(std::string("[dist] nccl: ") + what + ": " + cudaGetErrorString(e), -1);
+}
+
+ncclDataType_t nccl_type(ScalarType t) {
+  switch (t) {
+    case ScalarType::Float32:
+      return ncclFloat32;
+    case ScalarType::Float64:
+      return ncclFloat64;
+    case ScalarType::Int64:
+      return ncclInt64;
+    case ScalarType::Int32:
+      return ncclInt32;
+    case ScalarType::UInt8:
+      return ncclUint8;
+    default:
+      break;
+  }
+  throw ValueError("[dist] nccl: no NCCL type for " + std::string(core::scalar_type_name(t)));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+// Makes `device` current for a scope.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class NcclGroup final : public ProcessGroup {
+ public:
+  NcclGroup(std::shared_ptr<ProcessGroup> cpu, int device, double timeout_s)
+      : ProcessGroup(cpu->rank(), cpu->size(), timeout_s), cpu_(std::move(cpu)), device_(device) {
+    set_peers(cpu_->peers());
+    const NcclApi& api = nccl();
+    // Rank 0's id to every rank over the CPU group.
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank() == 0) {
+      const ncclResult_t r = api.get_unique_id(&id);
+      if (r != ncclSuccess) throw DistError("[dist] ncclGetUniqueId: " + nccl_error(r), -1);
+    }
+    const std::string bytes = cpu_->broadcast_string(
+        std::string(reinterpret_cast<const char*>(&id), sizeof id), 0, "the NCCL unique id");
+    std::memcpy(&id, bytes.data(), sizeof id);
+    DeviceScope scope(device_);
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    // Every rank has the id: they all call this now (the CPU group's broadcast has just seen
+    // every rank alive).
+    const ncclResult_t r = api.comm_init_rank(&comm_, size(), id, rank());
+    if (r != ncclSuccess)
+      throw DistError("[dist] ncclCommInitRank (rank " + std::to_string(rank()) + " of " +
+                          std::to_string(size()) + ", cuda:" + std::to_string(device_) +
+                          "): " + nccl_error(r),
+                      -1);
+  }
+
+  ~NcclGroup() override {
+    if (comm_ != nullptr) {
+      // A broken communicator is aborted (its collectives may still be queued); a healthy one
+      // destroyed.
+      if (broken())
+        nccl().comm_abort(comm_);
+      else
+        nccl().comm_destroy(comm_);
+    }
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  const char* backend() const override { return "nccl"; }
+  core::Device device() const override { return core::Device(core::DeviceType::CUDA, device_); }
+  ProcessGroup* host_group() override { return cpu_.get(); }
+
+  void abort_job(int code) noexcept override {
+    if (comm_ != nullptr) {
+      nccl().comm_abort(comm_);
+      comm_ = nullptr;
+    }
+    cpu_->abort_job(code);
+  }
+
+ protected:
+  void do_all_reduce(void* data, std::int64_t n, ScalarType dtype, ReduceOp op,
+                     const std::string& label) override {
+    run(label, [&](ncclComm_t comm, cudaStream_t s) {
+      return nccl().all_reduce(data, data, static_cast<std::size_t>(n), nccl_type(dtype),
+                               nccl_op(op), comm, s);
+    });
+  }
+  void do_broadcast(void* data, std::int64_t bytes, int root, const std::string& label) override {
+    run(label, [&](ncclComm_t comm, cudaStream_t s) {
+      return nccl().broadcast(data, data, static_cast<std::size_t>(bytes), ncclUint8, root, comm,
+                              s);
+    });
+  }
+  void do_all_gather(const void* in, void* out, std::int64_t bytes,
+                     const std::string& label) override {
+    run(label, [&](ncclComm_t comm, cudaStream_t s) {
+      return nccl().all_gather(in, out, static_cast<std::size_t>(bytes), ncclUint8, comm, s);
+    });
+  }
+  void do_reduce_scatter(const void* in, void* out, std::int64_t n_per_rank, ScalarType dtype,
+                         ReduceOp op, const std::string& label) override {
+    run(label, [&](ncclComm_t comm, cudaStream_t s) {
+      return nccl().reduce_scatter(in, out, static_cast<std::size_t>(n_per_rank), nccl_type(dtype),
+                                   nccl_op(op), comm, s);
+    });
+  }
+  void do_barrier(const std::string& label) override { cpu_->barrier(label); }
+
+ private:
+  // One collective: the ranks meet on the CPU group, the collective is queued on the NCCL stream
+  // after the compute stream's work, the compute stream waits for it, and the host waits for it
+  // against the deadline.
+  template <typename Enqueue>
+  void run(const std::string& label, Enqueue&& enqueue) {
+    cpu_->barrier("arrival at " + label);
+    DeviceScope scope(device_);
+    check_cuda(cudaEventRecord(ready_, cudaStreamLegacy), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+    const ncclResult_t r = enqueue(comm_, stream_);
+    if (r != ncclSuccess) throw DistError("[dist] " + label + ": " + nccl_error(r), -1);
+    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0), "cudaStreamWaitEvent");
+    wait(label);
+  }
+
+  void wait(const std::string& label) {
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(timeout()));
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
+      ncclResult_t async = ncclSuccess;
+      nccl().comm_get_async_error(comm_, &async);
+      std::string why;
+      if (async != ncclSuccess && async != ncclInProgress)
+        why = "NCCL reported " + nccl_error(async);
+      else if (const int sig = termination_signal())
+        why = "stopped by signal " + std::to_string(sig);
+      else if (Clock::now() > deadline)
+        why = "not complete after " + std::to_string(timeout()) +
+              " s although every rank arrived (the NCCL transfer stalled)";
+      if (!why.empty()) {
+        nccl().comm_abort(comm_);
+        comm_ = nullptr;
+        throw DistError("[dist] " + label + ": " + why + "; the NCCL communicator is aborted", -1);
+      }
+      // Short collectives finish within microseconds: spin a little, then yield, then nap.
+      const auto waited = Clock::now() - start;
+      if (waited < std::chrono::microseconds(50)) continue;
+      if (waited < std::chrono::milliseconds(200))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  std::shared_ptr<ProcessGroup> cpu_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
+}  // namespace
+
+namespace detail {
+
+bool nccl_built() {
+  return true;
+}
+
+std::shared_ptr<ProcessGroup> make_nccl_group(const GroupOptions& options,
+                                              std::shared_ptr<ProcessGroup> cpu) {
+  (void)nccl();  // a clear error before any collective when NCCL cannot be loaded
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0)
+    throw ValueError(std::string("[dist] backend 'nccl' needs a CUDA device; ") +
+                     (e != cudaSuccess ? cudaGetErrorString(e) : "none was found"));
+  const LaunchEnv env = detect_launch_env();
+  // One GPU per rank on a host: local rank k uses cuda:(k mod devices).
+  const int device = env.local_rank % count;
+  return std::make_shared<NcclGroup>(std::move(cpu), device, options.timeout_s);
+}
+
+}  // namespace detail
+}  // namespace tb::dist
