@@ -393,12 +393,14 @@ bool mpi_available() {
 
 void finalize() {
   std::lock_guard<std::mutex> lock(g_init_mutex);
-  if (!g_initialized_here) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-  g_initialized_here = false;
-  g_world = MPI_COMM_WORLD;
+  if (g_initialized_here) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    g_initialized_here = false;
+    g_world = MPI_COMM_WORLD;
+  }
+  // The name server of a torchrun-style job (also when the rendezvous failed before MPI began).
   if (g_ompi_server > 0) {
     kill(g_ompi_server, SIGTERM);
     waitpid(g_ompi_server, nullptr, 0);
