@@ -3,7 +3,9 @@
 # Open MPI restricted to TCP over that link (no shared memory, no loopback), mpirun started in
 # the first namespace by `trainbench-cli launch --ddp --hosts 10.77.0.1:1,10.77.0.2:1`, its
 # remote launch agent `ip netns exec` instead of ssh. The 2-rank run must log the losses of one
-# process with the doubled batch (rtol 1e-5, 10 steps) and record a rank on each address.
+# process with the doubled batch (rtol 1e-5, 10 steps) and record a rank on each address. Then
+# the same ranks started by a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR=10.77.0.1,
+# MASTER_PORT), one per namespace, must log mpirun's losses bit for bit.
 # Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2; without them it reports SKIP (exit 77).
 # Usage: ddp_two_hosts.sh CLI REPO_ROOT        (ctest: e2e.ddp_two_hosts)
 set -u
@@ -84,4 +86,31 @@ grep -qx 10.77.0.2 "$tmp/agent.log" 2> /dev/null || fail "mpirun never launched 
 "$cli" --db "$tmp/two.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
   fail "the run did not record its ranks"
 echo "10 losses within $worst of the one-process run; $(grep -a -c 'PASS\|run 1 finished' "$tmp/two.log") ranks finished"
+
+# The same two hosts with the ranks started by a torchrun-style environment, one per namespace:
+# rank 0 listens on 10.77.0.1 (MASTER_ADDR), the ranks join over TCP on the veth link, and log
+# the mpirun launch's losses bit for bit.
+port=29517
+for r in 1 0; do
+  ns=$ns_a
+  [ "$r" = 1 ] && ns=$ns_b
+  ip netns exec "$ns" env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    MASTER_ADDR=10.77.0.1 MASTER_PORT=$port OMPI_MCA_btl=tcp,self \
+    OMPI_MCA_btl_tcp_if_include=10.77.0.0/24 OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 \
+    timeout 120 "$cli" --db "$tmp/env-$r.sqlite" run "$config" "${sets[@]}" \
+    --set data.batch_size=32 --set distributed.check_replicas=true \
+    --set distributed.backend='"mpi"' --set distributed.world_size=2 --set distributed.timeout_s=60 \
+    > "$tmp/env-$r.log" 2>&1 &
+  eval "pid_$r=\$!"
+done
+# shellcheck disable=SC2154
+wait "$pid_0" || fail "torchrun-style rank 0 failed: $(tail -n 3 "$tmp/env-0.log")"
+# shellcheck disable=SC2154
+wait "$pid_1" || fail "torchrun-style rank 1 failed: $(tail -n 3 "$tmp/env-1.log")"
+losses "$tmp/env-0.sqlite" > "$tmp/env.txt"
+cmp -s "$tmp/two.txt" "$tmp/env.txt" ||
+  fail "the torchrun-style ranks' losses differ from mpirun's: $(paste -d' ' "$tmp/two.txt" "$tmp/env.txt" | head -3 | tr '\n' ';')"
+"$cli" --db "$tmp/env-0.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
+  fail "the torchrun-style run did not record its ranks"
+echo "torchrun-style ranks on the two hosts: mpirun's 10 losses, bit for bit"
 echo "PASS: ddp_two_hosts"
