@@ -166,131 +166,38 @@ StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double lo
                                     const RankTimes& times) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!flat_.defined() || offsets_.size() != params.size()) build_layout(params);
-  if (!flat_.device().is_cpu()) {
-    const double w = shard_.global_rows > 0 ? static_cast<double>(shard_.rows) /
-                                                  static_cast<double>(shard_.global_rows)
-                                            : 1.0;
-    const std::int64_t np = static_cast<std::int64_t>(params.size());
-    std::vector<float> extras(static_cast<std::size_t>(flat_.numel() - grad_elems_), 0.0f);
-    extras[kLossSlot] = loss_finite ? static_cast<float>(loss * w) : 0.0f;
-    extras[kNonfiniteSlot] = loss_finite ? 0.0f : 1.0f;
-    extras[kCancelSlot] = cancel ? 1.0f : 0.0f;
-    extras[kPauseSlot] = pause ? 1.0f : 0.0f;
-    for (std::int64_t k = 0; k < kTimes; ++k)
-      extras[static_cast<std::size_t>(kFixedExtras + np + kTimes * rank() + k)] =
-          static_cast<float>(times[static_cast<std::size_t>(k)]);
-    StepExchange ex = exchange_on_device(params, loss_finite ? w : 0.0, extras);
-    ex.comm_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return ex;
-  }
-  float* flat = flat_.data_ptr<float>();
-  float* extras = flat + grad_elems_;
   const std::int64_t np = static_cast<std::int64_t>(params.size());
-  const std::int64_t total = flat_.numel();
-  std::memset(extras, 0, static_cast<std::size_t>(total - grad_elems_) * sizeof(float));
   // This rank's share of the global batch weighs its gradients and loss: the sum over the ranks
   // is then the gradient and loss of the global batch's mean (exact for one rank, w = 1).
   const double w = shard_.global_rows > 0
                        ? static_cast<double>(shard_.rows) / static_cast<double>(shard_.global_rows)
                        : 1.0;
-  const auto wf = static_cast<float>(w);
-  for (std::int64_t i = 0; i < np; ++i) {
-    const Tensor& p = params[static_cast<std::size_t>(i)];
-    float* dst = flat + offsets_[static_cast<std::size_t>(i)];
-    const std::int64_t n = p.numel();
-    const Tensor g = loss_finite ? autograd::grad(p) : Tensor();
-    if (!g.defined()) {
-      std::memset(dst, 0, static_cast<std::size_t>(n) * sizeof(float));
-      continue;
-    }
-    TB_CHECK(g.device().is_cpu() && g.dtype() == ScalarType::Float32, "[trainer] the gradient of ",
-             "parameter ", i, " is not a float32 CPU tensor");
-    const Tensor gc = g.contiguous();
-    scale_into(dst, gc.data_ptr<float>(), n, wf);
-    extras[kFixedExtras + i] = 1.0f;
-  }
+  std::vector<float> extras(static_cast<std::size_t>(flat_.numel() - grad_elems_), 0.0f);
   extras[kLossSlot] = loss_finite ? static_cast<float>(loss * w) : 0.0f;
   extras[kNonfiniteSlot] = loss_finite ? 0.0f : 1.0f;
   extras[kCancelSlot] = cancel ? 1.0f : 0.0f;
   extras[kPauseSlot] = pause ? 1.0f : 0.0f;
-  float* my_times = extras + kFixedExtras + np + kTimes * rank();
   for (std::int64_t k = 0; k < kTimes; ++k)
-    my_times[k] = static_cast<float>(times[static_cast<std::size_t>(k)]);
+    extras[static_cast<std::size_t>(kFixedExtras + np + kTimes * rank() + k)] =
+        static_cast<float>(times[static_cast<std::size_t>(k)]);
+  // A rank whose loss is not finite sends zeros (every rank then skips the step).
+  for (std::int64_t i = 0; i < np; ++i)
+    extras[static_cast<std::size_t>(kFixedExtras + i)] =
+        pack_gradient(params[static_cast<std::size_t>(i)], i, loss_finite ? w : 0.0) ? 1.0f : 0.0f;
 
-  for (std::int64_t start = 0; start < total; start += bucket_elems_) {
-    Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, total - start));
-    all_reduce_sum(bucket, "gradients");
-  }
-
-  StepExchange ex;
-  ex.nonfinite = extras[kNonfiniteSlot] > 0.0f;
-  ex.loss = ex.nonfinite ? std::numeric_limits<double>::quiet_NaN()
-                         : static_cast<double>(extras[kLossSlot]);
-  ex.cancel = extras[kCancelSlot] > 0.0f;
-  ex.pause = extras[kPauseSlot] > 0.0f;
-  ex.times.resize(static_cast<std::size_t>(world()));
-  for (int r = 0; r < world(); ++r)
-    for (std::int64_t k = 0; k < kTimes; ++k)
-      ex.times[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] =
-          extras[kFixedExtras + np + kTimes * r + k];
-  if (!ex.nonfinite) {
-    autograd::NoGradGuard no_grad;
-    for (std::int64_t i = 0; i < np; ++i) {
-      if (extras[kFixedExtras + i] == 0.0f) continue;  // no rank has a gradient for it
-      // The averaged gradient is a view of the flat buffer (PyTorch DDP's
-      // gradient_as_bucket_view): no copy back. zero_grad drops it before the next backward;
-      // a gradient kept instead (set_to_none = false) is accumulated into here and packed in
-      // place.
-      const Tensor& p = params[static_cast<std::size_t>(i)];
-      autograd::set_grad(
-          p, flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], p.numel()).view(p.sizes()));
-    }
-  }
-  ex.comm_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return ex;
-}
-
-StepExchange DataParallel::exchange_on_device(const std::vector<Tensor>& params, double w,
-                                              std::vector<float>& extras) {
-  // w = 0: this rank's loss is not finite; its gradients are left out (zeros), as on the CPU.
-  const std::int64_t np = static_cast<std::int64_t>(params.size());
-  const auto wf = static_cast<float>(w);
-  {
-    autograd::NoGradGuard no_grad;
-    for (std::int64_t i = 0; i < np; ++i) {
-      const Tensor& p = params[static_cast<std::size_t>(i)];
-      Tensor dst = flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], p.numel());
-      const Tensor g = w != 0.0 ? autograd::grad(p) : Tensor();
-      if (!g.defined()) {
-        dst.zero_();
-        continue;
-      }
-      TB_CHECK(g.dtype() == ScalarType::Float32 && g.device() == flat_.device(),
-               "[trainer] the gradient of parameter ", i, " is not a float32 tensor on ",
-               flat_.device().str());
-      const Tensor flat_g = g.contiguous().view({p.numel()});
-      if (flat_g.data_ptr() != dst.data_ptr()) {
-        if (wf == 1.0f)
-          dst.copy_(flat_g);
-        else
-          dst.copy_(ops::mul(flat_g, core::Scalar(static_cast<double>(wf))));
-      } else if (wf != 1.0f) {
-        dst.copy_(ops::mul(flat_g, core::Scalar(static_cast<double>(wf))));
-      }
-      extras[static_cast<std::size_t>(kFixedExtras + i)] = 1.0f;
-    }
-  }
-  const auto n_extras = static_cast<std::int64_t>(extras.size());
-  Tensor tail = flat_.narrow(0, grad_elems_, n_extras);
-  tail.copy_(core::from_vector(extras));
   const std::int64_t total = flat_.numel();
+  Tensor tail = flat_.narrow(0, grad_elems_, total - grad_elems_);
+  if (flat_.device().is_cpu())
+    std::memcpy(tail.data_ptr<float>(), extras.data(), extras.size() * sizeof(float));
+  else
+    tail.copy_(core::from_vector(extras));
   for (std::int64_t start = 0; start < total; start += bucket_elems_) {
     Tensor bucket = flat_.narrow(0, start, std::min(bucket_elems_, total - start));
     all_reduce_sum(bucket, "gradients");
   }
-  const std::vector<float> sums = tail.to(core::Device()).to_vector<float>();
+  const Tensor host_tail = flat_.device().is_cpu() ? tail : tail.to(core::Device());
+  const float* sums = host_tail.data_ptr<float>();
+
   StepExchange ex;
   ex.nonfinite = sums[kNonfiniteSlot] > 0.0f;
   ex.loss = ex.nonfinite ? std::numeric_limits<double>::quiet_NaN()
@@ -301,17 +208,48 @@ StepExchange DataParallel::exchange_on_device(const std::vector<Tensor>& params,
   for (int r = 0; r < world(); ++r)
     for (std::int64_t k = 0; k < kTimes; ++k)
       ex.times[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)] =
-          sums[static_cast<std::size_t>(kFixedExtras + np + kTimes * r + k)];
+          sums[kFixedExtras + np + kTimes * r + k];
   if (!ex.nonfinite) {
+    // The averaged gradients are views of the flat buffer (PyTorch DDP's
+    // gradient_as_bucket_view): no copy back. zero_grad drops them before the next backward; a
+    // gradient kept instead (set_to_none = false) is accumulated into here and packed in place.
     autograd::NoGradGuard no_grad;
     for (std::int64_t i = 0; i < np; ++i) {
-      if (sums[static_cast<std::size_t>(kFixedExtras + i)] == 0.0f) continue;
+      if (sums[kFixedExtras + i] == 0.0f) continue;  // no rank has a gradient for it
       const Tensor& p = params[static_cast<std::size_t>(i)];
       autograd::set_grad(
           p, flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], p.numel()).view(p.sizes()));
     }
   }
+  ex.comm_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return ex;
+}
+
+bool DataParallel::pack_gradient(const Tensor& p, std::int64_t i, double w) {
+  const std::int64_t n = p.numel();
+  Tensor dst = flat_.narrow(0, offsets_[static_cast<std::size_t>(i)], n);
+  const Tensor g = w != 0.0 ? autograd::grad(p) : Tensor();
+  if (!g.defined()) {
+    if (dst.device().is_cpu())
+      std::memset(dst.data_ptr<float>(), 0, static_cast<std::size_t>(n) * sizeof(float));
+    else
+      dst.zero_();
+    return false;
+  }
+  TB_CHECK(g.dtype() == ScalarType::Float32 && g.device() == flat_.device(),
+           "[trainer] the gradient of parameter ", i, " is not a float32 tensor on ",
+           flat_.device().str());
+  const Tensor gc = g.contiguous();
+  const auto wf = static_cast<float>(w);
+  if (dst.device().is_cpu()) {
+    scale_into(dst.data_ptr<float>(), gc.data_ptr<float>(), n, wf);
+  } else if (gc.data_ptr() != dst.data_ptr() || wf != 1.0f) {
+    autograd::NoGradGuard no_grad;
+    const Tensor flat_g = gc.view({n});
+    dst.copy_(wf == 1.0f ? flat_g : ops::mul(flat_g, core::Scalar(static_cast<double>(wf))));
+  }
+  return true;
 }
 
 std::pair<bool, bool> DataParallel::pause_round(bool pause, bool cancel) {

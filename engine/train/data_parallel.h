@@ -98,9 +98,9 @@ class DataParallel {
   // Reduces `t` in place over the ranks: directly when the group takes its device (CPU tensors
   // always), else through a copy on the group's device (an MPI group with a CUDA model).
   void all_reduce_sum(core::Tensor& t, const std::string& what);
-  // The device exchange (a CUDA model): the same layout, packed and unpacked with tensor ops.
-  StepExchange exchange_on_device(const std::vector<core::Tensor>& params, double w,
-                                  std::vector<float>& extras);
+  // Writes parameter i's gradient times `w` into its place in the flat buffer (zeros when it has
+  // none or w = 0); true when it had one. Host memory: a vectorised loop; a device: tensor ops.
+  bool pack_gradient(const core::Tensor& p, std::int64_t i, double w);
 
   std::shared_ptr<dist::ProcessGroup> group_;
   std::int64_t bucket_elems_ = 0;
