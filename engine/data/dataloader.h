@@ -68,6 +68,7 @@ struct DataLoaderOptions {
   /// the seeds and the number of batches are those of the whole loader, so the shards of batch k
   /// together are its batch k. A shard with no rows is an empty batch (0 rows).
   int shard_rank = 0;
+  /// The number of shards (data-parallel ranks); 1 = build whole batches. See shard_rank.
   int shard_count = 1;
 };
 
