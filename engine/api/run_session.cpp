@@ -184,6 +184,7 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
     const auto c = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
     o.backend = c.distributed.backend;
     o.timeout_s = c.distributed.timeout_s;
+    if (o.backend == "nccl") o.device_index = core::Device::parse(c.run.device).index();
     world_size = c.distributed.world_size;
   } else if (!env.launcher.empty()) {
     o.backend = "mpi";

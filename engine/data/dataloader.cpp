@@ -216,6 +216,7 @@ DataLoader::Task DataLoader::task_of(std::int64_t batch) const {
     end = begin + rows / c + (r < rows % c ? 1 : 0);
   }
   task.indices.assign(order_.begin() + begin, order_.begin() + end);
+  if (!order_.empty()) task.first_index = order_.front();
   return task;
 }
 
@@ -223,7 +224,7 @@ Batch DataLoader::build(const Task& task) const {
   Batch b;
   if (task.indices.empty() && task.global_rows > 0) {
     // This shard has no rows of a short batch: the first sample's shapes, 0 rows.
-    const std::vector<std::int64_t> first{order_.front()};
+    const std::vector<std::int64_t> first{task.first_index};
     b = dataset_->get_batch(first, task.ctx);
     b.input = b.input.narrow(0, 0, 0);
     b.target = b.target.narrow(0, 0, 0);

@@ -168,6 +168,7 @@ class DataLoader {
     BatchContext ctx;
     std::vector<std::int64_t> indices;
     std::int64_t global_rows = 0;  // 0: not sharded
+    std::int64_t first_index = 0;  // the epoch's first sample (an empty shard's shapes)
   };
   struct Result {
     std::optional<Batch> batch;

@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -403,7 +405,13 @@ void finalize() {
   // The name server of a torchrun-style job (also when the rendezvous failed before MPI began).
   if (g_ompi_server > 0) {
     kill(g_ompi_server, SIGTERM);
-    waitpid(g_ompi_server, nullptr, 0);
+    // Up to 2 s to go, then SIGKILL.
+    for (int i = 0; i < 200 && waitpid(g_ompi_server, nullptr, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (waitpid(g_ompi_server, nullptr, WNOHANG) == 0) {
+      kill(g_ompi_server, SIGKILL);
+      waitpid(g_ompi_server, nullptr, 0);
+    }
     g_ompi_server = -1;
   }
 }
@@ -434,10 +442,6 @@ void abort_world(int code) noexcept {
 
 namespace {
 
-bool is_loopback(const std::string& address) {
-  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
-}
-
 void set_env_default(const char* name, const char* value) {
   if (std::getenv(name) == nullptr) setenv(name, value, 1);
 }
@@ -461,39 +465,68 @@ int rendezvous_port() {
   return static_cast<int>(port) + (agent_store ? 1 : 0);
 }
 
-// Starts ompi-server (it dies with this process) and returns its URI.
+// The path of `program` on PATH ("" when it is not there).
+std::string find_on_path(const char* program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    std::string candidate = dirs.substr(at, end - at);
+    candidate = (candidate.empty() ? "." : candidate) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    at = end + 1;
+  }
+  return "";
+}
+
+// Starts ompi-server (it dies with this process's thread that started it, or at finalize()) and
+// returns its URI.
 std::string start_ompi_server(Clock::time_point deadline) {
+  const std::string program = find_on_path("ompi-server");
+  if (program.empty())
+    throw DistError(
+        "[dist] ompi-server not found on PATH: a torchrun-style launch needs Open "
+        "MPI's ompi-server (Debian's openmpi-bin)",
+        -1);
   char path[] = "/tmp/trainbench-ompi-server-XXXXXX";
   const int fd = mkstemp(path);
   TB_CHECK(fd >= 0,
            "[dist] cannot create a file for ompi-server's address: ", std::strerror(errno));
   close(fd);
+  // Everything the child needs is prepared here: after fork() it only calls async-signal-safe
+  // functions (prctl, getppid, execv, _exit).
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()),
+                             const_cast<char*>("--no-daemonize"), const_cast<char*>("-r"), path,
+                             nullptr};
   const pid_t parent = getpid();
   const pid_t pid = fork();
   TB_CHECK(pid >= 0, "[dist] cannot start ompi-server: ", std::strerror(errno));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
-    execlp("ompi-server", "ompi-server", "--no-daemonize", "-r", path, static_cast<char*>(nullptr));
+    execv(argv[0], argv.data());
     _exit(127);
   }
   g_ompi_server = pid;
   std::string uri;
   for (;;) {
+    // The whole line: ompi-server writes its URI and a newline.
     std::ifstream in(path);
-    std::getline(in, uri);
-    if (!uri.empty() && in) break;  // the whole line is there
+    std::ostringstream contents;
+    contents << in.rdbuf();
+    const std::string text = contents.str();
+    if (const auto nl = text.find('\n'); nl != std::string::npos && nl > 0) {
+      uri = text.substr(0, nl);
+      break;
+    }
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       g_ompi_server = -1;
       unlink(path);
-      throw DistError(
-          WIFEXITED(status) && WEXITSTATUS(status) == 127
-              ? "[dist] ompi-server not found: a torchrun-style launch needs Open MPI's "
-                "ompi-server on PATH (Debian's openmpi-bin)"
-              : "[dist] ompi-server ended before it gave its address (exit status " +
-                    std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")",
-          -1);
+      throw DistError("[dist] ompi-server ended before it gave its address (exit status " +
+                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")",
+                      -1);
     }
     if (Clock::now() >= deadline) {
       unlink(path);
@@ -505,6 +538,39 @@ std::string start_ompi_server(Clock::time_point deadline) {
   return uri;
 }
 
+// Ends the process if the join is not over by the deadline (see join_env_world).
+class JoinWatchdog {
+ public:
+  JoinWatchdog(Clock::time_point deadline, int rank, int size)
+      : thread_([this, deadline, rank, size] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_until(lock, deadline, [this] { return done_; })) return;
+          std::fprintf(stderr,
+                       "error: [dist] rendezvous: rank %d of %d: the ranks did not join before "
+                       "the deadline (distributed.timeout_s); a rank failed or stopped while they "
+                       "connected. Ending this rank.\n",
+                       rank, size);
+          std::fflush(stderr);
+          MPI_Abort(MPI_COMM_SELF, 3);
+        }) {}
+  ~JoinWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  JoinWatchdog(const JoinWatchdog&) = delete;
+  JoinWatchdog& operator=(const JoinWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it uses
+};
+
 // Joins the job's processes into g_world (see above).
 void join_env_world(const LaunchEnv& env, double timeout_s) {
   const char* addr_env = std::getenv("MASTER_ADDR");
@@ -515,7 +581,7 @@ void join_env_world(const LaunchEnv& env, double timeout_s) {
   const int port = rendezvous_port();
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000.0));
-  if (is_loopback(address)) {
+  if (is_loopback_address(address)) {
     // One host: Open MPI's daemons and TCP transport stay on loopback.
     set_env_default("OMPI_MCA_oob_tcp_if_include", "lo");
     set_env_default("OMPI_MCA_btl_tcp_if_include", "lo");
@@ -534,6 +600,11 @@ void join_env_world(const LaunchEnv& env, double timeout_s) {
     MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN);
     return merged;
   };
+  // Open MPI's accept and connect have no deadline: a rank that dies or stops while the others
+  // are joined to it would hold them forever. The watchdog ends this process just after the
+  // rendezvous's own deadline (whose errors name the rank, and come first)
+  // (MPI_Abort, the job-ending call; torchrun or the scheduler then stops the others).
+  JoinWatchdog watchdog(deadline + std::chrono::seconds(2), env.rank, env.size);
   MPI_Comm world = MPI_COMM_NULL;
   if (env.rank == 0) {
     RendezvousServer server(address, port, env.size, deadline);
@@ -548,10 +619,14 @@ void join_env_world(const LaunchEnv& env, double timeout_s) {
       char port_name[MPI_MAX_PORT_NAME] = {0};
       check(MPI_Open_port(MPI_INFO_NULL, port_name), "MPI_Open_port");
       check(MPI_Comm_dup(MPI_COMM_SELF, &world), "MPI_Comm_dup");
+      // Every rank's MPI first: a rank that fails there fails the rendezvous while nobody
+      // waits in an accept yet.
       for (int r = 1; r < env.size; ++r) {
         const std::string ready = server.receive(r);
         if (ready != "ready")
           throw DistError("[dist] rendezvous: rank " + std::to_string(r) + " " + ready, r);
+      }
+      for (int r = 1; r < env.size; ++r) {
         server.send(r, port_name);
         MPI_Comm next = admit(world, port_name);
         MPI_Comm_free(&world);

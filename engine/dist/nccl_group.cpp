@@ -172,12 +172,22 @@ class NcclGroup final : public ProcessGroup {
     const std::string bytes = cpu_->broadcast_string(
         std::string(reinterpret_cast<const char*>(&id), sizeof id), 0, "the NCCL unique id");
     std::memcpy(&id, bytes.data(), sizeof id);
-    DeviceScope scope(device_);
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
-    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
-    // Every rank has the id: they all call this now (the CPU group's broadcast has just seen
-    // every rank alive).
+    // This rank's GPU becomes the thread's current device for good (as torch.cuda.set_device):
+    // a guard that restored device 0 would open a context on GPU 0 in every rank.
+    std::string local_error;
+    try {
+      check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+      handles_.create();
+    } catch (const std::exception& e) {
+      local_error = e.what();
+    }
+    // ncclCommInitRank waits for every rank: agree first that every rank got this far.
+    core::Tensor ok = core::Tensor::empty({1}, ScalarType::Int32);
+    *ok.data_ptr<std::int32_t>() = local_error.empty() ? 1 : 0;
+    cpu_->all_reduce(ok, ReduceOp::kMin, "NCCL set-up");
+    if (!local_error.empty()) throw DistError(local_error, -1);
+    if (*ok.data_ptr<std::int32_t>() == 0)
+      throw DistError("[dist] nccl: another rank failed to set up its GPU", -1);
     const ncclResult_t r = api.comm_init_rank(&comm_, size(), id, rank());
     if (r != ncclSuccess)
       throw DistError("[dist] ncclCommInitRank (rank " + std::to_string(rank()) + " of " +
@@ -195,9 +205,6 @@ class NcclGroup final : public ProcessGroup {
       else
         nccl().comm_destroy(comm_);
     }
-    if (done_ != nullptr) cudaEventDestroy(done_);
-    if (ready_ != nullptr) cudaEventDestroy(ready_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   const char* backend() const override { return "nccl"; }
@@ -249,12 +256,12 @@ class NcclGroup final : public ProcessGroup {
   void run(const std::string& label, Enqueue&& enqueue) {
     cpu_->barrier("arrival at " + label);
     DeviceScope scope(device_);
-    check_cuda(cudaEventRecord(ready_, cudaStreamLegacy), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
-    const ncclResult_t r = enqueue(comm_, stream_);
+    check_cuda(cudaEventRecord(handles_.ready, cudaStreamLegacy), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(handles_.stream, handles_.ready, 0), "cudaStreamWaitEvent");
+    const ncclResult_t r = enqueue(comm_, handles_.stream);
     if (r != ncclSuccess) throw DistError("[dist] " + label + ": " + nccl_error(r), -1);
-    check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0), "cudaStreamWaitEvent");
+    check_cuda(cudaEventRecord(handles_.done, handles_.stream), "cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, handles_.done, 0), "cudaStreamWaitEvent");
     wait(label);
   }
 
@@ -263,7 +270,7 @@ class NcclGroup final : public ProcessGroup {
     const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(timeout()));
     for (;;) {
-      const cudaError_t q = cudaEventQuery(done_);
+      const cudaError_t q = cudaEventQuery(handles_.done);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
       ncclResult_t async = ncclSuccess;
@@ -291,12 +298,30 @@ class NcclGroup final : public ProcessGroup {
     }
   }
 
+  // The group's stream and its two events, freed also when the constructor throws.
+  struct CudaHandles {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t ready = nullptr;
+    cudaEvent_t done = nullptr;
+    void create() {
+      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+      check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    CudaHandles() = default;
+    CudaHandles(const CudaHandles&) = delete;
+    CudaHandles& operator=(const CudaHandles&) = delete;
+    ~CudaHandles() {
+      if (done != nullptr) cudaEventDestroy(done);
+      if (ready != nullptr) cudaEventDestroy(ready);
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    }
+  };
+
   std::shared_ptr<ProcessGroup> cpu_;
   int device_;
+  CudaHandles handles_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;
-  cudaEvent_t done_ = nullptr;
 };
 
 }  // namespace
@@ -316,8 +341,11 @@ std::shared_ptr<ProcessGroup> make_nccl_group(const GroupOptions& options,
     throw ValueError(std::string("[dist] backend 'nccl' needs a CUDA device; ") +
                      (e != cudaSuccess ? cudaGetErrorString(e) : "none was found"));
   const LaunchEnv env = detect_launch_env();
-  // One GPU per rank on a host: local rank k uses cuda:(k mod devices).
-  const int device = env.local_rank % count;
+  // One GPU per rank on a host: local rank k uses cuda:(k mod devices); a process started alone
+  // the device its run asks for.
+  const int device = env.launcher.empty() && options.device_index >= 0
+                         ? options.device_index % count
+                         : env.local_rank % count;
   return std::make_shared<NcclGroup>(std::move(cpu), device, options.timeout_s);
 }
 

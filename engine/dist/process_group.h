@@ -55,6 +55,9 @@ struct GroupOptions {
   /// size 1, no engine)
   std::string backend = "mpi";
   double timeout_s = 300;  ///< deadline of every collective, seconds (> 0)
+  /// nccl, a process started alone: the index of the GPU its run uses (-1: cuda:0). Ranks of a
+  /// launched job use cuda:LOCAL_RANK mod the host's GPUs.
+  int device_index = -1;
 };
 
 /// The collectives of a group of processes ("ranks"). Every rank must call the same

@@ -2,6 +2,7 @@
 #include "engine/dist/rendezvous.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -43,17 +44,43 @@ struct AddrList {
   }
 };
 
-void resolve(const std::string& address, int port, bool passive, AddrList& out) {
+// Resolves `node` (null: every interface, for a server). Returns gai's error text, "" on
+// success.
+std::string resolve(const char* node, int port, bool passive, AddrList& out) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   if (passive) hints.ai_flags = AI_PASSIVE;
   const std::string service = std::to_string(port);
-  const int rc = getaddrinfo(address.c_str(), service.c_str(), &hints, &out.head);
-  if (rc != 0)
-    throw DistError(
-        "[dist] rendezvous: MASTER_ADDR '" + address + "' does not resolve: " + gai_strerror(rc),
-        -1);
+  const int rc = getaddrinfo(node, service.c_str(), &hints, &out.head);
+  return rc == 0 ? std::string() : std::string(gai_strerror(rc));
+}
+
+// Connects `fd` to `addr` within `deadline` (a non-blocking connect and poll: a peer that drops
+// the handshake does not hold the caller past it). Returns "" or the error.
+std::string connect_within(int fd, const addrinfo* addr, Clock::time_point deadline) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  std::string error;
+  if (::connect(fd, addr->ai_addr, addr->ai_addrlen) != 0) {
+    if (errno != EINPROGRESS) {
+      error = errno_text(errno);
+    } else {
+      pollfd p{fd, POLLOUT, 0};
+      int rc = 0;
+      do {
+        rc = poll(&p, 1, ms_left(deadline));
+      } while (rc < 0 && errno == EINTR);
+      int so_error = 0;
+      socklen_t len = sizeof so_error;
+      if (rc <= 0)
+        error = rc == 0 ? "timed out" : errno_text(errno);
+      else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0)
+        error = errno_text(so_error != 0 ? so_error : errno);
+    }
+  }
+  fcntl(fd, F_SETFL, flags);
+  return error;
 }
 
 void write_all(int fd, const std::string& data, const std::string& who) {
@@ -84,7 +111,8 @@ std::string read_line(int fd, std::string& buf, Clock::time_point deadline, cons
     pollfd p{fd, POLLIN, 0};
     const int rc = poll(&p, 1, ms_left(deadline));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) continue;
+    if (rc < 0) throw DistError("[dist] rendezvous: poll: " + errno_text(errno), culprit);
+    if (rc == 0) continue;
     char chunk[4096];
     const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -102,6 +130,10 @@ void check_line(const std::string& line) {
 
 }  // namespace
 
+bool is_loopback_address(const std::string& address) {
+  return address == "localhost" || address.rfind("127.", 0) == 0 || address == "::1";
+}
+
 // ---- rank 0 ------------------------------------------------------------------------------------
 
 RendezvousServer::RendezvousServer(const std::string& address, int port, int world_size,
@@ -116,7 +148,10 @@ RendezvousServer::RendezvousServer(const std::string& address, int port, int wor
   TB_CHECK(port >= 0 && port <= 65535, "[dist] rendezvous: MASTER_PORT ", port,
            " is not a TCP port (0-65535)");
   AddrList addrs;
-  resolve(address, port, true, addrs);
+  const bool local = is_loopback_address(address);
+  if (const std::string e = resolve(local ? address.c_str() : nullptr, port, true, addrs);
+      !e.empty())
+    throw DistError("[dist] rendezvous: cannot listen on " + where() + ": " + e, -1);
   std::string last_error = "no address";
   for (addrinfo* a = addrs.head; a != nullptr; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -257,20 +292,21 @@ RendezvousClient::RendezvousClient(const std::string& address, int port, int ran
   std::string last_error;
   auto pause = std::chrono::milliseconds(20);
   while (fd_ < 0) {
+    // Rank 0 may not listen yet, or its name not resolve yet (a container still starting):
+    // try again until the deadline, backing off to half a second.
     AddrList addrs;
-    resolve(address, port, false, addrs);
+    last_error = resolve(address.c_str(), port, false, addrs);
     for (addrinfo* a = addrs.head; a != nullptr && fd_ < 0; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) {
         last_error = errno_text(errno);
         continue;
       }
-      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      last_error = connect_within(fd, a, deadline_);
+      if (last_error.empty())
         fd_ = fd;
-      } else {
-        last_error = errno_text(errno);
+      else
         ::close(fd);
-      }
     }
     if (fd_ >= 0) break;
     if (Clock::now() + pause >= deadline_)
@@ -278,14 +314,19 @@ RendezvousClient::RendezvousClient(const std::string& address, int port, int ran
                           " could not reach rank 0 at " + where() +
                           " before the deadline: " + last_error,
                       0);
-    // Rank 0 may not listen yet: try again, backing off to half a second.
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
   const int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  send(std::string(kHello) + " " + std::to_string(kVersion) + " " + std::to_string(rank) + " " +
-       std::to_string(world_size));
+  try {
+    send(std::string(kHello) + " " + std::to_string(kVersion) + " " + std::to_string(rank) + " " +
+         std::to_string(world_size));
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    fd_ = -1;
+    throw;
+  }
 }
 
 RendezvousClient::~RendezvousClient() {

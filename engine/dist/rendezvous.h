@@ -18,8 +18,13 @@
 
 namespace tb::dist {
 
-/// Rank 0's side: listens on `address`:`port` (bound to that address only, so a loopback
-/// address listens on loopback only).
+/// "localhost", 127.x.x.x or ::1.
+bool is_loopback_address(const std::string& address);
+
+/// Rank 0's side: listens on `port` — of `address` when it is a loopback address (one machine:
+/// nothing listens beyond loopback), else on every interface, as PyTorch's TCPStore does (a
+/// host name may resolve to 127.0.1.1 on the host itself while the others reach it by another
+/// address).
 class RendezvousServer {
  public:
   using Clock = std::chrono::steady_clock;

@@ -211,8 +211,10 @@ StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double lo
           sums[kFixedExtras + np + kTimes * r + k];
   if (!ex.nonfinite) {
     // The averaged gradients are views of the flat buffer (PyTorch DDP's
-    // gradient_as_bucket_view): no copy back. zero_grad drops them before the next backward; a
-    // gradient kept instead (set_to_none = false) is accumulated into here and packed in place.
+    // gradient_as_bucket_view): no copy back. Clipping and unscaling work on them in place;
+    // zero_grad drops them (or zeroes them in place) and the next backward replaces them
+    // (autograd accumulates out of place). Whatever kept a gradient past the step would see the
+    // next exchange overwrite it; nothing in the trainer or the optimizers does.
     autograd::NoGradGuard no_grad;
     for (std::int64_t i = 0; i < np; ++i) {
       if (sums[kFixedExtras + i] == 0.0f) continue;  // no rank has a gradient for it

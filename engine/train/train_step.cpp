@@ -124,11 +124,16 @@ void append_step_metrics(const Trainer::State& s, const StepTimes& t, double gra
   for (const auto& [k, v] : o.optimizer_metrics)
     if (v > 0.0) m.emplace_back(k, v);
   m.emplace_back(metric::kStepMs, step_ms);
-  m.emplace_back(metric::kSamplesPerS,
-                 static_cast<double>(batch.input.size(0)) / (step_ms / 1000.0));
-  if (s.language_model)
-    m.emplace_back(metric::kTokensPerS,
-                   static_cast<double>(batch.input.numel()) / (step_ms / 1000.0));
+  // The global batch's samples (a data-parallel rank's loader built only its share).
+  const auto rows = static_cast<double>(batch.input.size(0));
+  const double global_rows = batch.global_rows > 0 ? static_cast<double>(batch.global_rows) : rows;
+  m.emplace_back(metric::kSamplesPerS, global_rows / (step_ms / 1000.0));
+  if (s.language_model) {
+    double per_row = 1.0;  // tokens per row
+    for (std::int64_t d = 1; d < batch.input.dim(); ++d)
+      per_row *= static_cast<double>(batch.input.size(d));
+    m.emplace_back(metric::kTokensPerS, global_rows * per_row / (step_ms / 1000.0));
+  }
   if (s.scaler) m.emplace_back(metric::kLossScale, o.loss_scale);
   if (s.skipped > 0) m.emplace_back(metric::kSkippedSteps, static_cast<double>(s.skipped));
   if (s.scaler_skipped > 0)
