@@ -160,6 +160,11 @@ case $mode in
     run_pair muon_50 "$muon" 50 1e-4 'model.hidden=[32, 32, 32]' model.dropout=0.1
     "$cli" --db "$tmp/adamw-2.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
       fail "the run did not record its ranks"
+    # Throughput counts the global batch (2 x 32), though each rank's loader built its 32 rows.
+    rows=$("$cli" --db "$tmp/adamw-2.sqlite" export 1 --format csv | awk -F, '
+      NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "samples_per_s") a = i; if ($i == "time.step_ms") b = i }; next }
+      $a != "" && $b != "" { printf "%.0f\n", $a * $b / 1000 }' | sort -u)
+    [ "$rows" = 64 ] || fail "samples_per_s x step time is '$rows' samples per step, not the global 64"
     "$cli" --db "$tmp/muon-2.sqlite" show 1 | grep -q 'Muon distributed, matrices per rank: 2 1' ||
       fail "distributed Muon did not split its three matrices 2 + 1: $("$cli" --db "$tmp/muon-2.sqlite" show 1 | grep data-parallel)"
     ;;
