@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/dist/process_group.h"
@@ -201,6 +202,18 @@ std::thread start_client(int port, int rank, int size, int lines, ClientOutcome&
   });
 }
 
+// A client per (rank, world size, outcome), each receiving one line, started 100 ms apart: the
+// kernel queues their connections and hellos in this order until gather() takes them.
+std::vector<std::thread> start_queued(
+    int port, std::initializer_list<std::tuple<int, int, ClientOutcome*>> cs) {
+  std::vector<std::thread> threads;
+  for (const auto& [rank, size, out] : cs) {
+    if (!threads.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    threads.push_back(start_client(port, rank, size, 1, *out));
+  }
+  return threads;
+}
+
 TEST(Rendezvous, RanksExchangeLinesInOrder) {
   dist::RendezvousServer server("127.0.0.1", 0, 3, in_seconds(10));
   ASSERT_GT(server.port(), 0);
@@ -231,18 +244,14 @@ TEST(Rendezvous, WrongHellosAreRefusedWithTheReason) {
   ClientOutcome wrong_size;
   ClientOutcome out_of_range;
   ClientOutcome good;
-  // Queued in this order: gather() refuses the first two and still waits for rank 1.
-  std::thread t1 = start_client(server.port(), 1, 3, 1, wrong_size);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread t2 = start_client(server.port(), 2, 2, 1, out_of_range);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread t3 = start_client(server.port(), 1, 2, 1, good);
+  // gather() refuses the first two and still waits for rank 1.
+  auto ts =
+      start_queued(server.port(), {{1, 3, &wrong_size}, {2, 2, &out_of_range}, {1, 2, &good}});
   server.gather();
-  t1.join();
-  t2.join();
   server.send(1, "welcome");
   EXPECT_EQ(server.receive(1), "ack welcome");
-  t3.join();
+  for (auto& t : ts)
+    t.join();
   EXPECT_NE(wrong_size.error.find("rank 1 says WORLD_SIZE=3, rank 0 has WORLD_SIZE=2"),
             std::string::npos)
       << wrong_size.error;
@@ -257,21 +266,15 @@ TEST(Rendezvous, ATakenRankIsRefused) {
   ClientOutcome first;
   ClientOutcome duplicate;
   ClientOutcome two;
-  // The kernel queues the connections (and their hellos) in this order until gather() takes
-  // them: rank 1, a second rank 1, rank 2.
-  std::thread t1 = start_client(server.port(), 1, 3, 1, first);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread t3 = start_client(server.port(), 1, 3, 1, duplicate);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread t2 = start_client(server.port(), 2, 3, 1, two);
+  // Rank 1, a second rank 1, rank 2.
+  auto ts = start_queued(server.port(), {{1, 3, &first}, {1, 3, &duplicate}, {2, 3, &two}});
   server.gather();
-  t3.join();
   server.send(1, "a");
   server.send(2, "b");
   EXPECT_EQ(server.receive(1), "ack a");
   EXPECT_EQ(server.receive(2), "ack b");
-  t1.join();
-  t2.join();
+  for (auto& t : ts)
+    t.join();
   EXPECT_EQ(first.error, "");
   EXPECT_EQ(two.error, "");
   EXPECT_NE(duplicate.error.find("RANK=1 is already taken by another process"), std::string::npos)
