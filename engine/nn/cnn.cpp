@@ -179,7 +179,9 @@ Cnn::Cnn(const CnnConfig& cfg, rng::Generator* gen) : Model("Cnn"), cfg_(cfg) {
 Tensor Cnn::forward(const Tensor& x) {
   TB_CHECK(x.defined() && x.dim() >= 2, "[nn] Cnn: input must have a batch dimension");
   const std::int64_t per_sample = cfg_.input[0] * cfg_.input[1] * cfg_.input[2];
-  const std::int64_t got = x.numel() / std::max<std::int64_t>(x.size(0), 1);
+  std::int64_t got = 1;  // from the shape, so that an empty batch is checked too
+  for (std::int64_t d = 1; d < x.dim(); ++d)
+    got *= x.size(d);
   TB_CHECK(got == per_sample, "[nn] Cnn: input of shape ", DimVector(x.sizes()), " has ", got,
            " values per sample, the model expects input = [", cfg_.input[0], ", ", cfg_.input[1],
            ", ", cfg_.input[2], "] (", per_sample, ")");

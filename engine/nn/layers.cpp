@@ -197,7 +197,10 @@ Flatten::Flatten() : Module("Flatten") {}
 Tensor Flatten::forward(const Tensor& x) {
   TB_CHECK(x.defined() && x.dim() >= 1, "[nn] ", describe(),
            ": expects an input with a batch dimension");
-  return x.reshape({x.size(0), -1});
+  std::int64_t features = 1;  // explicit, so that an empty batch flattens too
+  for (std::int64_t d = 1; d < x.dim(); ++d)
+    features *= x.size(d);
+  return x.reshape({x.size(0), features});
 }
 
 // ---- Embedding ----------------------------------------------------------------------------------

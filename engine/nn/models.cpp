@@ -237,7 +237,10 @@ Mlp::Mlp(const MlpConfig& cfg, rng::Generator* gen) : Model("Mlp"), cfg_(cfg) {
 
 Tensor Mlp::forward(const Tensor& x) {
   TB_CHECK(x.defined() && x.dim() >= 1, "[nn] Mlp: input must have a batch dimension");
-  const Tensor flat = x.dim() == 2 ? x : x.reshape({x.size(0), -1});
+  std::int64_t features = 1;  // explicit, so that an empty batch flattens too
+  for (std::int64_t d = 1; d < x.dim(); ++d)
+    features *= x.size(d);
+  const Tensor flat = x.dim() == 2 ? x : x.reshape({x.size(0), features});
   TB_CHECK(flat.size(1) == cfg_.input, "[nn] Mlp: input of shape ", DimVector(x.sizes()), " has ",
            flat.size(1), " features per sample, the model expects input = ", cfg_.input);
   return layers_->forward(flat);

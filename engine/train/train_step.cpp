@@ -9,6 +9,7 @@
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
 #include "engine/ops/ops.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/trainer_state.h"
 
 namespace tb::train::detail {
@@ -32,6 +33,34 @@ Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& ba
   const Tensor target = batch.target.to(s.device);
   const Tensor logits = s.model->forward(input);
   return s.model->loss(logits, target);
+}
+
+void replay_random_draws(Trainer::State& s, const data::Batch& empty_shard) {
+  autograd::NoGradGuard no_grad;
+  // Only Dropout draws random numbers: it stays in training mode, everything else is put in
+  // evaluation mode (BatchNorm would refuse 0 rows in training and update its statistics), and
+  // every module's mode and buffer is restored after.
+  std::vector<std::pair<nn::Module*, bool>> modes;
+  for (auto& [path, m] : s.model->named_modules())
+    modes.emplace_back(m, m->is_training());
+  std::vector<std::pair<Tensor, Tensor>> saved;  // (buffer, its copy)
+  for (auto& [name, t] : persistent_buffers(*s.model))
+    saved.emplace_back(t, t.clone());
+  s.model->eval();
+  for (auto& [m, training] : modes)
+    if (dynamic_cast<nn::Dropout*>(m) != nullptr) m->train(training);
+  try {
+    nn::ScopedBatchShard shard(s.ddp->shard());
+    (void)s.model->forward(empty_shard.input.to(s.device));
+  } catch (...) {
+    for (auto& [m, training] : modes)
+      m->train(training);
+    throw;
+  }
+  for (auto& [m, training] : modes)
+    m->train(training);
+  for (auto& [buffer, copy] : saved)
+    buffer.copy_(copy);
 }
 
 double unscale_and_clip(const RunConfig& c, Trainer::State& s, const std::vector<Tensor>& params) {

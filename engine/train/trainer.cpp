@@ -488,6 +488,8 @@ TrainResult Trainer::loop() {
       std::optional<nn::ScopedBatchShard> shard;
       if (s.ddp) shard.emplace(s.ddp->shard());
       loss = detail::forward_loss(config_, s, batch);
+    } else if (s.ddp) {
+      detail::replay_random_draws(s, batch);
     }
     mark();
     if (has_rows) loss_value = loss.item();

@@ -92,6 +92,11 @@ struct StepTimes {
 data::Batch next_batch(Trainer::State& s);
 /// The forward pass and the loss, under autocast when amp.enabled.
 core::Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch);
+/// Data-parallel, a rank whose share of a short last batch is empty: runs the model's forward
+/// pass on the empty shard (no gradients; its buffers — BatchNorm's statistics — restored after),
+/// so that Dropout draws the global batch's mask from its generator as the other ranks do and the
+/// ranks' random streams stay equal.
+void replay_random_draws(Trainer::State& s, const data::Batch& empty_shard);
 /// With a scaler, unscales the gradients; returns the global gradient L2 norm (accumulated on
 /// the device in float64, parameter order, read once) and clips to run.grad_clip when set.
 double unscale_and_clip(const RunConfig& c, Trainer::State& s,

@@ -337,6 +337,22 @@ TEST(CnnModel, MatchesTheSameNetworkInPyTorch) {
   }
 }
 
+// A data-parallel rank whose share of a short last batch is empty replays the forward pass on
+// 0 rows so that Dropout draws the global mask (train_step.cpp: BatchNorm in evaluation mode,
+// Dropout in training): the CNN must take an empty batch that way.
+TEST(CnnModel, ForwardTakesAnEmptyShard) {
+  const auto cfg =
+      nn::model_config_from_json({{"kind", "cnn"}, {"channels", {8, 16}}, {"dropout", 0.25}});
+  const auto model = nn::build_model(cfg);
+  model->eval();
+  for (auto& [path, m] : model->named_modules())
+    if (dynamic_cast<nn::Dropout*>(m) != nullptr) m->train(true);
+  const nn::ScopedBatchShard shard(nn::BatchShard{0, 0, 3});
+  const Tensor out = model->forward(Tensor::empty({0, 1, 28, 28}));
+  EXPECT_EQ(out.dim(), 2);
+  EXPECT_EQ(out.size(0), 0);
+}
+
 TEST(CnnModel, ConfigErrorsNameTheField) {
   auto problem = [](const nlohmann::json& fields) {
     return error_of([&] { nn::model_config_from_json(fields); });
