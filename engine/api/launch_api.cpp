@@ -13,10 +13,12 @@
 #include <fstream>
 #include <optional>
 
+#include "engine/api/run_api.h"
 #include "engine/core/error.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
+#include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
 
 extern char** environ;
@@ -206,13 +208,21 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   if (req.resume > 0) p.argv.insert(p.argv.end(), {"--resume", std::to_string(req.resume)});
   if (!req.configs.empty()) p.argv.push_back(req.configs.front());
   // The config's backend when it asks for NCCL (GPUs), else Open MPI's.
+  // (A resumed run without a config file: the stored config's.)
   std::string backend = "mpi";
-  if (!req.configs.empty()) {
-    try {
+  try {
+    if (!req.configs.empty()) {
       if (train::load_run_config(req.configs.front(), req.overrides).distributed.backend == "nccl")
         backend = "nccl";
-    } catch (const std::exception&) {  // the ranks report what is wrong with the config
+    } else if (req.resume > 0) {
+      const std::string db = req.db_path.empty() ? default_store_path() : req.db_path;
+      auto st = store::RunStore::open(db);
+      if (st.has_run(req.resume) &&
+          train::parse_run_config(st.get_run(req.resume).config, "the stored config", req.overrides)
+                  .distributed.backend == "nccl")
+        backend = "nccl";
     }
+  } catch (const std::exception&) {  // the ranks report what is wrong with the config or store
   }
   std::vector<std::string> sets = {"distributed.backend=\"" + backend + "\"",
                                    "distributed.world_size=" + std::to_string(req.nproc),

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/launch_api.h"
 #include "engine/api/run_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/store/run_store.h"
@@ -200,6 +201,44 @@ TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
       api::run_training(api::RunRequest{"", {}, db.string(), cli.run_id, ""}, nullptr, nullptr);
   EXPECT_TRUE(again.resumed);
   EXPECT_EQ(again.from_step, 8);
+}
+
+// `launch --ddp` sets each rank's backend: the config's "nccl" is kept (from the config file,
+// or the stored config of a run resumed without one); anything else runs over "mpi".
+TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
+  tb::test::TempDir dir;
+  auto backend_of = [](const api::DdpLaunch& plan) {
+    for (std::size_t i = 0; i + 1 < plan.argv.size(); ++i)
+      if (plan.argv[i] == "--set" && plan.argv[i + 1].rfind("distributed.backend=", 0) == 0)
+        return plan.argv[i + 1];
+    return std::string("none");
+  };
+  const std::string base =
+      "[model]\nkind = \"mlp\"\ninput = 16\nhidden = [8]\nclasses = 4\n"
+      "[data]\nkind = \"synthetic-blobs\"\n";
+  const fs::path cpu = dir.path() / "cpu.toml";
+  const fs::path gpu = dir.path() / "gpu.toml";
+  std::ofstream(cpu) << base;
+  const std::string gpu_text =
+      base + "[run]\ndevice = \"cuda\"\n[distributed]\nbackend = \"nccl\"\n";
+  std::ofstream(gpu) << gpu_text;
+  api::LaunchRequest req;
+  req.program = "trainbench-cli";
+  req.ddp = true;
+  req.nproc = 2;
+  req.db_path = dir.db();
+  req.configs = {cpu.string()};
+  EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"mpi\"");
+  req.configs = {gpu.string()};
+  EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
+  // Resumed without a config file: the stored run's config decides.
+  store::NewRun nr;
+  nr.name = "gpu";
+  nr.config = gpu_text;
+  const std::int64_t id = store::RunStore::open(dir.db()).create_run(nr);
+  req.configs.clear();
+  req.resume = id;
+  EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
 }
 
 }  // namespace
