@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include <qcustomplot.h>
@@ -86,6 +87,39 @@ class TestRunsReport : public QObject {
     }
     QVERIFY2(redraws >= 1 && redraws <= 12, qPrintable(QString::number(redraws)));
     QVERIFY(plot.lastRedrawMs() > 0.0);
+  }
+
+  void linkedPlotsOfALiveRunKeepToTheSameBudget() {
+    // A run's linked plots share an x range that grows with every batch of points; that growth
+    // is live data, not a user's change: fed 100 times a second, no plot redraws more often
+    // than its live interval allows (it redrew every 16 ms before).
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    std::map<const QCustomPlot*, int> redraws;
+    for (auto* p : panel.plots())
+      connect(p->plot(), &QCustomPlot::afterReplot, this,
+              [&redraws, q = p->plot()] { ++redraws[q]; });
+    QElapsedTimer clock;
+    clock.start();
+    std::int64_t step = 1;
+    while (clock.elapsed() < 1000) {
+      api::StepMetrics m;
+      m.step = step;
+      m.wall_s = 0.01 * static_cast<double>(step);
+      m.values = {{"loss", 2.0 / static_cast<double>(step)},
+                  {"lr.adamw.0", 1e-3},
+                  {"grad_norm", 1.0},
+                  {"samples_per_s", 1000.0}};
+      panel.appendSteps(1, {m});
+      ++step;
+      QTest::qWait(10);
+    }
+    QVERIFY(!redraws.empty());
+    for (const auto& [plot, n] : redraws)
+      QVERIFY2(n <= 12, qPrintable(QStringLiteral("%1 redraws in a second").arg(n)));
   }
 
   void plotsOfARunShareTheirXRange() {

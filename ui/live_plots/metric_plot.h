@@ -122,8 +122,9 @@ class MetricPlot : public QWidget {
   std::optional<XRange> dataXRange() const;
   /// Linked plots: until the user zooms, the plot shows the union of its data's x extent and
   /// `range` (every linked plot's data), so plots of one run share their x range; nullopt = its
-  /// own data alone.
-  void setLinkedXRange(std::optional<XRange> range);
+  /// own data alone. `why`: LiveData when the range grew with a run's new points (redrawn
+  /// within the live redraw budget), Soon when the user linked or unlinked the plots.
+  void setLinkedXRange(std::optional<XRange> range, Redraw why = Redraw::Soon);
   /// Shows x range `range` as if the user had zoomed here (a linked plot was zoomed or panned);
   /// emits nothing.
   void followXRange(const XRange& range);

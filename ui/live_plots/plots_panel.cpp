@@ -206,7 +206,8 @@ void PlotsPanel::setLinkedX(bool linked) {
   syncLinkedX();
 }
 
-void PlotsPanel::syncLinkedX() {
+void PlotsPanel::syncLinkedX(bool liveData) {
+  const auto why = liveData ? MetricPlot::Redraw::LiveData : MetricPlot::Redraw::Soon;
   std::optional<XRange> all;
   if (linkedX()) {
     for (auto* p : m_plots) {
@@ -216,7 +217,7 @@ void PlotsPanel::syncLinkedX() {
     }
   }
   for (auto* p : m_plots)
-    p->setLinkedXRange(all);
+    p->setLinkedXRange(all, why);
 }
 
 void PlotsPanel::clearRuns() {
@@ -286,7 +287,9 @@ void PlotsPanel::appendSteps(qint64 runId, const std::vector<api::StepMetrics>& 
   }
   for (auto& [key, x] : xs)
     appendPoints(runId, key, x, ws[key], vs[key]);
-  syncLinkedX();
+  // The shared x range grows with every batch: a live redraw, within each plot's budget (a
+  // Redraw::Soon here redrew every plot at the 20 Hz of the batches).
+  syncLinkedX(/*liveData=*/true);
 }
 
 void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
@@ -318,7 +321,7 @@ void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
     }
     appendPoints(runId, key, s.step, s.wall_s, s.value);
   }
-  syncLinkedX();
+  syncLinkedX(/*liveData=*/true);
 }
 
 void PlotsPanel::replotAll() {

@@ -104,7 +104,9 @@ class PlotsPanel : public QWidget {
                     const std::vector<double>& wall, const std::vector<double>& value);
   void updateStackedMode();
   void updateVisibility();
-  void syncLinkedX();
+  // liveData: the linked range grew with a run's new points (a live redraw, within each
+  // plot's budget), not a change the user made.
+  void syncLinkedX(bool liveData = false);
   void updateStepBars();
 
   QList<MetricPlot*> m_plots;
