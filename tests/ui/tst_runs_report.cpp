@@ -89,6 +89,34 @@ class TestRunsReport : public QObject {
     QVERIFY(plot.lastRedrawMs() > 0.0);
   }
 
+  void stepTimesAreScaledToTheBulkNotToTheWarmUpStep() {
+    // The first step of a run (kernel compilation, first allocations) took 25 ms, the others
+    // ~1 ms: the step-time plot's y range is scaled to the steps, the loss plot keeps its
+    // first (largest) value.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    std::vector<api::StepMetrics> steps;
+    for (std::int64_t s = 1; s <= 1000; ++s) {
+      api::StepMetrics m;
+      m.step = s;
+      m.wall_s = 0.001 * static_cast<double>(s);
+      const double warm = s == 1 ? 20.0 : 1.0;
+      m.values = {{"loss", 2.0 / static_cast<double>(s)},
+                  {"time.data_ms", 0.05},
+                  {"time.forward_ms", 0.3 * warm},
+                  {"time.backward_ms", 0.4 * warm},
+                  {"time.optimizer_ms", 0.2 + 0.01 * static_cast<double>(s % 7)}};
+      steps.push_back(m);
+    }
+    panel.appendSteps(1, steps);
+    panel.replotAll();
+    const QCPRange time = panel.plots()[ui::PlotsPanel::StepTime]->plot()->yAxis->range();
+    QVERIFY2(time.upper > 0.95 && time.upper < 1.5, qPrintable(QString::number(time.upper)));
+    const QCPRange loss = panel.plots()[ui::PlotsPanel::Loss]->plot()->yAxis->range();
+    QVERIFY2(loss.upper >= 2.0, qPrintable(QString::number(loss.upper)));
+  }
+
   void linkedPlotsOfALiveRunKeepToTheSameBudget() {
     // A run's linked plots share an x range that grows with every batch of points; that growth
     // is live data, not a user's change: fed 100 times a second, no plot redraws more often

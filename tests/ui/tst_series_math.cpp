@@ -6,12 +6,14 @@
 #include <limits>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "ui/live_plots/series_math.h"
 
 using tb::ui::debiased_ema;
 using tb::ui::min_max_envelope;
 using tb::ui::nearest_index;
+using tb::ui::robust_upper;
 
 class TestSeriesMath : public QObject {
   Q_OBJECT
@@ -122,6 +124,34 @@ class TestSeriesMath : public QObject {
     QCOMPARE(nearest_index(x, 6), 1L);
     QCOMPARE(nearest_index(x, 99), 2L);
     QCOMPARE(nearest_index({}, 1), -1L);
+  }
+
+  void robustUpperIgnoresRareOutliersOnly() {
+    // Step times: 1.0-1.2 ms, the first step 25 ms (warm-up). The range tops at the bulk's
+    // largest value, not at 25.
+    std::vector<double> t(1000);
+    for (std::size_t i = 0; i < t.size(); ++i)
+      t[i] = 1.0 + 0.2 * static_cast<double>(i % 10) / 9.0;
+    t[0] = 25.0;
+    QCOMPARE(robust_upper(t), 1.2);
+    // Non-finite values are skipped.
+    t[1] = std::numeric_limits<double>::quiet_NaN();
+    t[2] = std::numeric_limits<double>::infinity();
+    QCOMPARE(robust_upper(t), 1.2);
+    // A level that lasts (here the last 5 % of the run at 3 ms) is never cut...
+    for (std::size_t i = 950; i < t.size(); ++i)
+      t[i] = 3.0;
+    QCOMPARE(robust_upper(t), 3.0);
+    // ...nor is a moderate spike within half the bulk's spread above it.
+    std::vector<double> u(1000, 1.0);
+    for (std::size_t i = 0; i < u.size(); i += 2)
+      u[i] = 2.0;
+    u[500] = 2.4;
+    QCOMPARE(robust_upper(u), 2.4);
+    // Fewer than 100 values: the plain maximum. None finite: NaN.
+    QCOMPARE(robust_upper({1.0, 25.0, 1.1}), 25.0);
+    QVERIFY(std::isnan(robust_upper({std::nan(""), std::nan("")})));
+    QVERIFY(std::isnan(robust_upper({})));
   }
 };
 

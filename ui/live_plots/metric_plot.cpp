@@ -271,6 +271,12 @@ std::optional<XRange> MetricPlot::dataXRange() const {
   return XRange{lo, hi};
 }
 
+void MetricPlot::setRobustYRange(bool robust) {
+  if (m_robustY == robust) return;
+  m_robustY = robust;
+  scheduleReplot();
+}
+
 void MetricPlot::setLinkedXRange(std::optional<XRange> range, Redraw why) {
   const bool same =
       range.has_value() == m_linkedX.has_value() &&
@@ -404,11 +410,13 @@ void MetricPlot::redecimate() {
   std::vector<double> cumulative;
   double ylo = std::numeric_limits<double>::infinity();
   double yhi = -std::numeric_limits<double>::infinity();
+  std::vector<double> tracked;  // robust y range: every value the range is taken over
   auto track = [&](const Envelope& e) {
     for (double v : e.y) {
       if (!std::isfinite(v) || (m_logY && v <= 0)) continue;
       ylo = std::min(ylo, v);
       yhi = std::max(yhi, v);
+      if (m_robustY) tracked.push_back(v);
     }
   };
   for (auto& [id, c] : m_curves) {
@@ -466,6 +474,10 @@ void MetricPlot::redecimate() {
     }
   }
   if (!m_userView && std::isfinite(ylo)) {
+    if (m_robustY) {
+      const double top = robust_upper(std::move(tracked));
+      if (std::isfinite(top)) yhi = std::max(top, ylo);
+    }
     if (m_stacked) ylo = std::min(ylo, 0.0);
     if (m_logY) {
       m_plot->yAxis->setRange(ylo / 1.3, yhi * 1.3);

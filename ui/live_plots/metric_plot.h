@@ -78,6 +78,10 @@ class MetricPlot : public QWidget {
   void setXAxis(XAxis axis);
   /// y axis: logarithmic or linear.
   void setLogY(bool log);
+  /// The automatic y range ignores rare outliers above the bulk of the data (robust_upper(): a
+  /// warm-up step 25× slower than the rest), for heavy-tailed series such as step times; a
+  /// value above the range is drawn through the top edge. Off: the range holds every value.
+  void setRobustYRange(bool robust);
   /// Smoothing weight in [0, 1) (0 = off, the raw series is drawn normally).
   void setSmoothing(double weight);
   /// Resets zoom and pan to show everything (also on double-click).
@@ -166,6 +170,7 @@ class MetricPlot : public QWidget {
   XAxis m_xAxis = XAxis::Step;
   bool m_logY = false;
   bool m_stacked = false;
+  bool m_robustY = false;
   double m_smoothing = 0.6;
   bool m_userView = false;   // the user zoomed or panned: do not auto-rescale
   bool m_following = false;  // followXRange() is moving the axis

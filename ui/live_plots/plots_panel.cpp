@@ -144,6 +144,9 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     m_plots.append(p);
     grid->addWidget(p, i / 2, i % 2);
   }
+  // Step times are heavy-tailed: the first step (kernel compilation, first allocations) can
+  // take 20x the rest, which would squash every other step into the bottom pixels.
+  m_plots[StepTime]->setRobustYRange(true);
   // Several runs: their step times as one stacked bar each (the mean per phase) in the step-time
   // plot's place — one line per phase and run overlaid is a tangle.
   m_stepBars = new QCustomPlot(this);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 
 namespace tb::ui {
@@ -191,6 +192,28 @@ Envelope EnvelopeIndex::envelope(const std::vector<double>& x, const std::vector
     i = j;
   }
   return e;
+}
+
+double robust_upper(std::vector<double> values) {
+  values.erase(
+      std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }),
+      values.end());
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  const double top = *std::max_element(values.begin(), values.end());
+  if (values.size() < 100) return top;
+  auto quantile = [&values](double q) {
+    const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(values.size() - 1));
+    std::nth_element(values.begin(), values.begin() + k, values.end());
+    return values[static_cast<std::size_t>(k)];
+  };
+  const double q01 = quantile(0.01);
+  const double q99 = quantile(0.99);
+  const double cap = q99 + 0.5 * (q99 - q01);
+  // The largest value under the cap: the range ends on data, not on the cap itself.
+  double best = q99;
+  for (double v : values)
+    if (v <= cap && v > best) best = v;
+  return best;
 }
 
 long nearest_index(const std::vector<double>& x, double x_value) {
