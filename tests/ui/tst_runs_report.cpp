@@ -54,6 +54,16 @@ qint64 train(const QString& db, const QString& config) {
 class TestRunsReport : public QObject {
   Q_OBJECT
 
+  // A logged step `s` at wall time s * dt with `values`, as a run's metric callback sends it.
+  static api::StepMetrics loggedStep(std::int64_t s, double dt,
+                                     std::vector<std::pair<std::string, double>> values) {
+    api::StepMetrics m;
+    m.step = s;
+    m.wall_s = dt * static_cast<double>(s);
+    m.values = std::move(values);
+    return m;
+  }
+
  private Q_SLOTS:
   void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
 
@@ -98,16 +108,13 @@ class TestRunsReport : public QObject {
     panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
     std::vector<api::StepMetrics> steps;
     for (std::int64_t s = 1; s <= 1000; ++s) {
-      api::StepMetrics m;
-      m.step = s;
-      m.wall_s = 0.001 * static_cast<double>(s);
       const double warm = s == 1 ? 20.0 : 1.0;
-      m.values = {{"loss", 2.0 / static_cast<double>(s)},
-                  {"time.data_ms", 0.05},
-                  {"time.forward_ms", 0.3 * warm},
-                  {"time.backward_ms", 0.4 * warm},
-                  {"time.optimizer_ms", 0.2 + 0.01 * static_cast<double>(s % 7)}};
-      steps.push_back(m);
+      steps.push_back(loggedStep(s, 0.001,
+                                 {{"loss", 2.0 / static_cast<double>(s)},
+                                  {"time.data_ms", 0.05},
+                                  {"time.forward_ms", 0.3 * warm},
+                                  {"time.backward_ms", 0.4 * warm},
+                                  {"time.optimizer_ms", 0.2 + 0.01 * static_cast<double>(s % 7)}}));
     }
     panel.appendSteps(1, steps);
     panel.replotAll();
@@ -134,14 +141,11 @@ class TestRunsReport : public QObject {
     clock.start();
     std::int64_t step = 1;
     while (clock.elapsed() < 1000) {
-      api::StepMetrics m;
-      m.step = step;
-      m.wall_s = 0.01 * static_cast<double>(step);
-      m.values = {{"loss", 2.0 / static_cast<double>(step)},
-                  {"lr.adamw.0", 1e-3},
-                  {"grad_norm", 1.0},
-                  {"samples_per_s", 1000.0}};
-      panel.appendSteps(1, {m});
+      panel.appendSteps(1, {loggedStep(step, 0.01,
+                                       {{"loss", 2.0 / static_cast<double>(step)},
+                                        {"lr.adamw.0", 1e-3},
+                                        {"grad_norm", 1.0},
+                                        {"samples_per_s", 1000.0}})});
       ++step;
       QTest::qWait(10);
     }
@@ -159,12 +163,9 @@ class TestRunsReport : public QObject {
     panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
     std::vector<api::StepMetrics> steps;
     for (std::int64_t s = 1; s <= 630; ++s) {
-      api::StepMetrics m;
-      m.step = s;
-      m.wall_s = 0.01 * static_cast<double>(s);
-      m.values = {{"loss", 2.0 / static_cast<double>(s)}, {"lr.adamw.0", 1e-3}};
-      if (s == 468) m.values.emplace_back("eval.accuracy", 0.8);
-      steps.push_back(m);
+      steps.push_back(
+          loggedStep(s, 0.01, {{"loss", 2.0 / static_cast<double>(s)}, {"lr.adamw.0", 1e-3}}));
+      if (s == 468) steps.back().values.emplace_back("eval.accuracy", 0.8);
     }
     panel.appendSteps(1, steps);
     panel.replotAll();
