@@ -288,6 +288,8 @@ struct RunFacts {
   std::optional<std::int64_t> last_step;
   double created_at = 0;
   std::string model, optimizer, scheduler, dataset;
+  int world_size = 1;
+  std::string dist_backend;
   std::optional<double> final_loss, best_eval_loss, best_accuracy, best_perplexity;
 };
 
@@ -309,7 +311,28 @@ RunFacts read_facts(const store::RunDetails& d) {
   f.optimizer = get("optimizer.kind", "");
   f.scheduler = get("scheduler.kind", "none");
   f.dataset = get("data.kind", "");
+  // A data-parallel run stores its resolved world size (the launcher sets it for every rank).
+  // Ranks started from a torchrun-style environment store world_size = 0 (taken from the
+  // environment); their per-rank metrics (rank<r>/...) say how many there were.
+  const std::string backend = get("distributed.backend", "none");
+  if (backend != "none") {
+    f.dist_backend = backend;
+    try {
+      f.world_size = std::max(1, std::stoi(get("distributed.world_size", "1")));
+    } catch (const std::exception&) {  // hand-edited config: the run is still listed
+      f.world_size = 1;
+    }
+  }
+  const std::string rank_prefix = core::metric::kRankPrefix;
   for (const auto& m : d.metrics) {
+    if (!f.dist_backend.empty() && m.key.rfind(rank_prefix, 0) == 0) {
+      const std::size_t slash = m.key.find('/', rank_prefix.size());
+      try {
+        const int r = std::stoi(m.key.substr(rank_prefix.size(), slash - rank_prefix.size()));
+        f.world_size = std::max(f.world_size, r + 1);
+      } catch (const std::exception&) {
+      }
+    }
     if (m.key == core::metric::kLoss) f.final_loss = finite(m.last_value);
     if (m.key == core::metric::kEvalLoss) f.best_eval_loss = finite(m.min_value);
     if (m.key == core::metric::kEvalAccuracy) f.best_accuracy = finite(m.max_value);
@@ -382,6 +405,8 @@ std::vector<RunInfo> StoreReader::runs() const {
     r.optimizer = f.optimizer;
     r.scheduler = f.scheduler;
     r.dataset = f.dataset;
+    r.world_size = f.world_size;
+    r.dist_backend = f.dist_backend;
     r.final_loss = f.final_loss;
     r.best_eval_loss = f.best_eval_loss;
     r.best_accuracy = f.best_accuracy;

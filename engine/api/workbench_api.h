@@ -157,6 +157,8 @@ struct RunInfo {
   std::string optimizer;                    ///< optimizer.kind ("muon", "adamw", ...)
   std::string scheduler;                    ///< scheduler.kind, "none" when absent
   std::string dataset;                      ///< data.kind
+  int world_size = 1;                       ///< ranks of a data-parallel run (1: one process)
+  std::string dist_backend;                 ///< distributed.backend of such a run ("mpi", "nccl")
   std::optional<double> final_loss;         ///< last "loss"
   std::optional<double> best_eval_loss;     ///< min "eval.loss"
   std::optional<double> best_accuracy;      ///< max "eval.accuracy"

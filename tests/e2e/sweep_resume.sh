@@ -39,6 +39,13 @@ for _ in $(seq 1 3000); do
 done
 kill -9 -- "-$leader" 2>/dev/null || fail "could not kill the sweep's process group"
 wait "$leader" 2>/dev/null
+# SIGKILL is delivered at once but a trial process may take a moment to end (a thread in a
+# write); until it has, its run is rightly "running" and the resume would refuse to touch it.
+for _ in $(seq 1 500); do
+  kill -0 -- "-$leader" 2>/dev/null || break
+  sleep 0.02
+done
+kill -0 -- "-$leader" 2>/dev/null && fail "the killed sweep's processes did not end within 10 s"
 runs=$("$cli" --db "$work/cut/runs.sqlite" runs)
 echo "$runs"
 echo "$runs" | grep -q 'crashed' || fail "no run was cut mid-training"

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -662,6 +663,36 @@ TEST(WorkbenchStore, RunFactsFromStoredMetrics) {
   EXPECT_EQ(s.step, (std::vector<double>{4, 5}));
   EXPECT_EQ(s.value, (std::vector<double>{2.4, 2.6}));
   EXPECT_GE(s.wall_s[0], 0.0);
+}
+
+TEST(WorkbenchStore, DataParallelRunsShowTheirRanks) {
+  TempDir dir;
+  auto st = store::RunStore::open(dir.db());
+  store::NewRun nr;
+  nr.name = "one process";
+  nr.config = api::default_config_toml();
+  const std::int64_t plain = st.create_run(nr);
+  nr.name = "launched";  // trainbench-cli launch --ddp --nproc 2 stores the resolved size
+  nr.config = "[model]\nkind = \"mlp\"\n[distributed]\nbackend = \"mpi\"\nworld_size = 2\n";
+  const std::int64_t launched = st.create_run(nr);
+  nr.name = "torchrun";  // world_size from the environment: the ranks' metrics tell
+  nr.config = "[model]\nkind = \"mlp\"\n[distributed]\nbackend = \"mpi\"\nworld_size = 0\n";
+  const std::int64_t env = st.create_run(nr);
+  {
+    store::RunWriter w(dir.db(), env);
+    w.log_metrics(1, {{"loss", 1.0}, {"rank0/time.data_ms", 0.1}, {"rank2/time.data_ms", 0.1}});
+    w.close();
+  }
+  api::StoreReader reader(dir.db());
+  std::map<std::int64_t, api::RunInfo> by_id;
+  for (const auto& r : reader.runs())
+    by_id[r.id] = r;
+  EXPECT_EQ(by_id.at(plain).world_size, 1);
+  EXPECT_EQ(by_id.at(plain).dist_backend, "");
+  EXPECT_EQ(by_id.at(launched).world_size, 2);
+  EXPECT_EQ(by_id.at(launched).dist_backend, "mpi");
+  EXPECT_EQ(by_id.at(env).world_size, 3);
+  EXPECT_EQ(by_id.at(env).dist_backend, "mpi");
 }
 
 TEST(WorkbenchStore, RenameTagsDeleteAndFingerprint) {

@@ -361,6 +361,24 @@ class TestRunsReport : public QObject {
     QCOMPARE(model.rowCount(), 0);
   }
 
+  void theRanksColumnShowsADataParallelRunAsOneRun() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const qint64 plain = train(db, test::blobsConfig(10, QStringLiteral("plain")));
+    // One rank through the distributed path (a process not started by a launcher is rank 0 of 1).
+    const qint64 ddp = train(db, test::blobsConfig(10, QStringLiteral("ddp")) +
+                                     QStringLiteral("\n[distributed]\nbackend = \"mpi\"\n"));
+    QVERIFY(plain > 0 && ddp > 0);
+    ui::RunsModel model(db, 0);
+    QCOMPARE(model.headerData(ui::RunsModel::Ranks, Qt::Horizontal, Qt::DisplayRole).toString(),
+             QStringLiteral("ranks"));
+    const QModelIndex p = model.index(model.rowOf(plain), ui::RunsModel::Ranks);
+    const QModelIndex d = model.index(model.rowOf(ddp), ui::RunsModel::Ranks);
+    QVERIFY(model.data(p, Qt::DisplayRole).toString().isEmpty());
+    QCOMPARE(model.data(d, Qt::DisplayRole).toString(), QStringLiteral("1 (mpi)"));
+    QCOMPARE(model.data(d, Qt::UserRole + 1).toInt(), 1);  // sorts by the number of ranks
+  }
+
   void compareReadsAtAGlance() {
     // Muon against AdamW in a narrow compare pane: both runs' summary columns in view without a
     // horizontal scroll; the diff grouped by section, the keys only one optimizer has folded

@@ -71,9 +71,10 @@ int RunsModel::columnCount(const QModelIndex& parent) const {
 
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* const names[] = {
-      "id",        "status",   "name",  "model", "optimizer", "scheduler", "final loss",
-      "best eval", "duration", "steps", "tags",  "sweep",     "created"};
+  static const char* const names[] = {"id",        "status", "name",       "model",     "optimizer",
+                                      "scheduler", "ranks",  "final loss", "best eval", "duration",
+                                      "steps",     "tags",   "sweep",      "created"};
+  static_assert(std::size(names) == ColumnCount, "one header per column");
   return section >= 0 && section < ColumnCount ? tr(names[section]) : QVariant();
 }
 
@@ -98,6 +99,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::TextAlignmentRole) {
     switch (index.column()) {
       case Id:
+      case Ranks:
       case FinalLoss:
       case BestEval:
       case Duration:
@@ -122,6 +124,12 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
       return QString::fromStdString(r.optimizer);
     case Scheduler:
       return QString::fromStdString(r.scheduler);
+    case Ranks:  // blank for one process; "2 (mpi)" for a data-parallel run, shown as one run
+      if (r.dist_backend.empty()) return sortRole ? QVariant(1) : QVariant();
+      if (sortRole) return r.world_size;
+      return QStringLiteral("%1 (%2)")
+          .arg(r.world_size)
+          .arg(QString::fromStdString(r.dist_backend));
     case FinalLoss:
       if (sortRole) return r.final_loss ? QVariant(*r.final_loss) : QVariant();
       return fmt(r.final_loss);

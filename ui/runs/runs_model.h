@@ -1,7 +1,8 @@
-// RunsModel: the runs of the store as a table (status, name, model, optimizer, scheduler, final
-// loss, best eval metric, duration, steps, tags), refreshed by polling the store's fingerprint so
-// runs written by another process (a headless trainbench-cli run) appear and update live.
-// RunsView: the table with search, status filter, sort, rename, tags and delete-with-confirmation.
+// RunsModel: the runs of the store as a table (status, name, model, optimizer, scheduler, ranks
+// of a data-parallel run, final loss, best eval metric, duration, steps, tags), refreshed by
+// polling the store's fingerprint so runs written by another process (a headless trainbench-cli
+// run) appear and update live. RunsView: the table with search, status filter, sort, rename, tags
+// and delete-with-confirmation.
 #pragma once
 
 #include <QAbstractTableModel>
@@ -36,6 +37,7 @@ class RunsModel : public QAbstractTableModel {
     Model,
     Optimizer,
     Scheduler,
+    Ranks,
     FinalLoss,
     BestEval,
     Duration,
