@@ -6,6 +6,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/config_fields.h"
 #include "engine/nn/init.h"
+#include "engine/nn/kv_cache.h"
 #include "engine/ops/ops.h"
 
 namespace tb::nn {
@@ -110,8 +111,10 @@ Tensor GptBlock::forward(const Tensor& x) {
   auto heads = [&](std::int64_t i) {
     return qkv.narrow(2, i * d, d).reshape({b, t, n_heads_, hd}).transpose(1, 2);
   };
-  const Tensor y = ops::scaled_dot_product_attention(heads(0), heads(1), heads(2),
-                                                     /*causal=*/true);
+  Tensor k = heads(1);
+  Tensor v = heads(2);
+  const bool causal = attend_to_cache(current_kv_cache(), k, v, t, describe());
+  const Tensor y = ops::scaled_dot_product_attention(heads(0), k, v, causal);
   const Tensor h = ops::add(x, attn_proj_->forward(y.transpose(1, 2).reshape({b, t, d})));
   // MLP: C -> 4C -> GELU (tanh approximation, as GPT-2) -> C.
   return ops::add(h, mlp_proj_->forward(ops::gelu_tanh(c_fc_->forward(ln_2_->forward(h)))));
@@ -156,9 +159,13 @@ Tensor Gpt::forward(const Tensor& tokens) {
   TB_CHECK(tokens.defined() && tokens.dim() == 2, "[nn] gpt: tokens must be [B, T], got shape ",
            tokens.defined() ? DimVector(tokens.sizes()) : DimVector());
   const std::int64_t t = tokens.size(1);
-  TB_CHECK(t <= cfg_.context_length, "[nn] gpt: sequence length ", t, " exceeds context_length ",
-           cfg_.context_length);
-  const Tensor pos = wpe_->forward(ops::arange(t, core::ScalarType::Int64, tokens.device()));
+  // Under a key/value cache the tokens continue the cached positions.
+  const KvCache* cache = current_kv_cache();
+  const std::int64_t past = cache ? cache->length() : 0;
+  TB_CHECK(past + t <= cfg_.context_length, "[nn] gpt: sequence length ", past + t,
+           " exceeds context_length ", cfg_.context_length);
+  const Tensor pos = wpe_->forward(
+      ops::arange(past + t, core::ScalarType::Int64, tokens.device()).narrow(0, past, t));
   Tensor h = ops::add(wte_->forward(tokens), pos);
   for (std::size_t i = 0; i < h_->size(); ++i)
     h = (*h_)[i].forward(h);

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/nn/kv_cache.h"
 #include "engine/ops/ops.h"
 
 namespace tb::nn {
@@ -37,13 +38,17 @@ RotaryEmbedding::RotaryEmbedding(std::int64_t head_dim, std::int64_t max_positio
 }
 
 Tensor RotaryEmbedding::forward(const Tensor& x) {
+  return forward_at(x, 0);
+}
+
+Tensor RotaryEmbedding::forward_at(const Tensor& x, std::int64_t first) {
   TB_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == head_dim_, "[nn] ", describe(),
            ": input must be [..., T, ", head_dim_, "], got shape ",
            x.defined() ? DimVector(x.sizes()) : DimVector());
   const std::int64_t t = x.size(-2);
-  TB_CHECK(t <= max_positions_, "[nn] ", describe(), ": sequence length ", t,
-           " exceeds the context length ", max_positions_);
-  return ops::rope(x, cos_.narrow(0, 0, t), sin_.narrow(0, 0, t));
+  TB_CHECK(first >= 0 && first + t <= max_positions_, "[nn] ", describe(), ": sequence length ",
+           first + t, " exceeds the context length ", max_positions_);
+  return ops::rope(x, cos_.narrow(0, first, t), sin_.narrow(0, first, t));
 }
 
 std::string RotaryEmbedding::extra_repr() const {
@@ -86,7 +91,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
            x.defined() ? DimVector(x.sizes()) : DimVector());
   const std::int64_t b = x.size(0);
   const std::int64_t t = x.size(1);
-  TB_CHECK(t <= cfg_.max_positions, "[nn] ", describe(), ": sequence length ", t,
+  KvCache* cache = current_kv_cache();
+  const std::int64_t past = cache ? cache->length() : 0;
+  TB_CHECK(past + t <= cfg_.max_positions, "[nn] ", describe(), ": sequence length ", past + t,
            " exceeds the context length ", cfg_.max_positions);
   const std::int64_t h = cfg_.n_heads;
   const std::int64_t kvh = cfg_.n_kv_heads;
@@ -95,11 +102,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   Tensor q = q_proj_->forward(x).view({b, t, h, d}).transpose(1, 2);
   Tensor k = k_proj_->forward(x).view({b, t, kvh, d}).transpose(1, 2);
   Tensor v = v_proj_->forward(x).view({b, t, kvh, d}).transpose(1, 2);
-  q = rotary_->forward(q);
-  k = rotary_->forward(k);
+  q = rotary_->forward_at(q, past);
+  k = rotary_->forward_at(k, past);
+  const bool causal = attend_to_cache(cache, k, v, t, describe());
   // Grouped-query heads are mapped inside the op (no expanded copies of k and v); fused where
   // the device has the kernel, composed from matmul/softmax otherwise.
-  const Tensor attn = ops::scaled_dot_product_attention(q, k, v, /*causal=*/true);
+  const Tensor attn = ops::scaled_dot_product_attention(q, k, v, causal);
   const Tensor out = attn.transpose(1, 2).reshape({b, t, cfg_.d_model});
   return o_proj_->forward(out);
 }

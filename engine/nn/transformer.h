@@ -20,6 +20,9 @@ class RotaryEmbedding : public Module {
   RotaryEmbedding(std::int64_t head_dim, std::int64_t max_positions, double theta = 10000.0);
   /// Rotates x [..., T, head_dim] by the angles of positions 0..T−1 (T <= max_positions).
   Tensor forward(const Tensor& x) override;
+  /// The same for positions first..first+T−1 (first + T <= max_positions): a forward that
+  /// continues a key/value cache.
+  Tensor forward_at(const Tensor& x, std::int64_t first);
 
  protected:
   std::string extra_repr() const override;
@@ -44,6 +47,7 @@ struct AttentionConfig {
 
 /// Causal multi-head self-attention with RoPE on queries and keys: x [B, T, d_model] ->
 /// [B, T, d_model]. Children q_proj, k_proj, v_proj, o_proj (o_proj has no bias), rotary.
+/// Under a ScopedKvCache (engine/nn/kv_cache.h) x holds the positions after the cached ones.
 class CausalSelfAttention : public Module {
  public:
   /// Layers initialised from `gen` (PyTorch defaults).

@@ -7,6 +7,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "engine/nn/kv_cache.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 
@@ -38,14 +39,34 @@ std::vector<std::int64_t> sample_tokens(nn::Model& model, std::vector<std::int64
   const auto params = model.parameters();
   const core::Device device = params.empty() ? core::Device() : params.front().device();
   std::vector<double> p(static_cast<std::size_t>(vocab));
+  nn::KvCache cache(context);
+  bool use_cache = o.kv_cache;
   for (std::int64_t n = 0; n < o.tokens; ++n) {
     const auto len = static_cast<std::int64_t>(prompt.size());
-    const std::int64_t w = std::min(len, context);
-    core::Tensor input = core::Tensor::empty({1, w}, core::ScalarType::Int64);
-    std::copy(prompt.end() - w, prompt.end(), input.data_ptr<std::int64_t>());
+    core::Tensor out;
+    if (use_cache && len <= context) {
+      // The positions the cache lacks: the whole prompt first, then the newest token.
+      const std::int64_t past = cache.length();
+      const std::int64_t t = len - past;
+      core::Tensor input = core::Tensor::empty({1, t}, core::ScalarType::Int64);
+      std::copy(prompt.begin() + past, prompt.end(), input.data_ptr<std::int64_t>());
+      {
+        nn::ScopedKvCache scope(cache);
+        out = model.forward(input.to(device));
+      }
+      if (cache.layers() == 0) {
+        use_cache = false;  // a model without attention layers: its forward saw the whole prompt
+      } else {
+        cache.commit(t);
+      }
+    } else {
+      const std::int64_t w = std::min(len, context);
+      core::Tensor input = core::Tensor::empty({1, w}, core::ScalarType::Int64);
+      std::copy(prompt.end() - w, prompt.end(), input.data_ptr<std::int64_t>());
+      out = model.forward(input.to(device));
+    }
     // Logits of the last position, read as float32 (the first `vocab` of a padded table).
-    const core::Tensor logits = model.forward(input.to(device))
-                                    .select(1, w - 1)
+    const core::Tensor logits = out.select(1, out.size(1) - 1)
                                     .to(core::ScalarType::Float32)
                                     .to(core::Device())
                                     .contiguous();

@@ -1,7 +1,9 @@
 // Text from a language model (qwen-tiny, gpt): autoregressive sampling — the model's logits for
 // the last position of the newest context_length tokens, divided by a temperature, cut to the
-// top k, softmax, one draw — as nanoGPT's sample.py and llm.c's sampler do (without a key/value
-// cache: every new token runs the model over the window again).
+// top k, softmax, one draw — as nanoGPT's sample.py and llm.c's sampler do. With a key/value
+// cache (engine/nn/kv_cache.h): the prompt runs once, then each new token alone, until the
+// sequence fills the context; from there on the window slides and every token runs the model
+// over the newest context_length tokens again (positions move, so cached keys no longer fit).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,9 @@ struct SampleOptions {
   double temperature = 1.0;   ///< > 0 divides the logits; 0 = always the most likely token
   std::int64_t top_k = 0;     ///< keep the k most likely tokens (0 = all)
   std::uint64_t seed = 0;     ///< the draws' generator seed
+  /// Keep each layer's keys and values instead of running the model over the whole window for
+  /// every token (the same tokens up to rounding: the products have other shapes).
+  bool kv_cache = true;
 };
 
 /// The vocabulary (real, not padded) and context length of a language model; a model without

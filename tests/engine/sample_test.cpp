@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,8 @@
 #include "engine/api/workbench_api.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "engine/nn/gpt.h"
+#include "engine/nn/kv_cache.h"
 #include "engine/nn/models.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/train/sample.h"
@@ -31,6 +34,38 @@ std::shared_ptr<nn::Model> tiny_lm(std::int64_t context = 8) {
   c.context_length = context;
   rng::CpuGenerator gen(4);
   return nn::build_model(c, &gen);
+}
+
+// Grouped-query heads (4 query heads over 2 key/value heads), two layers.
+std::shared_ptr<nn::Model> tiny_gqa_lm(std::int64_t context) {
+  nn::QwenTinyConfig c;
+  c.vocab = 256;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.context_length = context;
+  rng::CpuGenerator gen(5);
+  return nn::build_model(c, &gen);
+}
+
+std::shared_ptr<nn::Model> tiny_gpt(std::int64_t context) {
+  nn::GptConfig c;
+  c.vocab = 97;
+  c.padded_vocab = 128;
+  c.context_length = context;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 32;
+  rng::CpuGenerator gen(6);
+  return std::make_shared<nn::Gpt>(c, &gen);
+}
+
+core::Tensor tokens_of(const std::vector<std::int64_t>& ids) {
+  core::Tensor t =
+      core::Tensor::empty({1, static_cast<std::int64_t>(ids.size())}, core::ScalarType::Int64);
+  std::copy(ids.begin(), ids.end(), t.data_ptr<std::int64_t>());
+  return t;
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -84,6 +119,72 @@ TEST(Sample, ASeedGivesTheSameDrawsAndTheModelKeepsItsMode) {
   EXPECT_NE(train::sample_tokens(*model, {65}, o), a);  // 20 draws over 256 bytes
   o.top_k = 3;                                          // every draw among the three most likely
   EXPECT_EQ(train::sample_tokens(*model, {65}, o).size(), 21u);
+}
+
+// With a key/value cache, the prompt's forward and then one token at a time give the logits of
+// running the model over the whole sequence, for rotary (qwen-tiny, grouped-query) and learned
+// (gpt) positions; sampling with and without the cache draws the same tokens, also once the
+// window slides.
+TEST(Sample, AKeyValueCacheGivesTheWholeSequencesLogits) {
+  for (const auto& model : {tiny_gqa_lm(12), tiny_gpt(12)}) {
+    SCOPED_TRACE(model->config().kind);
+    autograd::NoGradGuard no_grad;
+    model->eval();
+    const std::int64_t vocab = train::language_model_shape(*model).first;
+    std::vector<std::int64_t> seq = {3, 14, 15, 92, 65};
+    nn::KvCache cache(12);
+    for (std::size_t step = 0; seq.size() <= 12; ++step) {
+      const std::int64_t past = cache.length();
+      const std::vector<std::int64_t> fresh(seq.begin() + past, seq.end());
+      core::Tensor cached;
+      {
+        nn::ScopedKvCache scope(cache);
+        cached = model->forward(tokens_of(fresh));
+      }
+      cache.commit(static_cast<std::int64_t>(fresh.size()));
+      ASSERT_EQ(cached.size(1), static_cast<std::int64_t>(fresh.size()));
+      const core::Tensor whole = model->forward(tokens_of(seq));
+      const core::Tensor a = cached.select(1, cached.size(1) - 1).contiguous();
+      const core::Tensor b = whole.select(1, whole.size(1) - 1).contiguous();
+      double worst = 0;
+      for (std::int64_t v = 0; v < vocab; ++v)
+        worst = std::max(
+            worst, std::abs(static_cast<double>(a.data_ptr<float>()[v]) - b.data_ptr<float>()[v]));
+      EXPECT_LT(worst, 1e-5) << "step " << step;
+      seq.push_back((seq.back() * 31 + 7) % vocab);
+    }
+    EXPECT_EQ(cache.layers(), 2u);
+    EXPECT_EQ(cache.length(), 12);
+
+    // The cache refuses what it cannot continue, naming the layer or the capacity.
+    EXPECT_NE(error_of([&] {
+                nn::ScopedKvCache scope(cache);
+                (void)model->forward(tokens_of({1}));
+              }).find("exceed"),
+              std::string::npos);
+    cache.clear();
+    {
+      nn::ScopedKvCache scope(cache);
+      (void)model->forward(tokens_of({1, 2}));
+    }
+    cache.commit(2);
+    EXPECT_NE(error_of([&] {
+                nn::ScopedKvCache scope(cache);
+                (void)model->forward(tokens_of({3, 4}));
+              }).find("a key/value cache takes one position at a time, got 2"),
+              std::string::npos);
+
+    train::SampleOptions o;
+    o.tokens = 20;  // 3 + 20 > 12: the window slides after the ninth new token
+    for (const double temperature : {0.0, 1.0}) {
+      o.temperature = temperature;
+      o.seed = 11;
+      o.kv_cache = true;
+      const auto with = train::sample_tokens(*model, {5, 6, 7}, o);
+      o.kv_cache = false;
+      EXPECT_EQ(train::sample_tokens(*model, {5, 6, 7}, o), with) << "temperature " << temperature;
+    }
+  }
 }
 
 TEST(Sample, ErrorsSayWhatIsWrong) {
