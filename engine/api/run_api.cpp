@@ -311,6 +311,7 @@ SampleResult sample_run(const SampleRequest& req) {
   o.temperature = req.temperature;
   o.top_k = req.top_k;
   o.seed = req.seed;
+  if (tokenizer != nullptr) o.vocab_limit = tokenizer->vocab();
   out.tokens = train::sample_tokens(*model, prompt, o);
   if (tokenizer != nullptr) out.text = tokenizer->decode(out.tokens);
   return out;

@@ -23,11 +23,15 @@ std::pair<std::int64_t, std::int64_t> language_model_shape(const nn::Model& mode
 
 std::vector<std::int64_t> sample_tokens(nn::Model& model, std::vector<std::int64_t> prompt,
                                         const SampleOptions& o) {
-  const auto [vocab, context] = language_model_shape(model);
+  const auto [model_vocab, context] = language_model_shape(model);
+  // Draws only among the ids the caller can decode (a tokenizer with fewer pieces than the
+  // model's table: the rest were never targets, yet a free draw could pick one).
+  const std::int64_t vocab = o.vocab_limit > 0 ? std::min(model_vocab, o.vocab_limit) : model_vocab;
   TB_CHECK(!prompt.empty(), "[sample] the prompt is empty: give at least one token");
   for (std::int64_t t : prompt)
-    TB_CHECK(t >= 0 && t < vocab, "[sample] prompt token ", t, " is outside the vocabulary 0..",
-             vocab - 1);
+    TB_CHECK(t >= 0 && t < model_vocab, "[sample] prompt token ", t,
+             " is outside the vocabulary 0..", model_vocab - 1);
+  TB_CHECK(o.vocab_limit >= 0, "[sample] vocab_limit must be >= 0, got ", o.vocab_limit);
   TB_CHECK(o.tokens >= 0, "[sample] tokens must be >= 0, got ", o.tokens);
   TB_CHECK(std::isfinite(o.temperature) && o.temperature >= 0.0,
            "[sample] temperature must be >= 0, got ", o.temperature);

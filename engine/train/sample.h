@@ -19,6 +19,9 @@ struct SampleOptions {
   double temperature = 1.0;   ///< > 0 divides the logits; 0 = always the most likely token
   std::int64_t top_k = 0;     ///< keep the k most likely tokens (0 = all)
   std::uint64_t seed = 0;     ///< the draws' generator seed
+  /// > 0: draw only among ids below it (the tokenizer's pieces, when the model's vocabulary is
+  /// larger); 0: among all of the model's. Prompt tokens may still be any of the model's.
+  std::int64_t vocab_limit = 0;
   /// Keep each layer's keys and values instead of running the model over the whole window for
   /// every token (the same tokens up to rounding: the products have other shapes).
   bool kv_cache = true;

@@ -193,6 +193,7 @@ void Trainer::emit_samples() {
     o.tokens = config_.eval.sample_tokens;
     o.temperature = 0.8;
     o.top_k = 40;
+    if (s_->tokenizer != nullptr) o.vocab_limit = s_->tokenizer->vocab();
     o.seed = config_.run.seed * 1000003ull + static_cast<std::uint64_t>(s_->step) * 31ull +
              static_cast<std::uint64_t>(i);
     const auto out = sample_tokens(

@@ -187,6 +187,26 @@ TEST(Sample, AKeyValueCacheGivesTheWholeSequencesLogits) {
   }
 }
 
+// vocab_limit: the draws stay below it (an untrained byte model draws from all 256 otherwise).
+TEST(Sample, DrawsStayBelowTheVocabLimit) {
+  auto model = tiny_lm();
+  train::SampleOptions o;
+  o.tokens = 100;
+  o.seed = 2;
+  const auto free = train::sample_tokens(*model, {65}, o);
+  EXPECT_TRUE(std::any_of(free.begin(), free.end(), [](std::int64_t t) { return t >= 40; }));
+  o.vocab_limit = 40;
+  for (const double temperature : {0.0, 1.0}) {
+    o.temperature = temperature;
+    const auto limited = train::sample_tokens(*model, {65}, o);  // a prompt beyond it is fine
+    EXPECT_TRUE(std::all_of(limited.begin() + 1, limited.end(),
+                            [](std::int64_t t) { return t >= 0 && t < 40; }));
+  }
+  o.vocab_limit = -1;
+  EXPECT_NE(error_of([&] { train::sample_tokens(*model, {1}, o); }).find("vocab_limit"),
+            std::string::npos);
+}
+
 TEST(Sample, ErrorsSayWhatIsWrong) {
   auto model = tiny_lm();
   train::SampleOptions o;

@@ -287,6 +287,57 @@ sample_tokens = 10
             std::string::npos);
 }
 
+// A model whose table is larger than the tokenizer's pieces (model.vocab 256, 40 pieces), barely
+// trained: its draws stay among the pieces, so its samples decode and the run finishes (a draw of
+// an id the tokenizer lacks failed the run at its first evaluation).
+TEST(Tokenizer, SamplesOfAModelLargerThanItsTokenizerStayAmongThePieces) {
+  Fixture f;
+  const auto config = f.dir.path() / "wide.toml";
+  std::ofstream(config) << R"([run]
+name = "wide"
+steps = 1
+seed = 3
+[model]
+kind = "qwen-tiny"
+vocab = 256
+d_model = 32
+n_layers = 1
+n_heads = 2
+context_length = 16
+[data]
+kind = "text"
+path = ")" << f.text.string()
+                        << R"("
+tokenizer = "sentencepiece"
+tokenizer_model = ")" << f.model.string()
+                        << R"("
+context_length = 16
+batch_size = 8
+workers = 0
+[optimizer]
+kind = "adamw"
+[eval]
+interval = 1
+batches = 1
+samples = 2
+sample_tokens = 60
+)";
+  const auto db = (f.dir.path() / "runs.sqlite").string();
+  const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
+                                     nullptr, nullptr);
+  ASSERT_EQ(run.status, "finished") << run.message;
+  api::SampleRequest req;
+  req.db_path = db;
+  req.run_id = run.run_id;
+  req.prompt = "the";
+  req.tokens = 200;
+  const auto out = api::sample_run(req);
+  const std::int64_t pieces = data::load_sentencepiece(f.model)->vocab();
+  ASSERT_LT(pieces, 256);
+  for (const std::int64_t t : out.tokens)
+    EXPECT_LT(t, pieces);
+}
+
 }  // namespace
 
 namespace {
