@@ -25,27 +25,17 @@ namespace {
 
 using namespace tb;
 
-std::shared_ptr<nn::Model> tiny_lm(std::int64_t context = 8) {
+// A qwen-tiny over bytes: one layer of 2 heads by default; `grouped` makes it two layers of 4
+// query heads over 2 key/value heads.
+std::shared_ptr<nn::Model> tiny_lm(std::int64_t context = 8, bool grouped = false) {
   nn::QwenTinyConfig c;
   c.vocab = 256;
-  c.d_model = 16;
-  c.n_layers = 1;
-  c.n_heads = 2;
+  c.d_model = grouped ? 32 : 16;
+  c.n_layers = grouped ? 2 : 1;
+  c.n_heads = grouped ? 4 : 2;
+  c.n_kv_heads = grouped ? 2 : 0;
   c.context_length = context;
-  rng::CpuGenerator gen(4);
-  return nn::build_model(c, &gen);
-}
-
-// Grouped-query heads (4 query heads over 2 key/value heads), two layers.
-std::shared_ptr<nn::Model> tiny_gqa_lm(std::int64_t context) {
-  nn::QwenTinyConfig c;
-  c.vocab = 256;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.context_length = context;
-  rng::CpuGenerator gen(5);
+  rng::CpuGenerator gen(grouped ? 5 : 4);
   return nn::build_model(c, &gen);
 }
 
@@ -126,7 +116,7 @@ TEST(Sample, ASeedGivesTheSameDrawsAndTheModelKeepsItsMode) {
 // (gpt) positions; sampling with and without the cache draws the same tokens, also once the
 // window slides.
 TEST(Sample, AKeyValueCacheGivesTheWholeSequencesLogits) {
-  for (const auto& model : {tiny_gqa_lm(12), tiny_gpt(12)}) {
+  for (const auto& model : {tiny_lm(12, /*grouped=*/true), tiny_gpt(12)}) {
     SCOPED_TRACE(model->config().kind);
     autograd::NoGradGuard no_grad;
     model->eval();

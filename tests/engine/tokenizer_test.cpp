@@ -216,41 +216,39 @@ TEST(Tokenizer, TheTextKindReadsPieces) {
             std::string::npos);
 }
 
+// A qwen-tiny run config over the fixture's pieces, evaluated every `eval_interval` steps on
+// `batches` batches, writing `samples` texts of `sample_tokens` each; the [optimizer] table
+// comes last, for the caller to extend.
+struct PiecesRun {
+  std::string name;
+  int vocab = 64;
+  int steps = 40;
+  int eval_interval = 40;
+  int batches = 2;
+  int samples = 1;
+  int sample_tokens = 10;
+};
+
+std::string pieces_config(const Fixture& f, const PiecesRun& r) {
+  std::ostringstream os;
+  os << "[run]\nname = \"" << r.name << "\"\nsteps = " << r.steps << "\nseed = 3\n"
+     << "[model]\nkind = \"qwen-tiny\"\nvocab = " << r.vocab
+     << "\nd_model = 32\nn_layers = 1\nn_heads = 2\ncontext_length = 16\n"
+     << "[data]\nkind = \"text\"\npath = \"" << f.text.string() << "\"\n"
+     << "tokenizer = \"sentencepiece\"\ntokenizer_model = \"" << f.model.string() << "\"\n"
+     << "context_length = 16\nbatch_size = 8\nworkers = 0\n"
+     << "[eval]\ninterval = " << r.eval_interval << "\nbatches = " << r.batches
+     << "\nsamples = " << r.samples << "\nsample_tokens = " << r.sample_tokens
+     << "\n[optimizer]\nkind = \"adamw\"\n";
+  return os.str();
+}
+
 // A qwen-tiny run over the pieces: it learns (eval loss below the uniform guess ln 40), writes
 // its eval samples as text, and `sample` takes and gives text through the run's tokenizer.
 TEST(Tokenizer, ARunOverPiecesSamplesText) {
   Fixture f;
   const auto config = f.dir.path() / "lm.toml";
-  std::ofstream(config) << R"([run]
-name = "pieces"
-steps = 40
-seed = 3
-[model]
-kind = "qwen-tiny"
-vocab = 64
-d_model = 32
-n_layers = 1
-n_heads = 2
-context_length = 16
-[data]
-kind = "text"
-path = ")" << f.text.string()
-                        << R"("
-tokenizer = "sentencepiece"
-tokenizer_model = ")" << f.model.string()
-                        << R"("
-context_length = 16
-batch_size = 8
-workers = 0
-[optimizer]
-kind = "adamw"
-lr = 0.01
-[eval]
-interval = 40
-batches = 2
-samples = 1
-sample_tokens = 10
-)";
+  std::ofstream(config) << pieces_config(f, {.name = "pieces"}) << "lr = 0.01\n";
   const auto db = (f.dir.path() / "runs.sqlite").string();
   const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
                                      nullptr, nullptr);
@@ -293,35 +291,13 @@ sample_tokens = 10
 TEST(Tokenizer, SamplesOfAModelLargerThanItsTokenizerStayAmongThePieces) {
   Fixture f;
   const auto config = f.dir.path() / "wide.toml";
-  std::ofstream(config) << R"([run]
-name = "wide"
-steps = 1
-seed = 3
-[model]
-kind = "qwen-tiny"
-vocab = 256
-d_model = 32
-n_layers = 1
-n_heads = 2
-context_length = 16
-[data]
-kind = "text"
-path = ")" << f.text.string()
-                        << R"("
-tokenizer = "sentencepiece"
-tokenizer_model = ")" << f.model.string()
-                        << R"("
-context_length = 16
-batch_size = 8
-workers = 0
-[optimizer]
-kind = "adamw"
-[eval]
-interval = 1
-batches = 1
-samples = 2
-sample_tokens = 60
-)";
+  std::ofstream(config) << pieces_config(f, {.name = "wide",
+                                             .vocab = 256,
+                                             .steps = 1,
+                                             .eval_interval = 1,
+                                             .batches = 1,
+                                             .samples = 2,
+                                             .sample_tokens = 60});
   const auto db = (f.dir.path() / "runs.sqlite").string();
   const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
                                      nullptr, nullptr);
