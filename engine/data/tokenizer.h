@@ -37,6 +37,12 @@ class Tokenizer {
 /// The byte tokenizer: id = byte value, vocabulary 256.
 std::shared_ptr<const Tokenizer> byte_tokenizer();
 
+/// Decoded text as one printable line of valid UTF-8 (for events, logs and JSON): well-formed
+/// UTF-8 sequences kept, line breaks and tabs written as \n and \t, other control characters
+/// and every byte that does not start or continue a well-formed sequence (a byte model's draws
+/// need not be UTF-8) as '?'.
+std::string printable_line(std::string_view text);
+
 /// A SentencePiece model read from `model` (cached per path and modification time, so config
 /// checks that ask for its vocabulary do not re-read it). Throws tb::ValueError naming the file
 /// when it is missing or not a SentencePiece model.

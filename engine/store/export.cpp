@@ -157,7 +157,9 @@ std::string RunStore::export_json(std::int64_t run) const {
       {"format", "trainbench-run"},  {"version", 1},
       {"run", std::move(run_json)},  {"metrics", std::move(metrics)},
       {"events", std::move(events)}, {"checkpoints", std::move(checkpoints)}};
-  return doc.dump(2);
+  // Stored text need not be UTF-8 (an older run's byte-model samples, a tag typed in another
+  // encoding): such bytes become U+FFFD instead of failing the whole export.
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace tb::store

@@ -103,7 +103,7 @@ void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_v
 namespace {
 
 std::string tags_to_json(const std::vector<std::string>& tags) {
-  return nlohmann::json(tags).dump();
+  return nlohmann::json(tags).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::vector<std::string> tags_from_json(const std::string& text) {

@@ -200,19 +200,9 @@ void Trainer::emit_samples() {
         *s_->model, std::vector<std::int64_t>(row, row + std::min(plen, prompts.size(1))), o);
     std::string text;
     if (s_->tokenizer != nullptr || vocab == 256) {
-      const std::string decoded = s_->tokenizer != nullptr ? s_->tokenizer->decode(out)
-                                                           : data::byte_tokenizer()->decode(out);
-      for (const char ch : decoded) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (c == '\n')
-          text += "\\n";
-        else if (c == '\t')
-          text += "\\t";
-        else if (c < 32 || c == 127)
-          text += '?';
-        else
-          text += ch;
-      }
+      // Valid UTF-8 on one line: the store, the GUI and the JSON export take it as text.
+      text = data::printable_line(s_->tokenizer != nullptr ? s_->tokenizer->decode(out)
+                                                           : data::byte_tokenizer()->decode(out));
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
         text += (k ? "," : "") + std::to_string(out[k]);

@@ -88,6 +88,24 @@ TEST(Tokenizer, BytesAreTheirOwnIds) {
   EXPECT_EQ(b->start_ids(), std::vector<std::int64_t>{'\n'});
 }
 
+// Samples become one printable line of valid UTF-8: well-formed sequences kept (2 to 4 bytes),
+// line breaks and tabs escaped, control characters and malformed bytes as '?' — a stray
+// continuation byte, an overlong form, a surrogate, a code point beyond U+10FFFF, a sequence cut
+// short.
+TEST(Tokenizer, PrintableLinesAreValidUtf8) {
+  EXPECT_EQ(data::printable_line("h\xC3\xA9llo\n\t\xE2\x82\xAC \xF0\x9F\x98\x80\x01\x7F"),
+            "h\xC3\xA9llo\\n\\t\xE2\x82\xAC \xF0\x9F\x98\x80??");
+  EXPECT_EQ(data::printable_line("a\x98"
+                                 "b"),
+            "a?b");
+  EXPECT_EQ(data::printable_line("\xC0\xAF"), "??");
+  EXPECT_EQ(data::printable_line("\xED\xA0\x80"), "???");
+  EXPECT_EQ(data::printable_line("\xF4\x90\x80\x80"), "????");
+  EXPECT_EQ(data::printable_line("\xE2\x82"), "??");
+  EXPECT_EQ(data::printable_line("\xF4\x8F\xBF\xBF"), "\xF4\x8F\xBF\xBF");  // U+10FFFF
+  EXPECT_EQ(data::printable_line(""), "");
+}
+
 TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
   Fixture f;
   ASSERT_TRUE(std::filesystem::exists(f.model));

@@ -877,6 +877,7 @@ TEST_F(StoreTest, DetailsAndExportCsvJson) {
     w.log_metrics(3, {{"loss", 1.0}, {"odd,key", INFINITY}});
     w.add_checkpoint(2, "ckpt/step-2", "{\"bytes\": 10}");
     w.log_event(EventLevel::kInfo, "eval done");
+    w.log_event(EventLevel::kInfo, "sample: \x98 not UTF-8");  // a byte model's raw draw
     w.set_status(RunStatus::kFinished);
   }
   const RunDetails d = store.get_run(run);
@@ -918,9 +919,13 @@ TEST_F(StoreTest, DetailsAndExportCsvJson) {
   EXPECT_TRUE(j["metrics"]["loss"]["value"][2].is_null());
   EXPECT_EQ(j["checkpoints"][0]["metadata"]["bytes"], 10);
   bool saw_event = false;
-  for (const auto& e : j["events"])
+  bool saw_replaced = false;
+  for (const auto& e : j["events"]) {
     saw_event = saw_event || e["text"] == "eval done";
+    saw_replaced = saw_replaced || e["text"] == "sample: \xEF\xBF\xBD not UTF-8";  // U+FFFD
+  }
   EXPECT_TRUE(saw_event);
+  EXPECT_TRUE(saw_replaced);  // bytes that are not UTF-8 do not fail the export
   EXPECT_THROW(store.export_csv(42), tb::ValueError);
 }
 
