@@ -828,10 +828,11 @@ int main(int argc, char** argv) {
       return cmd_run(std::move(req));
     }
     if (runs->parsed()) {
+      const auto rows = tb::api::list_runs(db_path, runs_sweep);  // an error prints no header
       std::cout << std::left << std::setw(5) << "id" << std::setw(24) << "name" << std::setw(11)
                 << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"
                 << "message\n";
-      for (const auto& r : tb::api::list_runs(db_path, runs_sweep)) {
+      for (const auto& r : rows) {
         std::cout << std::left << std::setw(5) << r.id << std::setw(24) << r.name << std::setw(11)
                   << r.status << std::setw(21) << r.created << std::setw(8)
                   << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message;
