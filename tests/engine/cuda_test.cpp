@@ -2,6 +2,7 @@
 // with the reason the engine reports; on a GPU machine they compare against the CPU kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -9,12 +10,18 @@
 #include <vector>
 
 #include "engine/api/engine_api.h"
+#include "engine/autograd/autograd.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/core/math_mode.h"
+#include "engine/nn/gpt.h"
+#include "engine/nn/kv_cache.h"
+#include "engine/nn/models.h"
 #include "engine/ops/ops.h"
+#include "engine/rng/cpu_generator.h"
 #include "engine/rng/generator.h"
+#include "engine/train/sample.h"
 #include "engine/train/trainer.h"
 
 namespace {
@@ -341,6 +348,74 @@ std::vector<double> train(const std::string& device, Net net,
   const auto r = t.run();
   EXPECT_EQ(r.outcome, tb::train::RunOutcome::kFinished) << r.message;
   return sink->losses;
+}
+
+// Sampling on the device with a key/value cache: the buffers live on the GPU, new keys are copied
+// into a narrowed slice, and one query attends over every cached key (not causal, T = 1 < S). Each
+// step's logits match the CPU model's whole-sequence forward, and greedy tokens are the CPU's.
+TEST(Cuda, AKeyValueCacheOnTheDeviceGivesTheCpusLogits) {
+  REQUIRE_GPU();
+  auto qwen = [] {
+    tb::nn::QwenTinyConfig c;
+    c.vocab = 256;
+    c.d_model = 32;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.context_length = 12;
+    tb::rng::CpuGenerator gen(5);
+    return tb::nn::build_model(c, &gen);
+  };
+  auto gpt = []() -> std::shared_ptr<tb::nn::Model> {
+    tb::nn::GptConfig c;
+    c.vocab = 97;
+    c.context_length = 12;
+    c.n_layers = 2;
+    c.n_heads = 2;
+    c.d_model = 32;
+    tb::rng::CpuGenerator gen(6);
+    return std::make_shared<tb::nn::Gpt>(c, &gen);
+  };
+  for (const auto& make : {std::function<std::shared_ptr<tb::nn::Model>()>(qwen),
+                           std::function<std::shared_ptr<tb::nn::Model>()>(gpt)}) {
+    const auto cpu = make();
+    const auto dev = make();
+    dev->to(kGpu);
+    cpu->eval();
+    dev->eval();
+    tb::autograd::NoGradGuard no_grad;
+    const std::int64_t vocab = tb::train::language_model_shape(*cpu).first;
+    std::vector<std::int64_t> seq = {3, 14, 15, 92};
+    auto tokens = [](const std::vector<std::int64_t>& ids, std::size_t from) {
+      Tensor t =
+          Tensor::empty({1, static_cast<std::int64_t>(ids.size() - from)}, ScalarType::Int64);
+      std::copy(ids.begin() + static_cast<long>(from), ids.end(), t.data_ptr<std::int64_t>());
+      return t;
+    };
+    tb::nn::KvCache cache(12);
+    while (seq.size() <= 12) {
+      const auto past = static_cast<std::size_t>(cache.length());
+      Tensor out;
+      {
+        tb::nn::ScopedKvCache scope(cache);
+        out = dev->forward(tokens(seq, past).to(kGpu));
+      }
+      cache.commit(static_cast<std::int64_t>(seq.size() - past));
+      const Tensor a = out.select(1, out.size(1) - 1).to(Device()).contiguous();
+      const Tensor whole = cpu->forward(tokens(seq, 0));
+      const Tensor b = whole.select(1, whole.size(1) - 1).contiguous();
+      for (std::int64_t v = 0; v < vocab; ++v)
+        ASSERT_NEAR(a.data_ptr<float>()[v], b.data_ptr<float>()[v], 1e-4)
+            << cpu->config().kind << " position " << seq.size() << " id " << v;
+      seq.push_back((seq.back() * 31 + 7) % vocab);
+    }
+    tb::train::SampleOptions o;
+    o.tokens = 15;  // past the context: the window slides
+    o.temperature = 0.0;
+    EXPECT_EQ(tb::train::sample_tokens(*dev, {5, 6, 7}, o),
+              tb::train::sample_tokens(*cpu, {5, 6, 7}, o))
+        << cpu->config().kind;
+  }
 }
 
 TEST(Cuda, TrainsLikeTheCpu) {
