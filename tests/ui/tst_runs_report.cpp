@@ -279,6 +279,17 @@ class TestRunsReport : public QObject {
     QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("older"))) > 0);
     const qint64 newest = train(db, test::blobsConfig(12, QStringLiteral("newer")));
     QVERIFY(newest > 0);
+    // A newer run that failed before its first step (a config naming a missing file) is skipped.
+    {
+      api::TrainRequest req;
+      req.config_text =
+          test::blobsConfig(5, QStringLiteral("broken"))
+              .replace(QStringLiteral("[run]\n"),
+                       QStringLiteral("[run]\ninit_from = \"/nonexistent.safetensors\"\n"))
+              .toStdString();
+      req.db_path = db.toStdString();
+      QVERIFY(api::start_training(req, {}, {}).status == "failed");
+    }
     ui::MainWindow window(db);
     QCOMPARE(window.livePlots()->runIds(), QList<qint64>{newest});
     QVERIFY(window.runsView()->selectedRuns().isEmpty());

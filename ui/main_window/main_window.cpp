@@ -90,11 +90,16 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   buildDocks();
   buildActions();
   // Open on the newest run's plots rather than on empty axes (the table's selection, and so
-  // what Resume/Compare act on, stays empty until the user picks).
+  // what Resume/Compare act on, stays empty until the user picks): the newest run that logged a
+  // step, so that a run which failed at its start does not hide the last one with curves.
   qint64 newest = 0;
-  for (int r = 0; r < m_runsModel->rowCount(); ++r)
-    newest = std::max<qint64>(newest, m_runsModel->run(r).id);
-  if (newest > 0) showRunsLive({newest});
+  qint64 newestLogged = 0;
+  for (int r = 0; r < m_runsModel->rowCount(); ++r) {
+    const api::RunInfo& run = m_runsModel->run(r);
+    newest = std::max<qint64>(newest, run.id);
+    if (run.last_step) newestLogged = std::max<qint64>(newestLogged, run.id);
+  }
+  if (newestLogged > 0 || newest > 0) showRunsLive({newestLogged > 0 ? newestLogged : newest});
 
   m_statusLabel = new QLabel(this);
   statusBar()->addPermanentWidget(m_statusLabel);
