@@ -384,8 +384,14 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
         std::cout << " (keep the best 1/" << plan.reduction_factor << " of the points at each)";
       std::cout << "\n";
     }
+    // Columns: the index right-aligned, the names padded to the longest.
+    const int index_width = static_cast<int>(std::to_string(plan.trials.size()).size());
+    std::size_t name_width = 0;
     for (const auto& t : plan.trials)
-      std::cout << "  " << t.index << "  " << t.name << "  " << t.values << "\n";
+      name_width = std::max(name_width, t.name.size());
+    for (const auto& t : plan.trials)
+      std::cout << "  " << std::right << std::setw(index_width) << t.index << "  " << std::left
+                << std::setw(static_cast<int>(name_width)) << t.name << "  " << t.values << "\n";
     return 0;
   }
   req.program = this_program("sweep");
