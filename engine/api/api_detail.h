@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -67,6 +68,11 @@ std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std:
 /// flatten_toml_ordered() as a map (a later duplicate key wins). `compare` and `config_diff`
 /// both flatten with it.
 std::map<std::string, std::string> flatten_toml(const std::string& text);
+
+/// The steps a run of `config` takes: run.steps, else run.epochs times the steps per epoch of its
+/// data (read to count its samples; remembered per [data] table); nullopt when that cannot be
+/// known here (no epochs, the data unreadable, no full batch).
+std::optional<std::int64_t> run_steps(const train::RunConfig& config);
 
 /// The schedule of a parsed run config (see preview_run_config()).
 ScheduleTable preview_config(const train::RunConfig& config, int steps,

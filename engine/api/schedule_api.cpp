@@ -56,6 +56,21 @@ std::int64_t batches_per_epoch(const train::RunConfig& rc) {
   return rc.data.drop_last ? n / batch : (n + batch - 1) / batch;
 }
 
+}  // namespace
+
+std::optional<std::int64_t> detail::run_steps(const train::RunConfig& rc) {
+  if (rc.run.steps > 0) return rc.run.steps;
+  if (rc.run.epochs <= 0) return std::nullopt;
+  try {
+    const std::int64_t steps = rc.run.epochs * batches_per_epoch(rc);
+    if (steps > 0) return steps;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+namespace {
+
 // The steps a run of `rc` takes: run.steps, else run.epochs times the steps per epoch of its
 // data; 100 (and a note saying why) when the data cannot be read here.
 int run_length(const train::RunConfig& rc, std::string& note) {

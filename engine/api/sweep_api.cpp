@@ -24,7 +24,31 @@
 namespace tb::api {
 namespace {
 
+// Early stopping compares the points at steps before the end of their runs: a rung at or past a
+// trial's last step would rank finished runs and "stop" nothing. Checked against each trial's
+// length where it can be known here (run.steps, or run.epochs over readable data).
+void check_rungs(const train::SweepPlan& plan) {
+  const auto& es = plan.spec.early_stopping;
+  if (es.method == "none" || es.steps.empty()) return;
+  std::map<std::string, std::optional<std::int64_t>> seen;  // trials share [run]/[data] mostly
+  for (const auto& t : plan.trials) {
+    const train::RunConfig rc = train::parse_run_config(t.config, "trial", {});
+    const std::string key = std::to_string(rc.run.steps) + "|" + std::to_string(rc.run.epochs) +
+                            "|" + train::data_settings(rc.data).dump() + "|" + rc.data.kind;
+    auto it = seen.find(key);
+    if (it == seen.end()) it = seen.emplace(key, detail::run_steps(rc)).first;
+    const std::optional<std::int64_t> steps = it->second;
+    if (!steps) continue;
+    TB_CHECK(es.steps.back() < *steps, "[sweep] sweep.early_stopping.steps: step ", es.steps.back(),
+             " is not before the end of trial ", t.index, "'s run (", *steps,
+             " steps): the points would be compared after their runs finished. Give steps "
+             "below ",
+             *steps, ", or lengthen the runs");
+  }
+}
+
 SweepPreview preview_of(const train::SweepPlan& plan) {
+  check_rungs(plan);
   SweepPreview p;
   p.name = plan.spec.name;
   p.method = plan.spec.method;

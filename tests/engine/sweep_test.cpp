@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "engine/api/sweep_api.h"
 #include "engine/core/error.h"
 #include "engine/train/run_config.h"
 #include "engine/train/sweep.h"
@@ -156,6 +157,26 @@ TEST(Sweep, EarlyStoppingIsReadAndCheckedKeyByKey) {
       "sweep.early_stopping.reduction_factor: must be > 1");
   EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [5]\nrungs = 2\n"),
                   "sweep.early_stopping.rungs: unknown key");
+}
+
+// A rung must come before the end of the runs (20 steps here): at or after it the points would be
+// ranked on finished runs and "stopped" runs would already be done. The run's length comes from
+// run.steps, or from run.epochs and the data's size.
+TEST(Sweep, EarlyStoppingStepsComeBeforeTheEndOfTheRuns) {
+  const std::string grid =
+      "[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, 0.2]\n"
+      "[sweep.early_stopping]\nmethod = \"median\"\n";
+  EXPECT_EQ(tb::api::preview_sweep_text(kBase + grid + "steps = [10, 19]\n", "s.toml").rungs,
+            (std::vector<std::int64_t>{10, 19}));
+  std::string message;
+  try {
+    (void)tb::api::preview_sweep_text(kBase + grid + "steps = [10, 20]\n", "s.toml");
+  } catch (const tb::ValueError& e) {
+    message = e.what();
+  }
+  EXPECT_CONTAINS(message,
+                  "sweep.early_stopping.steps: step 20 is not before the end of trial 0's "
+                  "run (20 steps)");
 }
 
 }  // namespace
