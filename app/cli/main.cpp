@@ -835,12 +835,16 @@ int main(int argc, char** argv) {
     }
     if (runs->parsed()) {
       const auto rows = tb::api::list_runs(db_path, runs_sweep);  // an error prints no header
-      std::cout << std::left << std::setw(5) << "id" << std::setw(24) << "name" << std::setw(11)
-                << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"
+      int name_width = 24;  // wider for long names (a sweep's trials), so columns never touch
+      for (const auto& r : rows)
+        name_width = std::max(name_width, static_cast<int>(r.name.size()) + 2);
+      std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name"
+                << std::setw(11) << "status" << std::setw(21) << "created (UTC)" << std::setw(8)
+                << "steps"
                 << "message\n";
       for (const auto& r : rows) {
-        std::cout << std::left << std::setw(5) << r.id << std::setw(24) << r.name << std::setw(11)
-                  << r.status << std::setw(21) << r.created << std::setw(8)
+        std::cout << std::left << std::setw(5) << r.id << std::setw(name_width) << r.name
+                  << std::setw(11) << r.status << std::setw(21) << r.created << std::setw(8)
                   << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message;
         if (!r.sweep.empty())
           std::cout << (r.message.empty() ? "" : "  ") << "[sweep " << r.sweep << " p"
