@@ -11,6 +11,7 @@
 #include "ui/live_plots/series_math.h"
 
 using tb::ui::debiased_ema;
+using tb::ui::legend_corner;
 using tb::ui::min_max_envelope;
 using tb::ui::nearest_index;
 using tb::ui::robust_upper;
@@ -124,6 +125,20 @@ class TestSeriesMath : public QObject {
     QCOMPARE(nearest_index(x, 6), 1L);
     QCOMPARE(nearest_index(x, 99), 2L);
     QCOMPARE(nearest_index({}, 1), -1L);
+  }
+
+  // A legend goes where it covers the fewest points: away from a maximised metric's best point
+  // at the top right; the top right on a tie; a marker's margin counts.
+  void legendCornerAvoidsThePoints() {
+    // Area 400 x 300, legend 100 x 60: corners 0 top right, 1 top left, 2 bottom right, 3 bottom
+    // left. A curve rising to the top right corner:
+    QCOMPARE(legend_corner(400, 300, 100, 60, {20, 200, 390}, {280, 150, 10}, 6), 1);
+    QCOMPARE(legend_corner(400, 300, 100, 60, {}, {}, 6), 0);  // nothing to cover
+    // Points in every top corner and at the bottom right: the bottom left.
+    QCOMPARE(legend_corner(400, 300, 100, 60, {390, 10, 390}, {10, 10, 290}, 6), 3);
+    // A point 4 px outside the top-right legend is within the margin; one 10 px away is not.
+    QCOMPARE(legend_corner(400, 300, 100, 60, {296, 10}, {30, 290}, 6), 1);
+    QCOMPARE(legend_corner(400, 300, 100, 60, {290, 10}, {30, 290}, 6), 0);
   }
 
   void robustUpperIgnoresRareOutliersOnly() {

@@ -127,6 +127,19 @@ class TestSweepView : public QObject {
         QCOMPARE(it->value, c.mean[i]);
       }
     }
+    // The legend sits where it covers no point (mean or a seed's value) of any curve.
+    view.curvePlot()->replot(QCustomPlot::rpImmediateRefresh);
+    const QRect legend = view.curvePlot()->legend->outerRect();
+    QVERIFY(view.curvePlot()->legend->visible() && !legend.isEmpty());
+    for (const auto& c : curves)
+      for (std::size_t k = 0; k < c.x.size(); ++k)
+        for (const double v : {c.mean[k], c.low[k], c.high[k]}) {
+          const QPoint at(static_cast<int>(view.curvePlot()->xAxis->coordToPixel(c.x[k])),
+                          static_cast<int>(view.curvePlot()->yAxis->coordToPixel(v)));
+          QVERIFY2(
+              !legend.contains(at),
+              qPrintable(QStringLiteral("%1 at x %2 under the legend").arg(c.name).arg(c.x[k])));
+        }
     // One parallel-coordinates line per finished trial.
     QCOMPARE(view.parallelPlot()->plottableCount(), 8);
 

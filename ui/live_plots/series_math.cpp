@@ -228,4 +228,26 @@ long nearest_index(const std::vector<double>& x, double x_value) {
              : i;
 }
 
+int legend_corner(double area_w, double area_h, double legend_w, double legend_h,
+                  const std::vector<double>& px, const std::vector<double>& py, double margin) {
+  int best = 0;
+  std::size_t fewest = px.size() + 1;
+  for (int k = 0; k < 4; ++k) {
+    const bool right = k == 0 || k == 2;
+    const bool top = k < 2;
+    const double x0 = (right ? area_w - legend_w : 0.0) - margin;
+    const double x1 = (right ? area_w : legend_w) + margin;
+    const double y0 = (top ? 0.0 : area_h - legend_h) - margin;
+    const double y1 = (top ? legend_h : area_h) + margin;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < px.size() && i < py.size(); ++i)
+      if (px[i] >= x0 && px[i] <= x1 && py[i] >= y0 && py[i] <= y1) ++n;
+    if (n < fewest) {
+      fewest = n;
+      best = k;
+    }
+  }
+  return best;
+}
+
 }  // namespace tb::ui

@@ -68,4 +68,12 @@ double robust_upper(std::vector<double> values);
 /// The index of the point whose x is nearest to `x` (x ascending); -1 when empty.
 long nearest_index(const std::vector<double>& x, double x_value);
 
+/// Where a legend of `legend_w` x `legend_h` pixels covers the fewest of the points (pixel
+/// coordinates px[i], py[i], y downwards) inside a plot area of `area_w` x `area_h` pixels with
+/// its top-left corner at (0, 0): 0 top right, 1 top left, 2 bottom right, 3 bottom left — the
+/// first of them on a tie. A point counts when within `margin` pixels of the legend (a marker's
+/// radius).
+int legend_corner(double area_w, double area_h, double legend_w, double legend_h,
+                  const std::vector<double>& px, const std::vector<double>& py, double margin);
+
 }  // namespace tb::ui

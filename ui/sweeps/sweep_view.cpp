@@ -21,6 +21,7 @@
 #include <set>
 
 #include "ui/live_plots/plots_panel.h"
+#include "ui/live_plots/series_math.h"
 
 namespace tb::ui {
 namespace {
@@ -422,7 +423,36 @@ void SweepView::fillCurves() {
     plot->yAxis->scaleRange(1.15, plot->yAxis->range().center());
   }
   plot->legend->setVisible(!m_curves.empty());
+  placeLegend();
   plot->replot();
+}
+
+void SweepView::placeLegend() {
+  // The legend goes to the corner where it covers the fewest points: at the top right
+  // (QCustomPlot's place) it covered the best point of a maximised metric, which rises there.
+  // Laid out once to know the legend's size and the points' pixels.
+  QCustomPlot* plot = m_curvePlot;
+  if (!plot->legend->visible()) return;
+  QCPLayoutInset* inset = plot->axisRect()->insetLayout();
+  inset->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  plot->replot(QCustomPlot::rpImmediateRefresh);
+  const QRect area = plot->axisRect()->rect();
+  const QRect legend = plot->legend->outerRect();
+  std::vector<double> px, py;
+  for (const auto& c : m_curves)
+    for (std::size_t i = 0; i < c.x.size(); ++i)
+      for (const double v : {c.mean[i], c.low[i], c.high[i]}) {
+        px.push_back(plot->xAxis->coordToPixel(c.x[i]) - area.left());
+        py.push_back(plot->yAxis->coordToPixel(v) - area.top());
+      }
+  // The legend's size with the inset layout's margin from the plot's edge.
+  const double w = legend.width() + (area.right() - legend.right());
+  const double h = legend.height() + (legend.top() - area.top());
+  static const Qt::Alignment kCorners[] = {
+      Qt::AlignTop | Qt::AlignRight, Qt::AlignTop | Qt::AlignLeft, Qt::AlignBottom | Qt::AlignRight,
+      Qt::AlignBottom | Qt::AlignLeft};
+  inset->setInsetAlignment(
+      0, kCorners[legend_corner(area.width(), area.height(), w, h, px, py, /*margin=*/6)]);
 }
 
 void SweepView::fillParallel() {

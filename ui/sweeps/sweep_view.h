@@ -107,6 +107,9 @@ class SweepView : public QWidget {
   QLineEdit* m_target = nullptr;
   QPushButton* m_openBest = nullptr;
   QPushButton* m_export = nullptr;
+  // Moves the curve plot's legend to the corner of its axis rect where it covers the fewest
+  // points (lays the plot out once to measure).
+  void placeLegend();
   QCustomPlot* m_curvePlot = nullptr;
   QCustomPlot* m_parallel = nullptr;
   QTableWidget* m_points = nullptr;
