@@ -15,14 +15,13 @@
 #include "engine/core/allocator.h"
 #include "engine/core/error.h"
 #include "engine/core/math_mode.h"
-#include "engine/nn/gpt.h"
 #include "engine/nn/kv_cache.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
-#include "engine/rng/cpu_generator.h"
 #include "engine/rng/generator.h"
 #include "engine/train/sample.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/tiny_models.h"
 
 namespace {
 
@@ -355,29 +354,10 @@ std::vector<double> train(const std::string& device, Net net,
 // step's logits match the CPU model's whole-sequence forward, and greedy tokens are the CPU's.
 TEST(Cuda, AKeyValueCacheOnTheDeviceGivesTheCpusLogits) {
   REQUIRE_GPU();
-  auto qwen = [] {
-    tb::nn::QwenTinyConfig c;
-    c.vocab = 256;
-    c.d_model = 32;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.context_length = 12;
-    tb::rng::CpuGenerator gen(5);
-    return tb::nn::build_model(c, &gen);
-  };
-  auto gpt = []() -> std::shared_ptr<tb::nn::Model> {
-    tb::nn::GptConfig c;
-    c.vocab = 97;
-    c.context_length = 12;
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.d_model = 32;
-    tb::rng::CpuGenerator gen(6);
-    return std::make_shared<tb::nn::Gpt>(c, &gen);
-  };
-  for (const auto& make : {std::function<std::shared_ptr<tb::nn::Model>()>(qwen),
-                           std::function<std::shared_ptr<tb::nn::Model>()>(gpt)}) {
+  const std::function<std::shared_ptr<tb::nn::Model>()> makers[] = {
+      [] { return tb::test::tiny_qwen(12, /*grouped=*/true); },
+      [] { return tb::test::tiny_gpt(12); }};
+  for (const auto& make : makers) {
     const auto cpu = make();
     const auto dev = make();
     dev->to(kGpu);

@@ -14,42 +14,19 @@
 #include "engine/api/workbench_api.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
-#include "engine/nn/gpt.h"
 #include "engine/nn/kv_cache.h"
 #include "engine/nn/models.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/train/sample.h"
 #include "tests/engine/test_util.h"
+#include "tests/engine/tiny_models.h"
 
 namespace {
 
 using namespace tb;
 
-// A qwen-tiny over bytes: one layer of 2 heads by default; `grouped` makes it two layers of 4
-// query heads over 2 key/value heads.
-std::shared_ptr<nn::Model> tiny_lm(std::int64_t context = 8, bool grouped = false) {
-  nn::QwenTinyConfig c;
-  c.vocab = 256;
-  c.d_model = grouped ? 32 : 16;
-  c.n_layers = grouped ? 2 : 1;
-  c.n_heads = grouped ? 4 : 2;
-  c.n_kv_heads = grouped ? 2 : 0;
-  c.context_length = context;
-  rng::CpuGenerator gen(grouped ? 5 : 4);
-  return nn::build_model(c, &gen);
-}
-
-std::shared_ptr<nn::Model> tiny_gpt(std::int64_t context) {
-  nn::GptConfig c;
-  c.vocab = 97;
-  c.padded_vocab = 128;
-  c.context_length = context;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_model = 32;
-  rng::CpuGenerator gen(6);
-  return std::make_shared<nn::Gpt>(c, &gen);
-}
+using test::tiny_gpt;
+using test::tiny_qwen;
 
 core::Tensor tokens_of(const std::vector<std::int64_t>& ids) {
   core::Tensor t =
@@ -70,7 +47,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Sample, GreedyIsTheArgmaxOfTheModelsLogits) {
-  auto model = tiny_lm(8);
+  auto model = tiny_qwen(8);
   train::SampleOptions o;
   o.tokens = 12;  // more than the context: the window slides
   o.temperature = 0.0;
@@ -97,7 +74,7 @@ TEST(Sample, GreedyIsTheArgmaxOfTheModelsLogits) {
 }
 
 TEST(Sample, ASeedGivesTheSameDrawsAndTheModelKeepsItsMode) {
-  auto model = tiny_lm();
+  auto model = tiny_qwen();
   model->train();
   train::SampleOptions o;
   o.tokens = 20;
@@ -116,7 +93,7 @@ TEST(Sample, ASeedGivesTheSameDrawsAndTheModelKeepsItsMode) {
 // (gpt) positions; sampling with and without the cache draws the same tokens, also once the
 // window slides.
 TEST(Sample, AKeyValueCacheGivesTheWholeSequencesLogits) {
-  for (const auto& model : {tiny_lm(12, /*grouped=*/true), tiny_gpt(12)}) {
+  for (const auto& model : {tiny_qwen(12, /*grouped=*/true), tiny_gpt(12)}) {
     SCOPED_TRACE(model->config().kind);
     autograd::NoGradGuard no_grad;
     model->eval();
@@ -179,7 +156,7 @@ TEST(Sample, AKeyValueCacheGivesTheWholeSequencesLogits) {
 
 // vocab_limit: the draws stay below it (an untrained byte model draws from all 256 otherwise).
 TEST(Sample, DrawsStayBelowTheVocabLimit) {
-  auto model = tiny_lm();
+  auto model = tiny_qwen();
   train::SampleOptions o;
   o.tokens = 100;
   o.seed = 2;
@@ -198,7 +175,7 @@ TEST(Sample, DrawsStayBelowTheVocabLimit) {
 }
 
 TEST(Sample, ErrorsSayWhatIsWrong) {
-  auto model = tiny_lm();
+  auto model = tiny_qwen();
   train::SampleOptions o;
   EXPECT_NE(error_of([&] { train::sample_tokens(*model, {}, o); }).find("the prompt is empty"),
             std::string::npos);
