@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 
 namespace tb::data {
 
@@ -170,18 +172,37 @@ std::shared_ptr<const Tokenizer> load_gpt2_bpe(const std::filesystem::path& voca
 
 std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
                                               const TextCorpus& corpus) {
-  std::vector<std::int32_t> ids;
   const auto& b = *corpus.bytes;
   const auto* text = reinterpret_cast<const char*>(b.data());
+  // The non-empty lines, then blocks of them encoded on the kernel pool (encode is const and
+  // thread-safe) and joined in line order: the ids do not depend on the thread count. The
+  // fortunes corpus (~1.7 M pieces) took about a third of a second on one thread.
+  std::vector<std::string_view> lines;
   std::size_t start = 0;
   for (std::size_t i = 0; i <= b.size(); ++i) {
     if (i < b.size() && b[i] != '\n') continue;
-    if (i > start) {
-      for (const std::int64_t id : tokenizer.encode(std::string_view(text + start, i - start)))
-        ids.push_back(static_cast<std::int32_t>(id));
-    }
+    if (i > start) lines.emplace_back(text + start, i - start);
     start = i + 1;
   }
+  constexpr std::size_t kLinesPerBlock = 512;
+  const std::size_t blocks = (lines.size() + kLinesPerBlock - 1) / kLinesPerBlock;
+  std::vector<std::vector<std::int32_t>> parts(blocks);
+  core::parallel_for(
+      0, static_cast<std::int64_t>(blocks), 1, [&](std::int64_t lo, std::int64_t hi) {
+        for (auto k = static_cast<std::size_t>(lo); k < static_cast<std::size_t>(hi); ++k) {
+          const std::size_t end = std::min(lines.size(), (k + 1) * kLinesPerBlock);
+          for (std::size_t l = k * kLinesPerBlock; l < end; ++l)
+            for (const std::int64_t id : tokenizer.encode(lines[l]))
+              parts[k].push_back(static_cast<std::int32_t>(id));
+        }
+      });
+  std::size_t total = 0;
+  for (const auto& part : parts)
+    total += part.size();
+  std::vector<std::int32_t> ids;
+  ids.reserve(total);
+  for (const auto& part : parts)
+    ids.insert(ids.end(), part.begin(), part.end());
   return ids;
 }
 

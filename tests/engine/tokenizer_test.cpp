@@ -19,6 +19,7 @@
 #include "engine/api/tokenizer_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/core/error.h"
+#include "engine/core/thread_pool.h"
 #include "engine/data/registry.h"
 #include "engine/data/token_file.h"
 #include "engine/data/tokenizer.h"
@@ -138,7 +139,16 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
             std::string::npos);
   // The corpus encodes line by line: the ids are the concatenation of each non-empty line's.
   const auto corpus = data::load_text_corpus(f.text);
-  const auto all = data::encode_corpus_lines(*sp, corpus);
+  // Blocks of 512 lines are encoded in parallel: the ids must not depend on the thread count.
+  const auto all = [&] {
+    const core::ScopedNumThreads threads(3);
+    return data::encode_corpus_lines(*sp, corpus);
+  }();
+  const auto serial = [&] {
+    const core::ScopedNumThreads threads(1);
+    return data::encode_corpus_lines(*sp, corpus);
+  }();
+  EXPECT_EQ(all, serial);
   std::vector<std::int32_t> by_line;
   std::istringstream in(corpus_text());
   for (std::string l; std::getline(in, l);) {
