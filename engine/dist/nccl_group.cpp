@@ -12,15 +12,21 @@
 //   names a rank that does not arrive or whose process is gone); then the host polls the
 //   completion event and ncclCommGetAsyncError until the deadline, and a collective that does not
 //   complete is aborted (ncclCommAbort) with a DistError naming it — PyTorch's NCCL watchdog
-//   (ProcessGroupNCCL.cpp: timeout per work item, ncclCommAbort).
+//   (ProcessGroupNCCL.cpp: timeout per work item, ncclCommAbort). Ending a communicator is itself
+//   given a deadline (end_communicator), as PyTorch's heartbeat monitor bounds a hung abort.
+// - Each rank needs a GPU of its own (NCCL refuses two ranks on one device): more local ranks
+//   than visible devices is a clear error before NCCL is set up.
 //
-// Not runnable in CI (no GPU): tests/engine/dist_nccl_test.cpp runs under bench/gpu/run.sh.
+// Not runnable in CI (no GPU): the DistNccl tests of tests/engine/dist_test.cpp run under
+// bench/gpu/run.sh.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -48,6 +54,7 @@ struct NcclApi {
   decltype(&::ncclBroadcast) broadcast = nullptr;
   decltype(&::ncclAllGather) all_gather = nullptr;
   decltype(&::ncclReduceScatter) reduce_scatter = nullptr;
+  decltype(&::ncclGetLastError) get_last_error = nullptr;  // 2.13 and newer; may stay null
   int version = 0;
 };
 
@@ -86,6 +93,8 @@ const NcclApi& nccl() {
       resolve(lib, api.broadcast, "ncclBroadcast");
       resolve(lib, api.all_gather, "ncclAllGather");
       resolve(lib, api.reduce_scatter, "ncclReduceScatter");
+      api.get_last_error =
+          reinterpret_cast<decltype(api.get_last_error)>(dlsym(lib, "ncclGetLastError"));
       api.get_version(&api.version);
       // ncclAvg came with 2.10.
       if (api.version < 21000)
@@ -99,9 +108,15 @@ const NcclApi& nccl() {
   return api;
 }
 
-std::string nccl_error(ncclResult_t r) {
-  const char* s = nccl().get_error_string(r);
-  return s != nullptr ? s : "NCCL error " + std::to_string(static_cast<int>(r));
+// The error's name, and NCCL's last message where it keeps one ("invalid usage" alone does not
+// say that two ranks share a GPU; the last message does).
+std::string nccl_error(ncclResult_t r, ncclComm_t comm = nullptr) {
+  const NcclApi& api = nccl();
+  const char* s = api.get_error_string(r);
+  std::string text = s != nullptr ? s : "NCCL error " + std::to_string(static_cast<int>(r));
+  const char* last = api.get_last_error != nullptr ? api.get_last_error(comm) : nullptr;
+  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
+  return text;
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -141,20 +156,41 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// Makes `device` current for a scope.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceScope() { (void)cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
+// Makes `device` the calling thread's current device.
+void make_current(int device) {
+  int current = -1;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+}
 
- private:
-  int previous_ = 0;
-};
+// Ends a communicator (ncclCommAbort, or ncclCommDestroy for a healthy one) without letting a
+// hang in NCCL hold the process: both may wait for NCCL's proxy thread and, within a node, for
+// the other ranks (NVIDIA/nccl issue 863: a lone abort hung in commReclaim). The call runs on a
+// thread of its own and is waited for up to kEndWait; after that the caller goes on (its run
+// fails, and the job ends with the CPU group's MPI_Abort) and the thread is left to finish.
+constexpr auto kEndWait = std::chrono::seconds(10);
+
+void end_communicator(ncclComm_t comm, int device, bool abort) noexcept {
+  if (comm == nullptr) return;
+  try {
+    auto ended = std::make_shared<std::promise<void>>();
+    std::future<void> done = ended->get_future();
+    std::thread([comm, device, abort, ended] {
+      (void)cudaSetDevice(device);  // the communicator's GPU, not a context on GPU 0
+      if (abort)
+        nccl().comm_abort(comm);
+      else
+        nccl().comm_destroy(comm);
+      ended->set_value();
+    }).detach();
+    (void)done.wait_for(kEndWait);
+  } catch (const std::exception&) {  // no thread to be had: end it here
+    if (abort)
+      nccl().comm_abort(comm);
+    else
+      nccl().comm_destroy(comm);
+  }
+}
 
 class NcclGroup final : public ProcessGroup {
  public:
@@ -176,7 +212,7 @@ class NcclGroup final : public ProcessGroup {
     // a guard that restored device 0 would open a context on GPU 0 in every rank.
     std::string local_error;
     try {
-      check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+      make_current(device_);
       handles_.create();
     } catch (const std::exception& e) {
       local_error = e.what();
@@ -197,14 +233,9 @@ class NcclGroup final : public ProcessGroup {
   }
 
   ~NcclGroup() override {
-    if (comm_ != nullptr) {
-      // A broken communicator is aborted (its collectives may still be queued); a healthy one
-      // destroyed.
-      if (broken())
-        nccl().comm_abort(comm_);
-      else
-        nccl().comm_destroy(comm_);
-    }
+    // A broken communicator is aborted (its collectives may still be queued); a healthy one
+    // destroyed.
+    end_communicator(comm_, device_, broken());
   }
 
   const char* backend() const override { return "nccl"; }
@@ -212,10 +243,8 @@ class NcclGroup final : public ProcessGroup {
   ProcessGroup* host_group() override { return cpu_.get(); }
 
   void abort_job(int code) noexcept override {
-    if (comm_ != nullptr) {
-      nccl().comm_abort(comm_);
-      comm_ = nullptr;
-    }
+    end_communicator(comm_, device_, true);
+    comm_ = nullptr;
     cpu_->abort_job(code);
   }
 
@@ -255,11 +284,14 @@ class NcclGroup final : public ProcessGroup {
   template <typename Enqueue>
   void run(const std::string& label, Enqueue&& enqueue) {
     cpu_->barrier("arrival at " + label);
-    DeviceScope scope(device_);
+    // The rank's GPU becomes (and stays) the calling thread's device, as at construction: the
+    // thread that runs the collectives is the one that trains on that GPU, and restoring a
+    // device it never chose (0) would open a context on GPU 0.
+    make_current(device_);
     check_cuda(cudaEventRecord(handles_.ready, cudaStreamLegacy), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(handles_.stream, handles_.ready, 0), "cudaStreamWaitEvent");
     const ncclResult_t r = enqueue(comm_, handles_.stream);
-    if (r != ncclSuccess) throw DistError("[dist] " + label + ": " + nccl_error(r), -1);
+    if (r != ncclSuccess) throw DistError("[dist] " + label + ": " + nccl_error(r, comm_), -1);
     check_cuda(cudaEventRecord(handles_.done, handles_.stream), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, handles_.done, 0), "cudaStreamWaitEvent");
     wait(label);
@@ -272,19 +304,22 @@ class NcclGroup final : public ProcessGroup {
     for (;;) {
       const cudaError_t q = cudaEventQuery(handles_.done);
       if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
       ncclResult_t async = ncclSuccess;
       nccl().comm_get_async_error(comm_, &async);
       std::string why;
-      if (async != ncclSuccess && async != ncclInProgress)
-        why = "NCCL reported " + nccl_error(async);
+      // A failed query (a dead context) aborts too: the collective may still be queued on
+      // buffers the caller frees when this throws.
+      if (q != cudaErrorNotReady)
+        why = std::string("cudaEventQuery: ") + cudaGetErrorString(q);
+      else if (async != ncclSuccess && async != ncclInProgress)
+        why = "NCCL reported " + nccl_error(async, comm_);
       else if (const int sig = termination_signal())
         why = "stopped by signal " + std::to_string(sig);
       else if (Clock::now() > deadline)
         why = "not complete after " + std::to_string(timeout()) +
               " s although every rank arrived (the NCCL transfer stalled)";
       if (!why.empty()) {
-        nccl().comm_abort(comm_);
+        end_communicator(comm_, device_, true);
         comm_ = nullptr;
         throw DistError("[dist] " + label + ": " + why + "; the NCCL communicator is aborted", -1);
       }
@@ -341,6 +376,15 @@ std::shared_ptr<ProcessGroup> make_nccl_group(const GroupOptions& options,
     throw ValueError(std::string("[dist] backend 'nccl' needs a CUDA device; ") +
                      (e != cudaSuccess ? cudaGetErrorString(e) : "none was found"));
   const LaunchEnv env = detect_launch_env();
+  // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), reported by ncclCommInitRank
+  // only as "invalid usage": say so before any rank gets there.
+  if (!env.launcher.empty() && env.local_size > count)
+    throw ValueError("[dist] backend 'nccl': " + std::to_string(env.local_size) +
+                     " ranks on this host but " + std::to_string(count) +
+                     " CUDA device(s) visible; NCCL needs a GPU of its own for each rank (start at "
+                     "most " +
+                     std::to_string(count) +
+                     " ranks per host, or use distributed.backend = \"mpi\" on the CPU)");
   // One GPU per rank on a host: local rank k uses cuda:(k mod devices); a process started alone
   // the device its run asks for.
   const int device = env.launcher.empty() && options.device_index >= 0
