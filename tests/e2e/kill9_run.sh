@@ -44,8 +44,9 @@ delay_ms=$((RANDOM % 2501))
 delay=$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))
 
 # log_interval=1: metrics of every step go to the store (the config logs every 10th), so the
-# committed steps must be exactly 1..k.
-"$cli" --db "$db" run "$config" --set run.epochs=5 --set run.log_interval=1 \
+# committed steps must be exactly 1..k. 20 epochs (9380 steps) outlast the 2.5 s at any speed
+# (5 epochs took 2.6 s at ~900 steps/s, too close).
+"$cli" --db "$db" run "$config" --set run.epochs=20 --set run.log_interval=1 \
   >"$tmp/run.log" 2>&1 &
 pid=$!
 # Wait (up to 120 s) for the first committed step, then the random delay.
