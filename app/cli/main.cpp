@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -29,6 +30,24 @@
 #include "engine/api/topology_api.h"
 
 namespace {
+
+// A number > 0 (or >= 0, `inclusive`), said plainly when it is not: CLI11's PositiveNumber says
+// "Value 0 not in range 0.000000 to 1797693...", and the same for "abc".
+CLI::Validator number_above_zero(bool inclusive) {
+  const std::string want = inclusive ? ">= 0" : "> 0";
+  return CLI::Validator(
+      [inclusive, want](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == text.c_str() || *end != '\0')
+          return "expected a number, got '" + text + "'";
+        if (inclusive ? !(v >= 0) : !(v > 0)) return "must be " + want + ", got " + text;
+        return {};
+      },
+      want);
+}
+const CLI::Validator kPositive = number_above_zero(false);
+const CLI::Validator kNonNegative = number_above_zero(true);
 
 // "a, b or c" of the kinds of a config family, from the engine's registries.
 std::string kinds_of(const std::string& family) {
@@ -71,12 +90,15 @@ int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
       if (!op_filter.empty() && r.op.find(op_filter) == std::string::npos) continue;
       m[r.op][r.key] = r.source == "missing" ? "-" : r.source == "fallthrough" ? "." : r.source;
     }
-    std::cout << std::left << std::setw(16) << "op";
+    int w_op = 4;  // the longest op name, so that no name runs into its first column
+    for (const auto& [op, byk] : m)
+      w_op = std::max(w_op, static_cast<int>(op.size()) + 2);
+    std::cout << std::left << std::setw(w_op) << "op";
     for (const auto& k : keys)
       std::cout << std::setw(13) << k;
     std::cout << "\n";
     for (const auto& [op, byk] : m) {
-      std::cout << std::setw(16) << op;
+      std::cout << std::setw(w_op) << op;
       for (const auto& k : keys)
         std::cout << std::setw(13) << byk.at(k);
       std::cout << "\n";
@@ -244,6 +266,23 @@ int cmd_run(tb::api::RunRequest req) {
   static std::atomic<int> pause_toggles{0};
   std::signal(SIGUSR1, [](int) { cancel_requested.store(true); });
   std::signal(SIGUSR2, [](int) { pause_toggles.fetch_add(1); });
+  // A run of its own: the first Ctrl-C (or SIGTERM) cancels it after the current step, with a
+  // checkpoint to resume from and the run closed in the store; the handler then reverts to the
+  // default (SA_RESETHAND), so a second one ends the process at once (the run is then found
+  // crashed, its committed steps kept).
+  if (!rank) {
+    struct sigaction sa = {};
+    sa.sa_handler = [](int) {
+      cancel_requested.store(true);
+      static const char said[] =
+          "\nstopping after this step, with a checkpoint (Ctrl-C again to quit at once)\n";
+      (void)!write(STDERR_FILENO, said, sizeof said - 1);
+    };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+  }
   {  // a launcher may have left them blocked
     sigset_t handled;
     sigemptyset(&handled);
@@ -285,8 +324,12 @@ int cmd_run(tb::api::RunRequest req) {
     return 1;
   }
   if (tty) std::cout << "\n";
-  std::cout << "run " << out.run_id << " " << out.status << ": " << out.message << "\n"
-            << std::flush;
+  // "run 1 finished 30 steps, ...", "run 2 diverged: 3 non-finite losses ...": the status is
+  // said once, whether or not the message starts with it.
+  const std::string said = out.message.rfind(out.status, 0) == 0
+                               ? out.message
+                               : out.status + (out.message.empty() ? "" : ": " + out.message);
+  std::cout << "run " << out.run_id << " " << said << "\n" << std::flush;
   if (rank) tb::api::end_distributed(out.status == "failed");
   return out.status == "finished" || out.stopped_as_asked ? 0 : 2;
 }
@@ -356,7 +399,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     if (!req.config_path.empty() || !req.resume.empty() || dry_run) {
       std::cerr << "error: [sweep] --show NAME prints a stored sweep's table; it takes no CONFIG, "
                    "--resume or --dry-run\n";
-      return 2;
+      return 1;
     }
     const auto result = tb::api::sweep_table(show, db_path);
     print_sweep_table(result);
@@ -366,11 +409,11 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
   if (req.config_path.empty() == req.resume.empty()) {
     std::cerr
         << "error: [sweep] give a CONFIG with a [sweep] table, --resume NAME or --show NAME\n";
-    return 2;
+    return 1;
   }
   if (dry_run && !req.resume.empty()) {
     std::cerr << "error: [sweep] --dry-run plans a CONFIG; --resume continues a stored sweep\n";
-    return 2;
+    return 1;
   }
   if (dry_run) {
     const auto plan = tb::api::preview_sweep(req.config_path, req.overrides);
@@ -466,7 +509,7 @@ int main(int argc, char** argv) {
   std::string gemm = "auto";
   app.add_option("--threads", threads,
                  "kernel and BLAS threads (default: the CPUs this process may use)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--gemm-backend", gemm, "auto, onednn, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
   app.add_flag("--tf32", tf32,
@@ -502,7 +545,7 @@ int main(int argc, char** argv) {
   topo->add_option("--binding", binding, "none, node, socket, exclusive or core-complex")
       ->capture_default_str();
   topo->add_option("--slots", slots, "number of slots (default: one per GPU given, else 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   auto* xml_opt =
       topo->add_option("--topology-xml", topo_req.xml_path, "read an hwloc XML export instead");
   auto* syn_opt = topo->add_option("--synthetic", topo_req.synthetic,
@@ -539,7 +582,7 @@ int main(int argc, char** argv) {
   launch
       ->add_option("--resume", launch_req.resume,
                    "--ddp: continue stored run N from its newest checkpoint (same number of ranks)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   launch->callback([&] {
     if (launch_configs->count() == 0 && launch_req.resume == 0)
       throw CLI::RequiredError("configs (or --ddp --resume RUN)");
@@ -596,7 +639,7 @@ int main(int argc, char** argv) {
   std::string resume_checkpoint;
   auto* resume_opt =
       run->add_option("--resume", resume_run, "continue stored run N from its newest checkpoint")
-          ->check(CLI::PositiveNumber);
+          ->check(kPositive);
   run->add_option("--from-checkpoint", resume_checkpoint,
                   "with --resume: this checkpoint folder instead of the run's newest")
       ->needs(resume_opt)
@@ -610,7 +653,7 @@ int main(int argc, char** argv) {
   run->add_option(
          "--stop-at", stop_at,
          "stop after step N with a checkpoint (status cancelled, exit 0; --resume continues)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   run->callback([&] {
     if (run_config_opt->count() == 0 && resume_opt->count() == 0)
       throw CLI::RequiredError("config (or --resume RUN)");
@@ -664,13 +707,13 @@ int main(int argc, char** argv) {
                      "<|endoftext|>)");
   sample->add_option("--tokens", sample_req.tokens, "new tokens")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sample->add_option("--temperature", sample_req.temperature, "0 = always the most likely token")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sample->add_option("--top-k", sample_req.top_k, "keep the k most likely tokens (0 = all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   sample->add_option("--seed", sample_req.seed, "the draws' seed")->capture_default_str();
   sample
       ->add_option("--from-checkpoint", sample_req.checkpoint,
@@ -827,7 +870,7 @@ int main(int argc, char** argv) {
           std::cerr << "error: [run] --sweep-trial: expected SWEEP:TRIAL (a sweep id and a trial "
                        "index), got '"
                     << sweep_trial << "'\n";
-          return 2;
+          return 1;
         }
         req.sweep_trial = std::make_pair(sweep_id, trial);
       }
@@ -881,13 +924,13 @@ int main(int argc, char** argv) {
     }
     if (exp->parsed()) {
       if (export_format == "tensorboard") {
-        std::cout << "wrote " << tb::api::export_tensorboard(db_path, export_id, export_dir)
-                  << " (tensorboard --logdir " << export_dir << ")\n";
+        const std::string file = tb::api::export_tensorboard(db_path, export_id, export_dir);
+        std::cout << "wrote " << file << " (tensorboard --logdir " << export_dir << ")\n";
         return 0;
       }
       if (!export_dir.empty()) {
         std::cerr << "error: [export] DIR is for --format tensorboard; csv and json go to stdout\n";
-        return 2;
+        return 1;
       }
       std::cout << tb::api::export_run(db_path, export_id, export_format);
       return 0;
@@ -904,7 +947,7 @@ int main(int argc, char** argv) {
         }
         if (used != part.size() || id < 0) {
           std::cerr << "error: [sample] --prompt-tokens: '" << part << "' is not a token id\n";
-          return 2;
+          return 1;
         }
         sample_req.prompt_tokens.push_back(id);
       }

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <fstream>
 #include <iomanip>
 #include <map>
 #include <memory>
@@ -39,13 +38,7 @@ RunOutcomeInfo run_training(const RunRequest& req,
                             const std::function<void(const RunProgressInfo&)>& on_progress) {
   RunSpec spec;
   if (!req.config_path.empty()) {
-    std::ifstream in(req.config_path, std::ios::binary);
-    if (!in) throw ValueError("[config] " + req.config_path + ": cannot open the file for reading");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad())
-      throw ValueError("[config] " + req.config_path + ": error while reading the file");
-    spec.config_text = text.str();
+    spec.config_text = train::read_config_file(req.config_path);
     spec.source = req.config_path;
   } else {
     TB_CHECK(req.resume.has_value(), "[run] give a run config (or --resume RUN)");
@@ -83,6 +76,27 @@ RunOutcomeInfo run_training(const RunRequest& req,
   return execute_run(spec, obs);
 }
 
+// A stored message as one line of a table: its first line, cut at 200 characters (at a UTF-8
+// character boundary); `show N` prints the whole of it. A failure such as a state dict that does
+// not fit lists every key on lines of their own.
+namespace {
+std::string one_line(const std::string& message, std::int64_t run) {
+  constexpr std::size_t kMax = 200;
+  const std::size_t eol = message.find('\n');
+  std::string line = message.substr(0, eol);
+  bool cut = eol != std::string::npos;
+  if (line.size() > kMax) {
+    std::size_t n = kMax;
+    while (n > 0 && (static_cast<unsigned char>(line[n]) & 0xC0) == 0x80)
+      --n;
+    line.resize(n);
+    cut = true;
+  }
+  if (cut) line += " ... (trainbench-cli show " + std::to_string(run) + ")";
+  return line;
+}
+}  // namespace
+
 std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep) {
   auto st = store::RunStore::open(detail::store_path(db_path));
   std::map<std::int64_t, std::string> sweep_names;
@@ -104,7 +118,7 @@ std::vector<RunRow> list_runs(const std::string& db_path, const std::string& swe
     row.status = std::string(store::to_string(r.status));
     row.created = iso_time(r.created_at);
     row.last_step = r.last_step;
-    row.message = r.message;
+    row.message = one_line(r.message, r.id);
     if (r.sweep_id) row.sweep = sweep_names[*r.sweep_id];
     row.point = r.sweep_point;
     rows.push_back(std::move(row));

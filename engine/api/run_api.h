@@ -55,7 +55,7 @@ struct RunRow {
   std::string status;                     ///< status
   std::string created;                    ///< creation time, "YYYY-MM-DD HH:MM:SS" UTC
   std::optional<std::int64_t> last_step;  ///< newest step
-  std::string message;                    ///< why it ended
+  std::string message;                    ///< why it ended, one line (show has all of it)
   std::string sweep;                      ///< the sweep it is a trial of ("" = none)
   std::optional<std::int64_t> point;      ///< its point in that sweep
 };

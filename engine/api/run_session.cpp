@@ -127,6 +127,24 @@ struct Start {
   std::string store_name;  // the file name, for folder names and messages
 };
 
+// The files a new run's config names, checked before the run is created: a mistyped path is a
+// config error (exit code 1) and leaves no failed run in the store. What is in them is checked
+// when they are read.
+void check_named_files(const train::RunConfig& c) {
+  const auto need = [](const std::string& path, const std::string& key) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const bool there = std::filesystem::exists(path, ec);
+    TB_CHECK(there, "[config] ", key, ": ", path, ": ",
+             ec ? ec.message() : std::string("no such file or folder"));
+  };
+  need(c.data.path, "data.path");
+  need(c.run.init_from, "run.init_from");
+  if (c.data.extra.is_object() && c.data.extra.contains("tokenizer_model") &&
+      c.data.extra["tokenizer_model"].is_string())
+    need(c.data.extra["tokenizer_model"].get<std::string>(), "data.tokenizer_model");
+}
+
 Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   Start s;
   auto st = store::RunStore::open(db);
@@ -134,6 +152,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.store_name = db.filename().string();
   if (!spec.resume) {
     s.config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
+    check_named_files(s.config);
     store::NewRun nr;
     nr.name = s.config.run.name;
     nr.tags = s.config.run.tags;
@@ -145,8 +164,14 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   }
   s.run_id = *spec.resume;
   TB_CHECK(st.has_run(s.run_id), "[run] ", db.string(), " has no run ", s.run_id);
-  const std::string text =
-      spec.config_text.empty() ? st.get_run(s.run_id).config : spec.config_text;
+  const store::RunDetails stored = st.get_run(s.run_id);
+  // A finished run has nothing left to train; resuming it would only rewrite its summary and end
+  // time. Its weights can start a new run.
+  TB_CHECK(stored.summary.status != store::RunStatus::kFinished, "[run] run ", s.run_id,
+           " has finished: there is nothing to resume (a new run can start from its weights: "
+           "trainbench-cli weights ",
+           s.run_id, " -o FILE.safetensors, then run.init_from = FILE.safetensors)");
+  const std::string text = spec.config_text.empty() ? stored.config : spec.config_text;
   const std::string source = spec.config_text.empty()
                                  ? "run " + std::to_string(s.run_id) + "'s stored config"
                                  : spec.source;

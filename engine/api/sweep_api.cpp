@@ -19,6 +19,7 @@
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
 #include "engine/store/sweeps.h"
+#include "engine/train/run_config.h"
 #include "engine/train/sweep.h"
 
 namespace tb::api {
@@ -134,14 +135,6 @@ SweepPreview preview_of(const store::SweepRecord& rec,
   }
   std::sort(p.keys.begin(), p.keys.end());
   return p;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  TB_CHECK(static_cast<bool>(f), "[sweep] cannot open ", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 void write_file(const std::filesystem::path& file, const std::string& text) {
@@ -305,7 +298,7 @@ SweepResult run_sweep(const SweepRequest& request,
     ns.method = preview.method;
     ns.metric = preview.metric;
     ns.goal = preview.goal;
-    ns.config = read_text(request.config_path);
+    ns.config = train::read_config_file(request.config_path, "sweep");
     ns.plan = to_json(preview).dump();
     for (std::size_t i = 0; i < plan.trials.size(); ++i) {
       const auto& t = plan.trials[i];

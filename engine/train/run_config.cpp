@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -450,15 +451,25 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   return c;
 }
 
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& path, const std::string& what) {
+  const auto fail = [&](const std::string& why) {
+    const std::string message = "[" + what + "] " + path + ": " + why;
+    if (what == "config") throw ConfigError(ConfigProblem{path, "", 0, 0, why}, message);
+    throw ValueError(message);
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail("is a folder, not a config file (give a .toml file)");
   std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw ConfigError(ConfigProblem{path, "", 0, 0, "cannot open the file for reading"},
-                      "[config] " + path + ": cannot open the file for reading");
+  if (!in) fail("cannot open the file for reading");
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) throw ValueError("[config] " + path + ": error while reading the file");
-  return parse_run_config(ss.str(), path, overrides);
+  if (in.bad()) fail("error while reading the file");
+  return ss.str();
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_run_config(read_config_file(path), path, overrides);
 }
 
 }  // namespace tb::train

@@ -178,6 +178,9 @@ struct RunConfig {
 /// mean 'optimizer.lr'?").
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source = "<config>",
                            const std::vector<std::string>& overrides = {});
+/// The text of the config file `path`; a missing, unreadable file or a folder is a tb::ValueError
+/// "[<what>] PATH: ..." naming it (ConfigError for the run configs' "[config]").
+std::string read_config_file(const std::string& path, const std::string& what = "config");
 /// Reads `path` and parses it (a missing or unreadable file names the path).
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// The effective config as TOML (every key, defaults filled in); parse_run_config of it gives

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -367,11 +366,7 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
 }
 
 SweepPlan plan_sweep_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ValueError("[sweep] cannot open " + path);
-  std::ostringstream text;
-  text << f.rdbuf();
-  return plan_sweep(text.str(), path, overrides);
+  return plan_sweep(read_config_file(path, "sweep"), path, overrides);
 }
 
 }  // namespace tb::train

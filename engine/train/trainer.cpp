@@ -64,6 +64,16 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
     TB_CHECK(group == nullptr, "[trainer] a process group was given but distributed.backend is ",
              "none");
   }
+  // The checkpoint folder is made now, so that one that cannot be made fails the run before its
+  // first step rather than after all of them.
+  if (!checkpoint_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir_, ec);
+    TB_CHECK(!ec, "[checkpoint] cannot create the checkpoint folder ", checkpoint_dir_.string(),
+             " (checkpoint.dir",
+             config_.checkpoint.dir.empty() ? " unset: beside the run store" : "",
+             "): ", ec.message());
+  }
   if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
   // NCCL: each rank trains on its own GPU (cuda:LOCAL_RANK mod the host's GPUs).
@@ -384,9 +394,10 @@ void Trainer::after_optimizer_step() {
     s.average->update_parameters(*s.model);
 }
 
-void Trainer::checkpoint_if_due(TrainResult& r) {
+void Trainer::checkpoint_if_due(TrainResult& r, bool now) {
   State& s = *s_;
-  const bool due = (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
+  const bool due = now ||
+                   (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0) ||
                    s.step == total_steps_ || s.step == stop_at_;
   // Data-parallel: only rank 0 writes, but distributed Muon's momentum comes from every rank —
   // a collective, so every rank decides alike (whether or not it writes).
@@ -460,6 +471,14 @@ TrainResult Trainer::loop() {
     if (!go_on) {
       r.outcome = RunOutcome::kCancelled;
       r.message = "cancelled at step " + std::to_string(s.step);
+      // The run can be resumed where it stopped, as after --stop-at: a checkpoint of this step
+      // unless the last step wrote one (or none ran since the one resumed from). Every rank of
+      // a data-parallel run gets here at the same step (the cancel is agreed in the exchange).
+      const bool saved = s.step == first_step || (config_.checkpoint.interval > 0 &&
+                                                  s.step % config_.checkpoint.interval == 0);
+      if (!saved) checkpoint_if_due(r, true);
+      if (!checkpoint_dir_.empty() && s.step > 0)
+        r.message += ", with a checkpoint to continue from";
       break;
     }
     ranks_pause = false;

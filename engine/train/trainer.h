@@ -138,7 +138,8 @@ class Trainer {
   bool hold_with_ranks();    // data-parallel pause; false when cancelled
   bool skip_nonfinite_step(double loss_value, TrainResult& r);  // true: diverged, stop
   void after_optimizer_step();                                  // step count, placement, average
-  void checkpoint_if_due(TrainResult& r);
+  // `now`: write one whatever the interval (a cancelled run keeps where it stopped).
+  void checkpoint_if_due(TrainResult& r, bool now = false);
   void release_unowned_state();  // distributed Muon: momentum of others' matrices
   void finish(TrainResult& r, std::int64_t steps_run);
 

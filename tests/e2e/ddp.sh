@@ -259,7 +259,7 @@ case $mode in
       *) fail "cancel: the run is not cancelled: $row; $(grep -a 'run 1' "$tmp/cancel.log" | tail -2)" ;;
     esac
     [ $((t1 - t0)) -le 10 ] || fail "cancel: the job took $((t1 - t0)) s to end"
-    [ "$(grep -a -c '^run 1 cancelled: cancelled at step' "$tmp/cancel.log")" -eq 2 ] ||
+    [ "$(grep -a -c '^run 1 cancelled at step' "$tmp/cancel.log")" -eq 2 ] ||
       fail "cancel: both ranks should say cancelled: $(grep -a 'run 1' "$tmp/cancel.log")"
     echo "cancel: ${row#*cancelled}, both ranks at the same step, $((t1 - t0)) s"
     ;;

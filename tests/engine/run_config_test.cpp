@@ -392,6 +392,26 @@ TEST(RunConfigTest, ToTomlWritesEveryKeyExactly) {
 }
 
 }  // namespace
+// A folder or a missing file given as the config is named, not read as an empty config (which
+// would train with every default).
+TEST(RunConfigTest, AFolderOrAMissingFileIsNotAConfig) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  try {
+    (void)load_run_config(dir);
+    ADD_FAILURE() << "a folder was read as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "[config] " + dir + ": is a folder, not a config file (give a .toml file)");
+  }
+  const std::string missing = dir + "/tb-no-such-config.toml";
+  try {
+    (void)read_config_file(missing, "sweep");
+    ADD_FAILURE() << "a missing file was read";
+  } catch (const ValueError& e) {
+    EXPECT_EQ(std::string(e.what()), "[sweep] " + missing + ": cannot open the file for reading");
+  }
+}
+
 }  // namespace tb::train
 
 namespace {

@@ -169,7 +169,7 @@ TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
             "[run] " + db.string() + " has no run 3");
   // A run that failed before its first checkpoint.
   api::RunSpec bad = spec_for(db);
-  bad.overrides = {"data.kind=fashion-mnist", "data.path=/nonexistent", "model.input=784",
+  bad.overrides = {"data.kind=fashion-mnist", "data.path=" + dir.path().string(), "model.input=784",
                    "model.classes=10"};
   const auto failed = api::execute_run(bad);
   ASSERT_EQ(failed.status, "failed");
@@ -196,11 +196,31 @@ TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
   const auto st = store::RunStore::open(db);
   EXPECT_EQ(st.series(cli.run_id, "loss").back().value,
             st.series(in_process.run_id, "loss").back().value);
-  // The CLI resumes too, from the stored config when no file is given.
+  // A finished run has nothing to resume: refused, and its stored summary is left as it was.
+  const store::RunSummary before = st.get_run(cli.run_id).summary;
+  EXPECT_EQ(
+      tb::test::error_of([&] {
+        api::run_training(api::RunRequest{"", {}, db.string(), cli.run_id, ""}, nullptr, nullptr);
+      }),
+      "[run] run " + std::to_string(cli.run_id) +
+          " has finished: there is nothing to resume (a new run can start from its "
+          "weights: trainbench-cli weights " +
+          std::to_string(cli.run_id) +
+          " -o FILE.safetensors, then run.init_from = FILE.safetensors)");
+  const store::RunSummary after = store::RunStore::open(db).get_run(cli.run_id).summary;
+  EXPECT_EQ(after.status, before.status);
+  EXPECT_EQ(after.message, before.message);
+  EXPECT_EQ(after.ended_at, before.ended_at);
+  // The CLI resumes a run stopped part-way, from the stored config when no file is given.
+  api::RunRequest part{file.string(), {}, db.string(), std::nullopt, ""};
+  part.stop_at = 4;
+  const auto cut = api::run_training(part, nullptr, nullptr);
+  EXPECT_TRUE(cut.stopped_as_asked);
   const auto again =
-      api::run_training(api::RunRequest{"", {}, db.string(), cli.run_id, ""}, nullptr, nullptr);
+      api::run_training(api::RunRequest{"", {}, db.string(), cut.run_id, ""}, nullptr, nullptr);
   EXPECT_TRUE(again.resumed);
-  EXPECT_EQ(again.from_step, 8);
+  EXPECT_EQ(again.from_step, 4);
+  EXPECT_EQ(again.status, "finished");
 }
 
 // `launch --ddp` sets each rank's backend: the config's "nccl" is kept (from the config file,

@@ -573,16 +573,19 @@ TEST(WorkbenchRun, PauseHoldsTheRunUntilResumeOrCancel) {
 
 TEST(WorkbenchRun, AFailureAfterTheRunWasCreatedMarksItFailed) {
   TempDir dir;
+  // A folder that exists (checked before the run is created) but holds no Fashion-MNIST (found
+  // when the data set is read, after).
+  const std::string folder = dir.path().string();
   api::TrainRequest req;
   req.config_text =
-      "[run]\nname = \"no-data\"\nsteps = 5\n[data]\nkind = \"fashion-mnist\"\npath = "
-      "\"/nonexistent\"\nworkers = 0\n";
+      "[run]\nname = \"no-data\"\nsteps = 5\n[data]\nkind = \"fashion-mnist\"\npath = \"" + folder +
+      "\"\nworkers = 0\n";
   req.db_path = dir.db();
   bool started = false;
   const auto out = api::start_training(
       req, [&](std::int64_t, const std::string&) { started = true; }, nullptr);
   EXPECT_EQ(out.status, "failed");
-  EXPECT_TRUE(contains(out.message, "/nonexistent")) << out.message;
+  EXPECT_TRUE(contains(out.message, folder + "/train-images")) << out.message;
   EXPECT_FALSE(started);
   api::StoreReader reader(req.db_path);
   const auto runs = reader.runs();
@@ -598,11 +601,11 @@ TEST(WorkbenchRun, AFailureAfterTheRunWasCreatedMarksItFailed) {
   const auto cli =
       api::run_training(api::RunRequest{path, {}, req.db_path, std::nullopt, ""}, nullptr, nullptr);
   EXPECT_EQ(cli.status, "failed");
-  EXPECT_TRUE(contains(cli.message, "/nonexistent")) << cli.message;
+  EXPECT_TRUE(contains(cli.message, folder + "/train-images")) << cli.message;
   const auto after = reader.runs();
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after[0].status, "failed");
-  EXPECT_TRUE(contains(after[0].message, "/nonexistent")) << after[0].message;
+  EXPECT_TRUE(contains(after[0].message, folder + "/train-images")) << after[0].message;
 }
 
 TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
@@ -611,6 +614,20 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
   req.config_text = "[optimizer]\nlr_max = 1\n";
   req.db_path = dir.db();
   EXPECT_THROW(api::start_training(req, nullptr, nullptr), tb::ValueError);
+  EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
+  // So is a file the config names that is not there: a config error before the run is created.
+  const std::vector<std::pair<std::string, std::string>> missing = {
+      {"[data]\nkind = \"fashion-mnist\"\npath = \"/nonexistent/fmnist\"\n",
+       "[config] data.path: /nonexistent/fmnist: no such file or folder"},
+      {"[run]\ninit_from = \"/nonexistent.safetensors\"\n",
+       "[config] run.init_from: /nonexistent.safetensors: no such file or folder"},
+      {"[model]\nkind = \"qwen-tiny\"\n[data]\nkind = \"text\"\ntokenizer = \"sentencepiece\"\n"
+       "tokenizer_model = \"/nonexistent.model\"\n",
+       "[config] data.tokenizer_model: /nonexistent.model: no such file or folder"}};
+  for (const auto& [toml, message] : missing) {
+    req.config_text = toml;
+    EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }), message);
+  }
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
 }
 

@@ -279,14 +279,19 @@ class TestRunsReport : public QObject {
     QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("older"))) > 0);
     const qint64 newest = train(db, test::blobsConfig(12, QStringLiteral("newer")));
     QVERIFY(newest > 0);
-    // A newer run that failed before its first step (a config naming a missing file) is skipped.
+    // A newer run that failed before its first step (weights that are not safetensors) is
+    // skipped.
     {
+      const QString junk = dir.filePath(QStringLiteral("junk.safetensors"));
+      QFile f(junk);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("not a safetensors file");
+      f.close();
       api::TrainRequest req;
-      req.config_text =
-          test::blobsConfig(5, QStringLiteral("broken"))
-              .replace(QStringLiteral("[run]\n"),
-                       QStringLiteral("[run]\ninit_from = \"/nonexistent.safetensors\"\n"))
-              .toStdString();
+      req.config_text = test::blobsConfig(5, QStringLiteral("broken"))
+                            .replace(QStringLiteral("[run]\n"),
+                                     QStringLiteral("[run]\ninit_from = \"%1\"\n").arg(junk))
+                            .toStdString();
       req.db_path = db.toStdString();
       QVERIFY(api::start_training(req, {}, {}).status == "failed");
     }
