@@ -198,10 +198,16 @@ int main(int argc, char** argv) {
   tb::ui::MainWindow window(db);
   const QStringList positional = parser.positionalArguments();
   const QString config = positional.isEmpty() ? defaultConfigPath() : positional.first();
+  // A config named on the command line that cannot be opened is said on stderr. Interactively
+  // it is also shown in a dialog; with --run or --screenshot (scripts: nobody answers a dialog)
+  // it ends the program with exit code 1 instead of training or capturing something else.
+  const bool scripted = parser.isSet(runOpt) || parser.isSet(screenshotOpt);
+  QString configError;
   if (!config.isEmpty() &&
-      !window.openConfig(config, /*quiet=*/!positional.isEmpty() ? false : true) &&
+      !window.openConfig(config, /*quiet=*/positional.isEmpty() || scripted, &configError) &&
       !positional.isEmpty()) {
-    QTextStream(stderr) << "trainbench: " << window.configEditor()->errorText() << "\n";
+    QTextStream(stderr) << "trainbench: " << configError << "\n";
+    if (scripted) return 1;
   }
   window.show();
   if (parser.isSet(sweepOpt)) window.showSweep(parser.value(sweepOpt));

@@ -22,7 +22,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int run_demo(std::ostream& out, std::uint64_t seed, int steps) {
   using core::Tensor;
-  out << "TrainBench " << version() << " headless demo (the GUI is not built yet)\n";
+  out << "TrainBench " << version() << " headless demo (the engine alone; no display needed)\n";
   for (const auto& d : list_devices()) {
     out << "  device " << std::left << std::setw(7) << d.name
         << (d.available ? " available: " : " unavailable: ") << d.detail << "\n";

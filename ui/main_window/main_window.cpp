@@ -332,21 +332,20 @@ void MainWindow::buildActions() {
   tools->addAction(exportAct);
 }
 
-bool MainWindow::openConfig(const QString& path, bool quiet) {
+bool MainWindow::openConfig(const QString& path, bool quiet, QString* error) {
+  const auto fail = [&](const QString& msg) {
+    log(QStringLiteral("error"), msg);
+    if (error != nullptr) *error = msg;
+    if (!quiet) QMessageBox::warning(this, tr("Open run config"), msg);
+    return false;
+  };
+  if (QFileInfo(path).isDir())
+    return fail(tr("[config] %1: is a folder, not a config file (give a .toml file)").arg(path));
   QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) {
-    const QString msg = tr("[config] %1: cannot open (%2)").arg(path, f.errorString());
-    log(QStringLiteral("error"), msg);
-    if (!quiet) QMessageBox::warning(this, tr("Open run config"), msg);
-    return false;
-  }
+  if (!f.open(QIODevice::ReadOnly))
+    return fail(tr("[config] %1: cannot open (%2)").arg(path, f.errorString()));
   const QString text = QString::fromUtf8(f.readAll());
-  if (!m_editor->setToml(text, QFileInfo(path).fileName())) {
-    const QString msg = m_editor->errorText();
-    log(QStringLiteral("error"), msg);
-    if (!quiet) QMessageBox::warning(this, tr("Open run config"), msg);
-    return false;
-  }
+  if (!m_editor->setToml(text, QFileInfo(path).fileName())) return fail(m_editor->errorText());
   m_configPath = path;
   QSettings().setValue(QStringLiteral("config/last"), path);
   log(QStringLiteral("info"), tr("opened %1").arg(path));

@@ -57,8 +57,9 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(const QString& dbPath = QString(), QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  /// Loads a config file into the editor; false (with a message box unless `quiet`) on error.
-  bool openConfig(const QString& path, bool quiet = false);
+  /// Loads a config file into the editor; false (with a message box unless `quiet`, and the
+  /// message in `error` when given) on error.
+  bool openConfig(const QString& path, bool quiet = false, QString* error = nullptr);
   /// Starts the editor's config now (in-process). Returns false when it does not validate.
   bool startRun();
   /// Continues stored run `id` (crashed or cancelled) from its newest checkpoint, in-process.
