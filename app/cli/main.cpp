@@ -505,6 +505,9 @@ int cmd_schedule(const std::string& kind, const std::vector<std::string>& settin
 int main(int argc, char** argv) {
   CLI::App app{"trainbench-cli: train and inspect neural-network runs without a display"};
   app.require_subcommand(1);
+  // The global options (--db, --threads, ...) may also follow the command: `runs --db F` as
+  // `--db F runs` (an option a command does not know falls through to the program's).
+  app.fallthrough();
   int threads = 0;
   std::string gemm = "auto";
   app.add_option("--threads", threads,
@@ -626,7 +629,12 @@ int main(int argc, char** argv) {
 
   std::string db_path;
   app.add_option("--db", db_path,
-                 "run store database (default: " + tb::api::default_store_path() + ")");
+                 "run store database (default: " + tb::api::default_store_path() + ")")
+      ->check(CLI::Validator(
+          [](std::string& path) -> std::string {
+            return path.empty() ? "is empty: give a file (or leave --db out for the default)" : "";
+          },
+          "FILE"));
   auto* run = app.add_subcommand("run", "train a model from a TOML run config into the store");
   std::string run_config;
   std::vector<std::string> run_overrides;

@@ -4,12 +4,25 @@
 #include <iomanip>
 #include <sstream>
 
+#include "engine/core/error.h"
 #include "engine/store/run_store.h"
 
 namespace tb::api::detail {
 
 std::filesystem::path store_path(const std::string& db) {
   return db.empty() ? store::default_database_path() : std::filesystem::path(db);
+}
+
+bool store_exists(const std::string& db) {
+  std::error_code ec;
+  return std::filesystem::exists(store_path(db), ec);
+}
+
+store::RunStore existing_store(const std::string& db) {
+  const std::filesystem::path path = store_path(db);
+  TB_CHECK(store_exists(db), "[store] ", path.string(), ": no run store there (",
+           db.empty() ? "the first run creates it" : "a run creates one; is --db right?", ")");
+  return store::RunStore::open(path);
 }
 
 std::string iso_time(double unix_seconds) {

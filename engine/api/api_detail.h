@@ -25,6 +25,15 @@ namespace tb::api::detail {
 /// `db`, or the default store path when `db` is empty.
 std::filesystem::path store_path(const std::string& db);
 
+/// The store at `db` (as store_path) for a command that only reads it: a store that is not there
+/// is a tb::ValueError naming the path — it is not created (a mistyped --db would otherwise look
+/// like an empty store, and leave a new file and folders behind).
+store::RunStore existing_store(const std::string& db);
+
+/// Whether the store at `db` (as store_path) is there; list commands show nothing when the
+/// default store is not made yet.
+bool store_exists(const std::string& db);
+
 /// Unix seconds as "YYYY-MM-DD HH:MM:SS" (UTC).
 std::string iso_time(double unix_seconds);
 

@@ -98,7 +98,8 @@ std::string one_line(const std::string& message, std::int64_t run) {
 }  // namespace
 
 std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  if (db_path.empty() && sweep.empty() && !detail::store_exists(db_path)) return {};
+  auto st = detail::existing_store(db_path);
   std::map<std::int64_t, std::string> sweep_names;
   for (const auto& s : store::list_sweeps(st))
     sweep_names[s.id] = s.name;
@@ -127,7 +128,7 @@ std::vector<RunRow> list_runs(const std::string& db_path, const std::string& swe
 }
 
 std::string show_run(const std::string& db_path, std::int64_t run_id) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  auto st = detail::existing_store(db_path);
   const auto d = st.get_run(run_id);
   std::ostringstream os;
   os << "run " << d.summary.id << " '" << d.summary.name
@@ -159,7 +160,7 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
 
 std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
   TB_CHECK(ids.size() >= 2, "[compare] give at least two run ids, got ", ids.size());
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  auto st = detail::existing_store(db_path);
   std::vector<store::RunDetails> runs;
   std::vector<std::map<std::string, std::string>> configs;
   for (auto id : ids) {
@@ -252,7 +253,7 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
 
 std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
                            const std::string& layout, const std::string& checkpoint) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  auto st = detail::existing_store(db_path);
   TB_CHECK(st.has_run(run_id), "[weights] the store has no run ", run_id);
   const train::RunConfig config = train::parse_run_config(
       st.get_run(run_id).config, "run " + std::to_string(run_id) + "'s stored config");
@@ -278,7 +279,7 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
 }
 
 SampleResult sample_run(const SampleRequest& req) {
-  auto st = store::RunStore::open(detail::store_path(req.db_path));
+  auto st = detail::existing_store(req.db_path);
   TB_CHECK(st.has_run(req.run_id), "[sample] the store has no run ", req.run_id);
   const train::RunConfig config = train::parse_run_config(
       st.get_run(req.run_id).config, "run " + std::to_string(req.run_id) + "'s stored config");
@@ -332,7 +333,7 @@ SampleResult sample_run(const SampleRequest& req) {
 }
 
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  auto st = detail::existing_store(db_path);
   if (format == "csv") return st.export_csv(run_id);
   if (format == "json") return st.export_json(run_id);
   throw ValueError("[export] unknown format '" + format + "' (choose csv, json or tensorboard)");
@@ -341,7 +342,7 @@ std::string export_run(const std::string& db_path, std::int64_t run_id, const st
 std::string export_tensorboard(const std::string& db_path, std::int64_t run_id,
                                const std::string& dir) {
   TB_CHECK(!dir.empty(), "[export] --format tensorboard needs DIR, the log directory to write to");
-  const auto st = store::RunStore::open(detail::store_path(db_path));
+  const auto st = detail::existing_store(db_path);
   return store::write_tensorboard(st, run_id, dir).string();
 }
 

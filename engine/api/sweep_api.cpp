@@ -420,7 +420,7 @@ SweepResult run_sweep(const SweepRequest& request,
 }
 
 SweepResult sweep_table(const std::string& name, const std::string& db_path) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  auto st = detail::existing_store(db_path);
   return detail::sweep_table(st, name);
 }
 
@@ -502,7 +502,8 @@ SweepResult detail::sweep_table(store::RunStore& st, const std::string& name) {
 }
 
 std::vector<SweepRow> list_sweeps(const std::string& db_path) {
-  auto st = store::RunStore::open(detail::store_path(db_path));
+  if (db_path.empty() && !detail::store_exists(db_path)) return {};
+  auto st = detail::existing_store(db_path);
   return detail::list_sweeps(st);
 }
 

@@ -231,6 +231,13 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   } catch (const DatabaseRejectedError&) {
     throw;
   } catch (const StoreError& e) {
+    // SQLITE_READONLY (8) and its extended codes: even a reader of a WAL database writes its
+    // -shm file beside it, so a folder (or file) this user may not write is not corruption.
+    if ((e.sqlite_code() & 0xff) == 8)
+      reject(file, str_cat("cannot be opened: the file or its folder is read-only for this user "
+                           "(SQLite writes its -wal and -shm files beside the database, even to "
+                           "read it); copy it to a writable folder to read it: ",
+                           e.what()));
     reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", e.what()));
   }
 

@@ -13,7 +13,7 @@ cli=$1
 config=$2/resources/configs/fmnist-mlp-adamw.toml
 e2e_tmpdir
 db=$tmp/runs.sqlite
-"$cli" --db "$db" runs >/dev/null || fail "creating the store failed"
+# The run creates the store (about 0.3 MB) within the limit too.
 (
   ulimit -f 1024
   trap '' XFSZ

@@ -15,6 +15,7 @@
 
 #include "engine/api/launch_api.h"
 #include "engine/api/run_api.h"
+#include "engine/api/sweep_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/store/run_store.h"
 #include "tests/engine/test_util.h"
@@ -262,3 +263,17 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
 }
 
 }  // namespace
+
+// Commands that only read a store do not create one: a mistyped --db is named, and no file or
+// folder is left behind.
+TEST(RunStoreReaders, AStoreThatIsNotThereIsNamedNotCreated) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "typo" / "runs.sqlite";
+  const std::string why =
+      "[store] " + db.string() + ": no run store there (a run creates one; is --db right?)";
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::list_runs(db.string()); }), why);
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::show_run(db.string(), 1); }), why);
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::export_run(db.string(), 1, "csv"); }), why);
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::list_sweeps(db.string()); }), why);
+  EXPECT_FALSE(fs::exists(dir.path() / "typo"));
+}
