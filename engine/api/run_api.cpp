@@ -23,6 +23,7 @@
 #include "engine/store/tensorboard.h"
 #include "engine/train/run_config.h"
 #include "engine/train/sample.h"
+#include "engine/train/trainer_state.h"
 #include "engine/train/weights_io.h"
 
 namespace tb::api {
@@ -80,6 +81,28 @@ RunOutcomeInfo run_training(const RunRequest& req,
 // character boundary); `show N` prints the whole of it. A failure such as a state dict that does
 // not fit lists every key on lines of their own.
 namespace {
+
+// A checkpoint folder given by hand (--checkpoint, --from-checkpoint) must be one of `run`'s, as
+// resume requires: another run's weights under this run's name would be silently wrong.
+void check_checkpoint_of(const store::RunStore& st, std::int64_t run,
+                         const std::filesystem::path& dir, const std::string& what) {
+  const std::optional<std::string> key = train::detail::checkpoint_owner(dir);
+  TB_CHECK(key.has_value(), what, " ", dir.string(),
+           ": not a TrainBench checkpoint (no readable state.json)");
+  const std::string mine = st.store_id() + "/" + std::to_string(run);
+  if (key->empty() || *key == mine) return;  // written before owners were recorded, or ours
+  const std::size_t slash = key->rfind('/');
+  const std::string store = key->substr(0, slash);
+  const std::string of =
+      slash == std::string::npos
+          ? *key
+          : "run " + key->substr(slash + 1) +
+                (store == st.store_id() ? " of this store"
+                                        : " of another store (id " + store + ")");
+  throw ValueError(what + " " + dir.string() + " is a checkpoint of " + of + ", not of run " +
+                   std::to_string(run) + "; name that run instead");
+}
+
 std::string one_line(const std::string& message, std::int64_t run) {
   constexpr std::size_t kMax = 200;
   const std::size_t eol = message.find('\n');
@@ -259,6 +282,7 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
       st.get_run(run_id).config, "run " + std::to_string(run_id) + "'s stored config");
   std::filesystem::path dir = checkpoint;
   std::string from = dir.string();
+  if (!dir.empty()) check_checkpoint_of(st, run_id, dir, "[weights]");
   if (dir.empty()) {
     const auto cks = st.checkpoints(run_id);
     TB_CHECK(!cks.empty(), "[weights] run ", run_id,
@@ -284,6 +308,7 @@ SampleResult sample_run(const SampleRequest& req) {
   const train::RunConfig config = train::parse_run_config(
       st.get_run(req.run_id).config, "run " + std::to_string(req.run_id) + "'s stored config");
   std::filesystem::path dir = req.checkpoint;
+  if (!dir.empty()) check_checkpoint_of(st, req.run_id, dir, "[sample]");
   SampleResult out;
   out.from = "run " + std::to_string(req.run_id) + ", " + dir.string();
   if (dir.empty()) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -45,6 +46,52 @@ std::vector<std::uint8_t> unhex(const std::string& s) {
   };
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = static_cast<std::uint8_t>(val(s[2 * i]) * 16 + val(s[2 * i + 1]));
+  return out;
+}
+
+// Where two configs written by to_toml differ, for the message of a refused resume: up to three
+// "section.key: A in the checkpoint, B now".
+std::string config_differences(const std::string& stored, const std::string& now) {
+  const auto flat = [](const std::string& text) {
+    std::map<std::string, std::string> keys;
+    std::string section;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      if (line[0] == '[') {
+        const std::size_t open = line.find_first_not_of('[');
+        section = line.substr(open, line.find(']') - open);
+        continue;
+      }
+      const std::size_t eq = line.find(" = ");
+      if (eq == std::string::npos) continue;
+      keys[(section.empty() ? "" : section + ".") + line.substr(0, eq)] = line.substr(eq + 3);
+    }
+    return keys;
+  };
+  const auto a = flat(stored);
+  const auto b = flat(now);
+  std::set<std::string> names;
+  for (const auto& [k, v] : a)
+    names.insert(k);
+  for (const auto& [k, v] : b)
+    names.insert(k);
+  std::string out;
+  int shown = 0;
+  int more = 0;
+  for (const std::string& k : names) {
+    const auto x = a.find(k);
+    const auto y = b.find(k);
+    const std::string was = x == a.end() ? "(none)" : x->second;
+    const std::string is = y == b.end() ? "(none)" : y->second;
+    if (was == is) continue;
+    if (shown == 3) {
+      ++more;
+      continue;
+    }
+    out += (shown++ == 0 ? "" : "; ") + k + ": " + was + " in the checkpoint, " + is + " now";
+  }
+  if (more > 0) out += "; and " + std::to_string(more) + " more";
   return out;
 }
 
@@ -86,6 +133,10 @@ optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperVal
 }  // namespace
 
 namespace detail {
+
+std::optional<std::string> checkpoint_owner(const std::filesystem::path& dir) {
+  return checkpoint_owner_key(dir);
+}
 
 std::string checkpoint_name(std::int64_t step) {
   std::ostringstream name;
@@ -230,8 +281,14 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
     } catch (const ValueError&) {  // not a config this build reads: not the same run
     }
   }
-  TB_CHECK(same, "[checkpoint] ", dir.string(),
-           " was written by a run with another config; resume with that config");
+  if (!same) {
+    const std::string diff =
+        config_differences(state.at("config").get<std::string>(), to_toml(config_));
+    throw ValueError("[checkpoint] " + dir.string() + " was written by a run with another config" +
+                     (diff.empty() ? "" : " (" + diff + ")") +
+                     "; resume with that config (a run's length and schedule cannot change on "
+                     "resume)");
+  }
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
   const auto opt_file = load_safetensors(dir / "optimizer.safetensors");

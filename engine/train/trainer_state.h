@@ -126,6 +126,9 @@ std::string checkpoint_name(std::int64_t step);
 /// remain; folders of another owner, or whose state cannot be read, are never deleted.
 void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
                        const std::string& owner_key);
+/// The owner key ("STORE_ID/RUN_ID") a checkpoint folder records: "" for one written without an
+/// owner, nullopt when its state cannot be read.
+std::optional<std::string> checkpoint_owner(const std::filesystem::path& dir);
 
 }  // namespace detail
 }  // namespace tb::train

@@ -30,6 +30,13 @@ a=$(last_eval 1)
 b=$(last_eval 2)
 [ -n "$a" ] || fail "run 1 shows no eval metrics"
 [ "$a" = "$b" ] || fail "evaluations differ: run 1: $a; run 2: $b"
+# A checkpoint named by hand must be the run's own: run 1's under run 2's name is refused.
+ck=$(ls -d "$tmp"/checkpoints/*/run-1/step-* | tail -1)
+out=$("$cli" --db "$db" weights 2 -o "$tmp/x.safetensors" --checkpoint "$ck" 2>&1) &&
+  fail "weights of run 2 took run 1's checkpoint: $out"
+case $out in *"is a checkpoint of run 1 of this store, not of run 2"*) ;;
+  *) fail "unexpected refusal: $out" ;; esac
+[ ! -e "$tmp/x.safetensors" ] || fail "a refused export wrote its file"
 
 # A gpt in GPT-2's Hugging Face layout (Conv1D weights, the table cut from its padded rows).
 cat >"$tmp/gpt.toml" <<'TOML'
