@@ -320,6 +320,15 @@ std::string join_or(const std::vector<std::string>& items) {
 }
 
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates) {
+  // A name cut short ("eval.acc") means the candidate it begins, however many letters are missing
+  // (edit distance alone would prefer the shorter "eval.loss"): the shortest such candidate.
+  std::string begun;
+  if (!word.empty())
+    for (const auto& c : candidates)
+      if (c.size() > word.size() && c.rfind(word, 0) == 0 &&
+          (begun.empty() || c.size() < begun.size()))
+        begun = c;
+  if (!begun.empty()) return begun;
   std::string best;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();
   for (const auto& c : candidates) {

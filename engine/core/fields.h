@@ -99,7 +99,8 @@ std::string quote_string(const std::string& s);
 std::string json_to_toml(const nlohmann::json& j);
 /// "a", "a or b", "a, b or c".
 std::string join_or(const std::vector<std::string>& items);
-/// The candidate nearest to `word` by edit distance (first on ties); "" when there is none.
+/// The candidate nearest to `word`: the shortest one that `word` begins (a name cut short), else
+/// the nearest by edit distance (first on ties); "" when there is none.
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace tb::core

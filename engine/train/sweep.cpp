@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/fields.h"
+#include "engine/core/metric_names.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 #include "engine/train/run_config.h"
@@ -137,6 +139,32 @@ EarlyStopping early_stopping_of(const Where& w, const toml::node& n) {
   return e;
 }
 
+// The metrics a run logs that a sweep can rank by (engine/core/metric_names.h): the fixed names,
+// and the evaluations of the model and of its SWA/EMA average. lr.* and rank<r>/* are also
+// accepted (their names depend on the config).
+std::vector<std::string> sweep_metric_names() {
+  namespace m = core::metric;
+  std::vector<std::string> names = {m::kLoss,      m::kGradNorm,       m::kDataMs,
+                                    m::kForwardMs, m::kBackwardMs,     m::kOptimizerMs,
+                                    m::kCommMs,    m::kNewtonSchulzMs, m::kStepMs,
+                                    m::kEvalMs,    m::kSamplesPerS,    m::kTokensPerS,
+                                    m::kLossScale, m::kSkippedSteps,   m::kScalerSkippedSteps};
+  for (const char* prefix : {"eval.", "eval_swa.", "eval_ema."})
+    for (const char* what : {"loss", "accuracy", "perplexity"})
+      names.push_back(std::string(prefix) + what);
+  return names;
+}
+
+void check_metric(const Where& w, const std::string& metric) {
+  if (metric.rfind(core::metric::kLrPrefix, 0) == 0 ||
+      metric.rfind(core::metric::kRankPrefix, 0) == 0)
+    return;
+  const std::vector<std::string> names = sweep_metric_names();
+  if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  w.fail("sweep.metric", "'" + metric + "' is not a metric a run logs; did you mean '" +
+                             core::nearest_word(metric, names) + "'?");
+}
+
 SweepSpec spec_of(const Where& w, const toml::table& t) {
   SweepSpec s;
   s.name = "sweep";
@@ -178,6 +206,7 @@ SweepSpec spec_of(const Where& w, const toml::table& t) {
     w.fail("sweep.method", "'" + s.method + "' is not grid or random");
   if (s.goal != "min" && s.goal != "max")
     w.fail("sweep.goal", "'" + s.goal + "' is not min or max");
+  check_metric(w, s.metric);
   if (s.parameters.empty()) w.fail("sweep.parameters", "name at least one key to sweep");
   if (s.method == "random" && s.trials <= 0) w.fail("sweep.trials", "random needs trials >= 1");
   if (s.method == "grid") {
@@ -322,7 +351,11 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
           return kv.first == path || kv.first.rfind(path + ".", 0) == 0;
         });
         if (drop != a.end()) {  // a swept key this point does not read
-          refusals.push_back(drop->first + ": " + e.what());
+          // The point's values reach the config as settings: say so in the sweep's terms.
+          std::string why = e.what();
+          if (const auto at = why.find("(from --set "); at != std::string::npos)
+            why.replace(at, 12, "(swept as ");
+          refusals.push_back(drop->first + ": " + why);
           a.erase(drop);
         } else if (!erase_path(point_root, path)) {  // nor a key of the config it makes moot
           throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +

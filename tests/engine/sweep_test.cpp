@@ -112,6 +112,11 @@ TEST(Sweep, ErrorsNameTheKey) {
       error_of("[sweep]\nmethod = \"bayes\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
       "sweep.method: 'bayes' is not grid or random");
   EXPECT_CONTAINS(error_of("[sweep]\nmetod = \"grid\"\n"), "sweep.metod: unknown key");
+  // A metric no run logs would rank nothing (every point's value missing): refused with the
+  // nearest name.
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmetric = \"eval.acc\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+      "sweep.metric: 'eval.acc' is not a metric a run logs; did you mean 'eval.accuracy'?");
   EXPECT_CONTAINS(error_of("[sweep]\n"), "sweep.parameters: name at least one key to sweep");
   EXPECT_CONTAINS(
       error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = { distribution = \"uniform\", "
@@ -122,8 +127,9 @@ TEST(Sweep, ErrorsNameTheKey) {
                "{ distribution = \"log_uniform\", min = 0.0, max = 0.2 }\n"),
       "sweep.parameters.'optimizer.lr'.min: log_uniform needs min > 0");
   // A key no point reads: named, with the config reader's reason.
-  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n"),
-                  "sweep.parameters.'optimizer.lrr': applies to no point");
+  const std::string lrr = error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n");
+  EXPECT_CONTAINS(lrr, "sweep.parameters.'optimizer.lrr': applies to no point");
+  EXPECT_CONTAINS(lrr, "(swept as optimizer.lrr=0.1)");  // not "--set", which nobody typed
   // A value a point's config refuses: the point and the config's message.
   EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, -1.0]\n"),
                   "the point optimizer.lr=-1.0");
