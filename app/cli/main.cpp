@@ -416,6 +416,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     return 1;
   }
   if (dry_run) {
+    tb::api::check_sweep_request(req);
     const auto plan = tb::api::preview_sweep(req.config_path, req.overrides);
     std::cout << "sweep " << plan.name << " (" << plan.method << "): " << plan.trials.size()
               << " runs; " << plan.goal << " " << plan.metric << "\n";

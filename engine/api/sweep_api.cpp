@@ -17,6 +17,7 @@
 #include "engine/api/api_detail.h"
 #include "engine/api/launch_api.h"
 #include "engine/core/error.h"
+#include "engine/numa/binding.h"
 #include "engine/store/run_store.h"
 #include "engine/store/sweeps.h"
 #include "engine/train/run_config.h"
@@ -282,10 +283,16 @@ SweepPreview preview_sweep_text(const std::string& toml, const std::string& sour
   return preview_of(train::plan_sweep(toml, source));
 }
 
+void check_sweep_request(const SweepRequest& request) {
+  TB_CHECK(request.parallel >= 1, "[sweep] --parallel must be >= 1, got ", request.parallel);
+  (void)numa::parse_binding_mode(request.binding);  // "[binding] unknown binding mode ..."
+}
+
 SweepResult run_sweep(const SweepRequest& request,
                       const std::function<void(const SweepTrialEvent&)>& on_trial,
                       const std::function<void(const std::string&)>& on_note) {
-  TB_CHECK(request.parallel >= 1, "[sweep] --parallel must be >= 1, got ", request.parallel);
+  // Before the sweep is stored: a bad option must not use up its name.
+  check_sweep_request(request);
   const std::filesystem::path db = detail::store_path(request.db_path);
   auto st = store::RunStore::open(db);
   SweepPreview preview;

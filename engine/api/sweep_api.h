@@ -106,6 +106,11 @@ struct SweepResult {
   std::string trial_dir;                 ///< where the trials' config files are
 };
 
+/// The request's own settings, checked before anything is planned or stored (run_sweep does it
+/// first; a dry run too): --parallel >= 1 and a binding mode launch knows. A tb::ValueError
+/// names the option.
+void check_sweep_request(const SweepRequest& request);
+
 /// Runs the sweep: records it in the store (a name already there is an error; `resume` it), writes
 /// each trial's effective config to STORE_FOLDER/sweeps/NAME/trial-INDEX.toml (its output goes to
 /// trial-INDEX.log beside it), and runs the trials

@@ -305,6 +305,14 @@ std::string describe(const Assignment& a) {
 SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
                      const std::vector<std::string>& overrides) {
   const Where w{source};
+  // --set changes the runs' config; the [sweep] table itself is read from the file only (the
+  // config reader would say "unknown section 'sweep'; did you mean 'swa'?").
+  for (const std::string& o : overrides)
+    if (o.rfind("sweep.", 0) == 0 || o.rfind("sweep=", 0) == 0)
+      throw ValueError("[sweep] --set " + o +
+                       ": --set changes the runs' config; the [sweep] "
+                       "table (what is swept, the metric, early stopping) is read from " +
+                       source + " only: edit it there");
   toml::table root;
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(source));

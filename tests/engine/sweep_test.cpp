@@ -133,6 +133,15 @@ TEST(Sweep, ErrorsNameTheKey) {
   // A value a point's config refuses: the point and the config's message.
   EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, -1.0]\n"),
                   "the point optimizer.lr=-1.0");
+  // --set is for the runs' config; the sweep's own table is not reached through it.
+  try {
+    (void)plan_sweep(kBase + "[sweep]\n[sweep.parameters]\n\"run.steps\" = [1]\n", "s.toml",
+                     {"sweep.metric=\"loss\""});
+    ADD_FAILURE() << "--set sweep.metric was taken";
+  } catch (const tb::ValueError& e) {
+    EXPECT_CONTAINS(std::string(e.what()),
+                    "[sweep] --set sweep.metric=\"loss\": --set changes the runs' config");
+  }
 }
 
 // [sweep.early_stopping]: read with its defaults, and errors naming the key.
