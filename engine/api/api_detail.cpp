@@ -18,6 +18,11 @@ bool store_exists(const std::string& db) {
   return std::filesystem::exists(store_path(db), ec);
 }
 
+void require_run(const store::RunStore& st, std::int64_t id) {
+  TB_CHECK(st.has_run(id), "[store] ", st.path().string(), ": no run ", id,
+           " (trainbench-cli runs lists them)");
+}
+
 store::RunStore existing_store(const std::string& db) {
   const std::filesystem::path path = store_path(db);
   TB_CHECK(store_exists(db), "[store] ", path.string(), ": no run store there (",

@@ -30,6 +30,10 @@ std::filesystem::path store_path(const std::string& db);
 /// like an empty store, and leave a new file and folders behind).
 store::RunStore existing_store(const std::string& db);
 
+/// A tb::ValueError "[store] PATH: no run N (...)" unless `st` holds run `id`: the one wording of
+/// every command that names a run.
+void require_run(const store::RunStore& st, std::int64_t id);
+
 /// Whether the store at `db` (as store_path) is there; list commands show nothing when the
 /// default store is not made yet.
 bool store_exists(const std::string& db);

@@ -187,7 +187,7 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   std::vector<store::RunDetails> runs;
   std::vector<std::map<std::string, std::string>> configs;
   for (auto id : ids) {
-    TB_CHECK(st.has_run(id), "[compare] run ", id, " is not in ", st.path().string());
+    detail::require_run(st, id);
     runs.push_back(st.get_run(id));
     configs.push_back(detail::flatten_toml(runs.back().config));
   }
@@ -277,7 +277,7 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
 std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
                            const std::string& layout, const std::string& checkpoint) {
   auto st = detail::existing_store(db_path);
-  TB_CHECK(st.has_run(run_id), "[weights] the store has no run ", run_id);
+  detail::require_run(st, run_id);
   const train::RunConfig config = train::parse_run_config(
       st.get_run(run_id).config, "run " + std::to_string(run_id) + "'s stored config");
   std::filesystem::path dir = checkpoint;
@@ -304,7 +304,7 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
 
 SampleResult sample_run(const SampleRequest& req) {
   auto st = detail::existing_store(req.db_path);
-  TB_CHECK(st.has_run(req.run_id), "[sample] the store has no run ", req.run_id);
+  detail::require_run(st, req.run_id);
   const train::RunConfig config = train::parse_run_config(
       st.get_run(req.run_id).config, "run " + std::to_string(req.run_id) + "'s stored config");
   std::filesystem::path dir = req.checkpoint;

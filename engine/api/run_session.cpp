@@ -163,7 +163,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
     return s;
   }
   s.run_id = *spec.resume;
-  TB_CHECK(st.has_run(s.run_id), "[run] ", db.string(), " has no run ", s.run_id);
+  detail::require_run(st, s.run_id);
   const store::RunDetails stored = st.get_run(s.run_id);
   // A finished run has nothing left to train; resuming it would only rewrite its summary and end
   // time. Its weights can start a new run.

@@ -3,6 +3,7 @@
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <functional>
@@ -217,6 +218,17 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
   TB_CHECK(o.character_coverage > 0.0 && o.character_coverage <= 1.0,
            "[tokenizer] character_coverage must be in (0, 1], got ", o.character_coverage);
   TB_CHECK(o.max_lines >= 0, "[tokenizer] max_lines must be >= 0, got ", o.max_lines);
+  // The output folder is checked before the training (seconds to minutes), not after it.
+  {
+    const std::filesystem::path folder = o.model_prefix.has_parent_path()
+                                             ? o.model_prefix.parent_path()
+                                             : std::filesystem::path(".");
+    std::error_code ec;
+    TB_CHECK(std::filesystem::is_directory(folder, ec), "[tokenizer] -o ", o.model_prefix.string(),
+             ": the folder ", folder.string(), " does not exist");
+    TB_CHECK(access(folder.c_str(), W_OK) == 0, "[tokenizer] -o ", o.model_prefix.string(),
+             ": the folder ", folder.string(), " is not writable");
+  }
   CorpusLines lines(corpus, o.max_lines);
   TB_CHECK(!lines.done(), "[tokenizer] ", corpus.source, " has no non-empty line to train on");
   const std::unordered_map<std::string, std::string> args = {

@@ -167,7 +167,7 @@ TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
   none.db_path = db.string();
   none.resume = 3;
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
-            "[run] " + db.string() + " has no run 3");
+            "[store] " + db.string() + ": no run 3 (trainbench-cli runs lists them)");
   // A run that failed before its first checkpoint.
   api::RunSpec bad = spec_for(db);
   bad.overrides = {"data.kind=fashion-mnist", "data.path=" + dir.path().string(), "model.input=784",

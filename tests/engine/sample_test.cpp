@@ -240,5 +240,7 @@ TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
   EXPECT_NE(error_of([&] { api::sample_run(req); }).find("give the prompt as text"),
             std::string::npos);
   req.run_id = 99;
-  EXPECT_NE(error_of([&] { api::sample_run(req); }).find("has no run 99"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] { api::sample_run(req); }).find(": no run 99 (trainbench-cli runs lists them)"),
+      std::string::npos);
 }

@@ -191,6 +191,12 @@ TEST(Tokenizer, BadFilesAndOptionsAreNamed) {
               (void)data::train_sentencepiece(small, o);
             }).find("model_type must be one of unigram, bpe, char, word, got 'wordpiece'"),
             std::string::npos);
+  // An output folder that is not there is named before any training.
+  o.model_type = "unigram";
+  o.model_prefix = dir.path() / "no-such-folder" / "m";
+  EXPECT_EQ(error_of([&] { (void)data::train_sentencepiece(small, o); }),
+            "[tokenizer] -o " + o.model_prefix.string() + ": the folder " +
+                (dir.path() / "no-such-folder").string() + " does not exist");
 }
 
 // data.kind = "text" with tokenizer = "sentencepiece": the shape's vocabulary is the model's,
