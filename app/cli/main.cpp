@@ -231,8 +231,16 @@ int cmd_run(tb::api::RunRequest req) {
         p.steps_per_s > 0 ? static_cast<double>(p.total - p.step) / p.steps_per_s : 0.0;
     std::ostringstream line;
     line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss
-         << "  lr " << std::setprecision(3) << p.lr << "  " << std::fixed << std::setprecision(1)
-         << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta) << " s";
+         << "  lr " << std::setprecision(3) << p.lr << "  " << std::fixed << std::setprecision(1);
+    // The first report has no rate yet: no "0.0 it/s  ETA 0 s". A long ETA in minutes or hours.
+    if (p.steps_per_s <= 0)
+      line << "- it/s  ETA -";
+    else if (eta >= 7200)
+      line << p.steps_per_s << " it/s  ETA " << eta / 3600 << " h";
+    else if (eta >= 120)
+      line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta / 60) << " min";
+    else
+      line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta) << " s";
     for (const auto& [k, v] : p.eval)
       line << "  " << k << " " << std::setprecision(4) << v;
     if (tty) {

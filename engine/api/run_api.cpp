@@ -212,13 +212,24 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     vw = std::max(vw, std::min<std::size_t>(r.summary.name.size(), 30));
   const int w = static_cast<int>(vw) + 2;
   const int lw = static_cast<int>(kw);
+  // A value longer than its column ends in "..." (at a UTF-8 character boundary), and a note
+  // under the table says where the whole of it is.
+  bool cut = false;
+  const auto fit = [&](const std::string& v) {
+    if (v.size() <= vw) return v;
+    cut = true;
+    std::size_t n = vw - 3;
+    while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80)
+      --n;
+    return v.substr(0, n) + "...";
+  };
   std::ostringstream os;
   os << std::left << std::setw(lw + 2) << "" << std::right;
   for (const auto& r : runs)
     os << std::setw(w) << ("run " + std::to_string(r.summary.id));
   os << "\n" << std::left << std::setw(lw + 2) << "name" << std::right;
   for (const auto& r : runs)
-    os << std::setw(w) << r.summary.name.substr(0, vw);
+    os << std::setw(w) << fit(r.summary.name);
   os << "\n\nconfig differences:\n";
   int differing = 0;
   for (const auto& k : keys) {
@@ -232,10 +243,11 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     ++differing;
     os << "  " << std::left << std::setw(lw) << k << std::right;
     for (const auto& v : vals)
-      os << std::setw(w) << v.substr(0, vw);
+      os << std::setw(w) << fit(v);
     os << "\n";
   }
   if (differing == 0) os << "  (none: the configs are equal)\n";
+  if (cut) os << "  (... : cut to the column; trainbench-cli show N prints the whole config)\n";
   os << "\nsummary:\n";
   auto row = [&](const std::string& label, auto&& cell) {
     os << "  " << std::left << std::setw(lw) << label << std::right;
