@@ -124,6 +124,31 @@ class TestRunsReport : public QObject {
     QVERIFY2(loss.upper >= 2.0, qPrintable(QString::number(loss.upper)));
   }
 
+  void aRunOfOneLoggedStepShowsItsPoints() {
+    // A line through one point draws nothing: a run with a single logged step showed empty LR,
+    // throughput and gradient-norm plots. Its lone points get markers, dropped at the second.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    panel.appendSteps(
+        1, {loggedStep(5, 0.02, {{"loss", 2.0}, {"grad_norm", 0.9}, {"lr.adamw.0", 0.001}})});
+    panel.replotAll();
+    const auto marker = [&](int plot) {
+      QCustomPlot* p = panel.plots()[plot]->plot();
+      for (int g = 0; g < p->graphCount(); ++g)
+        if (p->graph(g)->dataCount() == 1 &&
+            p->graph(g)->scatterStyle().shape() != QCPScatterStyle::ssNone)
+          return true;
+      return false;
+    };
+    QVERIFY(marker(ui::PlotsPanel::Loss));
+    QVERIFY(marker(ui::PlotsPanel::GradNorm));
+    QVERIFY(marker(ui::PlotsPanel::LearningRate));
+    panel.appendSteps(1, {loggedStep(10, 0.02, {{"loss", 1.5}, {"grad_norm", 0.8}})});
+    panel.replotAll();
+    QVERIFY(!marker(ui::PlotsPanel::GradNorm));
+  }
+
   void linkedPlotsOfALiveRunKeepToTheSameBudget() {
     // A run's linked plots share an x range that grows with every batch of points; that growth
     // is live data, not a user's change: fed 100 times a second, no plot redraws more often
@@ -297,6 +322,8 @@ class TestRunsReport : public QObject {
     }
     ui::MainWindow window(db);
     QCOMPARE(window.livePlots()->runIds(), QList<qint64>{newest});
+    // The controls row says which run that is.
+    QCOMPARE(window.livePlots()->shownRunsText(), QStringLiteral("run %1 newer").arg(newest));
     QVERIFY(window.runsView()->selectedRuns().isEmpty());
     bool lossDrawn = false;
     for (const auto* plot : window.livePlots()->plots())

@@ -387,6 +387,16 @@ void MetricPlot::rebuildGraphs() {
   }
 }
 
+// A line of one point draws nothing (a run with one logged step, or zoomed onto one): that
+// point gets a marker, which goes again once there is a line.
+void MetricPlot::markLonePoint(QCPGraph* graph, const Curve& c, std::size_t shown) {
+  if (c.points) return;  // sparse series carry their markers already
+  const bool lone = shown == 1;
+  if (lone == (graph->scatterStyle().shape() != QCPScatterStyle::ssNone)) return;
+  graph->setScatterStyle(lone ? QCPScatterStyle(QCPScatterStyle::ssDisc, c.color, 6)
+                              : QCPScatterStyle());
+}
+
 void MetricPlot::redecimate() {
   m_inRedecimate = true;
   const std::optional<XRange> extent = dataXRange();
@@ -433,6 +443,7 @@ void MetricPlot::redecimate() {
       }
       const Envelope e = min_max_envelope(x, top, range.lower, range.upper, columns);
       raw->setData(toQVector(e.x), toQVector(e.y), true);
+      markLonePoint(raw, c, e.x.size());
       track(e);
       continue;
     }
@@ -451,6 +462,7 @@ void MetricPlot::redecimate() {
       raw->setBrush(Qt::NoBrush);
       raw->setChannelFillGraph(nullptr);
       if (low) low->data()->clear();
+      markLonePoint(raw, c, e.x.size());
     }
     track(e);
     if (auto it = m_smoothGraphs.find(id); it != m_smoothGraphs.end()) {

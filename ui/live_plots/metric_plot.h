@@ -153,6 +153,7 @@ class MetricPlot : public QWidget {
   void applyPalette();
   void rebuildGraphs();
   void redecimate();
+  void markLonePoint(QCPGraph* graph, const Curve& c, std::size_t shown);
   void fitLegend();
   void onMouseMove(QMouseEvent* event);
   const std::vector<double>& xs(const Curve& c) const;

@@ -6,6 +6,7 @@
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QPalette>
 #include <QPushButton>
 #include <QSlider>
 #include <QVBoxLayout>
@@ -127,6 +128,13 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   reset->setToolTip(tr("Show all data (also: double-click a plot)"));
   controls->addWidget(reset);
   controls->addStretch(1);
+  // Which run the plots show (the Live tab follows the newest or selected run; nothing else on
+  // the tab says which): its id and name in its colour, or how many runs.
+  m_runsLabel = new QLabel(this);
+  m_runsLabel->setObjectName(QStringLiteral("shownRunsLabel"));
+  m_runsLabel->setTextFormat(Qt::PlainText);
+  m_runsLabel->setText(tr("no run"));
+  controls->addWidget(m_runsLabel);
   outer->addLayout(controls);
 
   auto* grid = new QGridLayout;
@@ -230,6 +238,7 @@ void PlotsPanel::clearRuns() {
   syncLinkedX();
   updateStackedMode();
   updateVisibility();
+  updateRunsLabel();
 }
 
 void PlotsPanel::addRun(qint64 runId, const QString& name, const QColor& color) {
@@ -238,6 +247,26 @@ void PlotsPanel::addRun(qint64 runId, const QString& name, const QColor& color) 
   s.color = color;
   s.index = static_cast<int>(m_runs.size()) - 1;
   updateStackedMode();
+  updateRunsLabel();
+}
+
+QString PlotsPanel::shownRunsText() const {
+  return m_runsLabel->text();
+}
+
+void PlotsPanel::updateRunsLabel() {
+  QPalette palette = m_runsLabel->palette();
+  palette.setColor(QPalette::WindowText, this->palette().color(QPalette::WindowText));
+  if (m_runs.empty()) {
+    m_runsLabel->setText(tr("no run"));
+  } else if (m_runs.size() == 1) {
+    const RunState& s = m_runs.begin()->second;
+    m_runsLabel->setText(tr("run %1").arg(s.name));  // the callers' names start with the id
+    palette.setColor(QPalette::WindowText, s.color.darker(115));
+  } else {
+    m_runsLabel->setText(tr("%n runs", nullptr, static_cast<int>(m_runs.size())));
+  }
+  m_runsLabel->setPalette(palette);
 }
 
 QList<qint64> PlotsPanel::runIds() const {

@@ -66,6 +66,8 @@ class PlotsPanel : public QWidget {
   bool hasRun(qint64 runId) const { return m_runs.count(runId) != 0; }
   /// The runs shown.
   QList<qint64> runIds() const;
+  /// What the controls row says about them: "run 12 name", "3 runs" or "no run".
+  QString shownRunsText() const;
   /// Appends the metrics of logged steps (from an in-process run).
   void appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps);
   /// Loads (or extends, from the last step seen) every series of `runId` from the store.
@@ -108,6 +110,7 @@ class PlotsPanel : public QWidget {
   // plot's budget), not a change the user made.
   void syncLinkedX(bool liveData = false);
   void updateStepBars();
+  void updateRunsLabel();
 
   QList<MetricPlot*> m_plots;
   std::map<qint64, RunState> m_runs;
@@ -117,6 +120,7 @@ class PlotsPanel : public QWidget {
   QCustomPlot* m_stepBars = nullptr;
   QSlider* m_smoothing = nullptr;
   QLabel* m_smoothingLabel = nullptr;
+  QLabel* m_runsLabel = nullptr;
 };
 
 }  // namespace tb::ui
