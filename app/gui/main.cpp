@@ -60,6 +60,13 @@ QString defaultConfigPath() {
 int writeReportFiles(const QString& db, const QString& out, const QString& pagesDir,
                      const std::function<tb::ui::Report(const tb::api::StoreReader&)>& build) {
   QTextStream err(stderr);
+  // The format comes from the name: "r.txt" would have been HTML under another name.
+  const QString suffix = QFileInfo(out).suffix().toLower();
+  if (suffix != QLatin1String("html") && suffix != QLatin1String("htm") &&
+      suffix != QLatin1String("pdf")) {
+    err << "trainbench: -o " << out << ": end the name in .html or .pdf (the report's format)\n";
+    return 2;
+  }
   try {
     tb::api::StoreReader store(db.toStdString());
     const tb::ui::Report report = build(store);
