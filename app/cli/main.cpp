@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -277,19 +278,25 @@ int cmd_run(tb::api::RunRequest req) {
   // A run of its own: the first Ctrl-C (or SIGTERM) cancels it after the current step, with a
   // checkpoint to resume from and the run closed in the store; the handler then reverts to the
   // default (SA_RESETHAND), so a second one ends the process at once (the run is then found
-  // crashed, its committed steps kept).
+  // crashed, its committed steps kept). A signal the process was started ignoring (a job started
+  // with & from a script) stays ignored. SA_RESTART: output interrupted by it is not lost.
   if (!rank) {
     struct sigaction sa = {};
     sa.sa_handler = [](int) {
+      const int saved_errno = errno;
       cancel_requested.store(true);
       static const char said[] =
-          "\nstopping after this step, with a checkpoint (Ctrl-C again to quit at once)\n";
+          "\nstopping after this step, with a checkpoint (the same signal again quits at once)\n";
       (void)!write(STDERR_FILENO, said, sizeof said - 1);
+      errno = saved_errno;
     };
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM}) {
+      struct sigaction old = {};
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+      sigaction(sig, &sa, nullptr);
+    }
   }
   {  // a launcher may have left them blocked
     sigset_t handled;

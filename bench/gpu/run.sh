@@ -70,7 +70,7 @@ for r in csv.DictReader(sys.stdin):
 train() {  # name config extra --set arguments...
   local name=$1 cfg=$2
   shift 2
-  timeout 150 "$cli" --db "$db" run "$cfg" --set run.device="$device" --set run.log_interval=1 \
+  timeout -k 15 150 "$cli" --db "$db" run "$cfg" --set run.device="$device" --set run.log_interval=1 \
     --set eval.batches=1 --set checkpoint.interval=0 --set run.name="gpu-$name" "$@" | tail -1
 }
 

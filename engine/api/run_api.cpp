@@ -105,8 +105,10 @@ void check_checkpoint_of(const store::RunStore& st, std::int64_t run,
 
 std::string one_line(const std::string& message, std::int64_t run) {
   constexpr std::size_t kMax = 200;
-  const std::size_t eol = message.find('\n');
-  std::string line = message.substr(0, eol);
+  const std::size_t end = message.find_last_not_of(" \t\r\n");
+  const std::string text = end == std::string::npos ? "" : message.substr(0, end + 1);
+  const std::size_t eol = text.find('\n');
+  std::string line = text.substr(0, eol);
   bool cut = eol != std::string::npos;
   if (line.size() > kMax) {
     std::size_t n = kMax;

@@ -129,25 +129,33 @@ struct Start {
 
 // The files a new run's config names, checked before the run is created: a mistyped path is a
 // config error (exit code 1) and leaves no failed run in the store. What is in them is checked
-// when they are read.
+// when they are read. A pattern (the tokens kind's "fineweb_train_*.bin") is checked by its
+// folder; the tokenizer file only when the tokenizer reads one.
 void check_named_files(const train::RunConfig& c) {
   const auto need = [](const std::string& path, const std::string& key) {
     if (path.empty()) return;
+    std::filesystem::path p(path);
+    if (p.filename().string().find_first_of("*?[") != std::string::npos)
+      p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
     std::error_code ec;
-    const bool there = std::filesystem::exists(path, ec);
-    TB_CHECK(there, "[config] ", key, ": ", path, ": ",
+    const bool there = std::filesystem::exists(p, ec);
+    TB_CHECK(there, "[config] ", key, ": ", p.string(), ": ",
              ec ? ec.message() : std::string("no such file or folder"));
   };
   need(c.data.path, "data.path");
   need(c.run.init_from, "run.init_from");
-  if (c.data.extra.is_object() && c.data.extra.contains("tokenizer_model") &&
-      c.data.extra["tokenizer_model"].is_string())
-    need(c.data.extra["tokenizer_model"].get<std::string>(), "data.tokenizer_model");
+  const nlohmann::json& d = c.data.extra;
+  if (d.is_object() && d.contains("tokenizer_model") && d["tokenizer_model"].is_string() &&
+      d.contains("tokenizer") && d["tokenizer"].is_string() && d["tokenizer"] != "bytes" &&
+      d["tokenizer"] != "ids")
+    need(d["tokenizer_model"].get<std::string>(), "data.tokenizer_model");
 }
 
 Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   Start s;
-  auto st = store::RunStore::open(db);
+  // A new run creates its store; a resumed one names a store that is not there (a mistyped --db
+  // would otherwise leave an empty store behind before "no run N").
+  auto st = spec.resume ? detail::existing_store(db.string()) : store::RunStore::open(db);
   s.store_id = st.store_id();
   s.store_name = db.filename().string();
   if (!spec.resume) {

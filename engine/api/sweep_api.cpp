@@ -294,7 +294,9 @@ SweepResult run_sweep(const SweepRequest& request,
   // Before the sweep is stored: a bad option must not use up its name.
   check_sweep_request(request);
   const std::filesystem::path db = detail::store_path(request.db_path);
-  auto st = store::RunStore::open(db);
+  // A resumed sweep's store must be there (not created empty by a mistyped --db).
+  auto st =
+      request.resume.empty() ? store::RunStore::open(db) : detail::existing_store(request.db_path);
   SweepPreview preview;
   std::int64_t sweep_id = 0;
   if (request.resume.empty()) {

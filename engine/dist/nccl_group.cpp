@@ -14,8 +14,8 @@
 //   complete is aborted (ncclCommAbort) with a DistError naming it — PyTorch's NCCL watchdog
 //   (ProcessGroupNCCL.cpp: timeout per work item, ncclCommAbort). Ending a communicator is itself
 //   given a deadline (end_communicator), as PyTorch's heartbeat monitor bounds a hung abort.
-// - Each rank needs a GPU of its own (NCCL refuses two ranks on one device): more local ranks
-//   than visible devices is a clear error before NCCL is set up.
+// - Each rank needs a GPU of its own (NCCL refuses two ranks on one device, as "invalid
+//   usage"): a failed set-up with more local ranks than visible devices says so.
 //
 // Not runnable in CI (no GPU): the DistNccl tests of tests/engine/dist_test.cpp run under
 // bench/gpu/run.sh.
@@ -175,12 +175,11 @@ void end_communicator(ncclComm_t comm, int device, bool abort) noexcept {
   try {
     auto ended = std::make_shared<std::promise<void>>();
     std::future<void> done = ended->get_future();
-    std::thread([comm, device, abort, ended] {
+    // The function is taken here: the thread touches no static state of this file.
+    const auto end = abort ? nccl().comm_abort : nccl().comm_destroy;
+    std::thread([comm, device, end, ended] {
       (void)cudaSetDevice(device);  // the communicator's GPU, not a context on GPU 0
-      if (abort)
-        nccl().comm_abort(comm);
-      else
-        nccl().comm_destroy(comm);
+      end(comm);
       ended->set_value();
     }).detach();
     (void)done.wait_for(kEndWait);
@@ -225,11 +224,24 @@ class NcclGroup final : public ProcessGroup {
     if (*ok.data_ptr<std::int32_t>() == 0)
       throw DistError("[dist] nccl: another rank failed to set up its GPU", -1);
     const ncclResult_t r = api.comm_init_rank(&comm_, size(), id, rank());
-    if (r != ncclSuccess)
+    if (r != ncclSuccess) {
+      // NCCL refuses two ranks on one GPU ("Duplicate GPU detected", as invalid usage). Whether
+      // that is the cause cannot be told from here alone (each rank may see only its own GPU
+      // through CUDA_VISIBLE_DEVICES), so it is a hint, after NCCL's own message.
+      const LaunchEnv env = detect_launch_env();
+      int count = 0;
+      const bool crowded = r == ncclInvalidUsage && cudaGetDeviceCount(&count) == cudaSuccess &&
+                           env.local_size > count;
       throw DistError("[dist] ncclCommInitRank (rank " + std::to_string(rank()) + " of " +
                           std::to_string(size()) + ", cuda:" + std::to_string(device_) +
-                          "): " + nccl_error(r),
+                          "): " + nccl_error(r) +
+                          (crowded ? "; " + std::to_string(env.local_size) +
+                                         " ranks on this host see " + std::to_string(count) +
+                                         " GPU(s): NCCL needs a GPU of its own for each rank "
+                                         "(use distributed.backend = \"mpi\" to share one)"
+                                   : std::string()),
                       -1);
+    }
   }
 
   ~NcclGroup() override {
@@ -376,15 +388,6 @@ std::shared_ptr<ProcessGroup> make_nccl_group(const GroupOptions& options,
     throw ValueError(std::string("[dist] backend 'nccl' needs a CUDA device; ") +
                      (e != cudaSuccess ? cudaGetErrorString(e) : "none was found"));
   const LaunchEnv env = detect_launch_env();
-  // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), reported by ncclCommInitRank
-  // only as "invalid usage": say so before any rank gets there.
-  if (!env.launcher.empty() && env.local_size > count)
-    throw ValueError("[dist] backend 'nccl': " + std::to_string(env.local_size) +
-                     " ranks on this host but " + std::to_string(count) +
-                     " CUDA device(s) visible; NCCL needs a GPU of its own for each rank (start at "
-                     "most " +
-                     std::to_string(count) +
-                     " ranks per host, or use distributed.backend = \"mpi\" on the CPU)");
   // One GPU per rank on a host: local rank k uses cuda:(k mod devices); a process started alone
   // the device its run asks for.
   const int device = env.launcher.empty() && options.device_index >= 0

@@ -64,16 +64,6 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
     TB_CHECK(group == nullptr, "[trainer] a process group was given but distributed.backend is ",
              "none");
   }
-  // The checkpoint folder is made now, so that one that cannot be made fails the run before its
-  // first step rather than after all of them.
-  if (!checkpoint_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(checkpoint_dir_, ec);
-    TB_CHECK(!ec, "[checkpoint] cannot create the checkpoint folder ", checkpoint_dir_.string(),
-             " (checkpoint.dir",
-             config_.checkpoint.dir.empty() ? " unset: beside the run store" : "",
-             "): ", ec.message());
-  }
   if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
   // NCCL: each rank trains on its own GPU (cuda:LOCAL_RANK mod the host's GPUs).
@@ -88,6 +78,16 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
   total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
   TB_CHECK(total_steps_ > 0, "[trainer] the run has no steps (run.steps = ", run.steps,
            ", run.epochs = ", run.epochs, ", ", per_epoch, " batches per epoch)");
+  // The checkpoint folder is made once the run is set up, so that one that cannot be made fails the
+  // run before its first step rather than after all of them.
+  if (!checkpoint_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir_, ec);
+    TB_CHECK(!ec, "[checkpoint] cannot create the checkpoint folder ", checkpoint_dir_.string(),
+             " (checkpoint.dir",
+             config_.checkpoint.dir.empty() ? " unset: beside the run store" : "",
+             "): ", ec.message());
+  }
 }
 
 Trainer::~Trainer() {
@@ -474,10 +474,20 @@ TrainResult Trainer::loop() {
       // The run can be resumed where it stopped, as after --stop-at: a checkpoint of this step
       // unless the last step wrote one (or none ran since the one resumed from). Every rank of
       // a data-parallel run gets here at the same step (the cancel is agreed in the exchange).
-      const bool saved = s.step == first_step || (config_.checkpoint.interval > 0 &&
-                                                  s.step % config_.checkpoint.interval == 0);
-      if (!saved) checkpoint_if_due(r, true);
-      if (!checkpoint_dir_.empty() && s.step > 0)
+      bool saved = s.step == first_step ||
+                   (config_.checkpoint.interval > 0 && s.step % config_.checkpoint.interval == 0);
+      if (!saved) {
+        // A checkpoint that cannot be written (a full disk) leaves the run cancelled, with a
+        // warning, rather than failed.
+        try {
+          checkpoint_if_due(r, true);
+          saved = true;
+        } catch (const std::exception& e) {
+          emit_event("warning", std::string("cancelled without a checkpoint of step ") +
+                                    std::to_string(s.step) + ": " + e.what());
+        }
+      }
+      if (saved && !checkpoint_dir_.empty() && s.step > 0)
         r.message += ", with a checkpoint to continue from";
       break;
     }

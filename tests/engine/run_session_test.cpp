@@ -166,14 +166,19 @@ TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
   api::RunSpec none;
   none.db_path = db.string();
   none.resume = 3;
+  // No store there: named, and not created.
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
-            "[store] " + db.string() + ": no run 3 (trainbench-cli runs lists them)");
+            "[store] " + db.string() + ": no run store there (a run creates one; is --db right?)");
+  EXPECT_FALSE(fs::exists(db));
   // A run that failed before its first checkpoint.
   api::RunSpec bad = spec_for(db);
   bad.overrides = {"data.kind=fashion-mnist", "data.path=" + dir.path().string(), "model.input=784",
                    "model.classes=10"};
   const auto failed = api::execute_run(bad);
   ASSERT_EQ(failed.status, "failed");
+  // A store without that run.
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
+            "[store] " + db.string() + ": no run 3 (trainbench-cli runs lists them)");
   none.resume = failed.run_id;
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
             "[run] run " + std::to_string(failed.run_id) + " has no checkpoint to resume from");

@@ -629,6 +629,14 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
     EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }), message);
   }
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
+  // A pattern of token shards is checked by its folder (here there, without shards: the run is
+  // created and fails when the data is read), and a tokenizer file only when one is used.
+  req.config_text =
+      "[model]\nkind = \"qwen-tiny\"\nvocab = 50257\n[data]\nkind = \"tokens\"\npath = \"" +
+      (dir.path() / "shard_*.bin").string() + "\"\ntokenizer_model = \"/nonexistent/vocab.json\"\n";
+  const auto shards = api::start_training(req, nullptr, nullptr);
+  EXPECT_EQ(shards.status, "failed");
+  EXPECT_FALSE(contains(shards.message, "[config]")) << shards.message;
 }
 
 // ---- the store reader ---------------------------------------------------------------------------
