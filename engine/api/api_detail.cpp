@@ -77,6 +77,10 @@ void StoreSink::on_event(const std::string& level, const std::string& text) {
 
 void StoreSink::on_checkpoint(std::int64_t step, const std::string& path) {
   writer_.add_checkpoint(step, path);
+  // Committed before the trainer prunes older checkpoints: otherwise a process killed in between
+  // leaves the store naming only folders already deleted (its newer ones not yet committed), and
+  // the run could not be resumed.
+  writer_.flush();
 }
 
 namespace {

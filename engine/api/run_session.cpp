@@ -2,6 +2,7 @@
 // resume, and the end status on every path.
 #include "engine/api/run_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <mutex>
@@ -189,7 +190,16 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   } else {
     const auto cks = st.checkpoints(s.run_id);
     TB_CHECK(!cks.empty(), "[run] run ", s.run_id, " has no checkpoint to resume from");
-    s.checkpoint = cks.back().path;
+    // The newest checkpoint whose files are there: one may have been deleted by hand, or pruned
+    // by a version that committed checkpoint records lazily.
+    auto usable = std::find_if(cks.rbegin(), cks.rend(), [](const store::Checkpoint& c) {
+      std::error_code ec;
+      return std::filesystem::is_regular_file(std::filesystem::path(c.path) / "state.json", ec);
+    });
+    TB_CHECK(usable != cks.rend(), "[run] run ", s.run_id,
+             "'s checkpoints are gone: the store lists ", cks.size(),
+             ", none of them on disk (newest: ", cks.back().path, ")");
+    s.checkpoint = usable->path;
   }
   return s;
 }
@@ -303,10 +313,13 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   RunOutcomeInfo out;
   out.run_id = start.run_id;
   out.resumed = resuming;
-  auto fail = [&](const std::string& message) {
+  // A new run that cannot start ends failed in the store. A resume that cannot start is refused
+  // (an error, as for a finished run or one without a checkpoint): the stored run stays as it was.
+  auto fail = [&](const std::exception& e) {
+    if (resuming) throw;
     out.status = "failed";
-    out.message = message;
-    if (!resuming) detail::mark_failed(db, start.run_id, message);
+    out.message = e.what();
+    detail::mark_failed(db, start.run_id, out.message);
     return out;
   };
   // From here on every failure ends the run failed (a created run is never left queued).
@@ -334,15 +347,19 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
     if (resuming) {
       trainer->resume_from(start.checkpoint);
       out.from_step = trainer->steps_done();
+      // Otherwise the stop would never be met and the run would train to its end.
+      TB_CHECK(spec.stop_at <= 0 || spec.stop_at > out.from_step, "[run] --stop-at ", spec.stop_at,
+               ": run ", start.run_id, " resumes at step ", out.from_step, " (",
+               start.checkpoint.filename().string(), "); give a later step");
     }
   } catch (const std::exception& e) {
-    return fail(e.what());
+    return fail(e);
   }
   std::unique_ptr<store::RunWriter> writer;
   try {
     writer = std::make_unique<store::RunWriter>(db, start.run_id);
   } catch (const std::exception& e) {
-    return fail(e.what());
+    return fail(e);
   }
   auto store_sink = std::make_shared<detail::StoreSink>(*writer);
   trainer->add_sink(store_sink);

@@ -7,17 +7,20 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "engine/api/api_detail.h"
 #include "engine/api/launch_api.h"
 #include "engine/api/run_api.h"
 #include "engine/api/sweep_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/store/run_store.h"
+#include "engine/store/run_writer.h"
 #include "tests/engine/test_util.h"
 
 namespace {
@@ -144,12 +147,11 @@ TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
   cross.db_path = b.string();
   cross.resume = 1;
   cross.resume_checkpoint = a_checkpoint;
-  const auto out = api::execute_run(cross);
-  EXPECT_EQ(out.status, "failed");
-  EXPECT_NE(out.message.find("belongs to run 1 of store a.sqlite (id " + a_id + ")"),
-            std::string::npos)
-      << out.message;
-  EXPECT_NE(out.message.find("not to run 1 of store b.sqlite"), std::string::npos) << out.message;
+  // Refused (an error, not an outcome of run 1: it did not run).
+  const std::string error = tb::test::error_of([&] { api::execute_run(cross); });
+  EXPECT_NE(error.find("belongs to run 1 of store a.sqlite (id " + a_id + ")"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("not to run 1 of store b.sqlite"), std::string::npos) << error;
   // b's run is left as it was: cancelled at step 4, resumable from its own checkpoint.
   const auto run_b = store::RunStore::open(b).get_run(1).summary;
   EXPECT_EQ(run_b.status, store::RunStatus::kCancelled);
@@ -158,6 +160,77 @@ TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
   own.db_path = b.string();
   own.resume = 1;
   EXPECT_EQ(api::execute_run(own).status, "finished");
+}
+
+// The store names a checkpoint before older ones are pruned. Before, the record waited for the
+// writer's next batch while the trainer deleted the folders it replaced: a process killed in
+// between left a store naming only deleted folders, and `sweep --resume` failed with
+// "state.json: cannot open" (tests/e2e/sweep_resume.sh, about one run in thirty).
+TEST(RunLifecycle, ACheckpointIsInTheStoreBeforeOlderOnesArePruned) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  store::NewRun nr;
+  nr.name = "lazy";
+  const std::int64_t id = store::RunStore::open(db).create_run(nr);
+  store::WriterOptions lazy;
+  lazy.commit_interval = std::chrono::hours(1);  // nothing committed but by a flush
+  store::RunWriter writer(db, id, lazy);
+  api::detail::StoreSink sink(writer);
+  sink.on_metrics(6, {{"loss", 0.5}});
+  sink.on_checkpoint(6, (dir.path() / "step-00000006").string());
+  // Read through another connection, as a resume in another process would.
+  const auto cks = store::RunStore::open(db).checkpoints(id);
+  ASSERT_EQ(cks.size(), 1u);
+  EXPECT_EQ(cks[0].step, 6);
+  EXPECT_EQ(store::RunStore::open(db).get_run(id).summary.last_step, 6);
+  writer.set_status(store::RunStatus::kCancelled);
+  writer.close();
+}
+
+// A resume starts from the newest checkpoint whose files are there; --stop-at must lie after it.
+// Both refusals leave the run as it was.
+TEST(RunLifecycle, ResumeSkipsCheckpointsGoneFromDiskAndRefusesAStopBehindIt) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec first = spec_for(db);
+  first.overrides = {"checkpoint.keep=3"};
+  first.stop_at = 6;
+  const auto cut = api::execute_run(first);
+  ASSERT_TRUE(cut.stopped_as_asked) << cut.message;
+  const auto cks = store::RunStore::open(db).checkpoints(cut.run_id);
+  ASSERT_EQ(cks.size(), 3u);  // steps 2, 4, 6
+  auto unchanged = [&] {
+    const auto now = store::RunStore::open(db).get_run(cut.run_id).summary;
+    EXPECT_EQ(now.status, store::RunStatus::kCancelled);
+    EXPECT_EQ(now.last_step, 6);
+  };
+
+  api::RunSpec behind;
+  behind.db_path = db.string();
+  behind.resume = cut.run_id;
+  behind.stop_at = 6;
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(behind); }),
+            "[run] --stop-at 6: run 1 resumes at step 6 (step-00000006); give a later step");
+  unchanged();
+
+  fs::remove_all(cks[2].path);  // the newest, deleted by hand
+  api::RunSpec resume;
+  resume.db_path = db.string();
+  resume.resume = cut.run_id;
+  resume.stop_at = 7;
+  const auto out = api::execute_run(resume);
+  EXPECT_TRUE(out.stopped_as_asked) << out.message;
+  EXPECT_EQ(out.from_step, 4);
+
+  for (const auto& c : store::RunStore::open(db).checkpoints(cut.run_id))
+    fs::remove_all(c.path);
+  resume.stop_at = 0;
+  const std::string gone = tb::test::error_of([&] { api::execute_run(resume); });
+  EXPECT_EQ(gone.rfind("[run] run 1's checkpoints are gone: the store lists ", 0), 0u) << gone;
+  EXPECT_NE(gone.find(", none of them on disk (newest: "), std::string::npos) << gone;
+  const auto now = store::RunStore::open(db).get_run(cut.run_id).summary;
+  EXPECT_EQ(now.status, store::RunStatus::kCancelled);
+  EXPECT_EQ(now.last_step, 7);
 }
 
 TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
