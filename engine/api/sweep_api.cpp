@@ -294,13 +294,17 @@ SweepResult run_sweep(const SweepRequest& request,
   // Before the sweep is stored: a bad option must not use up its name.
   check_sweep_request(request);
   const std::filesystem::path db = detail::store_path(request.db_path);
+  // A config with a mistake creates no store.
+  std::optional<train::SweepPlan> planned;
+  if (request.resume.empty())
+    planned = train::plan_sweep_file(request.config_path, request.overrides);
   // A resumed sweep's store must be there (not created empty by a mistyped --db).
   auto st =
       request.resume.empty() ? store::RunStore::open(db) : detail::existing_store(request.db_path);
   SweepPreview preview;
   std::int64_t sweep_id = 0;
-  if (request.resume.empty()) {
-    const train::SweepPlan plan = train::plan_sweep_file(request.config_path, request.overrides);
+  if (planned) {
+    const train::SweepPlan& plan = *planned;
     preview = preview_of(plan);
     store::NewSweep ns;
     ns.name = preview.name;

@@ -355,3 +355,18 @@ TEST(RunStoreReaders, AStoreThatIsNotThereIsNamedNotCreated) {
   EXPECT_EQ(tb::test::error_of([&] { (void)api::list_sweeps(db.string()); }), why);
   EXPECT_FALSE(fs::exists(dir.path() / "typo"));
 }
+
+// A sweep whose config has a mistake is refused before its store is opened: no empty store is
+// left where the sweep would have gone.
+TEST(RunStoreReaders, ASweepWithABadConfigCreatesNoStore) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path config = dir.path() / "sweep.toml";
+  std::ofstream(config) << kConfig << "[sweep]\nname = \"bad\"\nmetric = \"eval.loss\"\n"
+                        << "[sweep.parameters]\n\"optimizer.lr\" = []\n";
+  api::SweepRequest req;
+  req.config_path = config.string();
+  req.db_path = (dir.path() / "new" / "runs.sqlite").string();
+  const std::string error = tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
+  EXPECT_NE(error.find("optimizer.lr"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(dir.path() / "new"));
+}
