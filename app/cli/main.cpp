@@ -258,6 +258,11 @@ int cmd_run(tb::api::RunRequest req) {
       last_line_step = p.step;
     }
   };
+  // Warnings as they happen, on stderr; on a terminal after the progress bar's line.
+  req.on_warning = [tty](const std::string& text) {
+    if (tty) std::cout << "\n" << std::flush;
+    std::cerr << "warning: " + text + "\n" << std::flush;
+  };
   // A rank of a distributed run: a termination request (mpirun stops the job when a rank
   // fails) makes the waiting collective fail, so the run is recorded as failed with the reason;
   // a rank that fails stops the others instead of leaving them waiting.

@@ -54,6 +54,8 @@ RunOutcomeInfo run_training(const RunRequest& req,
   // Progress for the CLI: loss, first LR, eval metrics, rate since the first logged step.
   RunObserver obs;
   obs.on_start = on_start;
+  if (req.on_warning)
+    obs.on_event = [&req](const std::string&, const std::string& text) { req.on_warning(text); };
   if (on_progress) {
     obs.on_metrics = [&on_progress, first = std::int64_t{-1}](const StepMetrics& m) mutable {
       RunProgressInfo p;

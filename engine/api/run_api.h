@@ -26,6 +26,9 @@ struct RunRequest {
   /// A new run for a sweep's trial (sweep id, trial): `run --sweep-trial ID:TRIAL`.
   std::optional<std::pair<std::int64_t, std::int64_t>> sweep_trial;
   std::int64_t stop_at = 0;  ///< stop after this step with a checkpoint (`run --stop-at`)
+  /// Each warning of the run as it happens (also stored as an event), on the run thread: a
+  /// schedule that does not fit the run, a binding that fell back, a skipped non-finite step.
+  std::function<void(const std::string&)> on_warning;
 };
 
 /// One progress report (every logged step).

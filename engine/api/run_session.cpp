@@ -93,8 +93,14 @@ class ControlBinding {
 // Every logged step's metrics for the observer; wall_s counts from the first logged step.
 class ObserverSink final : public train::MetricSink {
  public:
-  ObserverSink(std::int64_t run, std::int64_t total, std::function<void(const StepMetrics&)> cb)
-      : run_(run), total_(total), cb_(std::move(cb)) {}
+  ObserverSink(std::int64_t run, std::int64_t total, std::function<void(const StepMetrics&)> cb,
+               std::function<void(const std::string&, const std::string&)> on_event)
+      : run_(run), total_(total), cb_(std::move(cb)), on_event_(std::move(on_event)) {}
+  void on_event(const std::string& level, const std::string& text) override {
+    if (on_event_ && level != "info") on_event_(level, text);
+  }
+  // The outcome is execute_run's result, not an event for the observer.
+  void on_outcome(const std::string&, const std::string&) override {}
   void on_metrics(std::int64_t step, const train::Metrics& m) override {
     if (!cb_) return;
     const auto now = std::chrono::steady_clock::now();
@@ -115,6 +121,7 @@ class ObserverSink final : public train::MetricSink {
   std::int64_t run_;
   std::int64_t total_;
   std::function<void(const StepMetrics&)> cb_;
+  std::function<void(const std::string&, const std::string&)> on_event_;
   bool started_ = false;
   std::chrono::steady_clock::time_point t0_;
 };
@@ -363,8 +370,8 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   }
   auto store_sink = std::make_shared<detail::StoreSink>(*writer);
   trainer->add_sink(store_sink);
-  trainer->add_sink(
-      std::make_shared<ObserverSink>(start.run_id, trainer->total_steps(), observer.on_metrics));
+  trainer->add_sink(std::make_shared<ObserverSink>(start.run_id, trainer->total_steps(),
+                                                   observer.on_metrics, observer.on_event));
   out.description = trainer->describe();
   train::TrainResult r;
   {

@@ -85,6 +85,8 @@ struct RunObserver {
   std::function<void(std::int64_t, const std::string&)> on_start;
   /// Every logged step's metrics.
   std::function<void(const StepMetrics&)> on_metrics;
+  /// Every event of level "warning" or "error" the trainer emits (the store gets every event).
+  std::function<void(const std::string& level, const std::string& text)> on_event;
 };
 
 /// Runs `spec` on the calling thread:

@@ -78,6 +78,7 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
   total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
   TB_CHECK(total_steps_ > 0, "[trainer] the run has no steps (run.steps = ", run.steps,
            ", run.epochs = ", run.epochs, ", ", per_epoch, " batches per epoch)");
+  detail::check_schedule_length(config_, total_steps_, *s_);
   // The checkpoint folder is made once the run is set up, so that one that cannot be made fails the
   // run before its first step rather than after all of them.
   if (!checkpoint_dir_.empty()) {
@@ -333,6 +334,8 @@ TrainResult Trainer::run() {
   // their own); the process-wide setting again afterwards.
   const core::ScopedThreadAllowTf32 tf32(config_.amp.tf32);
   try {
+    for (const auto& w : s_->setup_warnings)
+      emit_event("warning", w);
     if (!s_->binding_warning.empty())
       emit_event("warning",
                  "binding failed, running unbound (binding.fallback): " + s_->binding_warning);
@@ -624,7 +627,8 @@ void Trainer::finish(TrainResult& r, std::int64_t steps_run) {
       os << ", " << k << " " << v;
     r.message = os.str();
   }
-  emit_event(r.outcome == RunOutcome::kFinished ? "info" : "warning", r.message);
+  for (auto& sink : sinks_)
+    sink->on_outcome(r.outcome == RunOutcome::kFinished ? "info" : "warning", r.message);
 }
 
 }  // namespace tb::train

@@ -39,6 +39,11 @@ class MetricSink {
     (void)level;
     (void)text;
   }
+  /// The run's outcome ("info" when it finished, else "warning"), the last call. Also returned
+  /// by Trainer::run(); by default an event like any other.
+  virtual void on_outcome(const std::string& level, const std::string& text) {
+    on_event(level, text);
+  }
   /// A checkpoint of step `step` was written to folder `path`.
   virtual void on_checkpoint(std::int64_t step, const std::string& path) {
     (void)step;

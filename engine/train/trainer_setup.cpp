@@ -1,6 +1,9 @@
 // Building a run from its config: device, CPU binding plan, data, model, optimizers and
 // schedulers, GradScaler and SWA/EMA — each a named step the Trainer's constructor calls in
 // order. Every kind comes from its registry; every error is raised here, before any step.
+#include <algorithm>
+#include <string>
+
 #include "engine/core/error.h"
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
@@ -161,6 +164,68 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
   if (c.scheduler.config.is_null()) return;
   for (auto& o : s.opts)
     s.scheds.push_back(sched::make_scheduler(*o, c.scheduler.config));
+}
+
+namespace {
+
+std::int64_t int_field(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+}
+
+// `sc` is stepped `stepped` times (its last_epoch reaches that); `where` is its key path.
+void check_stepped(const nlohmann::json& sc, std::int64_t stepped, const std::string& where,
+                   const std::string& run_length, std::vector<std::string>& warnings) {
+  if (!sc.is_object() || stepped <= 0) return;
+  const std::string kind = sc.value("kind", std::string());
+  if (sc.contains("last_epoch") && int_field(sc, "last_epoch") >= 0) return;  // resumes mid-way
+  if (kind == "one_cycle") {
+    const bool by_total = sc.contains("total_steps") && !sc["total_steps"].is_null();
+    const std::int64_t total = by_total
+                                   ? int_field(sc, "total_steps")
+                                   : int_field(sc, "epochs") * int_field(sc, "steps_per_epoch");
+    TB_CHECK(total <= 0 || total >= stepped, "[scheduler] ", where,
+             by_total ? ".total_steps = " : ".epochs x steps_per_epoch = ", total,
+             " is shorter than the ", stepped, " steps it is stepped (", run_length,
+             "): OneCycleLR would fail at step ", total + 1, "; give it ", stepped, " steps");
+  } else if (kind == "cosine") {
+    const std::int64_t t_max = int_field(sc, "T_max");
+    if (t_max > 0 && t_max < stepped)
+      warnings.push_back(where + ".T_max = " + std::to_string(t_max) + " is shorter than the " +
+                         std::to_string(stepped) + " steps it is stepped (" + run_length +
+                         "): after step " + std::to_string(t_max) +
+                         " the LR climbs back towards the base LR (CosineAnnealingLR is "
+                         "periodic); T_max = " +
+                         std::to_string(stepped) + " anneals once");
+  } else if (kind == "chained" && sc.contains("schedulers") && sc["schedulers"].is_array()) {
+    for (std::size_t i = 0; i < sc["schedulers"].size(); ++i)
+      check_stepped(sc["schedulers"][i], stepped, where + ".schedulers[" + std::to_string(i) + "]",
+                    run_length, warnings);
+  } else if (kind == "sequential" && sc.contains("schedulers") && sc["schedulers"].is_array() &&
+             sc.contains("milestones") && sc["milestones"].is_array()) {
+    // SequentialLR: the first is stepped until the first milestone; each later one is reset to
+    // 0 at its milestone and stepped until the next (the last until the end).
+    const auto& children = sc["schedulers"];
+    const auto& ms = sc["milestones"];
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      const std::int64_t start =
+          i == 0 ? 0 : (i - 1 < ms.size() ? ms[i - 1].get<std::int64_t>() : stepped);
+      std::int64_t end = i < ms.size() ? ms[i].get<std::int64_t>() - 1 : stepped;
+      end = std::min(end, stepped);
+      check_stepped(children[i], end - start, where + ".schedulers[" + std::to_string(i) + "]",
+                    run_length, warnings);
+    }
+  }
+}
+
+}  // namespace
+
+void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::State& s) {
+  const std::string run_length = c.run.steps > 0
+                                     ? "run.steps = " + std::to_string(steps)
+                                     : "run.epochs = " + std::to_string(c.run.epochs) + " of " +
+                                           std::to_string(s.loader->num_batches()) + " steps";
+  check_stepped(c.scheduler.config, steps, "scheduler", run_length, s.setup_warnings);
 }
 
 void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {

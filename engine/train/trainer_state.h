@@ -46,6 +46,7 @@ struct Trainer::State {
   numa::SlotBinding binding;                    ///< binding.mode != none: the slot's CPUs, node
   std::vector<int> binding_nodes;               ///< NUMA nodes of the bound CPUs
   std::string binding_warning;                  ///< a failed binding that fell back to unbound
+  std::vector<std::string> setup_warnings;      ///< emitted when the run starts
   bool placement_reported = false;              ///< the memory placement event was emitted
   core::Device device;                          ///< run.device
   std::int64_t step = 0;                        ///< optimizer steps done
@@ -76,6 +77,11 @@ void setup_model(const RunConfig& c, Trainer::State& s);
 void setup_optimizers(const RunConfig& c, Trainer::State& s);
 /// The GradScaler (amp.grad_scaler) and the SWA/EMA average (swa.kind).
 void setup_scaler_and_average(const RunConfig& c, Trainer::State& s);
+/// The scheduler against the run's `steps`, every nested scheduler against the steps it is
+/// stepped: a one-cycle schedule shorter than those throws tb::ValueError (OneCycleLR would fail
+/// at its end, as PyTorch's raises "Tried to step ..."); a cosine whose T_max is shorter adds a
+/// warning to s.setup_warnings (CosineAnnealingLR is periodic: the LR climbs back after T_max).
+void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::State& s);
 
 // ---- step phases (train_step.cpp) --------------------------------------------------------------
 

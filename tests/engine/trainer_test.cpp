@@ -461,6 +461,57 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   EXPECT_NE(e.find("binding.fallback = true"), std::string::npos) << e;
 }
 
+// A schedule measured against the steps it is stepped: a one-cycle schedule that would fail at
+// its end (OneCycleLR raises "Tried to step ...", as PyTorch's does) is refused before any step;
+// a cosine that would climb back up after T_max (CosineAnnealingLR is periodic) is a warning,
+// for a scheduler nested in SequentialLR against its own part of the run.
+TEST(Trainer, ASchedulerShorterThanTheRunIsRefusedOrWarnedAbout) {
+  auto cfg = blobs_config();  // 30 steps
+  cfg.scheduler.config = {{"kind", "one_cycle"}, {"max_lr", 0.1}, {"total_steps", 20}};
+  EXPECT_EQ(error_of([&] { train::Trainer t(cfg); }),
+            "[scheduler] scheduler.total_steps = 20 is shorter than the 30 steps it is stepped "
+            "(run.steps = 30): OneCycleLR would fail at step 21; give it 30 steps");
+  cfg.scheduler.config["total_steps"] = 30;
+  EXPECT_NO_THROW(train::Trainer t(cfg));
+
+  auto warnings_of = [](const train::RunConfig& c) {
+    train::Trainer t(c);
+    auto rec = std::make_shared<Recorder>();
+    t.add_sink(rec);
+    EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+    std::vector<std::string> out;
+    for (const auto& ev : rec->events)
+      if (ev.rfind("warning: ", 0) == 0) out.push_back(ev);
+    return out;
+  };
+  cfg.scheduler.config = {{"kind", "cosine"}, {"T_max", 30}};
+  EXPECT_TRUE(warnings_of(cfg).empty());
+  // Linear warm-up for 10 steps, then the cosine is stepped 20 times; T_max = 15 is short.
+  cfg.scheduler.config = {{"kind", "sequential"},
+                          {"milestones", {10}},
+                          {"schedulers",
+                           {{{"kind", "linear"}, {"start_factor", 0.1}, {"total_iters", 10}},
+                            {{"kind", "cosine"}, {"T_max", 15}}}}};
+  EXPECT_EQ(warnings_of(cfg),
+            std::vector<std::string>{
+                "warning: scheduler.schedulers[1].T_max = 15 is shorter than the 20 steps it is "
+                "stepped (run.steps = 30): after step 15 the LR climbs back towards the base LR "
+                "(CosineAnnealingLR is periodic); T_max = 20 anneals once"});
+  cfg.scheduler.config["schedulers"][1]["T_max"] = 20;
+  EXPECT_TRUE(warnings_of(cfg).empty());
+  // The first of a sequence is stepped until just before the first milestone.
+  cfg.scheduler.config = {{"kind", "sequential"},
+                          {"milestones", {10}},
+                          {"schedulers",
+                           {{{"kind", "one_cycle"}, {"max_lr", 0.1}, {"total_steps", 8}},
+                            {{"kind", "constant"}, {"factor", 1.0}}}}};
+  EXPECT_EQ(error_of([&] { train::Trainer t(cfg); }),
+            "[scheduler] scheduler.schedulers[0].total_steps = 8 is shorter than the 9 steps it "
+            "is stepped (run.steps = 30): OneCycleLR would fail at step 9; give it 9 steps");
+  cfg.scheduler.config["schedulers"][0]["total_steps"] = 9;
+  EXPECT_TRUE(warnings_of(cfg).empty());
+}
+
 TEST(Trainer, BindingThatCannotBeSatisfiedFallsBackWithAWarning) {
   auto cfg = blobs_config();
   cfg.run.steps = 3;
