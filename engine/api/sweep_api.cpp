@@ -201,6 +201,13 @@ std::optional<double> value_at(store::RunStore& st, std::int64_t run, const std:
   return v;
 }
 
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (const auto& p : parts)
+    out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
 std::string number(double v) {
   std::ostringstream os;
   os << std::setprecision(4) << v;
@@ -350,6 +357,7 @@ SweepResult run_sweep(const SweepRequest& request,
     int failed = 0;
     for (std::size_t stage = 0; stage < targets.size(); ++stage) {
       const std::int64_t target = targets[stage];
+      std::vector<std::string> unfinished;
       const auto trials = store::sweep_trials(st, sweep_id);
       std::vector<Job> jobs;
       for (std::size_t i = 0; i < trials.size(); ++i) {
@@ -396,17 +404,32 @@ SweepResult run_sweep(const SweepRequest& request,
         const auto procs = launch_runs(lr, [&](const LaunchedProcess& p) {
           if (on_trial) on_trial(event_of(p.slot, p));
         });
+        // A trial process killed on the way left its run "running" (or "queued", killed while
+        // setting up): its process is gone, so it is crashed, and can be resumed.
+        st.recover_crashed_runs();
         const auto after = store::sweep_trials(st, sweep_id);
         for (const auto& p : procs) {
           SweepTrialEvent e = event_of(p.slot, p);
           e.exit_code = p.exit_code;
           if (on_trial) on_trial(e);
           // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
-          // is whether its trial got there.
+          // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
-          if (!reached(st, t, target) || t.run_status == store::RunStatus::kFailed) ++failed;
+          if (reached(st, t, target)) {
+            if (t.run_status == store::RunStatus::kFailed) ++failed;
+          } else {
+            unfinished.push_back("trial " + std::to_string(t.trial) + " (" + e.trial.name +
+                                 ", exit code " + std::to_string(p.exit_code) + ", see " + e.log +
+                                 ")");
+          }
         }
       }
+      // A trial without a result is not the worst of its rung: no decision (and no table) is
+      // taken on it. The sweep stops here; --resume runs those trials again.
+      TB_CHECK(unfinished.empty(), "[sweep] ", unfinished.size(), " trial(s) ended before ",
+               target > 0 ? "step " + std::to_string(target) : std::string("the end"),
+               " without a result: ", join(unfinished, "; "), "; trainbench-cli sweep --resume ",
+               preview.name, " runs them again");
       if (target > 0) {
         const std::string note = decide(st, sweep_id, preview, target);
         if (on_note) on_note(note);

@@ -165,7 +165,8 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
   std::vector<Candidate> dead;
   {
     detail::Statement st = db_->prepare(
-        "SELECT id, writer_pid, writer_host, writer_start_time FROM runs WHERE status = 'running'");
+        "SELECT id, writer_pid, writer_host, writer_start_time FROM runs "
+        "WHERE status IN ('running', 'queued') AND writer_pid IS NOT NULL");
     while (st.step()) {
       ProcessIdentity who{st.opt_int64(1).value_or(0), st.text(2), st.opt_int64(3).value_or(0)};
       if (who.host == here && !process_alive(who)) dead.push_back({st.int64(0), who});
@@ -176,7 +177,8 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
   detail::Transaction tx(*db_);
   for (const Candidate& c : dead) {
     // Re-check under the write lock: another process may have recovered or resumed it.
-    if (detail::read_status(*db_, c.id) != RunStatus::kRunning) continue;
+    const RunStatus now = detail::read_status(*db_, c.id);
+    if (now != RunStatus::kRunning && now != RunStatus::kQueued) continue;
     detail::Statement w =
         db_->prepare("SELECT writer_pid, writer_start_time, last_step FROM runs WHERE id = ?");
     w.bind(1, c.id);
@@ -186,10 +188,13 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
     }
     const auto last = w.opt_int64(2);
     const std::string why =
-        str_cat("the writing process (pid ", c.who.pid, " on ", c.who.host,
-                ") ended without closing the run; ",
-                last ? str_cat("every committed step is kept (last step ", *last, ")")
-                     : std::string("no metrics had been committed"));
+        now == RunStatus::kQueued
+            ? str_cat("the process that created it (pid ", c.who.pid, " on ", c.who.host,
+                      ") ended while setting the run up; nothing was trained")
+            : str_cat("the writing process (pid ", c.who.pid, " on ", c.who.host,
+                      ") ended without closing the run; ",
+                      last ? str_cat("every committed step is kept (last step ", *last, ")")
+                           : std::string("no metrics had been committed"));
     detail::change_status(*db_, c.id, RunStatus::kCrashed, why, unix_now());
     changed.push_back(c.id);
   }
@@ -203,8 +208,9 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   }
   detail::Statement st = db_->prepare(
       "INSERT INTO runs (name, tags, status, created_at, config, config_format, seed, host, "
-      "cpu_info, gpu_info, engine_version, sweep_id, sweep_trial, sweep_point) "
-      "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "cpu_info, gpu_info, engine_version, sweep_id, sweep_trial, sweep_point, writer_pid, "
+      "writer_host, writer_start_time) "
+      "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   st.bind(1, run.name).bind(2, tags_to_json(run.tags)).bind(3, unix_now());
   st.bind(4, run.config).bind(5, run.config_format);
   if (run.seed) {
@@ -230,6 +236,10 @@ std::int64_t RunStore::create_run(const NewRun& run) {
   } else {
     st.bind_null(11).bind_null(12).bind_null(13);
   }
+  // The creating process, until a writer takes the run: a queued run whose creator is gone (killed
+  // while setting the run up) is found crashed rather than left queued for ever.
+  const ProcessIdentity me = current_process();
+  st.bind(14, me.pid).bind(15, me.host).bind(16, me.start_time);
   st.run();
   const std::int64_t id = db_->query_int("SELECT last_insert_rowid()");
   detail::insert_event(*db_, id, unix_now(), EventLevel::kInfo, "created (queued)");

@@ -62,7 +62,8 @@ class RunStore {
 
   /// Marks every `running` run whose writer was on this host and whose process is gone (no such
   /// pid, a zombie, or a different process start time) as `crashed`, keeping every committed
-  /// step, and adds an error event saying so. Runs written on another host are left alone.
+  /// step, and adds an error event saying so; likewise a `queued` run whose creating process is
+  /// gone (killed while setting the run up). Runs written on another host are left alone.
   /// Returns the ids changed. Called by open() unless options.recover_crashed is false.
   std::vector<std::int64_t> recover_crashed_runs();
 

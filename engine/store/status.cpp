@@ -36,7 +36,9 @@ bool is_allowed_transition(RunStatus from, RunStatus to) noexcept {
   if (from == to) return false;
   switch (from) {
     case RunStatus::kQueued:
-      return to == RunStatus::kRunning || to == RunStatus::kCancelled || to == RunStatus::kFailed;
+      // crashed: the process that created it ended before the run started (set-up killed).
+      return to == RunStatus::kRunning || to == RunStatus::kCancelled || to == RunStatus::kFailed ||
+             to == RunStatus::kCrashed;
     case RunStatus::kRunning:
       return is_terminal(to);
     default:

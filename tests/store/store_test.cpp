@@ -664,6 +664,32 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
   EXPECT_NE(store.get_run(1).summary.message.find("ended without closing"), std::string::npos);
 }
 
+// A process killed while it sets its new run up (loading data, building the model) never opens a
+// writer: the run, queued by that process, is found crashed rather than left queued for ever.
+TEST_F(StoreTest, QueuedRunOfVanishedCreatorBecomesCrashedOnOpen) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      RunStore::open(db()).create_run({.name = "set-up killed"});
+    } catch (...) {
+      _exit(3);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto store = RunStore::open(db());
+  const auto mine = store.create_run({.name = "mine"});  // this process is alive: stays queued
+  const auto again = RunStore::open(db());
+  EXPECT_EQ(again.get_run(1).summary.status, RunStatus::kCrashed);
+  EXPECT_EQ(again.get_run(1).summary.message,
+            "the process that created it (pid " + std::to_string(child) + " on " +
+                current_process().host + ") ended while setting the run up; nothing was trained");
+  EXPECT_EQ(again.get_run(mine).summary.status, RunStatus::kQueued);
+}
+
 TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
   {
     auto store = RunStore::open(db());
