@@ -1,5 +1,7 @@
 #include "engine/api/api_detail.h"
 
+#include <algorithm>
+
 #include <ctime>
 #include <iomanip>
 #include <sstream>
@@ -56,6 +58,19 @@ void mark_failed(const std::filesystem::path& db, std::int64_t run_id,
     st.set_status(run_id, store::RunStatus::kFailed, message);
   } catch (...) {  // best effort: the caller reports the original error
   }
+}
+
+store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
+                                    const std::string& prefix, const std::string& none) {
+  const auto cks = st.checkpoints(run);
+  TB_CHECK(!cks.empty(), prefix, " run ", run, " ", none);
+  const auto usable = std::find_if(cks.rbegin(), cks.rend(), [](const store::Checkpoint& c) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(std::filesystem::path(c.path) / "state.json", ec);
+  });
+  TB_CHECK(usable != cks.rend(), prefix, " run ", run, "'s checkpoints are gone: the store lists ",
+           cks.size(), ", none of them on disk (newest: ", cks.back().path, ")");
+  return *usable;
 }
 
 void StoreSink::on_metrics(std::int64_t step, const train::Metrics& m) {

@@ -53,6 +53,12 @@ std::filesystem::path checkpoint_dir(const train::RunConfig& config,
                                      const std::filesystem::path& db, const std::string& store_name,
                                      const std::string& store_id, std::int64_t run_id);
 
+/// The newest of run `run`'s stored checkpoints whose files are still there: one deleted by hand
+/// (or pruned by a version that recorded checkpoints lazily) is skipped. None stored: a
+/// tb::ValueError "`prefix` run N `none`"; none left on disk: one saying so, with the newest path.
+store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
+                                    const std::string& prefix, const std::string& none);
+
 /// Marks a created (queued) run failed with `message`, best effort: a run that cannot be
 /// changed (store gone, run deleted, already ended) is left alone. Never throws.
 void mark_failed(const std::filesystem::path& db, std::int64_t run_id,

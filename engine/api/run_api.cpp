@@ -300,12 +300,12 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
   std::string from = dir.string();
   if (!dir.empty()) check_checkpoint_of(st, run_id, dir, "[weights]");
   if (dir.empty()) {
-    const auto cks = st.checkpoints(run_id);
-    TB_CHECK(!cks.empty(), "[weights] run ", run_id,
-             " has no checkpoint (checkpoints are written at the end of each epoch/eval "
-             "and at the end of the run)");
-    dir = cks.back().path;
-    from = "checkpoint of step " + std::to_string(cks.back().step);
+    const auto ck = detail::newest_checkpoint(
+        st, run_id, "[weights]",
+        "has no checkpoint (checkpoints are written at each checkpoint.interval and at the end "
+        "of the run)");
+    dir = ck.path;
+    from = "checkpoint of step " + std::to_string(ck.step);
   }
   rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
   const auto model = nn::build_model(config.model, &gen);
@@ -328,13 +328,13 @@ SampleResult sample_run(const SampleRequest& req) {
   SampleResult out;
   out.from = "run " + std::to_string(req.run_id) + ", " + dir.string();
   if (dir.empty()) {
-    const auto cks = st.checkpoints(req.run_id);
-    TB_CHECK(!cks.empty(), "[sample] run ", req.run_id,
-             " has no checkpoint to sample from (checkpoints are written at each "
-             "checkpoint.interval and at the end of the run)");
-    dir = cks.back().path;
-    out.from = "run " + std::to_string(req.run_id) + ", checkpoint of step " +
-               std::to_string(cks.back().step);
+    const auto ck = detail::newest_checkpoint(
+        st, req.run_id, "[sample]",
+        "has no checkpoint to sample from (checkpoints are written at each "
+        "checkpoint.interval and at the end of the run)");
+    dir = ck.path;
+    out.from =
+        "run " + std::to_string(req.run_id) + ", checkpoint of step " + std::to_string(ck.step);
   }
   rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
   const auto model = nn::build_model(config.model, &gen);

@@ -195,18 +195,8 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {
-    const auto cks = st.checkpoints(s.run_id);
-    TB_CHECK(!cks.empty(), "[run] run ", s.run_id, " has no checkpoint to resume from");
-    // The newest checkpoint whose files are there: one may have been deleted by hand, or pruned
-    // by a version that committed checkpoint records lazily.
-    auto usable = std::find_if(cks.rbegin(), cks.rend(), [](const store::Checkpoint& c) {
-      std::error_code ec;
-      return std::filesystem::is_regular_file(std::filesystem::path(c.path) / "state.json", ec);
-    });
-    TB_CHECK(usable != cks.rend(), "[run] run ", s.run_id,
-             "'s checkpoints are gone: the store lists ", cks.size(),
-             ", none of them on disk (newest: ", cks.back().path, ")");
-    s.checkpoint = usable->path;
+    s.checkpoint =
+        detail::newest_checkpoint(st, s.run_id, "[run]", "has no checkpoint to resume from").path;
   }
   return s;
 }

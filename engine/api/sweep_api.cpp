@@ -154,11 +154,15 @@ store::SweepRecord find_or_explain(store::RunStore& st, const std::string& name)
                    (names.empty() ? std::string(" (it has none)") : " (it has: " + names + ")"));
 }
 
-// The newest checkpoint step of a run (nullopt without one).
+// The step of a run's newest checkpoint on disk, the one a resume starts from (nullopt without
+// one).
 std::optional<std::int64_t> checkpoint_step(store::RunStore& st, std::int64_t run) {
-  const auto cks = st.checkpoints(run);
-  if (cks.empty()) return std::nullopt;
-  return cks.back().step;
+  if (st.checkpoints(run).empty()) return std::nullopt;
+  try {
+    return detail::newest_checkpoint(st, run, "[sweep]", "").step;
+  } catch (const ValueError&) {  // every one gone from disk
+    return std::nullopt;
+  }
 }
 
 // Whether a trial's newest run has reached `target` (0: the end): nothing left to run for it.

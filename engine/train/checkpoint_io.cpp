@@ -9,6 +9,7 @@
 //                              state_dicts, loader position, the model generator's state, the
 //                              config (TOML) and the owner (store id/run)
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -145,18 +146,41 @@ std::string checkpoint_name(std::int64_t step) {
 }
 
 void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
-                       const std::string& owner_key) {
+                       const std::string& owner_key, std::int64_t current_step) {
   if (keep <= 0) return;
-  std::vector<std::filesystem::path> dirs;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.is_directory() && e.path().filename().string().rfind("step-", 0) == 0 &&
-        checkpoint_owner_key(e.path()) == std::optional<std::string>(owner_key))
-      dirs.push_back(e.path());
-  std::sort(dirs.begin(), dirs.end());
-  while (static_cast<std::int64_t>(dirs.size()) > keep) {
-    std::filesystem::remove_all(dirs.front());
-    dirs.erase(dirs.begin());
+  std::vector<std::pair<std::int64_t, std::filesystem::path>> mine;  // (step, folder)
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    const auto ends_with = [&](std::string_view tail) {
+      return name.size() > tail.size() &&
+             name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    // What a killed save left (a ".step-N.partial" being written, a ".step-N.old" stepping
+    // aside): only this run's saves write into its folder, and this one is complete.
+    if (name.rfind(".step-", 0) == 0 && (ends_with(".partial") || ends_with(".old"))) {
+      std::filesystem::remove_all(e.path());
+      continue;
+    }
+    if (name.rfind("step-", 0) != 0 ||
+        checkpoint_owner_key(e.path()) != std::optional<std::string>(owner_key))
+      continue;
+    std::int64_t step = 0;
+    const char* digits = name.c_str() + 5;
+    const auto [end, ec] = std::from_chars(digits, name.c_str() + name.size(), step);
+    if (ec != std::errc() || end != name.c_str() + name.size()) continue;
+    mine.emplace_back(step, e.path());
   }
+  std::sort(mine.begin(), mine.end());
+  // Past the current step: written by a continuation that was cut short (killed after them, then
+  // resumed from an earlier checkpoint). That timeline is abandoned, and kept by step the
+  // folders would outlive the checkpoint just written.
+  while (!mine.empty() && mine.back().first > current_step) {
+    std::filesystem::remove_all(mine.back().second);
+    mine.pop_back();
+  }
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < mine.size(); ++i)
+    std::filesystem::remove_all(mine[i].second);
 }
 
 }  // namespace detail

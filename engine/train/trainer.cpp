@@ -414,7 +414,7 @@ void Trainer::checkpoint_if_due(TrainResult& r, bool now) {
     r.last_checkpoint = dir.string();
     for (auto& sink : sinks_)
       sink->on_checkpoint(s.step, dir.string());
-    detail::prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep, owner_key_);
+    detail::prune_checkpoints(checkpoint_dir_, config_.checkpoint.keep, owner_key_, s.step);
   }
   if (gather) release_unowned_state();
 }

@@ -128,10 +128,12 @@ void append_step_metrics(const Trainer::State& s, const StepTimes& t, double gra
 
 /// "step-00000042".
 std::string checkpoint_name(std::int64_t step);
-/// Deletes the oldest step-* folders of `dir` recorded as written by `owner_key` until `keep`
-/// remain; folders of another owner, or whose state cannot be read, are never deleted.
+/// Deletes, among the step-* folders of `dir` recorded as written by `owner_key`, those past
+/// `current_step` (a continuation abandoned by a resume from an earlier checkpoint), then the
+/// oldest until `keep` remain; and the hidden leftovers of killed saves (.step-N.partial,
+/// .step-N.old). Folders of another owner, or whose state cannot be read, are never deleted.
 void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
-                       const std::string& owner_key);
+                       const std::string& owner_key, std::int64_t current_step);
 /// The owner key ("STORE_ID/RUN_ID") a checkpoint folder records: "" for one written without an
 /// owner, nullopt when its state cannot be read.
 std::optional<std::string> checkpoint_owner(const std::filesystem::path& dir);

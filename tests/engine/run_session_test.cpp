@@ -233,6 +233,39 @@ TEST(RunLifecycle, ResumeSkipsCheckpointsGoneFromDiskAndRefusesAStopBehindIt) {
   EXPECT_EQ(now.last_step, 7);
 }
 
+// A continuation killed after writing a checkpoint the store had not yet recorded (step 6 here),
+// then resumed from the recorded one (step 4), abandons that folder: pruning by name would have
+// kept it and deleted the checkpoint the resumed run had just written (keep = 1). The hidden
+// leftovers of a killed save go too.
+TEST(RunLifecycle, PruningDropsAnAbandonedContinuationNotTheNewCheckpoint) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec first = spec_for(db);  // a checkpoint every 2 steps, keep = 1
+  first.stop_at = 4;
+  ASSERT_TRUE(api::execute_run(first).stopped_as_asked);
+  const fs::path four = store::RunStore::open(db).checkpoints(1).back().path;
+  const fs::path run_dir = four.parent_path();
+  fs::copy(four, run_dir / "step-00000006");  // the unrecorded folder of the killed continuation
+  fs::create_directories(run_dir / ".step-00000008.partial");
+  fs::create_directories(run_dir / ".step-00000002.old");
+
+  api::RunSpec resume;
+  resume.db_path = db.string();
+  resume.resume = 1;
+  resume.stop_at = 5;
+  const auto out = api::execute_run(resume);
+  ASSERT_TRUE(out.stopped_as_asked) << out.message;
+  EXPECT_EQ(out.from_step, 4);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(run_dir))
+    left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"step-00000005"});
+  resume.stop_at = 0;
+  const auto rest = api::execute_run(resume);
+  EXPECT_EQ(rest.status, "finished") << rest.message;
+  EXPECT_EQ(rest.from_step, 5);
+}
+
 TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";
