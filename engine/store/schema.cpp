@@ -167,7 +167,8 @@ std::string hex32(std::uint32_t v) {
                                       "(--db PATH) or move this file away."));
 }
 
-// What an existing file holds, read without modifying it.
+// What an existing file holds, read without modifying it (but for rolling back the hot journal of
+// a transaction whose process was killed, which any SQLite writer would do).
 struct Inspection {
   bool fresh = false;  // empty: no schema yet
   int version = 0;
@@ -179,7 +180,20 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   if (!std::filesystem::is_regular_file(path, ec)) reject(file, "is not a regular file");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw StoreError(str_cat("[store] ", file, ": cannot read its size: ", ec.message()));
-  if (size == 0) return {true, 0};  // SQLite treats an empty file as an empty database
+  if (size == 0 && !std::filesystem::exists(file + "-journal", ec))
+    return {true, 0};  // SQLite treats an empty file as an empty database
+  // A process killed in the middle of a transaction in rollback mode (creating the store, before
+  // it turns to WAL) leaves a hot journal and a file that may not even start with SQLite's
+  // header yet. Only a read-write connection may roll it back, as SQLite does on its first read
+  // (a journal that is not hot, its writer alive, is left alone); then the file is read as is.
+  if (std::filesystem::exists(file + "-journal", ec)) {
+    try {
+      Connection rw(path, {.read_only = false, .busy_timeout_ms = options.busy_timeout_ms});
+      (void)rw.query_int("PRAGMA user_version");
+    } catch (const StoreError&) {  // not a database, or not writable: judged below as it is
+    }
+    if (std::filesystem::file_size(path, ec) == 0 && !ec) return {true, 0};
+  }
 
   unsigned char header[100] = {};
   {
@@ -205,7 +219,7 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   Inspection result;
   std::vector<std::string> tables;
   std::int64_t app_id = 0;
-  try {
+  const auto read_schema = [&] {
     Connection ro(path, {.read_only = true, .busy_timeout_ms = options.busy_timeout_ms});
     // One read transaction: the id, version and tables come from one snapshot. Read one by one
     // they could straddle another process's schema creation (id still 0, tables already there)
@@ -228,6 +242,9 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
       }
     }
     ro.exec("COMMIT");
+  };
+  try {
+    read_schema();
   } catch (const DatabaseRejectedError&) {
     throw;
   } catch (const StoreError& e) {

@@ -690,6 +690,36 @@ TEST_F(StoreTest, QueuedRunOfVanishedCreatorBecomesCrashedOnOpen) {
   EXPECT_EQ(again.get_run(mine).summary.status, RunStatus::kQueued);
 }
 
+// A process killed while it creates a store (its first transaction, in rollback mode, before
+// the store turns to WAL) leaves a hot journal, and a file that may not start with SQLite's
+// header yet. Before, every command then failed ("not an SQLite file", or SQLite code 776 read
+// as "read-only"); now the journal is rolled back, as SQLite does, and the store is made.
+TEST_F(StoreTest, AStoreWhoseCreationWasKilledIsRolledBackAndCreated) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sqlite3* raw = nullptr;
+    if (sqlite3_open(db().string().c_str(), &raw) != SQLITE_OK) _exit(3);
+    // A cache of one page spills the transaction's pages to the file before its commit.
+    if (sqlite3_exec(
+            raw,
+            "PRAGMA cache_size = 1; BEGIN; CREATE TABLE runs (x BLOB); "
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) "
+            "INSERT INTO runs SELECT randomblob(4000) FROM n;",
+            nullptr, nullptr, nullptr) != SQLITE_OK)
+      _exit(4);
+    _exit(0);  // killed mid-transaction: no rollback, no commit
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(fs::exists(db().string() + "-journal"));
+  ASSERT_GT(fs::file_size(db()), 0u);
+  auto store = RunStore::open(db());
+  EXPECT_EQ(store.create_run({.name = "after"}), 1);
+  EXPECT_FALSE(fs::exists(db().string() + "-journal"));
+}
+
 TEST_F(StoreTest, KillDashNineKeepsConsistentPrefixAndMarksCrashed) {
   {
     auto store = RunStore::open(db());
