@@ -65,8 +65,16 @@ store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
   const auto cks = st.checkpoints(run);
   TB_CHECK(!cks.empty(), prefix, " run ", run, " ", none);
   const auto usable = std::find_if(cks.rbegin(), cks.rend(), [](const store::Checkpoint& c) {
+    namespace fs = std::filesystem;
+    const fs::path dir(c.path);
     std::error_code ec;
-    return std::filesystem::is_regular_file(std::filesystem::path(c.path) / "state.json", ec);
+    if (fs::is_regular_file(dir / "state.json", ec)) return true;
+    // A re-save of this step killed between its two renames (checkpoint_io.cpp) left the
+    // previous save of the step aside, whole (.step-N.old): put it back under its name.
+    const fs::path aside = dir.parent_path() / ("." + dir.filename().string() + ".old");
+    if (!fs::is_regular_file(aside / "state.json", ec)) return false;
+    fs::rename(aside, dir, ec);
+    return !ec;
   });
   TB_CHECK(usable != cks.rend(), prefix, " run ", run, "'s checkpoints are gone: the store lists ",
            cks.size(), ", none of them on disk (newest: ", cks.back().path, ")");

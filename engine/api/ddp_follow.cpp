@@ -120,7 +120,7 @@ class OutputReader {
         if (in_table) {
           if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) {
             in_table = false;
-          } else {
+          } else if (line.rfind("warning: ", 0) != 0) {  // a warning is not part of the table
             description_ += line + "\n";
           }
         }
@@ -260,13 +260,10 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
     out.run_id = run;
     if (observer.on_start) observer.on_start(run, output.description());
   }
-  if (run == 0) {
-    out.status = "failed";
-    out.message = "the distributed run did not start (launcher exit " + std::to_string(code) +
-                  "): " + output.tail();
-    if (!spec.resume) throw ValueError("[run] " + out.message);
-    return out;
-  }
+  // Nothing ran: an error, as for a run in this process (a resume that cannot start leaves the
+  // stored run as it was).
+  TB_CHECK(run != 0, "[run] the distributed run did not start (launcher exit ", code,
+           "): ", output.tail());
   poll_metrics();
   for (const auto& r : store->runs()) {
     if (r.id != run) continue;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -97,7 +98,8 @@ class ObserverSink final : public train::MetricSink {
                std::function<void(const std::string&, const std::string&)> on_event)
       : run_(run), total_(total), cb_(std::move(cb)), on_event_(std::move(on_event)) {}
   void on_event(const std::string& level, const std::string& text) override {
-    if (on_event_ && level != "info") on_event_(level, text);
+    // Warnings only: an error event is the run's failure, which is its outcome.
+    if (on_event_ && level == "warning") on_event_(level, text);
   }
   // The outcome is execute_run's result, not an event for the observer.
   void on_outcome(const std::string&, const std::string&) override {}
@@ -197,6 +199,19 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   } else {
     s.checkpoint =
         detail::newest_checkpoint(st, s.run_id, "[run]", "has no checkpoint to resume from").path;
+  }
+  // A stop at or before the checkpoint's step would never be met (the run would train to its
+  // end). Checked here, before a distributed run's other ranks are told to start.
+  if (spec.stop_at > 0) {
+    std::ifstream in(s.checkpoint / "state.json");
+    const nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
+    const std::int64_t at =
+        state.is_object() && state.contains("step") && state["step"].is_number_integer()
+            ? state["step"].get<std::int64_t>()
+            : -1;  // unreadable: resume_from() says why
+    TB_CHECK(at < 0 || spec.stop_at > at, "[run] --stop-at ", spec.stop_at, ": run ", s.run_id,
+             " resumes at step ", at, " (", s.checkpoint.filename().string(),
+             "); give a later step");
   }
   return s;
 }
@@ -344,10 +359,6 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
     if (resuming) {
       trainer->resume_from(start.checkpoint);
       out.from_step = trainer->steps_done();
-      // Otherwise the stop would never be met and the run would train to its end.
-      TB_CHECK(spec.stop_at <= 0 || spec.stop_at > out.from_step, "[run] --stop-at ", spec.stop_at,
-               ": run ", start.run_id, " resumes at step ", out.from_step, " (",
-               start.checkpoint.filename().string(), "); give a later step");
     }
   } catch (const std::exception& e) {
     return fail(e);

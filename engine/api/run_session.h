@@ -85,21 +85,23 @@ struct RunObserver {
   std::function<void(std::int64_t, const std::string&)> on_start;
   /// Every logged step's metrics.
   std::function<void(const StepMetrics&)> on_metrics;
-  /// Every event of level "warning" or "error" the trainer emits (the store gets every event).
+  /// Every warning the trainer emits, as it happens (the store gets every event; a failure is
+  /// the returned outcome).
   std::function<void(const std::string& level, const std::string& text)> on_event;
 };
 
 /// Runs `spec` on the calling thread:
 /// 1. parses the config (a bad one throws tb::ValueError; nothing is stored);
 /// 2. creates the run in the store (status queued), or — resuming — finds the stored run and its
-///    newest checkpoint (none: tb::ValueError, nothing changed);
+///    newest checkpoint on disk (none: tb::ValueError, nothing changed);
 /// 3. builds the trainer, its checkpoints in a folder of this store and run
 ///    (<checkpoint.dir or the store's folder>/checkpoints/<store name>-<store id>/run-<id>), and
 ///    restores the checkpoint; a checkpoint of another store or run is refused;
 /// 4. opens the run's writer (status running) and trains with the store and observer sinks;
 /// 5. ends the run with its status (finished, failed, diverged, cancelled).
-/// From step 2 on no failure throws: it returns status "failed" with the message, a created run
-/// is marked failed, and a resumed run that could not restart keeps the status it had.
+/// A new run that fails from step 2 on does not throw: it is marked failed and the status
+/// "failed" is returned with the message. A resume that cannot restart (steps 2 and 3, or the
+/// writer) throws, and the stored run keeps the status it had.
 ///
 /// Distributed runs (distributed.backend != none, every rank started by mpirun or `trainbench-cli
 /// launch --ddp`): rank 0 does all of the above; the other ranks build their trainer from rank

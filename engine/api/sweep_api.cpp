@@ -419,12 +419,20 @@ SweepResult run_sweep(const SweepRequest& request,
           // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
           // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
+          // Without a result: killed by a signal (the OOM killer, kill -9: 128 + signal), or its
+          // run cancelled (exit code 2) before the target. Another try may give one. A process
+          // that ended on its own otherwise (a config or file error: exit code 1) fails the
+          // trial, as a failed or diverged run does; it would fail again.
+          const bool killed = p.exit_code < 0 || p.exit_code >= 128;
+          const bool cancelled = p.exit_code == 2 && t.run_status == store::RunStatus::kCancelled;
           if (reached(st, t, target)) {
             if (t.run_status == store::RunStatus::kFailed) ++failed;
-          } else {
+          } else if (killed || cancelled) {
             unfinished.push_back("trial " + std::to_string(t.trial) + " (" + e.trial.name +
-                                 ", exit code " + std::to_string(p.exit_code) + ", see " + e.log +
-                                 ")");
+                                 (killed ? ", killed: exit code " : ", cancelled: exit code ") +
+                                 std::to_string(p.exit_code) + ", see " + e.log + ")");
+          } else {
+            ++failed;
           }
         }
       }

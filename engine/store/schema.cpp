@@ -180,13 +180,14 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   if (!std::filesystem::is_regular_file(path, ec)) reject(file, "is not a regular file");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw StoreError(str_cat("[store] ", file, ": cannot read its size: ", ec.message()));
-  if (size == 0 && !std::filesystem::exists(file + "-journal", ec))
+  if (size == 0 && (options.read_only || !std::filesystem::exists(file + "-journal", ec)))
     return {true, 0};  // SQLite treats an empty file as an empty database
   // A process killed in the middle of a transaction in rollback mode (creating the store, before
   // it turns to WAL) leaves a hot journal and a file that may not even start with SQLite's
   // header yet. Only a read-write connection may roll it back, as SQLite does on its first read
   // (a journal that is not hot, its writer alive, is left alone); then the file is read as is.
-  if (std::filesystem::exists(file + "-journal", ec)) {
+  // A read-only open writes nothing: it reports the file as it finds it.
+  if (!options.read_only && std::filesystem::exists(file + "-journal", ec)) {
     try {
       Connection rw(path, {.read_only = false, .busy_timeout_ms = options.busy_timeout_ms});
       (void)rw.query_int("PRAGMA user_version");

@@ -48,7 +48,9 @@ struct OpenOptions {
 };
 
 /// Opens (creating it and its directories when absent, unless read-only) the run database at
-/// `path`. An existing file is checked first through its header and a read-only connection:
+/// `path`. Unless read-only, the hot journal of a transaction whose process was killed is rolled
+/// back first, as SQLite does. An existing file is checked through its header and a read-only
+/// connection:
 /// not SQLite, corrupted, another application's (other application_id, or tables without ours)
 /// or newer than the ladder -> DatabaseRejectedError naming the file, and nothing was written.
 /// Then (read-write) WAL journal mode, synchronous=NORMAL, the busy timeout, and the ladder's

@@ -27,7 +27,7 @@ RunStatus run_status_from_string(std::string_view text);
 /// True for the statuses a run ends in: finished, failed, diverged, cancelled, crashed.
 bool is_terminal(RunStatus status) noexcept;
 
-/// Whether a run may go from `from` to `to`: queued -> running|cancelled|failed;
+/// Whether a run may go from `from` to `to`: queued -> running|cancelled|failed|crashed;
 /// running -> any terminal status; a terminal status -> running (resume). Nothing else, and
 /// never to the same status.
 bool is_allowed_transition(RunStatus from, RunStatus to) noexcept;

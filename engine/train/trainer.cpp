@@ -568,9 +568,11 @@ TrainResult Trainer::loop() {
     const detail::OptimizerStepResult opt = detail::optimizer_step(s, log_now);
     if (!opt.stepped) {
       ++s.scaler_skipped;
-      emit_event("warning", "step " + std::to_string(s.step + 1) +
-                                ": inf/NaN gradients at loss scale " +
-                                std::to_string(opt.loss_scale) + ", optimizer step skipped");
+      // Routine for dynamic loss scaling (the scale is then lowered), as PyTorch's GradScaler
+      // treats it: a note in the run's events, not a warning.
+      emit_event("info", "step " + std::to_string(s.step + 1) +
+                             ": inf/NaN gradients at loss scale " + std::to_string(opt.loss_scale) +
+                             ", optimizer step skipped");
     }
     times.optimizer_ms = ms_since(t3);
     s.last_optimizer_ms = times.optimizer_ms;

@@ -173,9 +173,11 @@ std::int64_t int_field(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
 }
 
-// `sc` is stepped `stepped` times (its last_epoch reaches that); `where` is its key path.
-void check_stepped(const nlohmann::json& sc, std::int64_t stepped, const std::string& where,
-                   const std::string& run_length, std::vector<std::string>& warnings) {
+// `sc` is stepped `stepped` times (its last_epoch reaches that) from the run's step `offset`;
+// `where` is its key path. Messages name the run's steps.
+void check_stepped(const nlohmann::json& sc, std::int64_t stepped, std::int64_t offset,
+                   const std::string& where, const std::string& run_length,
+                   std::vector<std::string>& warnings) {
   if (!sc.is_object() || stepped <= 0) return;
   const std::string kind = sc.value("kind", std::string());
   if (sc.contains("last_epoch") && int_field(sc, "last_epoch") >= 0) return;  // resumes mid-way
@@ -187,20 +189,21 @@ void check_stepped(const nlohmann::json& sc, std::int64_t stepped, const std::st
     TB_CHECK(total <= 0 || total >= stepped, "[scheduler] ", where,
              by_total ? ".total_steps = " : ".epochs x steps_per_epoch = ", total,
              " is shorter than the ", stepped, " steps it is stepped (", run_length,
-             "): OneCycleLR would fail at step ", total + 1, "; give it ", stepped, " steps");
+             "): OneCycleLR would fail at step ", offset + total + 1, "; give it ", stepped,
+             " steps");
   } else if (kind == "cosine") {
     const std::int64_t t_max = int_field(sc, "T_max");
     if (t_max > 0 && t_max < stepped)
       warnings.push_back(where + ".T_max = " + std::to_string(t_max) + " is shorter than the " +
                          std::to_string(stepped) + " steps it is stepped (" + run_length +
-                         "): after step " + std::to_string(t_max) +
+                         "): after step " + std::to_string(offset + t_max) +
                          " the LR climbs back towards the base LR (CosineAnnealingLR is "
                          "periodic); T_max = " +
                          std::to_string(stepped) + " anneals once");
   } else if (kind == "chained" && sc.contains("schedulers") && sc["schedulers"].is_array()) {
     for (std::size_t i = 0; i < sc["schedulers"].size(); ++i)
-      check_stepped(sc["schedulers"][i], stepped, where + ".schedulers[" + std::to_string(i) + "]",
-                    run_length, warnings);
+      check_stepped(sc["schedulers"][i], stepped, offset,
+                    where + ".schedulers[" + std::to_string(i) + "]", run_length, warnings);
   } else if (kind == "sequential" && sc.contains("schedulers") && sc["schedulers"].is_array() &&
              sc.contains("milestones") && sc["milestones"].is_array()) {
     // SequentialLR: the first is stepped until the first milestone; each later one is reset to
@@ -212,8 +215,8 @@ void check_stepped(const nlohmann::json& sc, std::int64_t stepped, const std::st
           i == 0 ? 0 : (i - 1 < ms.size() ? ms[i - 1].get<std::int64_t>() : stepped);
       std::int64_t end = i < ms.size() ? ms[i].get<std::int64_t>() - 1 : stepped;
       end = std::min(end, stepped);
-      check_stepped(children[i], end - start, where + ".schedulers[" + std::to_string(i) + "]",
-                    run_length, warnings);
+      check_stepped(children[i], end - start, offset + start,
+                    where + ".schedulers[" + std::to_string(i) + "]", run_length, warnings);
     }
   }
 }
@@ -221,11 +224,11 @@ void check_stepped(const nlohmann::json& sc, std::int64_t stepped, const std::st
 }  // namespace
 
 void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::State& s) {
-  const std::string run_length = c.run.steps > 0
-                                     ? "run.steps = " + std::to_string(steps)
-                                     : "run.epochs = " + std::to_string(c.run.epochs) + " of " +
-                                           std::to_string(s.loader->num_batches()) + " steps";
-  check_stepped(c.scheduler.config, steps, "scheduler", run_length, s.setup_warnings);
+  const std::string run_length =
+      c.run.steps > 0 ? "run.steps = " + std::to_string(steps)
+                      : "run.epochs = " + std::to_string(c.run.epochs) + " x " +
+                            std::to_string(s.loader->num_batches()) + " steps per epoch";
+  check_stepped(c.scheduler.config, steps, 0, "scheduler", run_length, s.setup_warnings);
 }
 
 void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {

@@ -43,7 +43,7 @@ wait "$leader"
 rc=$?
 cat "$work/cut1.txt"
 [ "$rc" = 1 ] || fail "the sweep with a killed trial exited with $rc, not 1"
-grep -q "error: \[sweep\] 1 trial(s) ended before step 10000 without a result: trial 0 (es-kill p0 s1, exit code 137, see .*trial-0.log); trainbench-cli sweep --resume es-kill runs them again" \
+grep -q "error: \[sweep\] 1 trial(s) ended before step 10000 without a result: trial 0 (es-kill p0 s1, killed: exit code 137, see .*trial-0.log); trainbench-cli sweep --resume es-kill runs them again" \
   "$work/cut1.txt" || fail "the sweep did not say which trial ended without a result"
 grep -q '^early stopping' "$work/cut1.txt" && fail "a rung was decided without trial 0"
 "$cli" --db "$db" sweeps | grep -q 'es-kill *failed' || fail "the sweep is not listed failed"
@@ -72,7 +72,7 @@ wait "$leader"
 rc=$?
 cat "$work/cut2.txt"
 [ "$rc" = 1 ] || fail "the resumed sweep with a killed trial exited with $rc, not 1"
-grep -q 'ended before the end without a result: trial [0-9] (es-kill p[01] s[12], exit code 137' \
+grep -q 'ended before the end without a result: trial [0-9] (es-kill p[01] s[12], killed: exit code 137' \
   "$work/cut2.txt" || fail "the resumed sweep did not name its killed trial"
 grep -q 'is running in another process' "$work/cut2.txt" && fail "the killed trial's run was taken for a live one"
 "$cli" --db "$db" runs | grep -q 'crashed' || fail "the killed trial's run is not crashed"

@@ -260,6 +260,10 @@ TEST(RunLifecycle, PruningDropsAnAbandonedContinuationNotTheNewCheckpoint) {
   for (const auto& e : fs::directory_iterator(run_dir))
     left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"step-00000005"});
+
+  // A re-save of step 5 killed between its renames left only the previous save, aside: it is
+  // put back and resumed from.
+  fs::rename(run_dir / "step-00000005", run_dir / ".step-00000005.old");
   resume.stop_at = 0;
   const auto rest = api::execute_run(resume);
   EXPECT_EQ(rest.status, "finished") << rest.message;

@@ -495,7 +495,7 @@ TEST(Trainer, ASchedulerShorterThanTheRunIsRefusedOrWarnedAbout) {
   EXPECT_EQ(warnings_of(cfg),
             std::vector<std::string>{
                 "warning: scheduler.schedulers[1].T_max = 15 is shorter than the 20 steps it is "
-                "stepped (run.steps = 30): after step 15 the LR climbs back towards the base LR "
+                "stepped (run.steps = 30): after step 25 the LR climbs back towards the base LR "
                 "(CosineAnnealingLR is periodic); T_max = 20 anneals once"});
   cfg.scheduler.config["schedulers"][1]["T_max"] = 20;
   EXPECT_TRUE(warnings_of(cfg).empty());
