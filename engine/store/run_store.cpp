@@ -12,6 +12,7 @@
 #include "engine/store/metric_chunks.h"
 #include "engine/store/process_info.h"
 #include "engine/store/run_ops.h"
+#include "engine/store/run_writer.h"
 
 #ifndef TB_VERSION_STRING
 #define TB_VERSION_STRING "unknown"
@@ -161,15 +162,25 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
   struct Candidate {
     std::int64_t id;
     ProcessIdentity who;
+    std::optional<double> silent_s;  // another host's writer: how long it has been silent
   };
   std::vector<Candidate> dead;
   {
     detail::Statement st = db_->prepare(
-        "SELECT id, writer_pid, writer_host, writer_start_time FROM runs "
+        "SELECT id, writer_pid, writer_host, writer_start_time, heartbeat_at, status FROM runs "
         "WHERE status IN ('running', 'queued') AND writer_pid IS NOT NULL");
+    const double now = unix_now();
     while (st.step()) {
       ProcessIdentity who{st.opt_int64(1).value_or(0), st.text(2), st.opt_int64(3).value_or(0)};
-      if (who.host == here && !process_alive(who)) dead.push_back({st.int64(0), who});
+      const auto heard = st.opt_real(4);
+      if (who.host == here) {
+        if (!process_alive(who)) dead.push_back({st.int64(0), who, std::nullopt});
+      } else if (st.text(5) == "running" && heard &&
+                 now - *heard > static_cast<double>(kWriterSilenceLimit.count())) {
+        // Its pid means nothing here: silence is the only sign (a writer stamps its heartbeat
+        // every few seconds even when idle).
+        dead.push_back({st.int64(0), who, now - *heard});
+      }
     }
   }
   std::vector<std::int64_t> changed;
@@ -179,16 +190,26 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
     // Re-check under the write lock: another process may have recovered or resumed it.
     const RunStatus now = detail::read_status(*db_, c.id);
     if (now != RunStatus::kRunning && now != RunStatus::kQueued) continue;
-    detail::Statement w =
-        db_->prepare("SELECT writer_pid, writer_start_time, last_step FROM runs WHERE id = ?");
+    detail::Statement w = db_->prepare(
+        "SELECT writer_pid, writer_start_time, last_step, heartbeat_at FROM runs "
+        "WHERE id = ?");
     w.bind(1, c.id);
     w.step();
     if (w.opt_int64(0).value_or(0) != c.who.pid || w.opt_int64(1).value_or(0) != c.who.start_time) {
       continue;
     }
+    if (c.silent_s &&
+        unix_now() - w.opt_real(3).value_or(0) <= static_cast<double>(kWriterSilenceLimit.count()))
+      continue;  // heard from meanwhile
     const auto last = w.opt_int64(2);
     const std::string why =
-        now == RunStatus::kQueued
+        c.silent_s ? str_cat("its writer (pid ", c.who.pid, " on ", c.who.host,
+                             ", another host) has not "
+                             "been heard from for ",
+                             static_cast<std::int64_t>(*c.silent_s), " s; taken as crashed; ",
+                             last ? str_cat("every committed step is kept (last step ", *last, ")")
+                                  : std::string("no metrics had been committed"))
+        : now == RunStatus::kQueued
             ? str_cat("the process that created it (pid ", c.who.pid, " on ", c.who.host,
                       ") ended while setting the run up; nothing was trained")
             : str_cat("the writing process (pid ", c.who.pid, " on ", c.who.host,

@@ -63,7 +63,9 @@ class RunStore {
   /// Marks every `running` run whose writer was on this host and whose process is gone (no such
   /// pid, a zombie, or a different process start time) as `crashed`, keeping every committed
   /// step, and adds an error event saying so; likewise a `queued` run whose creating process is
-  /// gone (killed while setting the run up). Runs written on another host are left alone.
+  /// gone (killed while setting the run up). A `running` run written on another host, whose pid
+  /// means nothing here, is crashed once its writer has been silent (no commit, no heartbeat)
+  /// for kWriterSilenceLimit.
   /// Returns the ids changed. Called by open() unless options.recover_crashed is false.
   std::vector<std::int64_t> recover_crashed_runs();
 

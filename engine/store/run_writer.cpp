@@ -24,6 +24,10 @@ detail::Connection open_for_writer(const std::filesystem::path& db, const Writer
     throw ValueError(str_cat("[store] ", db.string(), ": commit_interval must be > 0 ms, got ",
                              o.commit_interval.count()));
   }
+  if (o.heartbeat_interval.count() <= 0) {
+    throw ValueError(str_cat("[store] ", db.string(), ": heartbeat_interval must be > 0 ms, got ",
+                             o.heartbeat_interval.count()));
+  }
   if (o.max_queued_rows == 0) {
     throw ValueError(str_cat("[store] ", db.string(), ": max_queued_rows must be >= 1"));
   }
@@ -42,10 +46,22 @@ RunWriter::RunWriter(const std::filesystem::path& db, std::int64_t run, WriterOp
     detail::Transaction tx(db_);
     const RunStatus from = detail::read_status(db_, run_);
     if (from == RunStatus::kRunning) {
-      throw ValueError(str_cat("[store] ", db_.file(), ": run ", run_,
-                               " is already running (another writer has it)"));
+      detail::Statement w =
+          db_.prepare("SELECT writer_pid, writer_host, heartbeat_at FROM runs WHERE id = ?");
+      w.bind(1, run_);
+      w.step();
+      const auto heard = w.opt_real(2);
+      throw ValueError(
+          str_cat("[store] ", db_.file(), ": run ", run_, " is already running (its writer is pid ",
+                  w.opt_int64(0).value_or(0), " on ", w.text(1),
+                  heard ? str_cat(", last heard from ",
+                                  static_cast<std::int64_t>(wall_now() - *heard), " s ago")
+                        : std::string(),
+                  "); a writer on another host is taken as crashed once silent for ",
+                  static_cast<std::int64_t>(kWriterSilenceLimit.count()), " s"));
     }
     detail::change_status(db_, run_, RunStatus::kRunning, "", wall_now(), &me_);
+    stamp_heartbeat();
     tx.commit();
   }
   thread_ = std::thread([this] { run_thread(); });
@@ -202,11 +218,38 @@ WriterStats RunWriter::stats() const {
   return stats_;
 }
 
+void RunWriter::stamp_heartbeat() {
+  detail::Statement hb = db_.prepare("UPDATE runs SET heartbeat_at = ? WHERE id = ?");
+  hb.bind(1, wall_now()).bind(2, run_);
+  hb.run();
+}
+
 void RunWriter::run_thread() {
   std::unique_lock lock(mu_);
   Batch batch;
   for (;;) {
-    work_cv_.wait(lock, [&] { return stop_ || !pending_.rows.empty() || !pending_.ops.empty(); });
+    const bool woken = work_cv_.wait_for(lock, options_.heartbeat_interval, [&] {
+      return stop_ || !pending_.rows.empty() || !pending_.ops.empty();
+    });
+    if (!woken) {  // idle: a sign of life only
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        detail::Transaction tx(db_);
+        stamp_heartbeat();
+        tx.commit();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      lock.lock();
+      if (failure) {
+        error_ = failure;
+        space_cv_.notify_all();
+        done_cv_.notify_all();
+        return;
+      }
+      continue;
+    }
     const bool empty = pending_.rows.empty() && pending_.ops.empty();
     if (empty && stop_) break;
     // Collect for up to commit_interval after the first queued item, unless told to hurry.
@@ -254,6 +297,7 @@ void RunWriter::run_thread() {
 
 void RunWriter::commit(Batch& batch) {
   detail::Transaction tx(db_);
+  stamp_heartbeat();
   if (!batch.new_keys.empty()) {
     detail::Statement ins = db_.prepare("INSERT OR IGNORE INTO metric_keys (name) VALUES (?)");
     detail::Statement sel = db_.prepare("SELECT id FROM metric_keys WHERE name = ?");

@@ -49,7 +49,16 @@ struct WriterOptions {
   std::size_t max_queued_rows = std::size_t{1} << 20;
   /// SQLite busy timeout of the writer's connection, in milliseconds.
   int busy_timeout_ms = 5000;
+  /// While nothing is logged (a paused run, a long evaluation), the writer still stamps the
+  /// run's heartbeat this often, so that a reader on another host can tell it is alive
+  /// (RunStore::recover_crashed_runs). Must be > 0.
+  std::chrono::milliseconds heartbeat_interval{10000};
 };
+
+/// How long a run's writer on another host may stay silent (no commit, no heartbeat) before
+/// RunStore::recover_crashed_runs takes its run as crashed: many heartbeat intervals, and room
+/// for the hosts' clocks to differ.
+inline constexpr std::chrono::seconds kWriterSilenceLimit{120};
 
 /// A metric value named by string (interned on first use).
 struct MetricValue {
@@ -166,6 +175,8 @@ class RunWriter {
   void check_open_locked() const;
   void run_thread();
   void commit(Batch& batch);
+  // Sets the run's heartbeat_at to now, inside the caller's transaction.
+  void stamp_heartbeat();
 
   const std::int64_t run_;
   const WriterOptions options_;

@@ -141,11 +141,20 @@ ALTER TABLE runs ADD COLUMN sweep_point INTEGER;
 CREATE INDEX runs_sweep ON runs (sweep_id, sweep_trial);
 )sql";
 
-constexpr std::array<Migration, 4> kLadder = {{
+// Version 5: a run's writer says it is alive (heartbeat_at, Unix seconds) with each commit and,
+// when idle, every WriterOptions::heartbeat_interval. A run left "running" by a process on
+// another host (a container restarted under a new host name) cannot be checked by its pid: one
+// silent for long is taken as crashed.
+constexpr std::string_view kSchemaV5 = R"sql(
+ALTER TABLE runs ADD COLUMN heartbeat_at REAL;
+)sql";
+
+constexpr std::array<Migration, 5> kLadder = {{
     {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
     {2, "add store_info with the store's id", kSchemaV2},
     {3, "add metric_chunks (metric points packed per metric and commit)", kSchemaV3},
     {4, "add sweeps and sweep_trials; runs know their sweep, trial and point", kSchemaV4},
+    {5, "add runs.heartbeat_at (the writer's last sign of life)", kSchemaV5},
 }};
 
 constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL

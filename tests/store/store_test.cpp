@@ -664,6 +664,57 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
   EXPECT_NE(store.get_run(1).summary.message.find("ended without closing"), std::string::npos);
 }
 
+// A run left running by a writer on another host (a container restarted under a new host
+// name) cannot be checked by pid: it is crashed once its writer has been silent for
+// kWriterSilenceLimit, and left alone while its heartbeat is fresh. A writer stamps its heartbeat
+// even when nothing is logged.
+TEST_F(StoreTest, AnotherHostsSilentWriterIsTakenAsCrashed) {
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "silent"});
+    store.create_run({.name = "alive"});
+  }
+  {
+    WriterOptions o;
+    o.heartbeat_interval = std::chrono::milliseconds(20);
+    RunWriter w(db(), 2, o);
+    const double first = std::stod(RawDb(db()).text("SELECT heartbeat_at FROM runs WHERE id = 2"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // nothing logged
+    EXPECT_GT(std::stod(RawDb(db()).text("SELECT heartbeat_at FROM runs WHERE id = 2")), first);
+    // A second writer is refused, told whose the run is.
+    const std::string busy = error_of([&] { RunWriter again(db(), 2); });
+    EXPECT_NE(busy.find("run 2 is already running (its writer is pid " +
+                        std::to_string(current_process().pid) + " on "),
+              std::string::npos)
+        << busy;
+    EXPECT_NE(busy.find("s ago); a writer on another host is taken as crashed once silent for "
+                        "120 s"),
+              std::string::npos)
+        << busy;
+    w.set_status(RunStatus::kCancelled);
+    w.close();
+  }
+  const double now = unix_now();
+  {
+    RawDb raw(db());
+    auto set = [&](int id, double heard) {
+      raw.exec(
+          "UPDATE runs SET status = 'running', writer_pid = 1, writer_host = 'old-container', "
+          "writer_start_time = 1, heartbeat_at = " +
+          std::to_string(heard) + " WHERE id = " + std::to_string(id));
+    };
+    set(1, now - 300);
+    set(2, now - 10);
+  }
+  auto store = RunStore::open(db());
+  EXPECT_EQ(store.get_run(1).summary.status, RunStatus::kCrashed);
+  EXPECT_NE(store.get_run(1).summary.message.find(
+                "its writer (pid 1 on old-container, another host) has not been heard from for "),
+            std::string::npos)
+      << store.get_run(1).summary.message;
+  EXPECT_EQ(store.get_run(2).summary.status, RunStatus::kRunning);
+}
+
 // A process killed while it sets its new run up (loading data, building the model) never opens a
 // writer: the run, queued by that process, is found crashed rather than left queued for ever.
 TEST_F(StoreTest, QueuedRunOfVanishedCreatorBecomesCrashedOnOpen) {
