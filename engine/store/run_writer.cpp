@@ -227,6 +227,12 @@ void RunWriter::stamp_heartbeat() {
 void RunWriter::run_thread() {
   std::unique_lock lock(mu_);
   Batch batch;
+  // Under the lock: the writer stops, and every waiting caller gets the error.
+  const auto stop_on = [&](std::exception_ptr failure) {
+    error_ = std::move(failure);
+    space_cv_.notify_all();
+    done_cv_.notify_all();
+  };
   for (;;) {
     const bool woken = work_cv_.wait_for(lock, options_.heartbeat_interval, [&] {
       return stop_ || !pending_.rows.empty() || !pending_.ops.empty();
@@ -242,12 +248,7 @@ void RunWriter::run_thread() {
         failure = std::current_exception();
       }
       lock.lock();
-      if (failure) {
-        error_ = failure;
-        space_cv_.notify_all();
-        done_cv_.notify_all();
-        return;
-      }
+      if (failure) return stop_on(failure);
       continue;
     }
     const bool empty = pending_.rows.empty() && pending_.ops.empty();
@@ -278,12 +279,7 @@ void RunWriter::run_thread() {
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
     lock.lock();
-    if (failure) {
-      error_ = failure;
-      space_cv_.notify_all();
-      done_cv_.notify_all();
-      return;
-    }
+    if (failure) return stop_on(failure);
     committed_seq_ = seq;
     ++stats_.batches;
     stats_.rows_committed += batch.rows.size();
