@@ -249,9 +249,14 @@ RunOutcomeInfo start_training(const TrainRequest& request,
                                        spec.overrides);
     }
     if (config && config->distributed.backend != "none" && config->distributed.world_size >= 2)
-      return detail::follow_distributed_run(spec, {on_start, on_metrics}, *config);
+      return detail::follow_distributed_run(spec, {on_start, on_metrics, {}}, *config);
   }
-  return execute_run(spec, {on_start, on_metrics});
+  RunObserver observer{on_start, on_metrics, {}};
+  if (request.on_warning)
+    observer.on_event = [&request](const std::string&, const std::string& text) {
+      request.on_warning(text);
+    };
+  return execute_run(spec, observer);
 }
 
 // ---- the store ----------------------------------------------------------------------------------

@@ -127,6 +127,9 @@ struct TrainRequest {
   /// Continue this stored run (crashed, cancelled, ...) from its newest checkpoint; with an
   /// empty config_text its stored config is used.
   std::optional<std::int64_t> resume;
+  /// Each warning of an in-process run as it happens, on the run thread (also stored as an
+  /// event): a schedule shorter than the run, a binding that fell back, a skipped step.
+  std::function<void(const std::string&)> on_warning;
 };
 
 /// execute_run() of a config text, on the calling thread (the GUI calls it on a worker thread):

@@ -304,7 +304,10 @@ TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
   api::TrainRequest gui;
   gui.config_text = kConfig;
   gui.db_path = db.string();
+  std::vector<std::string> warnings;
+  gui.on_warning = [&](const std::string& w) { warnings.push_back(w); };
   const auto in_process = api::start_training(gui, nullptr, nullptr);
+  EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(cli.status, "finished");
   EXPECT_EQ(in_process.status, cli.status);
   EXPECT_EQ(in_process.description, cli.description);
@@ -327,6 +330,14 @@ TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
   EXPECT_EQ(after.status, before.status);
   EXPECT_EQ(after.message, before.message);
   EXPECT_EQ(after.ended_at, before.ended_at);
+  // The workbench hears a run's warnings as they happen (here a cosine half of the run's length).
+  gui.overrides = {"scheduler.kind=\"cosine\"", "scheduler.T_max=4"};
+  const auto warned = api::start_training(gui, nullptr, nullptr);
+  EXPECT_EQ(warned.status, "finished");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind("scheduler.T_max = 4 is shorter than the 8 steps it is stepped", 0),
+            0u)
+      << warnings[0];
   // The CLI resumes a run stopped part-way, from the stored config when no file is given.
   api::RunRequest part{file.string(), {}, db.string(), std::nullopt, ""};
   part.stop_at = 4;

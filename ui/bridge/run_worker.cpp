@@ -61,6 +61,9 @@ void RunWorker::runThread() {
   req.db_path = m_dbPath.toStdString();
   req.control = m_control;
   if (m_resumeRun > 0) req.resume = m_resumeRun;
+  req.on_warning = [this](const std::string& text) {
+    Q_EMIT warning(QString::fromStdString(text));
+  };
   // Signals emitted from this thread are delivered queued to the GUI thread's receivers.
   try {
     const api::RunOutcomeInfo out = api::start_training(

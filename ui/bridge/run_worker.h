@@ -58,6 +58,8 @@ class RunWorker : public QObject {
   void finished(qint64 runId, const QString& status, const QString& message);
   /// The run could not start (bad config, unreadable store): nothing was stored.
   void failedToStart(const QString& message);
+  /// A warning of the run as it happens (also stored with its events).
+  void warning(const QString& text);
 
  private:
   void runThread();

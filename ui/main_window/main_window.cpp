@@ -430,6 +430,8 @@ void MainWindow::startEntry(const QueueEntry& entry) {
             updateActions();
             startQueue();
           });
+  connect(worker, &RunWorker::warning, this,
+          [this](const QString& text) { log(QStringLiteral("warning"), text); });
   connect(worker, &RunWorker::failedToStart, this, [this, worker](const QString& message) {
     log(QStringLiteral("error"), message);
     m_workers.removeAll(worker);
