@@ -4,6 +4,9 @@
 #   . "$(dirname "$0")/common.sh"
 #   e2e_start NAME "ARGS" MIN MAX "$@"   # argument count checked (usage: SCRIPT ARGS, exit 2)
 #   e2e_tmpdir                           # $tmp: a fresh directory, removed when the script exits
+#   e2e_sweep_config SRC NAME "RUNGS"    # $tmp/es.toml: tests/data/sweep_grid.toml named NAME,
+#                                        # successive halving at RUNGS ("5000, 10000")
+#   sweep_table < OUTPUT                 # a sweep's table rows without their run ids
 #
 # fail MESSAGE prints "FAIL: NAME: MESSAGE" and exits 1; ctest's FAIL_REGULAR_EXPRESSION catches
 # it, and each script ends with its own "PASS: NAME: ..." line.
@@ -26,4 +29,18 @@ fail() {
 e2e_tmpdir() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/tb-$E2E_NAME.XXXXXX") || fail "mktemp -d failed"
   trap 'rm -rf "$tmp"' EXIT
+}
+
+e2e_sweep_config() {
+  local src=$1 name=$2 rungs=$3
+  config=$tmp/es.toml
+  sed "s/name = \"opt-lr\"/name = \"$name\"/" "$src/tests/data/sweep_grid.toml" > "$config" ||
+    fail "cannot write $config"
+  printf '\n[sweep.early_stopping]\nmethod = "successive_halving"\nsteps = [%s]\n' "$rungs" \
+    >> "$config"
+}
+
+# The run ids differ between a sweep and its resumed twin; everything else must not.
+sweep_table() {
+  sed -n '/^point /,/^trial configs/p' | grep '^p[0-9]' | sed 's#\([0-9]/[0-9]\) *[0-9,]* *#\1 #'
 }

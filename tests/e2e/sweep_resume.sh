@@ -8,21 +8,18 @@
 # run ids differ).
 #   tests/e2e/sweep_resume.sh TRAINBENCH_CLI SOURCE_DIR
 set -u
+. "$(dirname "$0")/common.sh"
+e2e_start sweep_resume "CLI SOURCE_DIR" 2 2 "$@"
 cli=$1 src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: sweep_resume: $*"; exit 1; }
+e2e_tmpdir
+work=$tmp
 sets=(--set run.steps=20000 --set checkpoint.interval=500 --set eval.interval=5000
       --set run.log_interval=20)
-config=$work/es.toml
-sed 's/name = "opt-lr"/name = "es-resume"/' "$src/tests/data/sweep_grid.toml" > "$config"
-printf '\n[sweep.early_stopping]\nmethod = "successive_halving"\nsteps = [5000, 10000]\n' >> "$config"
-table() { sed -n '/^point /,/^trial configs/p' | grep '^p[0-9]' |
-          sed 's#\([0-9]/[0-9]\) *[0-9,]* *#\1 #'; }
+e2e_sweep_config "$src" es-resume "5000, 10000"
 
 "$cli" --db "$work/whole/runs.sqlite" sweep "$config" --parallel 2 --binding exclusive \
   "${sets[@]}" > "$work/whole.txt" 2>&1 || fail "the uninterrupted sweep failed"
-want=$(table < "$work/whole.txt")
+want=$(sweep_table < "$work/whole.txt")
 
 mkdir -p "$work/cut"
 setsid "$cli" --db "$work/cut/runs.sqlite" sweep "$config" --parallel 2 --binding exclusive \
@@ -54,7 +51,7 @@ echo "$runs" | grep -q 'crashed' || fail "no run was cut mid-training"
 out=$("$cli" --db "$work/cut/runs.sqlite" sweep --resume es-resume --parallel 2 \
       --binding exclusive 2>&1) || fail "the resumed sweep failed: $out"
 echo "$out" | grep -q 'resumed run' || fail "no run resumed from its checkpoint"
-got=$(printf '%s\n' "$out" | table)
+got=$(printf '%s\n' "$out" | sweep_table)
 echo "uninterrupted:"; echo "$want"
 echo "resumed:"; echo "$got"
 [ -n "$want" ] || fail "the uninterrupted sweep has no table"

@@ -8,24 +8,30 @@
 # ends with the table of the same sweep never interrupted.
 #   tests/e2e/sweep_trial_killed.sh TRAINBENCH_CLI SOURCE_DIR
 set -u
+. "$(dirname "$0")/common.sh"
+e2e_start sweep_trial_killed "CLI SOURCE_DIR" 2 2 "$@"
 cli=$1 src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: sweep_trial_killed: $*"; exit 1; }
+e2e_tmpdir
+work=$tmp
 sets=(--set run.steps=20000 --set checkpoint.interval=500 --set eval.interval=10000
       --set run.log_interval=20)
-config=$work/es.toml
-sed 's/name = "opt-lr"/name = "es-kill"/' "$src/tests/data/sweep_grid.toml" > "$config"
-printf '\n[sweep.early_stopping]\nmethod = "successive_halving"\nsteps = [10000]\n' >> "$config"
-table() { sed -n '/^point /,/^trial configs/p' | grep '^p[0-9]' |
-          sed 's#\([0-9]/[0-9]\) *[0-9,]* *#\1 #'; }
+e2e_sweep_config "$src" es-kill "10000"
 
 "$cli" --db "$work/whole/runs.sqlite" sweep "$config" --parallel 2 "${sets[@]}" \
   > "$work/whole.txt" 2>&1 || fail "the uninterrupted sweep failed: $(tail -3 "$work/whole.txt")"
-want=$(table < "$work/whole.txt")
+want=$(sweep_table < "$work/whole.txt")
 [ -n "$want" ] || fail "the uninterrupted sweep has no table"
 
 db=$work/cut/runs.sqlite
+# The sweep ($leader) with a killed trial ends failed (exit code 1); its output $1 is shown.
+cut_ends() {
+  local rc
+  wait "$leader"
+  rc=$?
+  cat "$1"
+  [ "$rc" = 1 ] || fail "$2 with a killed trial exited with $rc, not 1"
+}
+
 # Cut 1: trial 0 at once.
 "$cli" --db "$db" sweep "$config" --parallel 2 "${sets[@]}" > "$work/cut1.txt" 2>&1 &
 leader=$!
@@ -39,10 +45,7 @@ for _ in $(seq 1 1500); do
   sleep 0.02
 done
 [ -n "$killed" ] || fail "trial 0 never started"
-wait "$leader"
-rc=$?
-cat "$work/cut1.txt"
-[ "$rc" = 1 ] || fail "the sweep with a killed trial exited with $rc, not 1"
+cut_ends "$work/cut1.txt" "the sweep"
 grep -q "error: \[sweep\] 1 trial(s) ended before step 10000 without a result: trial 0 (es-kill p0 s1, killed: exit code 137, see .*trial-0.log); trainbench-cli sweep --resume es-kill runs them again" \
   "$work/cut1.txt" || fail "the sweep did not say which trial ended without a result"
 grep -q '^early stopping' "$work/cut1.txt" && fail "a rung was decided without trial 0"
@@ -68,17 +71,14 @@ for _ in $(seq 1 1500); do
   sleep 0.02
 done
 [ -n "$killed" ] || fail "no resumed trial could be killed past step 12000"
-wait "$leader"
-rc=$?
-cat "$work/cut2.txt"
-[ "$rc" = 1 ] || fail "the resumed sweep with a killed trial exited with $rc, not 1"
+cut_ends "$work/cut2.txt" "the resumed sweep"
 grep -q 'ended before the end without a result: trial [0-9] (es-kill p[01] s[12], killed: exit code 137' \
   "$work/cut2.txt" || fail "the resumed sweep did not name its killed trial"
 grep -q 'is running in another process' "$work/cut2.txt" && fail "the killed trial's run was taken for a live one"
 "$cli" --db "$db" runs | grep -q 'crashed' || fail "the killed trial's run is not crashed"
 
 out=$("$cli" --db "$db" sweep --resume es-kill --parallel 2 2>&1) || fail "the last resume failed: $out"
-got=$(printf '%s\n' "$out" | table)
+got=$(printf '%s\n' "$out" | sweep_table)
 echo "uninterrupted:"; echo "$want"
 echo "resumed twice:"; echo "$got"
 [ "$got" = "$want" ] || fail "the resumed sweep's table differs"
