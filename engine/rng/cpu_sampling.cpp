@@ -270,14 +270,19 @@ void uniform_fill_digits(CpuGenerator& gen, float* out, std::int64_t n, double f
   }
 }
 
+void normal_block16(float* data, float mean, float std) {
+  normal_fill_16_avx2_port(data, mean, std);
+}
+
 void normal_fill(CpuGenerator& gen, float* out, std::int64_t n, double mean, double std,
-                 bool contiguous) {
+                 bool contiguous, NormalBlock16 block) {
   check_count(n, "normal_");
   std::lock_guard<std::mutex> lock(gen.mutex());
   if (n >= 16 && contiguous) {
     const auto m = static_cast<float>(mean);
     const auto s = static_cast<float>(std);
-    normal_fill_blocks(gen, out, n, [&](float* d) { normal_fill_16_avx2_port(d, m, s); });
+    if (block == nullptr) block = normal_fill_16_avx2_port;
+    normal_fill_blocks(gen, out, n, [&](float* d) { block(d, m, s); });
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) {

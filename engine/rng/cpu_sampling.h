@@ -52,8 +52,15 @@ void uniform_fill_digits(CpuGenerator& gen, float* out, std::int64_t n, double f
 /// (avx_mathfun.h log256_ps/sincos256_ps, as compiled with FMA contraction), which is what
 /// x86-64 PyTorch runs. Otherwise (n < 16 or !contiguous; out is then the n elements in
 /// iteration order): each element is (float)unlocked::normal_double(mean, std).
+/// `block`, when given, replaces the portable block with one that computes the same bits (the CPU
+/// backend passes its AVX2 + FMA version, PyTorch's own kernel, at the levels that have it).
+using NormalBlock16 = void (*)(float* data, float mean, float std);
 void normal_fill(CpuGenerator& gen, float* out, std::int64_t n, double mean = 0.0, double std = 1.0,
-                 bool contiguous = true);
+                 bool contiguous = true, NormalBlock16 block = nullptr);
+
+/// The portable 16-float block of normal_fill: d[j], d[j + 8] (j < 8) become the Box-Muller pair
+/// of u1 = 1 - d[j], u2 = d[j + 8], times std plus mean, as PyTorch's normal_fill_16_AVX2.
+void normal_block16(float* data, float mean, float std);
 
 /// normal_ for float64: contiguous n >= 16 uses the same 16-block Box–Muller with std::log /
 /// std::cos / std::sin in double on 53-bit uniforms; otherwise unlocked::normal_double per

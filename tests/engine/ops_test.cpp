@@ -15,12 +15,15 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/core/thread_pool.h"
 #include "engine/ops/ops.h"
+#include "engine/rng/cpu_generator.h"
+#include "engine/rng/cpu_sampling.h"
 #include "engine/rng/generator.h"
 
 namespace tb::ops {
@@ -2283,6 +2286,30 @@ TEST(OpsRandom, BernoulliUniformNormal) {
   Tensor zero_std = empty({20});
   normal_(zero_std, 1.25, 0.0, g.get());
   expect_exact(vals(zero_std), std::vector<double>(20, 1.25));
+}
+
+// float32 normal_ runs the CPU level's Box-Muller block (AVX2 + FMA intrinsics at the avx2 and
+// avx512 levels, as PyTorch's kernel); it must give the portable block's bits, which the
+// PyTorch reference vectors pin down (rng_test). ctest runs this at every level (cpu_level.*).
+TEST(OpsRandom, NormalGivesThePortableBlocksBitsAtThisCpuLevel) {
+  for (const auto& [seed, n, mean, std] : {std::tuple{7, std::int64_t{3'000'011}, 0.0, 1.0},
+                                           std::tuple{8, std::int64_t{4096}, -2.5, 0.02},
+                                           std::tuple{9, std::int64_t{17}, 1e3, 1e-3}}) {
+    auto g = rng::make_generator(Device());
+    g->manual_seed(static_cast<std::uint64_t>(seed));
+    Tensor t = empty({n});
+    normal_(t, mean, std, g.get());
+    rng::CpuGenerator ref;
+    ref.manual_seed(static_cast<std::uint64_t>(seed));
+    std::vector<float> want(static_cast<std::size_t>(n));
+    rng::normal_fill(ref, want.data(), n, mean, std);
+    const float* got = static_cast<const float*>(t.data_ptr());
+    std::int64_t differ = 0;
+    for (std::int64_t i = 0; i < n; ++i)
+      differ += std::memcmp(&got[i], &want[static_cast<std::size_t>(i)], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "seed " << seed << ": " << differ << " of " << n << " draws differ";
+    EXPECT_EQ(g->get_state(), ref.get_state()) << "seed " << seed;
+  }
 }
 
 TEST(OpsRandom, RandpermAndDtypes) {
