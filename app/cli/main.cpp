@@ -472,12 +472,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
                     << (e.stop_at > 0 ? "to step " + std::to_string(e.stop_at) + ", " : "")
                     << t.values << "\n";
         } else {
-          std::cout << "trial " << t.index << " (" << t.name << "): "
-                    << (*e.exit_code != 0
-                            ? "exited with " + std::to_string(*e.exit_code) + ", see " + e.log
-                        : e.stop_at > 0 ? "at step " + std::to_string(e.stop_at)
-                                        : std::string("finished"))
-                    << "\n";
+          std::cout << "trial " << t.index << " (" << t.name << "): " << e.outcome() << "\n";
         }
         std::cout.flush();
       },
@@ -942,12 +937,12 @@ int main(int argc, char** argv) {
       std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name"
                 << std::setw(13) << "status" << std::setw(21) << "created (UTC)" << std::setw(8)
                 << "method" << std::setw(18) << "metric"
-                << "trials (finished, stopped)\n";
+                << "trials (finished, stopped, failed)\n";
       for (const auto& r : rows) {
         std::cout << std::left << std::setw(5) << r.id << std::setw(name_width) << r.name
                   << std::setw(13) << r.status << std::setw(21) << r.created << std::setw(8)
                   << r.method << std::setw(18) << r.metric << r.trials << " (" << r.finished << ", "
-                  << r.stopped << ")\n";
+                  << r.stopped << ", " << r.failed << ")\n";
       }
       return 0;
     }

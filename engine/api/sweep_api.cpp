@@ -228,15 +228,28 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   const double worst =
       max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
   const auto trials = store::sweep_trials(st, sweep_id);
+  // A trial whose run failed or diverged has ended: it ranks last (as a missing value does), so
+  // it takes a place among the points that stop, but it is not recorded as stopped. One failed
+  // seed of a point whose others go on makes the point's mean the worst: an unstable setting is
+  // stopped.
+  auto ended = [](const store::SweepTrialRecord& t) {
+    return t.run_status == store::RunStatus::kFailed || t.run_status == store::RunStatus::kDiverged;
+  };
   std::map<std::int64_t, std::vector<double>> values;  // point -> its trials' values
+  std::map<std::int64_t, std::string> why_worst;       // point -> a trial's end that ranks it last
+  std::set<std::int64_t> live;                         // points with a trial that goes on
   for (const auto& t : trials) {
     if (t.stopped_step && *t.stopped_step < step) continue;
+    if (!ended(t)) live.insert(t.point);
     // Only a run that got to the rung (or ended before it, finished) has its value there: an
     // earlier point of a run that failed on the way is not it.
     std::optional<double> v;
     const bool there =
         t.run_status == store::RunStatus::kFinished || (t.last_step && *t.last_step >= step);
     if (t.run_id && there) v = value_at(st, *t.run_id, plan.metric, step);
+    if (ended(t) && !(v && !std::isnan(*v)))
+      why_worst[t.point] =
+          "trial " + std::to_string(t.trial) + " " + std::string(store::to_string(*t.run_status));
     values[t.point].push_back(v && !std::isnan(*v) ? *v : worst);
   }
   std::vector<std::pair<double, std::int64_t>> ranked;  // (score, point), best first
@@ -246,6 +259,11 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
       sum += v;
     ranked.emplace_back(sum / static_cast<double>(vs.size()), point);
   }
+  auto score_text = [&](double score, std::int64_t point) {
+    if (std::isfinite(score)) return number(score);
+    const auto why = why_worst.find(point);
+    return why != why_worst.end() ? why->second : std::string("no value");
+  };
   std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
     return max ? a.first > b.first : a.first < b.first;
   });
@@ -265,22 +283,27 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
       if (max ? score < median : score > median) stop.insert(point);
     rule = "stop those worse than the median " + number(median);
   }
-  std::string kept_text, stopped_text;
+  std::string kept_text, stopped_text, ended_text;
   std::map<std::int64_t, double> score_of;
   for (const auto& [score, point] : ranked) {
-    std::string& text = stop.count(point) ? stopped_text : kept_text;
-    text += (text.empty() ? "p" : ", p") + std::to_string(point) + " " + number(score);
+    std::string& text = !live.count(point)  ? ended_text
+                        : stop.count(point) ? stopped_text
+                                            : kept_text;
+    text += (text.empty() ? "p" : ", p") + std::to_string(point) +
+            (live.count(point) ? " " + score_text(score, point)
+                               : " (" + score_text(score, point) + ")");
     score_of[point] = score;
   }
   for (const auto& t : trials) {
-    if (!stop.count(t.point) || (t.stopped_step && *t.stopped_step < step)) continue;
+    if (!stop.count(t.point) || ended(t) || (t.stopped_step && *t.stopped_step < step)) continue;
     store::stop_trial(st, sweep_id, t.trial, step,
                       "stopped at step " + std::to_string(step) + ": mean " + plan.metric + " " +
-                          number(score_of[t.point]) + " (" + rule + ")");
+                          score_text(score_of[t.point], t.point) + " (" + rule + ")");
   }
   return "step " + std::to_string(step) + " (" + plan.metric + ", " + rule + "): kept " +
          (kept_text.empty() ? "none" : kept_text) + "; stopped " +
-         (stopped_text.empty() ? "none" : stopped_text);
+         (stopped_text.empty() ? "none" : stopped_text) +
+         (ended_text.empty() ? "" : "; ended " + ended_text);
 }
 
 }  // namespace
@@ -297,6 +320,22 @@ SweepPreview preview_sweep_text(const std::string& toml, const std::string& sour
 void check_sweep_request(const SweepRequest& request) {
   TB_CHECK(request.parallel >= 1, "[sweep] --parallel must be >= 1, got ", request.parallel);
   (void)numa::parse_binding_mode(request.binding);  // "[binding] unknown binding mode ..."
+}
+
+std::string SweepTrialEvent::outcome() const {
+  if (exit_code && *exit_code == 0)
+    return stop_at > 0 ? "at step " + std::to_string(stop_at) : std::string("finished");
+  std::string out;
+  if (run > 0) {
+    out = "run " + std::to_string(run) + " " + run_status;
+    // The message often starts with the status ("diverged: ..."): say it once.
+    std::string why = run_message;
+    if (why.rfind(run_status + ": ", 0) == 0) why.erase(0, run_status.size() + 2);
+    if (!why.empty()) out += " (" + why + ")";
+    out += ", ";
+  }
+  return out + "exit code " + (exit_code ? std::to_string(*exit_code) : std::string("?")) +
+         ", see " + log;
 }
 
 SweepResult run_sweep(const SweepRequest& request,
@@ -358,7 +397,6 @@ SweepResult run_sweep(const SweepRequest& request,
     std::vector<std::int64_t> targets;
     if (preview.stopping != "none") targets = preview.rungs;
     targets.push_back(0);
-    int failed = 0;
     for (std::size_t stage = 0; stage < targets.size(); ++stage) {
       const std::int64_t target = targets[stage];
       std::vector<std::string> unfinished;
@@ -415,25 +453,26 @@ SweepResult run_sweep(const SweepRequest& request,
         for (const auto& p : procs) {
           SweepTrialEvent e = event_of(p.slot, p);
           e.exit_code = p.exit_code;
-          if (on_trial) on_trial(e);
           // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
           // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
+          if (t.run_id) {
+            const store::RunSummary run = st.get_run(*t.run_id).summary;
+            e.run = run.id;
+            e.run_status = std::string(store::to_string(run.status));
+            e.run_message = run.message;
+          }
+          if (on_trial) on_trial(e);
           // Without a result: killed by a signal (the OOM killer, kill -9: 128 + signal), or its
           // run cancelled (exit code 2) before the target. Another try may give one. A process
           // that ended on its own otherwise (a config or file error: exit code 1) fails the
           // trial, as a failed or diverged run does; it would fail again.
           const bool killed = p.exit_code < 0 || p.exit_code >= 128;
           const bool cancelled = p.exit_code == 2 && t.run_status == store::RunStatus::kCancelled;
-          if (reached(st, t, target)) {
-            if (t.run_status == store::RunStatus::kFailed) ++failed;
-          } else if (killed || cancelled) {
+          if (!reached(st, t, target) && (killed || cancelled))
             unfinished.push_back("trial " + std::to_string(t.trial) + " (" + e.trial.name +
                                  (killed ? ", killed: exit code " : ", cancelled: exit code ") +
                                  std::to_string(p.exit_code) + ", see " + e.log + ")");
-          } else {
-            ++failed;
-          }
         }
       }
       // A trial without a result is not the worst of its rung: no decision (and no table) is
@@ -447,6 +486,11 @@ SweepResult run_sweep(const SweepRequest& request,
         if (on_note) on_note(note);
       }
     }
+    // Failed trials, this time or before a resume: each trial has now finished, been stopped at
+    // a rung, or failed (its run failed or diverged, or its process ended with an error).
+    int failed = 0;
+    for (const auto& t : store::sweep_trials(st, sweep_id))
+      failed += t.run_status != store::RunStatus::kFinished && !t.stopped_step;
     result = sweep_table(preview.name, request.db_path);
     result.failed = failed;
     result.trial_dir = dir.string();
@@ -568,6 +612,7 @@ std::vector<SweepRow> detail::list_sweeps(store::RunStore& st) {
     r.trials = s.trials;
     r.finished = s.finished;
     r.stopped = s.stopped;
+    r.failed = s.failed;
     rows.push_back(std::move(r));
   }
   return rows;

@@ -69,6 +69,12 @@ struct SweepTrialEvent {
   std::string cpus;              ///< its slot's CPUs ("" = unbound)
   std::optional<int> exit_code;  ///< set when it ended
   std::string log;               ///< its output (STORE_FOLDER/sweeps/NAME/trial-INDEX.log)
+  std::int64_t run = 0;          ///< when it ended: its stored run (0: none was made)
+  std::string run_status;        ///< when it ended: that run's status ("diverged", ...)
+  std::string run_message;       ///< when it ended: why that run ended, or ""
+  /// The ended trial in one line: "finished", "at step N", or its run's status and message with
+  /// the exit code and log ("run 12 diverged (...), exit code 2, see LOG").
+  std::string outcome() const;
 };
 
 /// One point's result over its seeds.
@@ -137,6 +143,7 @@ struct SweepRow {
   std::int64_t trials = 0;    ///< planned trials
   std::int64_t finished = 0;  ///< trials finished
   std::int64_t stopped = 0;   ///< trials stopped early
+  std::int64_t failed = 0;    ///< trials whose newest run failed or diverged
 };
 /// Every sweep of the store, newest first.
 std::vector<SweepRow> list_sweeps(const std::string& db_path);

@@ -19,7 +19,10 @@ constexpr const char* kSweepColumns =
     "(SELECT COUNT(DISTINCT r.sweep_trial) FROM runs r WHERE r.sweep_id = s.id AND "
     "r.status = 'finished'), "
     "(SELECT COUNT(*) FROM sweep_trials t WHERE t.sweep_id = s.id AND t.stopped_step IS NOT "
-    "NULL)";
+    "NULL), "
+    "(SELECT COUNT(*) FROM sweep_trials t WHERE t.sweep_id = s.id AND (SELECT r.status FROM runs "
+    "r WHERE r.sweep_id = s.id AND r.sweep_trial = t.trial ORDER BY r.id DESC LIMIT 1) IN "
+    "('failed', 'diverged'))";
 
 SweepRecord read_sweep(const detail::Statement& st) {
   SweepRecord r;
@@ -42,6 +45,7 @@ SweepRecord read_sweep(const detail::Statement& st) {
   r.runs = st.int64(15);
   r.finished = st.int64(16);
   r.stopped = st.int64(17);
+  r.failed = st.int64(18);
   return r;
 }
 

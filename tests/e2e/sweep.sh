@@ -25,7 +25,7 @@ tagged=$("$cli" --db "$work/runs.sqlite" export 1 --format json | grep -c '"swee
 # and the same sweep name cannot be started twice.
 [ "$("$cli" --db "$work/runs.sqlite" runs --sweep opt-lr | grep -c '\[sweep opt-lr p[0-3]\]')" = 8 ] ||
   fail "runs --sweep opt-lr does not list 8 runs of the sweep"
-"$cli" --db "$work/runs.sqlite" sweeps | grep -Eq '^1 +opt-lr +finished .* 8 \(8, 0\)' ||
+"$cli" --db "$work/runs.sqlite" sweeps | grep -Eq '^1 +opt-lr +finished .* 8 \(8, 0, 0\)' ||
   fail "sweeps does not list opt-lr finished with 8 trials: $("$cli" --db "$work/runs.sqlite" sweeps)"
 shown=$("$cli" --db "$work/runs.sqlite" sweep --show opt-lr | sed -n '/^point /,/^trial configs/p')
 [ "$shown" = "$table" ] || fail "sweep --show differs from the sweep's own table: $shown"
