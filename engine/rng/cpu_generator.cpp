@@ -2,6 +2,7 @@
 // serialisation.
 #include "engine/rng/cpu_generator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -112,14 +113,47 @@ void Mt19937::next_state() {
   p[0] = p[kShift - kStateSize] ^ twist(p[0], state_[0]);
 }
 
-std::uint32_t Mt19937::operator()() {
-  if (--left_ == 0) next_state();
-  std::uint32_t y = state_[next_++];
+namespace {
+inline std::uint32_t temper(std::uint32_t y) {
   y ^= (y >> 11);
   y ^= (y << 7) & 0x9d2c5680U;
   y ^= (y << 15) & 0xefc60000U;
   y ^= (y >> 18);
   return y;
+}
+}  // namespace
+
+std::uint32_t Mt19937::operator()() {
+  if (--left_ == 0) next_state();
+  return temper(state_[next_++]);
+}
+
+void Mt19937::fill(std::uint32_t* out, std::size_t n) {
+  while (n > 0) {
+    // operator() regenerates when left_ reaches 0 and then takes state_[0] without counting it:
+    // left_ - 1 outputs are there before the next regeneration.
+    if (left_ == 1 && next_ <= kStateSize) {
+      next_state();
+      left_ = kStateSize + 1;
+    }
+    const std::size_t k =
+        left_ < 1 || next_ >= kStateSize
+            ? 0
+            : std::min({n, static_cast<std::size_t>(left_ - 1),
+                        static_cast<std::size_t>(kStateSize - static_cast<int>(next_))});
+    if (k == 0) {  // a state that set_state would refuse: as operator() does, call by call
+      *out++ = (*this)();
+      --n;
+      continue;
+    }
+    const std::uint32_t* s = state_.data() + next_;
+    for (std::size_t i = 0; i < k; ++i)
+      out[i] = temper(s[i]);
+    next_ += static_cast<std::uint32_t>(k);
+    left_ -= static_cast<std::int32_t>(k);
+    out += k;
+    n -= k;
+  }
 }
 
 CpuGenerator::CpuGenerator(std::uint64_t seed) : engine_(seed) {}

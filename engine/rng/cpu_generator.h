@@ -30,6 +30,10 @@ class Mt19937 {
   /// The next tempered 32-bit output.
   std::uint32_t operator()();
 
+  /// The next n outputs, as n calls of operator() give them (same state afterwards), a block of
+  /// the state at a time.
+  void fill(std::uint32_t* out, std::size_t n);
+
   /// The 64-bit seed last given to seed_engine().
   std::uint64_t seed() const noexcept { return seed_; }
 
@@ -66,6 +70,8 @@ class CpuGenerator final : public Generator {
 
   /// One 32-bit MT19937 output. Caller holds mutex().
   std::uint32_t random() { return engine_(); }
+  /// n calls of random() into out, faster.
+  void random_fill(std::uint32_t* out, std::size_t n) { engine_.fill(out, n); }
 
   /// (first << 32) | second of two 32-bit outputs. Caller holds mutex().
   std::uint64_t random64() {

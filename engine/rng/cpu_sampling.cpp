@@ -187,11 +187,27 @@ void normal_fill_16_scalar(T* data, T mean, T std) {
   }
 }
 
+// n × unlocked::uniform_float(gen, from, to), the generator's outputs drawn a block at a time.
+void uniform_floats(CpuGenerator& gen, float* out, std::int64_t n, float from, float to) {
+  constexpr std::uint32_t kMask = (1U << 24) - 1;
+  constexpr double kDivisor = 1.0 / static_cast<double>(1U << 24);
+  const double range = static_cast<double>(to) - static_cast<double>(from);
+  const auto base = static_cast<double>(from);
+  std::uint32_t bits[512];
+  while (n > 0) {
+    const auto k = static_cast<std::size_t>(std::min<std::int64_t>(n, 512));
+    gen.random_fill(bits, k);
+    for (std::size_t i = 0; i < k; ++i)
+      out[i] = static_cast<float>(static_cast<double>(bits[i] & kMask) * kDivisor * range + base);
+    out += k;
+    n -= static_cast<std::int64_t>(k);
+  }
+}
+
 template <typename T, typename Block>
 void normal_fill_blocks(CpuGenerator& gen, T* data, std::int64_t size, Block block) {
   if constexpr (std::is_same_v<T, float>) {
-    for (std::int64_t i = 0; i < size; ++i)
-      data[i] = unlocked::uniform_float(gen);
+    uniform_floats(gen, data, size, 0.0f, 1.0f);
   } else {
     for (std::int64_t i = 0; i < size; ++i)
       data[i] = unlocked::uniform_double(gen);
@@ -220,11 +236,8 @@ void check_count(std::int64_t n, const char* op) {
 
 void uniform_fill(CpuGenerator& gen, float* out, std::int64_t n, double from, double to) {
   check_count(n, "uniform_");
-  const auto f = static_cast<float>(from);
-  const auto t = static_cast<float>(to);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  for (std::int64_t i = 0; i < n; ++i)
-    out[i] = unlocked::uniform_float(gen, f, t);
+  uniform_floats(gen, out, n, static_cast<float>(from), static_cast<float>(to));
 }
 
 void uniform_fill(CpuGenerator& gen, double* out, std::int64_t n, double from, double to) {

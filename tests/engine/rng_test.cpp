@@ -108,6 +108,28 @@ TEST(CpuGenerator, OnlyLow32BitsOfSeedAffectTheStream) {
     ASSERT_EQ(a.random(), b.random()) << i;
 }
 
+// The block draw gives what the same number of single draws gives, across regenerations of the
+// state (624 outputs each) and from any point in a block, and leaves the same state.
+TEST(CpuGenerator, RandomFillEqualsSingleDraws) {
+  for (const std::size_t skip : {std::size_t{0}, std::size_t{1}, std::size_t{623}, std::size_t{624},
+                                 std::size_t{625}, std::size_t{1000}}) {
+    CpuGenerator a(77);
+    CpuGenerator b(77);
+    for (const std::size_t n : {skip, std::size_t{0}, std::size_t{1}, std::size_t{5},
+                                std::size_t{623}, std::size_t{624}, std::size_t{2000}}) {
+      std::vector<std::uint32_t> got(n);
+      {
+        std::lock_guard<std::mutex> la(a.mutex());
+        std::lock_guard<std::mutex> lb(b.mutex());
+        a.random_fill(got.data(), n);
+        for (std::size_t i = 0; i < n; ++i)
+          ASSERT_EQ(got[i], b.random()) << "skip " << skip << ", n " << n << ", i " << i;
+      }
+      ASSERT_EQ(a.get_state(), b.get_state()) << "skip " << skip << ", n " << n;
+    }
+  }
+}
+
 // ------------------------------------------------------ PyTorch reference vectors
 
 // tests/data/rng_cpu.json was produced by PyTorch 1.13 (Debian python3-torch, CPU). Per seed,
