@@ -52,6 +52,8 @@ FashionMnist::FashionMnist(const FashionMnistOptions& options) : options_(option
            " labels");
 
   const std::int64_t n = labels_u8.size(0);
+  TB_CHECK(n > 0, "[fashion-mnist] ", images_path.string(),
+           ": holds no images (its header counts 0); a data set needs at least one");
   labels_ = core::Tensor::empty({n}, core::ScalarType::Int64);
   const auto* src = labels_u8.data_ptr<std::uint8_t>();
   auto* dst = labels_.data_ptr<std::int64_t>();

@@ -15,6 +15,8 @@
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jpeglib.h>
+// jerror.h after jpeglib.h: the warning codes.
+#include <jerror.h>
 
 #include "engine/core/error.h"
 
@@ -52,6 +54,27 @@ void check_size(std::int64_t w, std::int64_t h, std::size_t bytes, const std::st
            bytes, " bytes can hold (truncated or corrupt)");
 }
 
+// RGB(A) samples to what the caller asked for, as torchvision's PIL loader and PIL's convert do:
+// colour keeps R, G, B and drops alpha (Image.convert("RGB") keeps a transparent pixel's stored
+// colour, it does not composite), grey is ITU-R 601-2 luma on the stored values, in PIL's fixed
+// point (Pillow src/libImaging/Convert.c, L24): (19595 R + 38470 G + 7471 B + 0x8000) >> 16.
+std::vector<std::uint8_t> to_channels(const std::uint8_t* in, std::size_t pixels, int in_channels,
+                                      std::int64_t channels) {
+  std::vector<std::uint8_t> out(pixels * static_cast<std::size_t>(channels));
+  for (std::size_t i = 0; i < pixels; ++i) {
+    const std::uint8_t* p = in + i * static_cast<std::size_t>(in_channels);
+    if (channels == 3) {
+      out[3 * i] = p[0];
+      out[3 * i + 1] = p[1];
+      out[3 * i + 2] = p[2];
+    } else {
+      out[i] =
+          static_cast<std::uint8_t>((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+    }
+  }
+  return out;
+}
+
 DecodedImage decode_png(std::span<const std::uint8_t> bytes, std::int64_t channels,
                         const std::string& name) {
   png_image image;
@@ -68,17 +91,21 @@ DecodedImage decode_png(std::span<const std::uint8_t> bytes, std::int64_t channe
     png_image_free(&image);
     throw;
   }
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  DecodedImage out;
-  out.width = image.width;
-  out.height = image.height;
-  out.channels = channels;
-  out.pixels.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr)) {
+  // Read as 8-bit RGBA (no compositing: libpng's would blend transparent pixels onto black, and
+  // its grey is a linear-light mix), then convert as PIL does.
+  image.format = PNG_FORMAT_RGBA;
+  std::vector<std::uint8_t> rgba(PNG_IMAGE_SIZE(image));
+  if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr)) {
     const std::string why = image.message;
     png_image_free(&image);
     throw ValueError("[image] " + name + ": truncated or corrupt PNG (libpng: " + why + ")");
   }
+  DecodedImage out;
+  out.width = image.width;
+  out.height = image.height;
+  out.channels = channels;
+  out.pixels =
+      to_channels(rgba.data(), static_cast<std::size_t>(out.width * out.height), 4, channels);
   return out;
 }
 
@@ -95,7 +122,12 @@ extern "C" void jpeg_error_exit(j_common_ptr cinfo) {
   std::longjmp(err->jump, 1);
 }
 
-extern "C" void jpeg_quiet(j_common_ptr, int) {}  // warnings (e.g. extraneous bytes) are kept quiet
+// Warnings (extraneous bytes, a corrupt marker) are kept quiet, as PIL keeps them; a file that ends
+// before its last scanline is an error, as in PIL ("image file is truncated"): libjpeg would
+// otherwise fill the rest with grey and report success.
+extern "C" void jpeg_warning(j_common_ptr cinfo, int level) {
+  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_error_exit(cinfo);
+}
 
 // What the setjmp function reports: plain data only.
 struct JpegResult {
@@ -107,13 +139,12 @@ struct JpegResult {
 };
 
 // The whole decode between setjmp and the last libjpeg call: no C++ object lives here.
-void decode_jpeg_raw(const unsigned char* data, unsigned long size, int channels,
-                     JpegResult* result) {
+void decode_jpeg_raw(const unsigned char* data, unsigned long size, JpegResult* result) {
   jpeg_decompress_struct cinfo;
   JpegError err;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
-  err.mgr.emit_message = jpeg_quiet;
+  err.mgr.emit_message = jpeg_warning;
   unsigned char* volatile pixels = nullptr;
   if (setjmp(err.jump)) {
     std::memcpy(result->message, err.message, sizeof(err.message));
@@ -134,7 +165,8 @@ void decode_jpeg_raw(const unsigned char* data, unsigned long size, int channels
     jpeg_destroy_decompress(&cinfo);
     return;
   }
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  // Always RGB, grey from it as PIL's convert("L") computes it (a grey JPEG gives its values back).
+  cinfo.out_color_space = JCS_RGB;
   jpeg_start_decompress(&cinfo);
   const std::size_t row = static_cast<std::size_t>(cinfo.output_width) *
                           static_cast<std::size_t>(cinfo.output_components);
@@ -157,15 +189,20 @@ void decode_jpeg_raw(const unsigned char* data, unsigned long size, int channels
 DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, std::int64_t channels,
                          const std::string& name) {
   JpegResult r;
-  decode_jpeg_raw(bytes.data(), static_cast<unsigned long>(bytes.size()),
-                  static_cast<int>(channels), &r);
+  decode_jpeg_raw(bytes.data(), static_cast<unsigned long>(bytes.size()), &r);
   if (r.size_error) check_size(r.width, r.height, bytes.size(), name);  // throws with the sizes
   TB_CHECK(r.ok, "[image] ", name, ": truncated or corrupt JPEG (libjpeg: ", r.message, ")");
   DecodedImage out;
   out.width = r.width;
   out.height = r.height;
   out.channels = channels;
-  out.pixels.assign(r.pixels, r.pixels + out.width * out.height * channels);
+  try {
+    out.pixels =
+        to_channels(r.pixels, static_cast<std::size_t>(out.width * out.height), 3, channels);
+  } catch (...) {
+    std::free(r.pixels);
+    throw;
+  }
   std::free(r.pixels);
   return out;
 }

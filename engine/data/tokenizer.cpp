@@ -89,6 +89,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   sentencepiece::SentencePieceProcessor sp_;
 };
 
+// SentencePiece's trainer skips longer sentences (its max_sentence_length default); they are
+// left out here, so that a corpus of only long lines is an error that says so.
+constexpr std::size_t kMaxSentenceBytes = 4192;
+
 // Feeds a corpus's non-empty lines to SentencePiece's trainer (at most `max` lines, 0 = all;
 // spread evenly over the corpus when there are more).
 class CorpusLines final : public sentencepiece::SentenceIterator {
@@ -98,7 +102,11 @@ class CorpusLines final : public sentencepiece::SentenceIterator {
     std::size_t start = 0;
     for (std::size_t i = 0; i <= b.size(); ++i) {
       if (i == b.size() || b[i] == '\n') {
-        if (i > start) lines_.emplace_back(start, i - start);
+        if (i - start > kMaxSentenceBytes) {
+          ++too_long_;
+        } else if (i > start) {
+          lines_.emplace_back(start, i - start);
+        }
         start = i + 1;
       }
     }
@@ -109,6 +117,7 @@ class CorpusLines final : public sentencepiece::SentenceIterator {
     set();
   }
   bool done() const override { return k_ >= count_; }
+  std::int64_t too_long() const { return too_long_; }  ///< lines left out for their length
   void Next() override {
     ++k_;
     set();
@@ -127,6 +136,7 @@ class CorpusLines final : public sentencepiece::SentenceIterator {
   double step_ = 1.0;
   std::int64_t count_ = 0;
   std::int64_t k_ = 0;
+  std::int64_t too_long_ = 0;
   std::string value_;
 };
 
@@ -230,12 +240,16 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
              ": the folder ", folder.string(), " is not writable");
   }
   CorpusLines lines(corpus, o.max_lines);
+  TB_CHECK(lines.too_long() == 0 || !lines.done(), "[tokenizer] ", corpus.source,
+           ": every non-empty line is longer than ", kMaxSentenceBytes,
+           " bytes, the longest sentence SentencePiece trains on; break the text into lines");
   TB_CHECK(!lines.done(), "[tokenizer] ", corpus.source, " has no non-empty line to train on");
   const std::unordered_map<std::string, std::string> args = {
       {"model_prefix", o.model_prefix.string()},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
       {"character_coverage", std::to_string(o.character_coverage)},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
       {"num_threads", "1"},  // the same model on every machine
       {"minloglevel", "2"},  // warnings and errors only
   };

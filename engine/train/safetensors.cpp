@@ -112,6 +112,12 @@ void sync_to_disk(const std::filesystem::path& path) {
 }
 
 SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  // A folder opens as a stream on Linux and a FIFO blocks: only a regular file is read.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st)) bad(path, "is a folder, not a safetensors file");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    bad(path, "is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) bad(path, "cannot open the file");
   in.seekg(0, std::ios::end);
@@ -120,6 +126,7 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   if (file_size < 8) bad(path, "truncated: " + std::to_string(file_size) + " bytes, no header");
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
+  if (!in.good()) bad(path, "read error in the header length");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | len[i];
@@ -208,9 +215,12 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
     }
     entries.push_back(std::move(e));
   }
-  // Non-overlapping, covering the data area exactly (no holes: what the format requires).
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // Non-overlapping, covering the data area exactly (no holes: what the format requires). An empty
+  // tensor shares its offset with the next one (the reference writer puts it there), so ties on
+  // the start go to the shorter span.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   std::uint64_t expect = 0;
   for (const auto& e : entries) {
     if (e.begin != expect) {

@@ -418,6 +418,11 @@ TEST(DataIdx, CountMismatchWrongSizeAndBadLabel) {
   EXPECT_EQ(error_message([&] { FashionMnist ds(train_in(dir.path())); }),
             "[fashion-mnist] " + labels.string() + ": label 12 of sample 1 is outside 0..9");
 
+  write_small_train(dir.path(), 0, 0);  // valid, empty files: named, not a vague empty data set
+  EXPECT_EQ(error_message([&] { FashionMnist ds(train_in(dir.path())); }),
+            "[fashion-mnist] " + images.string() +
+                ": holds no images (its header counts 0); a data set needs at least one");
+
   write_small_train(dir.path(), 2, 2);
   FashionMnistOptions o = train_in(dir.path());
   o.std = 0.0f;

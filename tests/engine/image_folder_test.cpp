@@ -109,12 +109,47 @@ TEST(ImageDecode, PngRoundTripsAndJpegIsClose) {
   ASSERT_EQ(jpg.pixels.size(), rgb.size());
   for (std::size_t i = 0; i < rgb.size(); ++i)
     EXPECT_NEAR(jpg.pixels[i], rgb[i], 3) << i;  // quality 100, 4:4:4
-  // Grey: libpng's sRGB-weighted conversion of (r, g, b); a grey pixel stays itself.
+  // Grey: a grey pixel stays itself.
   std::vector<std::uint8_t> greys(6 * 4 * 3, 77);
   write_png(dir.path() / "g.png", 6, 4, greys);
   const DecodedImage g = decode_image_file(dir.path() / "g.png", 1);
   EXPECT_EQ(g.channels, 1);
   EXPECT_EQ(g.pixels, std::vector<std::uint8_t>(24, 77));
+}
+
+// Grey and colour as torchvision's PIL loader makes them. The grey values are Pillow 9.4's
+// Image.convert("L") of these four pixels (ITU-R 601-2 luma on the stored values; libpng's own
+// conversion mixes in linear light and gave other values). RGBA drops its alpha as
+// convert("RGB") does: a transparent pixel keeps its colour (libpng's compositing made it black).
+TEST(ImageDecode, GreyAndAlphaAreConvertedAsPilConvertsThem) {
+  const tb::test::TempDir dir("tb_image_convert");
+  const std::vector<std::uint8_t> rgb = {10, 200, 30, 255, 0, 0, 0, 0, 255, 123, 45, 67};
+  write_png(dir.path() / "c.png", 4, 1, rgb);
+  EXPECT_EQ(decode_image_file(dir.path() / "c.png", 1).pixels,
+            (std::vector<std::uint8_t>{124, 76, 29, 71}));
+  // The same pixels through JPEG: grey is the same luma of the decoded colour.
+  const auto big = pattern(16, 16, 5);
+  write_jpeg(dir.path() / "p.jpg", 16, 16, big);
+  const DecodedImage colour = decode_image_file(dir.path() / "p.jpg", 3);
+  const DecodedImage grey = decode_image_file(dir.path() / "p.jpg", 1);
+  ASSERT_EQ(grey.pixels.size(), 256u);
+  for (std::size_t i = 0; i < 256; ++i) {
+    const std::uint8_t* p = &colour.pixels[3 * i];
+    EXPECT_EQ(grey.pixels[i], (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16) << i;
+  }
+  // RGBA: opaque, half and fully transparent pixels all keep their colour.
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = 3;
+  img.height = 1;
+  img.format = PNG_FORMAT_RGBA;
+  const std::vector<std::uint8_t> rgba = {200, 100, 50, 255, 200, 100, 50, 128, 200, 100, 50, 0};
+  ASSERT_TRUE(
+      png_image_write_to_file(&img, (dir.path() / "a.png").c_str(), 0, rgba.data(), 0, nullptr));
+  EXPECT_EQ(decode_image_file(dir.path() / "a.png", 3).pixels,
+            (std::vector<std::uint8_t>{200, 100, 50, 200, 100, 50, 200, 100, 50}));
+  EXPECT_EQ(decode_image_file(dir.path() / "a.png", 1).pixels,
+            (std::vector<std::uint8_t>{124, 124, 124}));
 }
 
 TEST(ImageDecode, BadFilesAreNamedWithWhatIsWrong) {
@@ -135,6 +170,16 @@ TEST(ImageDecode, BadFilesAreNamedWithWhatIsWrong) {
   const std::vector<std::uint8_t> jpg_cut(jpg.begin(), jpg.begin() + 40);
   EXPECT_CONTAINS(error_of([&] { decode_image(jpg_cut, 3, "cut.jpg"); }), "[image] cut.jpg: ");
   EXPECT_CONTAINS(error_of([&] { decode_image(jpg_cut, 3, "cut.jpg"); }), "JPEG");
+  // A JPEG whose scan ends early: libjpeg only warns and fills the rest with grey; it is refused.
+  const auto big = pattern(32, 32, 2);
+  write_jpeg(dir.path() / "big.jpg", 32, 32, big);
+  const auto whole = read_all(dir.path() / "big.jpg");
+  ASSERT_NO_THROW(decode_image(whole, 3, "big.jpg"));
+  const std::vector<std::uint8_t> scan_cut(whole.begin(),
+                                           whole.begin() + static_cast<long>(whole.size() * 3 / 4));
+  EXPECT_CONTAINS(
+      error_of([&] { decode_image(scan_cut, 3, "short.jpg"); }),
+      "[image] short.jpg: truncated or corrupt JPEG (libjpeg: Premature end of JPEG file)");
   // A header claiming 100000 x 100000 pixels (CRC fixed up): refused before any allocation.
   auto huge = png;
   const std::uint32_t side = 100000;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +161,30 @@ TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
       "bool byte other than 0 or 1");
   has(raw(R"({"x":{"dtype":"F32","shape":[1]}})", ""), "needs dtype, shape and data_offsets");
   has(dir_ / "missing.safetensors", "cannot open the file");
+  has(dir_, "is a folder, not a safetensors file");
+  const fs::path fifo = dir_ / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  has(fifo, "is not a regular file");  // refused, not opened: reading a FIFO would block
+}
+
+// The reference writer (safetensors' serialize) puts an empty tensor at the offset of the tensor
+// after it; the reader sorts ties on the start by the end, so both layouts read.
+TEST_F(Safetensors, AnEmptyTensorMayShareItsOffsetWithTheNextOne) {
+  float v = 2.5f;
+  const std::string data(reinterpret_cast<const char*>(&v), sizeof v);
+  const auto f =
+      train::load_safetensors(raw(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                  R"("b":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]},)"
+                                  R"("c":{"dtype":"I64","shape":[0],"data_offsets":[4,4]}})",
+                                  data));
+  ASSERT_EQ(f.tensors.size(), 3u);
+  for (const auto& [name, t] : f.tensors) {
+    if (name == "a") {
+      EXPECT_EQ(t.to_vector<float>(), std::vector<float>{2.5f});
+    } else {
+      EXPECT_EQ(t.numel(), 0) << name;
+    }
+  }
 }
 
 TEST_F(Safetensors, WriterRefusesBadNames) {

@@ -191,8 +191,17 @@ TEST(Tokenizer, BadFilesAndOptionsAreNamed) {
               (void)data::train_sentencepiece(small, o);
             }).find("model_type must be one of unigram, bpe, char, word, got 'wordpiece'"),
             std::string::npos);
-  // An output folder that is not there is named before any training.
+  // Only lines longer than SentencePiece's longest sentence: said so (its own error was an
+  // internal check, "[!sentences_.empty()]").
   o.model_type = "unigram";
+  std::ofstream(dir.path() / "long.txt") << std::string(5000, 'a') << "\n"
+                                         << std::string(4193, 'b');
+  const auto long_lines = data::load_text_corpus(dir.path() / "long.txt");
+  EXPECT_NE(error_of([&] { (void)data::train_sentencepiece(long_lines, o); })
+                .find(": every non-empty line is longer than 4192 bytes, the longest sentence "
+                      "SentencePiece trains on; break the text into lines"),
+            std::string::npos);
+  // An output folder that is not there is named before any training.
   o.model_prefix = dir.path() / "no-such-folder" / "m";
   EXPECT_EQ(error_of([&] { (void)data::train_sentencepiece(small, o); }),
             "[tokenizer] -o " + o.model_prefix.string() + ": the folder " +
