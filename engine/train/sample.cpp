@@ -75,9 +75,19 @@ std::vector<std::int64_t> sample_tokens(nn::Model& model, std::vector<std::int64
                                     .to(core::Device())
                                     .contiguous();
     const float* z = logits.data_ptr<float>();
+    // NaN or +inf logits (weights that diverged) have no most likely token: without this check
+    // every draw silently became the last id.
+    for (std::int64_t v = 0; v < vocab; ++v)
+      TB_CHECK(!std::isnan(z[v]) && z[v] != std::numeric_limits<float>::infinity(),
+               "[sample] the model's logit for token ", v, " is ",
+               std::isnan(z[v]) ? "NaN" : "+inf", " at generated token ", n + 1,
+               ": its weights are not finite (a diverged run?)");
+    const std::int64_t best = std::max_element(z, z + vocab) - z;
     std::int64_t next = 0;
-    if (o.temperature == 0.0) {
-      next = std::max_element(z, z + vocab) - z;
+    // A temperature so small that the scaled logits overflow is the limit T -> 0: the most likely
+    // token (inf - inf would otherwise be NaN).
+    if (o.temperature == 0.0 || !std::isfinite(static_cast<double>(z[best]) / o.temperature)) {
+      next = best;
     } else {
       for (std::int64_t v = 0; v < vocab; ++v)
         p[static_cast<std::size_t>(v)] = static_cast<double>(z[v]) / o.temperature;

@@ -174,6 +174,34 @@ TEST(Sample, DrawsStayBelowTheVocabLimit) {
             std::string::npos);
 }
 
+// A temperature so small that the scaled logits overflow is greedy (it drew the last id: inf - inf
+// made every probability NaN), and a model whose logits are NaN is an error, not a stream of the
+// last id.
+TEST(Sample, ATinyTemperatureIsGreedyAndNanLogitsAreRefused) {
+  auto model = tiny_qwen();
+  train::SampleOptions o;
+  o.tokens = 10;
+  o.temperature = 0.0;
+  const auto greedy = train::sample_tokens(*model, {65}, o);
+  for (const double t : {1e-320, 1e-300, 1e-30}) {
+    o.temperature = t;
+    o.seed = 3;
+    EXPECT_EQ(train::sample_tokens(*model, {65}, o), greedy) << t;
+  }
+  for (auto& param : model->parameters()) {
+    float* w = param.data_ptr<float>();
+    std::fill(w, w + param.numel(), std::nanf(""));
+  }
+  for (const double t : {0.0, 1.0}) {
+    o.temperature = t;
+    const std::string e = error_of([&] { train::sample_tokens(*model, {65}, o); });
+    EXPECT_NE(e.find("[sample] the model's logit for token 0 is NaN at generated token 1: its "
+                     "weights are not finite"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(Sample, ErrorsSayWhatIsWrong) {
   auto model = tiny_qwen();
   train::SampleOptions o;
