@@ -38,6 +38,11 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+// The step of a min or max: none when every value was NaN (min_value is then NaN too).
+nlohmann::json step_or_null(double value, std::int64_t step) {
+  return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(step);
+}
+
 template <typename T>
 nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -102,9 +107,9 @@ std::string RunStore::export_json(std::int64_t run) const {
                                {"last_step", m.last_step},
                                {"last_value", finite_or_null(m.last_value)},
                                {"min_value", finite_or_null(m.min_value)},
-                               {"min_step", m.min_step},
+                               {"min_step", step_or_null(m.min_value, m.min_step)},
                                {"max_value", finite_or_null(m.max_value)},
-                               {"max_step", m.max_step}});
+                               {"max_step", step_or_null(m.max_value, m.max_step)}});
   }
   nlohmann::json run_json = {
       {"id", s.id},

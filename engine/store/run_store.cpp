@@ -1,8 +1,10 @@
 // RunStore: open + crash recovery, run metadata, and the read API.
 #include "engine/store/run_store.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -66,15 +68,16 @@ void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_v
   if (to == RunStatus::kRunning) {
     Statement st = db.prepare(
         "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), "
-        "ended_at = NULL, message = '', writer_pid = ?, writer_host = ?, writer_start_time = ? "
-        "WHERE id = ?");
+        "ended_at = NULL, message = '', writer_pid = ?, writer_host = ?, writer_start_time = ?, "
+        "heartbeat_at = ? WHERE id = ?");
     st.bind(1, time);
+    st.bind(5, time);
     if (writer != nullptr) {
       st.bind(2, writer->pid).bind(3, writer->host).bind(4, writer->start_time);
     } else {
       st.bind_null(2).bind_null(3).bind_null(4);
     }
-    st.bind(5, run);
+    st.bind(6, run);
     st.run();
   } else {
     Statement st = db.prepare("UPDATE runs SET status = ?, ended_at = ?, message = ? WHERE id = ?");
@@ -191,8 +194,8 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
     const RunStatus now = detail::read_status(*db_, c.id);
     if (now != RunStatus::kRunning && now != RunStatus::kQueued) continue;
     detail::Statement w = db_->prepare(
-        "SELECT writer_pid, writer_start_time, last_step, heartbeat_at FROM runs "
-        "WHERE id = ?");
+        "SELECT writer_pid, writer_start_time, last_step, heartbeat_at, "
+        "COALESCE(heartbeat_at, started_at, created_at) FROM runs WHERE id = ?");
     w.bind(1, c.id);
     w.step();
     if (w.opt_int64(0).value_or(0) != c.who.pid || w.opt_int64(1).value_or(0) != c.who.start_time) {
@@ -216,17 +219,42 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
                       ") ended without closing the run; ",
                       last ? str_cat("every committed step is kept (last step ", *last, ")")
                            : std::string("no metrics had been committed"));
-    detail::change_status(*db_, c.id, RunStatus::kCrashed, why, unix_now());
+    // The event is dated when the crash is found; the run ended when its writer was last heard
+    // from (a commit, or the idle heartbeat every WriterOptions::heartbeat_interval): a run
+    // found days later would otherwise show days of duration in compare and the GUI.
+    const double found = unix_now();
+    detail::change_status(*db_, c.id, RunStatus::kCrashed, why, found);
+    detail::Statement end = db_->prepare("UPDATE runs SET ended_at = ? WHERE id = ?");
+    end.bind(1, std::min(found, w.opt_real(4).value_or(found))).bind(2, c.id);
+    end.run();
     changed.push_back(c.id);
   }
   tx.commit();
   return changed;
 }
 
+namespace {
+// A name is one line of text: a newline or tab in it would break the runs table, the CSV and the
+// report around it.
+void check_run_name(const std::filesystem::path& db, std::string_view name) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      throw ValueError(str_cat("[store] ", db.string(), ": a run name is one line of text; '",
+                               name.substr(0, i), "...' holds the control character ", hex,
+                               " at byte ", i));
+    }
+  }
+}
+}  // namespace
+
 std::int64_t RunStore::create_run(const NewRun& run) {
   if (run.name.empty()) {
     throw ValueError(str_cat("[store] ", path_.string(), ": a run needs a non-empty name"));
   }
+  check_run_name(path_, run.name);
   detail::Statement st = db_->prepare(
       "INSERT INTO runs (name, tags, status, created_at, config, config_format, seed, host, "
       "cpu_info, gpu_info, engine_version, sweep_id, sweep_trial, sweep_point, writer_pid, "
@@ -288,6 +316,7 @@ void RunStore::rename_run(std::int64_t run, std::string_view name) {
   if (name.empty()) {
     throw ValueError(str_cat("[store] ", path_.string(), ": run ", run, ": empty name"));
   }
+  check_run_name(path_, name);
   require_run(run);
   detail::Statement st = db_->prepare("UPDATE runs SET name = ? WHERE id = ?");
   st.bind(1, name).bind(2, run);

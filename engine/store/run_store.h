@@ -71,14 +71,16 @@ class RunStore {
 
   // --- writing run metadata -------------------------------------------------------------------
 
-  /// Creates a run in status `queued` and returns its id. Throws ValueError for an empty name.
+  /// Creates a run in status `queued` and returns its id. Throws ValueError for an empty name or
+  /// one with a control character (a name is one line of text).
   std::int64_t create_run(const NewRun& run);
   /// Changes the status of `run` if is_allowed_transition(current, status), setting ended_at for
   /// a terminal status and the message (why it ended), and adds an event. Throws ValueError
   /// naming the run and both statuses otherwise. A run being written should change status
   /// through its RunWriter instead (so that the change is ordered after its metrics).
   void set_status(std::int64_t run, RunStatus status, std::string_view message = "");
-  /// Renames a run. Throws ValueError for an unknown run or an empty name.
+  /// Renames a run. Throws ValueError for an unknown run, an empty name or one with a control
+  /// character.
   void rename_run(std::int64_t run, std::string_view name);
   /// Replaces the tags of a run.
   void set_tags(std::int64_t run, const std::vector<std::string>& tags);

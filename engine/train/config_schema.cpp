@@ -24,7 +24,7 @@ std::vector<SectionSchema> make_fixed_sections() {
   out.push_back(
       {"run",
        {FieldSpec("name", FieldType::kString, "run", "shown in the runs list")
-            .documented_as("", "non-empty"),
+            .documented_as("", "non-empty, one line"),
         FieldSpec("tags", FieldType::kStringList, json::array(), "free-form labels"),
         FieldSpec("seed", FieldType::kInt, 0, "seeds initialisation, data order, dropout")
             .at_least(0),

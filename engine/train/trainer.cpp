@@ -492,6 +492,12 @@ TrainResult Trainer::loop() {
       }
       if (saved && !checkpoint_dir_.empty() && s.step > 0)
         r.message += ", with a checkpoint to continue from";
+      // Cancelled before its first step (Ctrl-C while the data loaded): no checkpoint folder is
+      // left behind empty (remove() takes only an empty folder).
+      if (s.step == 0 && !checkpoint_dir_.empty()) {
+        std::error_code ec;
+        std::filesystem::remove(checkpoint_dir_, ec);
+      }
       break;
     }
     ranks_pause = false;

@@ -530,6 +530,13 @@ TEST(WorkbenchRun, CancelBeforeTheRunStarts) {
   const auto out = api::start_training(req, nullptr, [&](const api::StepMetrics&) { ++calls; });
   EXPECT_EQ(out.status, "cancelled") << out.message;
   EXPECT_EQ(calls, 0);
+  // No step ran: no empty checkpoint folder is left for the run.
+  const std::filesystem::path ckpts = dir.path() / "checkpoints";
+  if (std::filesystem::exists(ckpts)) {
+    for (const auto& e : std::filesystem::recursive_directory_iterator(ckpts)) {
+      EXPECT_NE(e.path().filename(), "run-" + std::to_string(out.run_id)) << e.path();
+    }
+  }
 }
 
 TEST(WorkbenchRun, PauseHoldsTheRunUntilResumeOrCancel) {
@@ -628,6 +635,15 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
     req.config_text = toml;
     EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }), message);
   }
+  // A name is one line: a newline in it split its row of the runs table.
+  req.config_text = "[run]\nname = \"two\\nlines\"\n";
+  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+            "[config] run.name: a run name is one line of text, without control characters (a "
+            "newline, a tab)");
+  // A key that names one file refuses a folder (reading it failed later with a vaguer error).
+  req.config_text = "[run]\ninit_from = \"" + dir.path().string() + "\"\n";
+  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+            "[config] run.init_from: " + dir.path().string() + " is a folder; name a file");
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
   // A pattern of token shards is checked by its folder (here there, without shards: the run is
   // created and fails when the data is read), and a tokenizer file only when one is used.

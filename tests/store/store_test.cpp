@@ -610,6 +610,17 @@ TEST_F(StoreTest, StatusTransitions) {
   EXPECT_FALSE(store.has_run(a));
 
   const auto b = store.create_run({.name = "b"});
+  // A name is one line of text, when created and when renamed.
+  for (const std::string bad : {"two\nlines", "tab\there"}) {
+    const std::string e = error_of([&] { store.create_run({.name = bad}); });
+    EXPECT_NE(e.find("a run name is one line of text; "), std::string::npos) << e;
+    EXPECT_NE(error_of([&] { store.rename_run(b, bad); }).find("holds the control character 0x"),
+              std::string::npos);
+  }
+  EXPECT_NE(error_of([&] { store.rename_run(b, "x\ny"); })
+                .find("'x...' holds the control "
+                      "character 0x0a at byte 1"),
+            std::string::npos);
   store.rename_run(b, "b2");
   store.set_tags(b, {"x"});
   store.set_status(b, RunStatus::kCancelled);
@@ -648,7 +659,11 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
     set(2, me.pid, me.host, me.start_time + 1);
     set(3, me.pid, me.host, me.start_time);
     set(4, 1, "some-other-host", 1);
+    // Run 1's writer was last heard from an hour ago.
+    raw.exec("UPDATE runs SET heartbeat_at = " + std::to_string(unix_now() - 3600) +
+             " WHERE id = 1");
   }
+  const double heard = std::stod(RawDb(db()).text("SELECT heartbeat_at FROM runs WHERE id = 1"));
   auto store = RunStore::open(db());
   EXPECT_EQ(store.get_run(1).summary.status, RunStatus::kCrashed);
   EXPECT_EQ(store.get_run(2).summary.status, RunStatus::kCrashed);
@@ -662,6 +677,9 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
       << ev.back().text;
   EXPECT_NE(ev.back().text.find("last step 1"), std::string::npos) << ev.back().text;
   EXPECT_NE(store.get_run(1).summary.message.find("ended without closing"), std::string::npos);
+  // It ended when last heard from, not when found: its duration is not inflated by the hour.
+  ASSERT_TRUE(store.get_run(1).summary.ended_at.has_value());
+  EXPECT_NEAR(*store.get_run(1).summary.ended_at, heard, 1e-3);
 }
 
 // A run left running by a writer on another host (a container restarted under a new host
@@ -1033,6 +1051,20 @@ TEST_F(StoreTest, DetailsAndExportCsvJson) {
   }
   EXPECT_TRUE(saw_event);
   EXPECT_TRUE(saw_replaced);  // bytes that are not UTF-8 do not fail the export
+  EXPECT_EQ(j["run"]["metrics_summary"][1]["min_step"], 1);  // loss
+  // A series of NaN only has no min or max, nor their steps (step 0 would be a claim).
+  const auto nans = store.create_run({.name = "nans"});
+  {
+    RunWriter w(db(), nans);
+    w.log_metrics(4, {{"loss", std::nan("")}});
+    w.log_metrics(5, {{"loss", std::nan("")}});
+    w.set_status(RunStatus::kDiverged);
+  }
+  const auto n = nlohmann::json::parse(store.export_json(nans))["run"]["metrics_summary"][0];
+  EXPECT_EQ(n["count"], 2);
+  EXPECT_EQ(n["last_step"], 5);
+  for (const char* key : {"min_value", "min_step", "max_value", "max_step", "last_value"})
+    EXPECT_TRUE(n[key].is_null()) << key << ": " << n.dump();
   EXPECT_THROW(store.export_csv(42), tb::ValueError);
 }
 
