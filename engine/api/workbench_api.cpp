@@ -462,6 +462,7 @@ Series StoreReader::series(std::int64_t run, const std::string& key, std::int64_
   // key), so that every series of a run, and every poll of one, share the origin.
   double origin = points.front().time;
   if (const auto first = impl_->store.first_point_time(run)) origin = std::min(origin, *first);
+  out.origin = origin;
   out.step.reserve(points.size());
   out.wall_s.reserve(points.size());
   out.value.reserve(points.size());

@@ -175,6 +175,7 @@ struct Series {
   std::vector<double> step;    ///< step
   std::vector<double> wall_s;  ///< seconds since the run's first point (stored wall times)
   std::vector<double> value;   ///< value
+  double origin = 0;           ///< the Unix time wall_s counts from
 };
 
 /// A config difference: the key and its value text in each compared config ("-" = absent).

@@ -2,6 +2,7 @@
 // the HTML/PDF report: well-formed, one row per selected run, user text escaped.
 #include <QtTest>
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QHeaderView>
@@ -496,6 +497,40 @@ class TestRunsReport : public QObject {
     eval->resize(1200, 300);
     eval->replotNow();
     QCOMPARE(eval->legendColumns(), 2);
+  }
+
+  void aRunWithoutLoggedStepsShowsNoStepsNotZero() {
+    // A run that failed before its first step: the report and compare say "–", as `runs` says
+    // "-", not "0 steps".
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString empty = dir.filePath(QStringLiteral("no-data"));
+    QVERIFY(QDir().mkpath(empty));
+    api::TrainRequest req;
+    req.config_text = QStringLiteral(
+                          "[run]\nname = \"nodata\"\n[data]\nkind = \"fashion-mnist\"\n"
+                          "path = \"%1\"\n")
+                          .arg(empty)
+                          .toStdString();
+    req.db_path = db.toStdString();
+    const auto out = api::start_training(req, {}, {});
+    QCOMPARE(QString::fromStdString(out.status), QStringLiteral("failed"));
+    api::StoreReader store(db.toStdString());
+    const auto rows = ui::summarizeRuns(store, {out.run_id}, ui::Target{});
+    QCOMPARE(rows.size(), std::size_t{1});
+    QVERIFY(!rows[0].steps.has_value());
+    const ui::Report report = ui::buildReport(store, {out.run_id});
+    const QString row =
+        QStringLiteral("<td>%1</td><td>nodata</td><td>failed</td><td>–</td>").arg(out.run_id);
+    QVERIFY2(report.html.contains(row), qPrintable(report.html));
+    ui::CompareView view;
+    view.setRuns(&store, {out.run_id});
+    bool dash = false;
+    for (int r = 0; r < view.summaryTable()->rowCount(); ++r)
+      if (view.summaryTable()->verticalHeaderItem(r) &&
+          view.summaryTable()->verticalHeaderItem(r)->text() == QStringLiteral("steps"))
+        dash = view.summaryTable()->item(r, 0)->text() == QStringLiteral("–");
+    QVERIFY(dash);
   }
 
   void compareShowsExactlyTheDifferingKeysAndTheReportHoldsEveryRun() {

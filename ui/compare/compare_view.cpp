@@ -226,9 +226,7 @@ void CompareView::fillSummary() {
   QStringList labels = {tr("status"),          tr("steps"),           tr("duration (s)"),
                         tr("final loss"),      tr("best eval loss"),  tr("best accuracy"),
                         tr("best perplexity"), tr("steps to target"), tr("time to target (s)")};
-  const QStringList phases = {QStringLiteral("data"),          QStringLiteral("forward"),
-                              QStringLiteral("backward"),      QStringLiteral("optimizer"),
-                              QStringLiteral("Newton–Schulz"), QStringLiteral("step")};
+  const QStringList phases = stepPhaseNames();  // the report's rows, communication included
   for (const auto& p : phases)
     labels << tr("mean %1 ms").arg(p);
   m_summary->setRowCount(static_cast<int>(labels.size()));
@@ -251,7 +249,7 @@ void CompareView::fillSummary() {
     const auto& r = rows[static_cast<std::size_t>(c)];
     QStringList cells = {
         r.status,
-        QString::number(r.steps),
+        r.steps ? QString::number(*r.steps) : QStringLiteral("–"),
         r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–"),
         opt(r.finalLoss),
         opt(r.bestEvalLoss),

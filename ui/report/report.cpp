@@ -108,6 +108,17 @@ const QList<QPair<QString, QString>> kPhases = {
     {QStringLiteral("communication"), QLatin1String(api::metric::kCommMs)},
     {QStringLiteral("step"), QLatin1String(api::metric::kStepMs)}};
 
+}  // namespace
+
+QStringList stepPhaseNames() {
+  QStringList names;
+  for (const auto& phase : kPhases)
+    names << phase.first;
+  return names;
+}
+
+namespace {
+
 QString num(const std::optional<double>& v, int precision = 5) {
   return v ? QString::number(*v, 'g', precision) : QStringLiteral("–");
 }
@@ -128,7 +139,7 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
     row.id = id;
     row.name = QString::fromStdString(it->name);
     row.status = QString::fromStdString(it->status);
-    row.steps = it->last_step ? *it->last_step : 0;
+    if (it->last_step) row.steps = *it->last_step;
     if (it->started_at) {
       const double end =
           it->ended_at ? *it->ended_at : QDateTime::currentMSecsSinceEpoch() / 1000.0;
@@ -144,7 +155,9 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
       const double v = t.value[i];
       if (higherIsBetter ? v >= target.value : v <= target.value) {
         row.stepsToTarget = static_cast<qint64>(t.step[i]);
-        row.timeToTarget = t.wall_s[i];
+        // From the run's start, as its duration: setup and the steps before the first logged
+        // one count (the series' own origin is its first logged point).
+        row.timeToTarget = it->started_at ? t.origin + t.wall_s[i] - *it->started_at : t.wall_s[i];
         break;
       }
     }
@@ -192,7 +205,7 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
             "tr>\n")
             .arg(r.id)
             .arg(htmlEscape(r.name), htmlEscape(r.status))
-            .arg(r.steps)
+            .arg(r.steps ? QString::number(*r.steps) : QStringLiteral("–"))
             .arg(r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–"))
             .arg(num(r.finalLoss), num(r.bestEvalLoss), num(r.bestAccuracy), num(r.bestPerplexity))
             .arg(r.stepsToTarget ? QString::number(*r.stepsToTarget)
@@ -215,7 +228,9 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
     pdfSummary += QStringLiteral("</tr>\n");
   };
   pdfRow(QStringLiteral("status"), [](const RunSummaryRow& r) { return htmlEscape(r.status); });
-  pdfRow(QStringLiteral("steps"), [](const RunSummaryRow& r) { return QString::number(r.steps); });
+  pdfRow(QStringLiteral("steps"), [](const RunSummaryRow& r) {
+    return r.steps ? QString::number(*r.steps) : QStringLiteral("–");
+  });
   pdfRow(QStringLiteral("duration (s)"), [](const RunSummaryRow& r) {
     return r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–");
   });

@@ -47,7 +47,7 @@ struct RunSummaryRow {
   qint64 id = 0;                              ///< run id
   QString name;                               ///< name
   QString status;                             ///< status
-  qint64 steps = 0;                           ///< newest step
+  std::optional<qint64> steps;                ///< newest step; none before the first
   std::optional<double> duration;             ///< seconds from start to end (or now)
   std::optional<double> finalLoss;            ///< last train loss
   std::optional<double> bestEvalLoss;         ///< min eval.loss
@@ -57,6 +57,10 @@ struct RunSummaryRow {
   std::optional<double> timeToTarget;         ///< wall seconds to it
   QList<QPair<QString, double>> meanPhaseMs;  ///< phase -> mean ms (data, forward, ...)
 };
+
+/// The step phases of RunSummaryRow::meanPhaseMs, in the order tables show them (data, forward,
+/// backward, optimizer, Newton–Schulz, communication, step).
+QStringList stepPhaseNames();
 
 /// Summaries of `ids` from the store.
 std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QList<qint64>& ids,
