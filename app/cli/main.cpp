@@ -388,8 +388,9 @@ void print_sweep_table(const tb::api::SweepResult& r) {
   std::cout << "\nsweep " << r.plan.name << " (" << r.status << "): " << r.plan.metric
             << " (best of each run, " << (r.plan.goal == "max" ? "higher" : "lower")
             << " is better; mean ± sd over seeds)\n";
-  std::cout << std::left << std::setw(7) << "point" << std::setw(27) << "mean ± sd" << std::setw(10)
-            << "finished" << std::setw(14) << "runs"
+  // "±" is two bytes and one cell: the columns are padded by cells, not bytes (std::setw).
+  std::cout << std::left << std::setw(7) << "point" << tb::api::pad_right("mean ± sd", 27)
+            << std::setw(10) << "finished" << std::setw(14) << "runs"
             << "values\n";
   bool first = true;
   for (const auto& p : r.points) {
@@ -405,8 +406,8 @@ void print_sweep_table(const tb::api::SweepResult& r) {
     }
     for (std::size_t i = 0; i < p.run_ids.size(); ++i)
       ids << (i ? "," : "") << p.run_ids[i];
-    std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point)) << std::setw(27)
-              << stat.str() << std::setw(10)
+    std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point))
+              << tb::api::pad_right(stat.str(), 27) << std::setw(10)
               << (std::to_string(p.finished) + "/" + std::to_string(p.runs)) << std::setw(14)
               << ids.str() << p.values << (first && p.mean ? "   <- best" : "") << "\n";
     first = false;
@@ -452,10 +453,10 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     const int index_width = static_cast<int>(std::to_string(plan.trials.size()).size());
     std::size_t name_width = 0;
     for (const auto& t : plan.trials)
-      name_width = std::max(name_width, t.name.size());
+      name_width = std::max(name_width, tb::api::display_width(t.name));
     for (const auto& t : plan.trials)
-      std::cout << "  " << std::right << std::setw(index_width) << t.index << "  " << std::left
-                << std::setw(static_cast<int>(name_width)) << t.name << "  " << t.values << "\n";
+      std::cout << "  " << std::right << std::setw(index_width) << t.index << "  "
+                << tb::api::pad_right(t.name, name_width) << "  " << t.values << "\n";
     return 0;
   }
   req.program = this_program("sweep");
@@ -813,7 +814,15 @@ int main(int argc, char** argv) {
       // Runs take it from their config (amp.tf32, stored with the run), so say it there.
       run_overrides.emplace_back("amp.tf32=true");
       launch_req.overrides.emplace_back("amp.tf32=true");
+      sweep_req.overrides.emplace_back("amp.tf32=true");
     }
+    // The processes launch and sweep start are given this command's threads and GEMM backend.
+    std::vector<std::string> child_options;
+    if (threads > 0)
+      child_options.insert(child_options.end(), {"--threads", std::to_string(threads)});
+    if (gemm != "auto") child_options.insert(child_options.end(), {"--gemm-backend", gemm});
+    launch_req.program_options = child_options;
+    sweep_req.program_options = child_options;
     if (!choice.warning.empty()) std::cerr << "warning: " << choice.warning << "\n";
     if (const auto level = tb::api::cpu_kernel_level(); !level.note.empty())
       std::cerr << "warning: " << level.note << "\n";
@@ -904,13 +913,14 @@ int main(int argc, char** argv) {
       const auto rows = tb::api::list_runs(db_path, runs_sweep);  // an error prints no header
       int name_width = 24;  // wider for long names (a sweep's trials), so columns never touch
       for (const auto& r : rows)
-        name_width = std::max(name_width, static_cast<int>(r.name.size()) + 2);
+        name_width = std::max(name_width, static_cast<int>(tb::api::display_width(r.name)) + 2);
       std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name"
                 << std::setw(11) << "status" << std::setw(21) << "created (UTC)" << std::setw(8)
                 << "steps"
                 << "message\n";
       for (const auto& r : rows) {
-        std::cout << std::left << std::setw(5) << r.id << std::setw(name_width) << r.name
+        std::cout << std::left << std::setw(5) << r.id
+                  << tb::api::pad_right(r.name, static_cast<std::size_t>(name_width))
                   << std::setw(11) << r.status << std::setw(21) << r.created << std::setw(8)
                   << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message;
         if (!r.sweep.empty())
@@ -933,13 +943,14 @@ int main(int argc, char** argv) {
       const auto rows = tb::api::list_sweeps(db_path);
       int name_width = 20;
       for (const auto& r : rows)
-        name_width = std::max(name_width, static_cast<int>(r.name.size()) + 2);
+        name_width = std::max(name_width, static_cast<int>(tb::api::display_width(r.name)) + 2);
       std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name"
                 << std::setw(13) << "status" << std::setw(21) << "created (UTC)" << std::setw(8)
                 << "method" << std::setw(18) << "metric"
                 << "trials (finished, stopped, failed)\n";
       for (const auto& r : rows) {
-        std::cout << std::left << std::setw(5) << r.id << std::setw(name_width) << r.name
+        std::cout << std::left << std::setw(5) << r.id
+                  << tb::api::pad_right(r.name, static_cast<std::size_t>(name_width))
                   << std::setw(13) << r.status << std::setw(21) << r.created << std::setw(8)
                   << r.method << std::setw(18) << r.metric << r.trials << " (" << r.finished << ", "
                   << r.stopped << ", " << r.failed << ")\n";

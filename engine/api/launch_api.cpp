@@ -87,6 +87,7 @@ std::vector<LaunchedProcess> launch_runs(
     p.config = resume_id > 0 ? "run " + std::to_string(resume_id) + " (resumed)"
                              : req.configs[static_cast<std::size_t>(k) % req.configs.size()];
     std::vector<std::string> args = {req.program};
+    args.insert(args.end(), req.program_options.begin(), req.program_options.end());
     if (!req.db_path.empty()) {
       args.push_back("--db");
       args.push_back(req.db_path);
@@ -203,6 +204,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
         "mpirun (Open MPI refuses root otherwise)");
   }
   p.argv.push_back(req.program);
+  p.argv.insert(p.argv.end(), req.program_options.begin(), req.program_options.end());
   if (!req.db_path.empty()) p.argv.insert(p.argv.end(), {"--db", req.db_path});
   p.argv.push_back("run");
   if (req.resume > 0) p.argv.insert(p.argv.end(), {"--resume", std::to_string(req.resume)});

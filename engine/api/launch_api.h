@@ -13,12 +13,15 @@ namespace tb::api {
 
 /// What to launch.
 struct LaunchRequest {
-  std::string program;                 ///< the trainbench-cli executable to run
-  std::vector<std::string> configs;    ///< run configs; process k runs configs[k % size]
-  int nproc = 1;                       ///< processes (= slots)
-  std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
-  bool fallback = false;               ///< an unsatisfiable binding: unbound + warning
-  std::string db_path;                 ///< the store every process writes ("" = default)
+  std::string program;               ///< the trainbench-cli executable to run
+  std::vector<std::string> configs;  ///< run configs; process k runs configs[k % size]
+  int nproc = 1;                     ///< processes (= slots)
+  std::string binding = "none";      ///< none, node, socket, exclusive, core-complex
+  bool fallback = false;             ///< an unsatisfiable binding: unbound + warning
+  std::string db_path;               ///< the store every process writes ("" = default)
+  /// Program options every process gets before its command: the launching command's own
+  /// (e.g. "--threads", "2", "--gemm-backend", "openblas"), which a child would not know.
+  std::vector<std::string> program_options;
   std::vector<std::string> overrides;  ///< "key.path=value", for every process
   bool ddp = false;                    ///< one data-parallel run over nproc ranks (mpirun)
   std::vector<std::string> hosts;      ///< ddp: "host" or "host:slots" (none = this machine)

@@ -105,6 +105,48 @@ void check_checkpoint_of(const store::RunStore& st, std::int64_t run,
                    std::to_string(run) + "; name that run instead");
 }
 
+// One UTF-8 character at `i` (advanced past it): its code point, or the byte itself when it is
+// not the start of a valid sequence.
+char32_t next_char(std::string_view s, std::size_t& i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  const int n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
+  if (n <= 1 || i + static_cast<std::size_t>(n) > s.size()) {
+    ++i;
+    return b;
+  }
+  char32_t c = b & (0x7F >> n);
+  for (int k = 1; k < n; ++k) {
+    const auto cb = static_cast<unsigned char>(s[i + static_cast<std::size_t>(k)]);
+    if ((cb & 0xC0) != 0x80) {
+      ++i;
+      return b;
+    }
+    c = (c << 6) | (cb & 0x3F);
+  }
+  i += static_cast<std::size_t>(n);
+  return c;
+}
+
+int char_width(char32_t c) {
+  if (c == 0) return 0;
+  // Combining marks, zero-width joiners and variation selectors.
+  if ((c >= 0x0300 && c <= 0x036F) || (c >= 0x1AB0 && c <= 0x1AFF) ||
+      (c >= 0x1DC0 && c <= 0x1DFF) || (c >= 0x200B && c <= 0x200F) ||
+      (c >= 0x20D0 && c <= 0x20FF) || (c >= 0xFE00 && c <= 0xFE0F) || (c >= 0xFE20 && c <= 0xFE2F))
+    return 0;
+  // East Asian wide and fullwidth forms, and emoji.
+  if ((c >= 0x1100 && c <= 0x115F) || (c >= 0x2E80 && c <= 0x303E) ||
+      (c >= 0x3041 && c <= 0x33FF) || (c >= 0x3400 && c <= 0x4DBF) ||
+      (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xA000 && c <= 0xA4CF) ||
+      (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0xF900 && c <= 0xFAFF) ||
+      (c >= 0xFE30 && c <= 0xFE4F) || (c >= 0xFF00 && c <= 0xFF60) ||
+      (c >= 0xFFE0 && c <= 0xFFE6) || (c >= 0x1F300 && c <= 0x1F6FF) ||
+      (c >= 0x1F900 && c <= 0x1F9FF) || (c >= 0x1FA70 && c <= 0x1FAFF) ||
+      (c >= 0x20000 && c <= 0x3FFFD))
+    return 2;
+  return 1;
+}
+
 std::string one_line(const std::string& message, std::int64_t run) {
   constexpr std::size_t kMax = 200;
   const std::size_t end = message.find_last_not_of(" \t\r\n");
@@ -123,6 +165,38 @@ std::string one_line(const std::string& message, std::int64_t run) {
   return line;
 }
 }  // namespace
+
+std::size_t display_width(std::string_view text) {
+  std::size_t w = 0;
+  for (std::size_t i = 0; i < text.size();)
+    w += static_cast<std::size_t>(char_width(next_char(text, i)));
+  return w;
+}
+
+std::string pad_right(std::string_view text, std::size_t width) {
+  const std::size_t w = display_width(text);
+  return std::string(text) + std::string(w < width ? width - w : 0, ' ');
+}
+
+std::string pad_left(std::string_view text, std::size_t width) {
+  const std::size_t w = display_width(text);
+  return std::string(w < width ? width - w : 0, ' ') + std::string(text);
+}
+
+std::string fit_width(std::string_view text, std::size_t width) {
+  if (display_width(text) <= width) return std::string(text);
+  const std::size_t room = width > 3 ? width - 3 : 0;
+  std::size_t used = 0;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t j = i;
+    const int cw = char_width(next_char(text, j));
+    if (used + static_cast<std::size_t>(cw) > room) break;
+    used += static_cast<std::size_t>(cw);
+    i = j;
+  }
+  return std::string(text.substr(0, i)) + "...";
+}
 
 std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep) {
   if (db_path.empty() && sweep.empty() && !detail::store_exists(db_path)) return {};
@@ -199,10 +273,10 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   for (const auto& c : configs)
     for (const auto& [k, v] : c)
       keys.insert(k);
-  // Column widths from the content: keys, and values up to 30 characters.
+  // Column widths from the content, in terminal cells: keys, and values up to 30 cells.
   std::size_t kw = 26;
   for (const auto& k : keys)
-    kw = std::max(kw, k.size() + 2);
+    kw = std::max(kw, display_width(k) + 2);
   std::size_t vw = 12;
   for (const auto& k : keys) {
     std::set<std::string> distinct;
@@ -210,30 +284,26 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
       distinct.insert(c.count(k) ? c.at(k) : "-");
     if (distinct.size() < 2) continue;  // only differing keys are shown
     for (const auto& v : distinct)
-      vw = std::max(vw, std::min<std::size_t>(v.size(), 30));
+      vw = std::max(vw, std::min<std::size_t>(display_width(v), 30));
   }
   for (const auto& r : runs)
-    vw = std::max(vw, std::min<std::size_t>(r.summary.name.size(), 30));
-  const int w = static_cast<int>(vw) + 2;
-  const int lw = static_cast<int>(kw);
-  // A value longer than its column ends in "..." (at a UTF-8 character boundary), and a note
-  // under the table says where the whole of it is.
+    vw = std::max(vw, std::min<std::size_t>(display_width(r.summary.name), 30));
+  const std::size_t w = vw + 2;
+  // A value longer than its column ends in "..." (at a character boundary), and a note under the
+  // table says where the whole of it is.
   bool cut = false;
   const auto fit = [&](const std::string& v) {
-    if (v.size() <= vw) return v;
-    cut = true;
-    std::size_t n = vw - 3;
-    while (n > 0 && (static_cast<unsigned char>(v[n]) & 0xC0) == 0x80)
-      --n;
-    return v.substr(0, n) + "...";
+    std::string f = fit_width(v, vw);
+    cut = cut || f.size() != v.size();
+    return pad_left(f, w);
   };
   std::ostringstream os;
-  os << std::left << std::setw(lw + 2) << "" << std::right;
+  os << pad_right("", kw + 2);
   for (const auto& r : runs)
-    os << std::setw(w) << ("run " + std::to_string(r.summary.id));
-  os << "\n" << std::left << std::setw(lw + 2) << "name" << std::right;
+    os << pad_left("run " + std::to_string(r.summary.id), w);
+  os << "\n" << pad_right("name", kw + 2);
   for (const auto& r : runs)
-    os << std::setw(w) << fit(r.summary.name);
+    os << fit(r.summary.name);
   os << "\n\nconfig differences:\n";
   int differing = 0;
   for (const auto& k : keys) {
@@ -245,18 +315,18 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     if (std::all_of(vals.begin(), vals.end(), [&](const auto& v) { return v == vals[0]; }))
       continue;
     ++differing;
-    os << "  " << std::left << std::setw(lw) << k << std::right;
+    os << "  " << pad_right(k, kw);
     for (const auto& v : vals)
-      os << std::setw(w) << fit(v);
+      os << fit(v);
     os << "\n";
   }
   if (differing == 0) os << "  (none: the configs are equal)\n";
   if (cut) os << "  (... : cut to the column; trainbench-cli show N prints the whole config)\n";
   os << "\nsummary:\n";
   auto row = [&](const std::string& label, auto&& cell) {
-    os << "  " << std::left << std::setw(lw) << label << std::right;
+    os << "  " << pad_right(label, kw);
     for (const auto& r : runs)
-      os << std::setw(w) << cell(r);
+      os << pad_left(cell(r), w);
     os << "\n";
   };
   row("status",

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,18 @@ struct SampleResult {
 /// that is not a language model, has no checkpoint, or a prompt of the wrong form (text for a
 /// token model, ids out of range) is a tb::ValueError saying so.
 SampleResult sample_run(const SampleRequest& request);
+
+/// The terminal cells UTF-8 `text` takes in a text table: one per character, two for East Asian
+/// wide characters and emoji, none for combining marks and joiners (after Markus Kuhn's wcwidth;
+/// a byte that is not UTF-8 takes one).
+std::size_t display_width(std::string_view text);
+/// `text` and spaces up to `width` cells (none when it is as wide already), for the columns of
+/// text tables: std::setw counts bytes, so a name with "é" or "名" shifted its row.
+std::string pad_right(std::string_view text, std::size_t width);
+/// Spaces and then `text`: a right-aligned cell of `width`.
+std::string pad_left(std::string_view text, std::size_t width);
+/// `text` cut to at most `width` cells at a character boundary, ending in "..." when cut.
+std::string fit_width(std::string_view text, std::size_t width);
 
 /// The run's metrics as "csv" or "json" text.
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format);

@@ -420,6 +420,7 @@ SweepResult run_sweep(const SweepRequest& request,
         lr.binding = request.binding;
         lr.fallback = request.fallback;
         lr.db_path = request.db_path;
+        lr.program_options = request.program_options;
         for (std::int64_t k = 0; k < count; ++k) {
           const Job& job = jobs[static_cast<std::size_t>(first + k)];
           const auto& t = trials[job.trial];

@@ -46,13 +46,14 @@ SweepPreview preview_sweep_text(const std::string& toml, const std::string& sour
 
 /// What run_sweep does.
 struct SweepRequest {
-  std::string program;                 ///< the trainbench-cli executable
-  std::string config_path;             ///< the config with its [sweep] table
-  std::vector<std::string> overrides;  ///< --set on the run config
-  std::string db_path;                 ///< the store ("" = default)
-  int parallel = 1;                    ///< trials at a time, each in its own slot
-  std::string binding = "none";        ///< none, node, socket, exclusive, core-complex
-  bool fallback = true;                ///< an unsatisfiable binding runs unbound (warning)
+  std::string program;                       ///< the trainbench-cli executable
+  std::string config_path;                   ///< the config with its [sweep] table
+  std::vector<std::string> overrides;        ///< --set on the run config
+  std::string db_path;                       ///< the store ("" = default)
+  std::vector<std::string> program_options;  ///< options each trial's process gets (launch's)
+  int parallel = 1;                          ///< trials at a time, each in its own slot
+  std::string binding = "none";              ///< none, node, socket, exclusive, core-complex
+  bool fallback = true;                      ///< an unsatisfiable binding runs unbound (warning)
   /// Continue stored sweep NAME (config_path and overrides unused): its plan and trials are read
   /// back from the store; finished runs are kept, crashed or cancelled ones resume from their
   /// newest checkpoint (or start again without one), trials never started start, and early

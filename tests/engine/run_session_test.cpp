@@ -7,10 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -376,6 +378,17 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
   req.db_path = dir.db();
   req.configs = {cpu.string()};
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"mpi\"");
+  // The launching command's own options reach every rank, before its command.
+  req.program_options = {"--threads", "3", "--gemm-backend", "openblas"};
+  {
+    const auto argv = api::plan_ddp_launch(req).argv;
+    const auto at = std::find(argv.begin(), argv.end(), "trainbench-cli");
+    ASSERT_NE(at, argv.end());
+    EXPECT_EQ(std::vector<std::string>(at + 1, at + 7),
+              (std::vector<std::string>{"--threads", "3", "--gemm-backend", "openblas", "--db",
+                                        dir.db()}));
+  }
+  req.program_options.clear();
   req.configs = {gpu.string()};
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
   // Resumed without a config file: the stored run's config decides.
@@ -417,4 +430,57 @@ TEST(RunStoreReaders, ASweepWithABadConfigCreatesNoStore) {
   const std::string error = tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
   EXPECT_NE(error.find("optimizer.lr"), std::string::npos) << error;
   EXPECT_FALSE(fs::exists(dir.path() / "new"));
+}
+
+// Text tables count terminal cells, not bytes: a name with "ü" or "名" kept its row's columns
+// shifted by its extra bytes (std::setw counts bytes).
+TEST(TextTables, WidthsAreTerminalCells) {
+  EXPECT_EQ(api::display_width("abc"), 3u);
+  EXPECT_EQ(api::display_width("m\xc3\xbc"
+                               "on"),
+            4u);                                                  // "müon": ü is 2 bytes, 1 cell
+  EXPECT_EQ(api::display_width("e\xcc\x81"), 1u);                 // e + combining acute
+  EXPECT_EQ(api::display_width("\xe5\x90\x8d\xe5\x89\x8d"), 4u);  // "名前": 2 wide characters
+  EXPECT_EQ(api::display_width("\xf0\x9f\x9a\x80"), 2u);          // an emoji
+  EXPECT_EQ(api::display_width("\xff"
+                               "a"),
+            2u);  // not UTF-8: a cell per byte
+  EXPECT_EQ(api::pad_right("\xe5\x90\x8d", 4), "\xe5\x90\x8d  ");
+  EXPECT_EQ(api::pad_left("\xc3\xbc", 3), "  \xc3\xbc");
+  EXPECT_EQ(api::pad_right("toolong", 3), "toolong");
+  EXPECT_EQ(api::fit_width("\xce\xb1\xce\xb2\xce\xb3\xce\xb4\xce\xb5\xce\xb6", 5),
+            "\xce\xb1\xce\xb2...");  // αβγδεζ -> αβ...
+  EXPECT_EQ(api::fit_width("\xe5\x90\x8d\xe5\x89\x8d\xe5\x90\x8d", 5), "\xe5\x90\x8d...");
+  EXPECT_EQ(api::fit_width("\xe5\x90\x8d\xe5\x89\x8d\xe5\x90\x8d", 6),
+            "\xe5\x90\x8d\xe5\x89\x8d\xe5\x90\x8d");  // 6 cells: fits
+  EXPECT_EQ(api::fit_width("short", 5), "short");
+}
+
+TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const std::string db = (dir.path() / "runs.sqlite").string();
+  {
+    auto st = store::RunStore::open(db);
+    for (const std::string name : {"m\xc3\xbc"
+                                   "on-\xc3\xb1",
+                                   "\xe5\x90\x8d\xe5\x89\x8d"}) {
+      store::NewRun nr;
+      nr.name = name;
+      nr.config = api::check_config_text("[run]\nname = \"" + name + "\"\n").effective_toml;
+      st.create_run(nr);
+    }
+  }
+  const std::string out = api::compare_runs(db, {1, 2});
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  ASSERT_GT(lines.size(), 4u) << out;
+  EXPECT_EQ(lines[1].rfind("name", 0), 0u) << out;
+  EXPECT_EQ(api::display_width(lines[1]), api::display_width(lines[0])) << out;  // "run 1  run 2"
+  for (const auto& line : lines) {
+    if (line.rfind("  run.name", 0) == 0) {
+      EXPECT_EQ(api::display_width(line), api::display_width(lines[0])) << out;
+    }
+  }
 }
