@@ -44,8 +44,12 @@ std::string iso_time(double unix_seconds) {
 std::filesystem::path checkpoint_dir(const train::RunConfig& config,
                                      const std::filesystem::path& db, const std::string& store_name,
                                      const std::string& store_id, std::int64_t run_id) {
+  // Absolute, so that the paths the store lists hold from any folder (a relative --db would
+  // otherwise list them relative to the folder the run was started in).
+  std::error_code ec;
+  const std::filesystem::path store_dir = std::filesystem::absolute(db, ec).parent_path();
   const std::filesystem::path base = config.checkpoint.dir.empty()
-                                         ? db.parent_path() / "checkpoints"
+                                         ? store_dir / "checkpoints"
                                          : std::filesystem::path(config.checkpoint.dir);
   const std::string store = std::filesystem::path(store_name).stem().string() + "-" + store_id;
   return base / store / ("run-" + std::to_string(run_id));
@@ -62,19 +66,31 @@ void mark_failed(const std::filesystem::path& db, std::int64_t run_id,
 
 store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
                                     const std::string& prefix, const std::string& none) {
-  const auto cks = st.checkpoints(run);
+  namespace fs = std::filesystem;
+  auto cks = st.checkpoints(run);
   TB_CHECK(!cks.empty(), prefix, " run ", run, " ", none);
-  const auto usable = std::find_if(cks.rbegin(), cks.rend(), [](const store::Checkpoint& c) {
-    namespace fs = std::filesystem;
-    const fs::path dir(c.path);
-    std::error_code ec;
-    if (fs::is_regular_file(dir / "state.json", ec)) return true;
+  std::error_code ec;
+  const fs::path beside = fs::absolute(st.path(), ec).parent_path() / "checkpoints";
+  const auto there = [](const fs::path& dir) {
+    std::error_code e;
+    if (fs::is_regular_file(dir / "state.json", e)) return true;
     // A re-save of this step killed between its two renames (checkpoint_io.cpp) left the
     // previous save of the step aside, whole (.step-N.old): put it back under its name.
     const fs::path aside = dir.parent_path() / ("." + dir.filename().string() + ".old");
-    if (!fs::is_regular_file(aside / "state.json", ec)) return false;
-    fs::rename(aside, dir, ec);
-    return !ec;
+    if (!fs::is_regular_file(aside / "state.json", e)) return false;
+    fs::rename(aside, dir, e);
+    return !e;
+  };
+  const auto usable = std::find_if(cks.rbegin(), cks.rend(), [&](store::Checkpoint& c) {
+    const fs::path dir(c.path);
+    if (there(dir)) return true;
+    // A store moved with its checkpoints folder (or one listed relative to the folder an older
+    // version ran in): the same STORE-ID/run-N/step-N under the store's own folder.
+    const fs::path moved = beside / dir.parent_path().parent_path().filename() /
+                           dir.parent_path().filename() / dir.filename();
+    if (moved == dir || !there(moved)) return false;
+    c.path = moved.string();
+    return true;
   });
   TB_CHECK(usable != cks.rend(), prefix, " run ", run, "'s checkpoints are gone: the store lists ",
            cks.size(), ", none of them on disk (newest: ", cks.back().path, ")");

@@ -141,6 +141,29 @@ struct Start {
 // mistyped path is a config error (exit code 1) and leaves no failed run in the store. What is in
 // them is checked when they are read. A pattern (the tokens kind's "fineweb_train_*.bin") is
 // checked by its folder; the tokenizer file only when the tokenizer reads one.
+// A new run's paths made absolute from the folder it is started in, before its config is
+// stored: resumed, sampled or exported from another folder, the stored config still names the
+// same files, and its checkpoints are listed where they are.
+void make_paths_absolute(train::RunConfig& c) {
+  const auto absolute = [](std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(path, ec);
+    if (!ec) path = p.lexically_normal().string();
+  };
+  absolute(c.data.path);
+  absolute(c.run.init_from);
+  absolute(c.checkpoint.dir);
+  if (c.data.extra.is_object()) {
+    for (const char* key : {"val_path", "tokenizer_model"}) {
+      if (!c.data.extra.contains(key) || !c.data.extra[key].is_string()) continue;
+      std::string p = c.data.extra[key].get<std::string>();
+      absolute(p);
+      c.data.extra[key] = p;
+    }
+  }
+}
+
 void check_new_run(const train::RunConfig& c) {
   // A name is one line (a newline split its row of the runs table). Checked for new runs only:
   // a run stored before the rule still resumes, samples and exports under its name.
@@ -185,6 +208,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.store_name = db.filename().string();
   if (!spec.resume) {
     s.config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
+    make_paths_absolute(s.config);
     check_new_run(s.config);
     store::NewRun nr;
     nr.name = s.config.run.name;
@@ -198,6 +222,13 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.run_id = *spec.resume;
   detail::require_run(st, s.run_id);
   const store::RunDetails stored = st.get_run(s.run_id);
+  // A run another process is training (or setting up) is refused before its checkpoints are
+  // touched: that process may be pruning or re-saving them (opening the store has already taken
+  // a run whose process is gone as crashed).
+  TB_CHECK(stored.summary.status != store::RunStatus::kRunning &&
+               stored.summary.status != store::RunStatus::kQueued,
+           "[run] run ", s.run_id, " is ", store::to_string(stored.summary.status),
+           " in another process: let it end (or cancel it) before resuming it");
   // A finished run has nothing left to train; resuming it would only rewrite its summary and end
   // time. Its weights can start a new run.
   TB_CHECK(stored.summary.status != store::RunStatus::kFinished, "[run] run ", s.run_id,

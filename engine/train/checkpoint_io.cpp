@@ -290,11 +290,21 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
              owner_description_.empty() ? owner_key_ : owner_description_,
              "; resume that run from its own store");
   }
-  // The config must match, except where the run is placed: [binding] (a data-parallel rank's
-  // own slot differs from rank 0's, which wrote the checkpoint; a run resumed by a launcher or a
-  // sweep gets whatever slot is free then) changes the CPUs, not the training.
+  // The config must match, except where the run is placed and how it is logged and saved, which
+  // change no value it computes: [binding] (a data-parallel rank's own slot differs from rank
+  // 0's, which wrote the checkpoint; a run resumed by a launcher or a sweep gets whatever slot is
+  // free then), threads and data.workers (the same bits at every count), [checkpoint], the run's
+  // name, tags, log interval and init_from (read at the start only), and amp.tf32 off CUDA.
   auto same_run = [](RunConfig c) {
     c.binding = BindingSection{};
+    c.threads = 0;
+    c.data.workers = 0;
+    c.checkpoint = CheckpointSection{};
+    c.run.name = "run";
+    c.run.tags.clear();
+    c.run.log_interval = 1;
+    c.run.init_from.clear();
+    if (c.run.device.rfind("cuda", 0) != 0) c.amp.tf32 = false;
     return to_toml(c);
   };
   bool same = state.at("config") == to_toml(config_);
@@ -310,8 +320,9 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
         config_differences(state.at("config").get<std::string>(), to_toml(config_));
     throw ValueError("[checkpoint] " + dir.string() + " was written by a run with another config" +
                      (diff.empty() ? "" : " (" + diff + ")") +
-                     "; resume with that config (a run's length and schedule cannot change on "
-                     "resume)");
+                     "; resume with that config (only where the run is placed and how it is "
+                     "logged and saved may change: binding, threads, data.workers, checkpoint, "
+                     "run.name, run.tags, run.log_interval)");
   }
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));

@@ -403,6 +403,52 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
 
 }  // namespace
 
+// A store moved to another folder with its checkpoints folder resumes there: the checkpoint the
+// store lists under the old folder is found beside the store (it failed: "checkpoints are
+// gone"). And a resume may change where and how the run is placed (threads), not what it trains.
+TEST(RunResume, AStoreMovedWithItsCheckpointsResumesAndThreadsMayChange) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path first = dir.path() / "first";
+  fs::create_directories(first);
+  api::RunRequest part{"", {}, (first / "runs.sqlite").string(), std::nullopt, ""};
+  const fs::path file = dir.path() / "run.toml";
+  std::ofstream(file) << kConfig;
+  part.config_path = file.string();
+  part.stop_at = 4;
+  const auto cut = api::run_training(part, nullptr, nullptr);
+  ASSERT_TRUE(cut.stopped_as_asked) << cut.message;
+  const fs::path second = dir.path() / "second";
+  fs::rename(first, second);
+  api::RunRequest again{"", {"threads=1"}, (second / "runs.sqlite").string(), cut.run_id, ""};
+  const auto resumed = api::run_training(again, nullptr, nullptr);
+  EXPECT_EQ(resumed.status, "finished") << resumed.message;
+  EXPECT_EQ(resumed.from_step, 4);
+  // Its new checkpoints are listed under the store's new folder.
+  const auto cks = store::RunStore::open(second / "runs.sqlite").checkpoints(cut.run_id);
+  ASSERT_FALSE(cks.empty());
+  EXPECT_EQ(cks.back().path.rfind(second.string(), 0), 0u) << cks.back().path;
+}
+
+// A resume of a run another process is training is refused before its checkpoints are read (that
+// process may be pruning them): it failed with whichever checkpoint file had just gone.
+TEST(RunResume, ARunningRunIsRefusedBeforeItsCheckpointsAreRead) {
+  tb::test::TempDir dir("tb_run_session_test");
+  std::int64_t id = 0;
+  {
+    store::NewRun nr;
+    nr.name = "live";
+    nr.config = "";
+    id = store::RunStore::open(dir.db()).create_run(nr);
+  }
+  store::RunWriter live(dir.db(), id);  // this process is its writer: running, alive
+  const std::string e = tb::test::error_of([&] {
+    (void)api::run_training(api::RunRequest{"", {}, dir.db(), id, ""}, nullptr, nullptr);
+  });
+  EXPECT_EQ(e, "[run] run " + std::to_string(id) +
+                   " is running in another process: let it end (or cancel it) before resuming it");
+  live.set_status(store::RunStatus::kCancelled);
+}
+
 // Commands that only read a store do not create one: a mistyped --db is named, and no file or
 // folder is left behind.
 TEST(RunStoreReaders, AStoreThatIsNotThereIsNamedNotCreated) {
