@@ -369,6 +369,8 @@ int cmd_schedule_config(const std::string& path, const std::vector<std::string>&
       std::cout << "," << v;
     std::cout << "\n";
   }
+  for (const auto& w : t.warnings)
+    std::cerr << "warning: " << w << "\n";
   return 0;
 }
 
@@ -796,9 +798,11 @@ int main(int argc, char** argv) {
       "the config reference's tables, generated from the engine's registries (Markdown)");
   std::string reference_check;
   bool reference_update = false;
-  reference->add_option("--check", reference_check,
-                        "compare the generated blocks of this file (docs/config-reference.md)");
-  reference->add_flag("--update", reference_update, "with --check: rewrite the stale blocks");
+  auto* reference_check_opt =
+      reference->add_option("--check", reference_check,
+                            "compare the generated blocks of this file (docs/config-reference.md)");
+  reference->add_flag("--update", reference_update, "with --check: rewrite the stale blocks")
+      ->needs(reference_check_opt);
 
   try {
     app.parse(argc, argv);
@@ -1020,6 +1024,12 @@ int main(int argc, char** argv) {
     }
     if (schedule->parsed()) {
       if (sched_kind.size() > 5 && sched_kind.compare(sched_kind.size() - 5, 5, ".toml") == 0) {
+        if (schedule->count("--lr") || sched_momentum) {
+          std::cerr
+              << "error: [schedule] --lr and --momentum preview a scheduler kind; a run config "
+                 "takes its optimizers' LRs (change them with --set optimizer.lr=...)\n";
+          return 1;
+        }
         return cmd_schedule_config(sched_kind, sched_settings,
                                    schedule->count("--steps") ? sched_steps : 0);
       }

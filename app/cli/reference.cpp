@@ -119,7 +119,8 @@ int check_reference(const std::string& path, bool update, std::ostream& err) {
       seen[name] = true;
       if (it->second != body) {
         err << path << ":" << i + 1 << ": block '" << name << "' is stale"
-            << (update ? " (rewritten)" : " (trainbench-cli reference --update " + path + ")")
+            << (update ? " (rewritten)"
+                       : " (trainbench-cli reference --check " + path + " --update)")
             << "\n";
         if (!update) ++problems;
         body = it->second;

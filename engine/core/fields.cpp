@@ -341,4 +341,14 @@ std::string nearest_word(const std::string& word, const std::vector<std::string>
   return best;
 }
 
+std::string close_word(const std::string& word, const std::vector<std::string>& candidates) {
+  const std::string best = nearest_word(word, candidates);
+  if (best.empty()) return best;
+  // One begins the other: a name cut short ("eval.acc") or one with a suffix ("lr_max").
+  const bool shorter = best.size() < word.size();
+  if (!word.empty() && (shorter ? word.rfind(best, 0) : best.rfind(word, 0)) == 0) return best;
+  const std::size_t limit = std::max<std::size_t>(1, std::max(word.size(), best.size()) / 3);
+  return levenshtein(word, best) <= limit ? best : std::string();
+}
+
 }  // namespace tb::core

@@ -102,5 +102,9 @@ std::string join_or(const std::vector<std::string>& items);
 /// The candidate nearest to `word`: the shortest one that `word` begins (a name cut short), else
 /// the nearest by edit distance (first on ties); "" when there is none.
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates);
+/// nearest_word() when it is close enough to be a likely typo of `word` (one begins the other, or
+/// at most a third of the letters changed, and at least 1), else "": "d_model" is not a typo of
+/// "hidden", and suggesting it would mislead.
+std::string close_word(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace tb::core

@@ -236,7 +236,8 @@ void add_builtins(core::Registry<SchedulerKind>& r) {
                return std::make_shared<ChainedScheduler>(f.children(o), &o);
              }));
   r.add(
-      kind("plateau", "ReduceLROnPlateau", "reduce the LR when the eval metric stops improving",
+      kind("plateau", "ReduceLROnPlateau",
+           "reduce the LR when eval.loss stops improving (stepped after each evaluation)",
            {FieldSpec("mode", FieldType::kString, "min", "whether lower or higher is better")
                 .one_of({"min", "max"}),
             FieldSpec("factor", FieldType::kFloat, 0.1, "LR multiplier on a plateau (< 1)"),

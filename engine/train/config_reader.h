@@ -298,7 +298,16 @@ class Section {
       const std::string full = path(key);
       const std::string what = path_.empty() && v.is_table() ? "section" : "key";
       std::string msg = "unknown " + what + " '" + full + "'";
-      if (!known_.empty()) msg += "; did you mean '" + path(nearest(key, known_)) + "'?";
+      if (full == "sweep" && v.is_table()) {
+        msg += ": this is a sweep config; run it with trainbench-cli sweep FILE";
+      } else if (const std::string close = core::close_word(key, known_); !close.empty()) {
+        msg += "; did you mean '" + path(close) + "'?";
+      } else if (!known_.empty()) {
+        // Not a typo of any of them: say what the table takes instead of a far-off guess.
+        msg += "; " +
+               (path_.empty() ? std::string("known at the top: ") : "'" + path_ + "' takes ") +
+               core::join_or(known_);
+      }
       ctx_.fail_at(full, msg + ctx_.origin(full));
     }
   }

@@ -294,6 +294,11 @@ void cross_check(const Ctx& ctx, const RunConfig& c) {
     if (const auto problem = model->fit(c.model.fields, data->shape(data_settings(c.data))))
       ctx.fail(problem->key, problem->message);
   }
+  // Found here, not at the first evaluation after all the training before it.
+  if (c.eval.samples > 0 && model->task != core::kTaskLanguageModel)
+    ctx.fail("eval.samples", "a " + quote(c.model.kind) +
+                                 " model generates no text: eval.samples needs a language model "
+                                 "(qwen-tiny, gpt); set it to 0");
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include "engine/core/data_shape.h"
 #include "engine/core/error.h"
 #include "engine/core/fields.h"
 #include "engine/core/metric_names.h"
+#include "engine/nn/model_registry.h"
 #include "engine/rng/cpu_generator.h"
 #include "engine/rng/cpu_sampling.h"
 #include "engine/train/run_config.h"
@@ -163,6 +165,35 @@ void check_metric(const Where& w, const std::string& metric) {
   if (std::find(names.begin(), names.end(), metric) != names.end()) return;
   w.fail("sweep.metric", "'" + metric + "' is not a metric a run logs; did you mean '" +
                              core::nearest_word(metric, names) + "'?");
+}
+
+// The metric is one the sweep's runs log: accuracy for a classifier, perplexity and tokens/s for a
+// language model, eval_swa.* / eval_ema.* with that average (a sweep ranked by a metric no run
+// logs ran every trial and ranked none). Skipped when the points change the model or average.
+void check_metric_for(const Where& w, const SweepSpec& s, const RunConfig& base) {
+  for (const auto& p : s.parameters)
+    if (p.key == "model.kind" || p.key == "data.kind" || p.key == "swa.kind") return;
+  const std::string& m = s.metric;
+  const auto what = [&](const std::string& prefix) { return m.substr(prefix.size()); };
+  const bool language =
+      nn::model_registry().at(base.model.kind)->task == std::string(core::kTaskLanguageModel);
+  for (const char* prefix : {"eval.", "eval_swa.", "eval_ema."}) {
+    if (m.rfind(prefix, 0) != 0) continue;
+    const std::string p(prefix);
+    if (p != "eval." && base.swa.kind != p.substr(5, p.size() - 6))
+      w.fail("sweep.metric", "'" + m + "' is logged only with swa.kind = \"" +
+                                 p.substr(5, p.size() - 6) + "\"; the runs have \"" +
+                                 base.swa.kind + "\"");
+    if (what(p) == "accuracy" && language)
+      w.fail("sweep.metric", "'" + m + "' is logged by classifiers; a " + base.model.kind +
+                                 " model logs " + p + "loss and " + p + "perplexity");
+    if (what(p) == "perplexity" && !language)
+      w.fail("sweep.metric", "'" + m + "' is logged by language models; a " + base.model.kind +
+                                 " model logs " + p + "loss and " + p + "accuracy");
+  }
+  if (m == core::metric::kTokensPerS && !language)
+    w.fail("sweep.metric", "'" + m + "' is logged by language models; a " + base.model.kind +
+                               " model logs samples_per_s");
 }
 
 SweepSpec spec_of(const Where& w, const toml::table& t) {
@@ -317,7 +348,9 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
   try {
     root = toml::parse(std::string_view(toml_text), std::string_view(source));
   } catch (const toml::parse_error& e) {
-    throw ValueError("[sweep] " + source + ": invalid TOML: " + std::string(e.description()));
+    const auto& b = e.source().begin;
+    throw ValueError("[sweep] " + source + ": line " + std::to_string(b.line) + ", column " +
+                     std::to_string(b.column) + ": invalid TOML: " + std::string(e.description()));
   }
   const auto* sweep = root.get("sweep");
   if (sweep == nullptr || !sweep->is_table())
@@ -327,6 +360,7 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
   root.erase("sweep");
   plan.base_toml = text_of(root);
   const RunConfig base = parse_run_config(plan.base_toml, source, overrides);
+  check_metric_for(w, plan.spec, base);
   std::vector<std::int64_t> seeds = plan.spec.seeds;
   if (seeds.empty()) seeds.push_back(static_cast<std::int64_t>(base.run.seed));
   std::string tags = "[";

@@ -124,8 +124,9 @@ OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics) {
   }
   for (auto& o : s.opts)
     o->zero_grad();
+  // ReduceLROnPlateau steps on the eval metric, after each evaluation (Trainer::run).
   for (auto& sc : s.scheds)
-    sc->step();
+    if (dynamic_cast<sched::ReduceLROnPlateau*>(sc.get()) == nullptr) sc->step();
   return r;
 }
 

@@ -52,6 +52,18 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+// scheduler.kind = "plateau": ReduceLROnPlateau.step(eval loss) after each evaluation, as
+// PyTorch's examples call it once per validation (the per-step loop skips it).
+void step_plateau_schedulers(Trainer::State& s) {
+  const auto loss = std::find_if(s.last_eval.begin(), s.last_eval.end(), [](const auto& kv) {
+    return kv.first == core::metric::kEvalLoss;
+  });
+  if (loss == s.last_eval.end()) return;
+  for (auto& sc : s.scheds)
+    if (auto* plateau = dynamic_cast<sched::ReduceLROnPlateau*>(sc.get()))
+      plateau->step(loss->second);
+}
+
 }  // namespace
 
 Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
@@ -602,6 +614,7 @@ TrainResult Trainer::loop() {
     if (eval_now) {
       const auto te = Clock::now();
       s.last_eval = evaluate();
+      step_plateau_schedulers(s);
       m.insert(m.end(), s.last_eval.begin(), s.last_eval.end());
       m.emplace_back(core::metric::kEvalMs, ms_since(te));
       if (config_.eval.samples > 0 && rank() == 0) emit_samples();

@@ -163,6 +163,10 @@ TEST(RunConfigTest, TypeErrors) {
   EXPECT_THAT(error_of("[model]\nhidden = [1.5]\n"),
               HasSubstr("model.hidden: expected an array of integers"));
   EXPECT_THAT(error_of("[run]\nseed = -1\n"), HasSubstr("run.seed: expected an integer >= 0"));
+  // Samples of a classifier: refused before training, not at the first evaluation.
+  EXPECT_THAT(error_of("[eval]\nsamples = 2\n"),
+              HasSubstr("eval.samples: a \"mlp\" model generates no text: eval.samples needs a "
+                        "language model"));
 }
 
 TEST(RunConfigTest, RangeErrors) {
@@ -221,6 +225,14 @@ TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {
   // A setting of another optimizer kind.
   EXPECT_THAT(error_of("[optimizer]\nmomentum = 0.9\n"),
               HasSubstr("unknown key 'optimizer.momentum' for optimizer kind \"adamw\""));
+  // Nothing close: what the table takes, not a far-off guess ("did you mean 'model.hidden'?").
+  EXPECT_EQ(error_of("[model]\nd_model = 64\n"),
+            "[config] run.toml: unknown key 'model.d_model'; 'model' takes kind, input, hidden, "
+            "classes, activation or dropout");
+  // A sweep config given to run: said so, not "did you mean 'swa'?".
+  EXPECT_EQ(error_of("[sweep]\nmetric = \"eval.loss\"\n"),
+            "[config] run.toml: unknown section 'sweep': this is a sweep config; run it with "
+            "trainbench-cli sweep FILE");
 }
 
 TEST(RunConfigTest, UnknownSection) {

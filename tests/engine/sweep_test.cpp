@@ -117,6 +117,16 @@ TEST(Sweep, ErrorsNameTheKey) {
   EXPECT_CONTAINS(
       error_of("[sweep]\nmetric = \"eval.acc\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
       "sweep.metric: 'eval.acc' is not a metric a run logs; did you mean 'eval.accuracy'?");
+  // ... and so is one these runs do not log (a classifier's perplexity, an average the runs do
+  // not keep): every trial ran and none was ranked.
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmetric = \"eval.perplexity\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+      "[sweep] s.toml: sweep.metric: 'eval.perplexity' is logged by language models; a mlp model "
+      "logs eval.loss and eval.accuracy");
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmetric = \"eval_ema.loss\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+      "sweep.metric: 'eval_ema.loss' is logged only with swa.kind = \"ema\"; the runs have "
+      "\"none\"");
   EXPECT_CONTAINS(error_of("[sweep]\n"), "sweep.parameters: name at least one key to sweep");
   EXPECT_CONTAINS(
       error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = { distribution = \"uniform\", "

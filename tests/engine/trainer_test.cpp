@@ -120,6 +120,16 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   moved.binding.cpus = "0";
   moved.binding.mode = "exclusive";
   EXPECT_EQ(run_losses(moved, {}, dir / "step-00000012"), resumed);
+  // So is a run with other threads, loader workers, checkpointing, name, tags or logging (a run
+  // of threads = 16 resumed on a smaller machine): none changes a value it computes.
+  auto retuned = cfg;
+  retuned.threads = 1;
+  retuned.data.workers = 2;
+  retuned.checkpoint.interval = 5;
+  retuned.checkpoint.keep = 1;
+  retuned.run.name = "renamed";
+  retuned.run.tags = {"again"};
+  EXPECT_EQ(run_losses(retuned, {}, dir / "step-00000012"), resumed);
   // Another config refuses the checkpoint.
   auto other = cfg;
   other.optimizer.main.set("lr", 0.5);
@@ -310,6 +320,37 @@ TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
   const auto r = t.run();
   EXPECT_EQ(r.outcome, train::RunOutcome::kDiverged) << r.message;
   EXPECT_NE(r.message.find("3 non-finite losses in a row"), std::string::npos) << r.message;
+}
+
+// scheduler.kind = "plateau" steps on eval.loss after each evaluation (it failed every run at its
+// first step: ReduceLROnPlateau.step() needs the metric). With patience 0 and an absolute
+// threshold no improvement meets, every evaluation after the first halves the LR.
+TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
+  auto cfg = blobs_config();
+  cfg.run.steps = 20;
+  cfg.eval.interval = 5;
+  cfg.scheduler.config = {{"kind", "plateau"},
+                          {"patience", 0},
+                          {"factor", 0.5},
+                          {"threshold", 100.0},
+                          {"threshold_mode", "abs"}};
+  train::Trainer t(cfg);
+  struct Lrs : train::MetricSink {
+    std::vector<std::pair<std::int64_t, double>> lr;
+    void on_metrics(std::int64_t step, const train::Metrics& m) override {
+      for (const auto& [k, v] : m)
+        if (k == "lr.adamw.0") lr.emplace_back(step, v);
+    }
+  };
+  auto lrs = std::make_shared<Lrs>();
+  t.add_sink(lrs);
+  const auto r = t.run();
+  ASSERT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  ASSERT_EQ(lrs->lr.size(), 20u);
+  for (const auto& [step, lr] : lrs->lr) {
+    const double want = step <= 10 ? 1e-2 : step <= 15 ? 5e-3 : 2.5e-3;
+    EXPECT_DOUBLE_EQ(lr, want) << "step " << step;
+  }
 }
 
 TEST(Trainer, CancelFromAnotherThread) {
