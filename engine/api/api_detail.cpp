@@ -83,14 +83,16 @@ store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
   };
   const auto usable = std::find_if(cks.rbegin(), cks.rend(), [&](store::Checkpoint& c) {
     const fs::path dir(c.path);
-    if (there(dir)) return true;
-    // A store moved with its checkpoints folder (or one listed relative to the folder an older
-    // version ran in): the same STORE-ID/run-N/step-N under the store's own folder.
-    const fs::path moved = beside / dir.parent_path().parent_path().filename() /
-                           dir.parent_path().filename() / dir.filename();
-    if (moved == dir || !there(moved)) return false;
-    c.path = moved.string();
-    return true;
+    // The same STORE-ID/run-N/step-N beside the store first: a store moved or copied with its
+    // checkpoints folder (a copy must not load, or rename in, the original's), or one listed
+    // relative to the folder an older version ran in. Then the listed folder (checkpoint.dir).
+    const fs::path own = beside / dir.parent_path().parent_path().filename() /
+                         dir.parent_path().filename() / dir.filename();
+    if (own != dir && there(own)) {
+      c.path = own.string();
+      return true;
+    }
+    return there(dir);
   });
   TB_CHECK(usable != cks.rend(), prefix, " run ", run, "'s checkpoints are gone: the store lists ",
            cks.size(), ", none of them on disk (newest: ", cks.back().path, ")");

@@ -141,29 +141,6 @@ struct Start {
 // mistyped path is a config error (exit code 1) and leaves no failed run in the store. What is in
 // them is checked when they are read. A pattern (the tokens kind's "fineweb_train_*.bin") is
 // checked by its folder; the tokenizer file only when the tokenizer reads one.
-// A new run's paths made absolute from the folder it is started in, before its config is
-// stored: resumed, sampled or exported from another folder, the stored config still names the
-// same files, and its checkpoints are listed where they are.
-void make_paths_absolute(train::RunConfig& c) {
-  const auto absolute = [](std::string& path) {
-    if (path.empty()) return;
-    std::error_code ec;
-    const std::filesystem::path p = std::filesystem::absolute(path, ec);
-    if (!ec) path = p.lexically_normal().string();
-  };
-  absolute(c.data.path);
-  absolute(c.run.init_from);
-  absolute(c.checkpoint.dir);
-  if (c.data.extra.is_object()) {
-    for (const char* key : {"val_path", "tokenizer_model"}) {
-      if (!c.data.extra.contains(key) || !c.data.extra[key].is_string()) continue;
-      std::string p = c.data.extra[key].get<std::string>();
-      absolute(p);
-      c.data.extra[key] = p;
-    }
-  }
-}
-
 void check_new_run(const train::RunConfig& c) {
   // A name is one line (a newline split its row of the runs table). Checked for new runs only:
   // a run stored before the rule still resumes, samples and exports under its name.
@@ -208,7 +185,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.store_name = db.filename().string();
   if (!spec.resume) {
     s.config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
-    make_paths_absolute(s.config);
+    train::make_paths_absolute(s.config);
     check_new_run(s.config);
     store::NewRun nr;
     nr.name = s.config.run.name;
@@ -240,6 +217,11 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
                                  ? "run " + std::to_string(s.run_id) + "'s stored config"
                                  : spec.source;
   s.config = train::parse_run_config(text, source, spec.overrides);
+  // As a new run's (a stored one's are already absolute; a config file's relative paths are
+  // read from this folder, as they always were).
+  train::make_paths_absolute(s.config);
+  // The checkpoint replaces the weights init_from would load: not read again (it may be gone).
+  s.config.run.init_from.clear();
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {

@@ -126,11 +126,19 @@ ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
     lrs.push_back(rc.optimizer.adamw.value_or(train::OptimizerSettings(rest)).number("lr"));
     group_names.push_back(core::metric::kLrPrefix + rest);
   }
+  // A run's plateau moves only with its eval.loss, unknown before the run: shown flat, and said so
+  // (stepped on a made-up metric it fell by `factor` every patience + 1 steps).
+  const bool plateau = cfg.value("kind", std::string()) == "plateau";
+  if (plateau) cfg = {{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}};
   cfg["lr"] = lrs;
   std::string note;
   if (steps <= 0) steps = run_length(rc, note);
   ScheduleTable t = preview_schedule_json(cfg.dump(), steps);
   if (!note.empty()) t.warnings.insert(t.warnings.begin(), note);
+  if (plateau)
+    t.warnings.insert(t.warnings.begin(),
+                      "scheduler.kind = \"plateau\" lowers the LR when eval.loss stops improving, "
+                      "after each evaluation of the run: the preview shows the starting LR only");
   return t;
 }
 

@@ -293,13 +293,18 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   // The config must match, except where the run is placed and how it is logged and saved, which
   // change no value it computes: [binding] (a data-parallel rank's own slot differs from rank
   // 0's, which wrote the checkpoint; a run resumed by a launcher or a sweep gets whatever slot is
-  // free then), threads and data.workers (the same bits at every count), [checkpoint], the run's
-  // name, tags, log interval and init_from (read at the start only), and amp.tf32 off CUDA.
+  // free then), threads and data.workers (the same bits at every count with the default GEMM
+  // backend), checkpoint.interval and keep (not its folder: an abandoned continuation's
+  // checkpoints there would be left unpruned), the run's name, tags, log interval and init_from
+  // (a resume loads the checkpoint instead), and amp.tf32 off CUDA. Paths compare absolute (a
+  // config file's relative ones from this folder, as a new run's are stored).
   auto same_run = [](RunConfig c) {
+    make_paths_absolute(c);
     c.binding = BindingSection{};
     c.threads = 0;
     c.data.workers = 0;
-    c.checkpoint = CheckpointSection{};
+    c.checkpoint.interval = 0;
+    c.checkpoint.keep = 3;
     c.run.name = "run";
     c.run.tags.clear();
     c.run.log_interval = 1;
@@ -321,8 +326,9 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
     throw ValueError("[checkpoint] " + dir.string() + " was written by a run with another config" +
                      (diff.empty() ? "" : " (" + diff + ")") +
                      "; resume with that config (only where the run is placed and how it is "
-                     "logged and saved may change: binding, threads, data.workers, checkpoint, "
-                     "run.name, run.tags, run.log_interval)");
+                     "logged and saved may change: binding, threads, data.workers, "
+                     "checkpoint.interval, checkpoint.keep, run.name, run.tags, "
+                     "run.log_interval)");
   }
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));

@@ -303,6 +303,28 @@ void cross_check(const Ctx& ctx, const RunConfig& c) {
 
 }  // namespace
 
+void make_paths_absolute(RunConfig& c) {
+  // absolute() only, not lexically_normal(): "link/.." may name another folder than the one
+  // the text seems to.
+  const auto absolute = [](std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(path, ec);
+    if (!ec) path = p.string();
+  };
+  absolute(c.data.path);
+  absolute(c.run.init_from);
+  absolute(c.checkpoint.dir);
+  if (c.data.extra.is_object()) {
+    for (const char* key : {"val_path", "tokenizer_model"}) {
+      if (!c.data.extra.contains(key) || !c.data.extra[key].is_string()) continue;
+      std::string p = c.data.extra[key].get<std::string>();
+      absolute(p);
+      c.data.extra[key] = p;
+    }
+  }
+}
+
 OptimizerSettings::OptimizerSettings() : OptimizerSettings("adamw") {}
 
 OptimizerSettings::OptimizerSettings(const std::string& k)

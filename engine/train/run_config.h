@@ -183,6 +183,11 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
 std::string read_config_file(const std::string& path, const std::string& what = "config");
 /// Reads `path` and parses it (a missing or unreadable file names the path).
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// The config's file paths made absolute from the current folder (data.path, data.val_path,
+/// data.tokenizer_model, run.init_from, checkpoint.dir; "" stays ""). A new run's config is
+/// stored so, and so it still names the same files when resumed from another folder.
+void make_paths_absolute(RunConfig& config);
+
 /// The effective config as TOML (every key, defaults filled in); parse_run_config of it gives
 /// an equal config.
 std::string to_toml(const RunConfig& config);

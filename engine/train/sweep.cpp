@@ -433,7 +433,11 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
       t.overrides.push_back("run.name=" + quoted(plan.spec.name + " p" + std::to_string(i) + " s" +
                                                  std::to_string(seed)));
       t.overrides.push_back("run.tags=" + tags);
-      t.config = to_toml(parse_run_config(point_bases[i], source, t.overrides));
+      // Paths absolute from the folder the sweep is planned in: a trial started after
+      // `sweep --resume` from another folder reads the same files.
+      RunConfig trial = parse_run_config(point_bases[i], source, t.overrides);
+      make_paths_absolute(trial);
+      t.config = to_toml(trial);
       plan.trials.push_back(std::move(t));
     }
   }

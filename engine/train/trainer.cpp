@@ -614,7 +614,9 @@ TrainResult Trainer::loop() {
     if (eval_now) {
       const auto te = Clock::now();
       s.last_eval = evaluate();
-      step_plateau_schedulers(s);
+      // Not on the extra evaluation of a --stop-at step: the run resumed from there must step
+      // its plateau as the uninterrupted one does.
+      if (next % eval_every == 0 || next == total_steps_) step_plateau_schedulers(s);
       m.insert(m.end(), s.last_eval.begin(), s.last_eval.end());
       m.emplace_back(core::metric::kEvalMs, ms_since(te));
       if (config_.eval.samples > 0 && rank() == 0) emit_samples();

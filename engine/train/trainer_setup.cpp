@@ -229,6 +229,18 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
                       : "run.epochs = " + std::to_string(c.run.epochs) + " x " +
                             std::to_string(s.loader->num_batches()) + " steps per epoch";
   check_stepped(c.scheduler.config, steps, 0, "scheduler", run_length, s.setup_warnings);
+  // A plateau steps after each evaluation but the last: with none before it, the LR never moves.
+  const auto& sc = c.scheduler.config;
+  if (sc.is_object() && sc.value("kind", std::string()) == "plateau") {
+    const std::int64_t every = c.eval.interval > 0 ? c.eval.interval : s.loader->num_batches();
+    if (every >= steps)
+      s.setup_warnings.push_back(
+          "scheduler.kind = \"plateau\" steps on eval.loss after each evaluation, and the first "
+          "is at step " +
+          std::to_string(std::min(every, steps)) + " of " + std::to_string(steps) + " (" +
+          (c.eval.interval > 0 ? "eval.interval" : "eval.interval = 0: once per epoch") +
+          "): the LR never changes; evaluate more often");
+  }
 }
 
 void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {

@@ -429,6 +429,26 @@ TEST(RunResume, AStoreMovedWithItsCheckpointsResumesAndThreadsMayChange) {
   EXPECT_EQ(cks.back().path.rfind(second.string(), 0), 0u) << cks.back().path;
 }
 
+// A resume given the config file again, with a relative path in it, is the same run (the stored
+// config holds the path absolute; the file's is read from this folder as a new run's was).
+TEST(RunResume, TheSameConfigFileWithARelativePathResumes) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path ck = fs::relative(dir.path() / "ck", fs::current_path());
+  ASSERT_TRUE(ck.is_relative());
+  const fs::path file = dir.path() / "run.toml";
+  std::ofstream(file) << kConfig;
+  const std::vector<std::string> sets = {"checkpoint.dir=\"" + ck.string() + "\""};
+  api::RunRequest part{file.string(), sets, dir.db(), std::nullopt, ""};
+  part.stop_at = 4;
+  const auto cut = api::run_training(part, nullptr, nullptr);
+  ASSERT_TRUE(cut.stopped_as_asked) << cut.message;
+  EXPECT_TRUE(fs::exists(dir.path() / "ck"));
+  const auto resumed = api::run_training(
+      api::RunRequest{file.string(), sets, dir.db(), cut.run_id, ""}, nullptr, nullptr);
+  EXPECT_EQ(resumed.status, "finished") << resumed.message;
+  EXPECT_EQ(resumed.from_step, 4);
+}
+
 // A resume of a run another process is training is refused before its checkpoints are read (that
 // process may be pruning them): it failed with whichever checkpoint file had just gone.
 TEST(RunResume, ARunningRunIsRefusedBeforeItsCheckpointsAreRead) {

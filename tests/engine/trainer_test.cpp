@@ -353,6 +353,32 @@ TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
   }
 }
 
+// Stopped at a step between evaluations and resumed, a plateau run is the uninterrupted one bit
+// for bit: the extra evaluation of the stop step does not step the plateau.
+TEST(Trainer, APlateauRunStoppedAndResumedEqualsAnUninterruptedOne) {
+  const tb::test::TempDir dir("tb_trainer_plateau_resume");
+  auto cfg = blobs_config();
+  cfg.run.steps = 20;
+  cfg.eval.interval = 5;
+  // No evaluation after the first counts as better: each one halves the LR, so one more (the
+  // stop step's) would halve it from step 8 on.
+  cfg.scheduler.config = {{"kind", "plateau"},
+                          {"patience", 0},
+                          {"factor", 0.5},
+                          {"threshold", 100.0},
+                          {"threshold_mode", "abs"}};
+  const auto full = run_losses(cfg);
+  {
+    train::Trainer t(cfg, dir.path());
+    t.set_stop_at(7);
+    const auto r = t.run();
+    ASSERT_EQ(r.outcome, train::RunOutcome::kCancelled) << r.message;
+  }
+  const auto resumed = run_losses(cfg, {}, dir.path() / "step-00000007");
+  using Losses = std::vector<std::pair<std::int64_t, double>>;
+  EXPECT_EQ(resumed, Losses(full.begin() + 7, full.end()));
+}
+
 TEST(Trainer, CancelFromAnotherThread) {
   train::Trainer t(blobs_config());
   auto rec = std::make_shared<Recorder>();
