@@ -322,10 +322,9 @@ TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
   EXPECT_NE(r.message.find("3 non-finite losses in a row"), std::string::npos) << r.message;
 }
 
-// scheduler.kind = "plateau" steps on eval.loss after each evaluation (it failed every run at its
-// first step: ReduceLROnPlateau.step() needs the metric). With patience 0 and an absolute
-// threshold no improvement meets, every evaluation after the first halves the LR.
-TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
+// 20 steps, an evaluation every 5, and a plateau with patience 0 and an absolute threshold no
+// improvement meets: every evaluation after the first halves the LR.
+train::RunConfig plateau_config() {
   auto cfg = blobs_config();
   cfg.run.steps = 20;
   cfg.eval.interval = 5;
@@ -334,7 +333,13 @@ TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
                           {"factor", 0.5},
                           {"threshold", 100.0},
                           {"threshold_mode", "abs"}};
-  train::Trainer t(cfg);
+  return cfg;
+}
+
+// scheduler.kind = "plateau" steps on eval.loss after each evaluation (it failed every run at its
+// first step: ReduceLROnPlateau.step() needs the metric).
+TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
+  train::Trainer t(plateau_config());
   struct Lrs : train::MetricSink {
     std::vector<std::pair<std::int64_t, double>> lr;
     void on_metrics(std::int64_t step, const train::Metrics& m) override {
@@ -357,16 +362,9 @@ TEST(Trainer, APlateauSchedulerStepsOnTheEvalLoss) {
 // for bit: the extra evaluation of the stop step does not step the plateau.
 TEST(Trainer, APlateauRunStoppedAndResumedEqualsAnUninterruptedOne) {
   const tb::test::TempDir dir("tb_trainer_plateau_resume");
-  auto cfg = blobs_config();
-  cfg.run.steps = 20;
-  cfg.eval.interval = 5;
-  // No evaluation after the first counts as better: each one halves the LR, so one more (the
-  // stop step's) would halve it from step 8 on.
-  cfg.scheduler.config = {{"kind", "plateau"},
-                          {"patience", 0},
-                          {"factor", 0.5},
-                          {"threshold", 100.0},
-                          {"threshold_mode", "abs"}};
+  // Each evaluation after the first halves the LR: one more (the stop step's) would halve it
+  // from step 8 on.
+  const auto cfg = plateau_config();
   const auto full = run_losses(cfg);
   {
     train::Trainer t(cfg, dir.path());
