@@ -393,7 +393,10 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   }
   std::unique_ptr<store::RunWriter> writer;
   try {
-    writer = std::make_unique<store::RunWriter>(db, start.run_id);
+    store::WriterOptions wo;
+    // What the store holds past the checkpoint is a timeline this resume replaces.
+    if (resuming) wo.resume_after = out.from_step;
+    writer = std::make_unique<store::RunWriter>(db, start.run_id, wo);
   } catch (const std::exception& e) {
     return fail(e);
   }
@@ -406,9 +409,18 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   {
     ControlBinding binding(spec.control.get(), *trainer);
     try {
-      if (resuming)
-        store_sink->on_event("info", "resumed from " + start.checkpoint.string() + " at step " +
-                                         std::to_string(out.from_step));
+      if (resuming) {
+        const store::WriterStats ws = writer->stats();
+        std::string text = "resumed from " + start.checkpoint.string() + " at step " +
+                           std::to_string(out.from_step);
+        if (ws.removed_points > 0 || ws.removed_checkpoints > 0)
+          text +=
+              "; removed what the store held after that step, from the continuation this "
+              "resume replaces: " +
+              std::to_string(ws.removed_points) + " metric points, " +
+              std::to_string(ws.removed_checkpoints) + " checkpoint records";
+        store_sink->on_event("info", text);
+      }
       if (observer.on_start) observer.on_start(start.run_id, out.description);
       r = trainer->run();
     } catch (const std::exception& e) {

@@ -95,6 +95,60 @@ void decode_chunk(std::span<const unsigned char> blob, std::int64_t count, std::
   }
 }
 
+std::int64_t remove_points_after(Connection& db, std::int64_t run, std::int64_t after) {
+  std::int64_t removed = 0;
+  const auto count = [&](const char* sql) {
+    Statement n = db.prepare(sql);
+    n.bind(1, run).bind(2, after);
+    if (n.step() && !n.is_null(0)) removed += n.int64(0);
+  };
+  count("SELECT COUNT(*) FROM metrics WHERE run_id = ?1 AND step > ?2");
+  count("SELECT SUM(count) FROM metric_chunks WHERE run_id = ?1 AND first_step > ?2");
+  db.prepare("DELETE FROM metrics WHERE run_id = ?1 AND step > ?2")
+      .bind(1, run)
+      .bind(2, after)
+      .run();
+  db.prepare("DELETE FROM metric_chunks WHERE run_id = ?1 AND first_step > ?2")
+      .bind(1, run)
+      .bind(2, after)
+      .run();
+  struct Cut {
+    std::int64_t id;
+    std::vector<SeriesPoint> kept;
+  };
+  std::vector<Cut> cuts;
+  {
+    Statement straddling = db.prepare(
+        "SELECT id, count, points FROM metric_chunks WHERE run_id = ?1 AND last_step > ?2");
+    straddling.bind(1, run).bind(2, after);
+    while (straddling.step()) {
+      Cut c{straddling.int64(0), {}};
+      const std::int64_t n = straddling.int64(1);
+      decode_chunk(straddling.blob(2), n, std::numeric_limits<std::int64_t>::min(), c.kept,
+                   db.file());
+      const auto end =
+          std::upper_bound(c.kept.begin(), c.kept.end(), after,
+                           [](std::int64_t s, const SeriesPoint& p) { return s < p.step; });
+      c.kept.erase(end, c.kept.end());
+      removed += n - static_cast<std::int64_t>(c.kept.size());
+      cuts.push_back(std::move(c));
+    }
+  }
+  Statement update =
+      db.prepare("UPDATE metric_chunks SET last_step = ?2, count = ?3, points = ?4 WHERE id = ?1");
+  std::vector<unsigned char> blob;
+  for (const Cut& c : cuts) {
+    if (c.kept.empty()) continue;  // first_step > after: deleted above
+    encode(c.kept, blob);
+    update.bind(1, c.id)
+        .bind(2, c.kept.back().step)
+        .bind(3, static_cast<std::int64_t>(c.kept.size()))
+        .bind_blob(4, blob.data(), blob.size());
+    update.run();
+  }
+  return removed;
+}
+
 std::vector<SeriesPoint> read_series(const Connection& db, std::int64_t run, std::int64_t key_id,
                                      std::int64_t from_step) {
   // Chunks in index order (run, key, last_step), which needs no sort; `id` is the write order,

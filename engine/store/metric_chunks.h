@@ -40,6 +40,11 @@ const char* chunk_insert_sql();
 std::vector<SeriesPoint> read_series(const Connection& db, std::int64_t run, std::int64_t key_id,
                                      std::int64_t from_step);
 
+/// Removes every point of `run` with step > `after` from both metric tables: chunks wholly after
+/// it are deleted, one that straddles it keeps its earlier points (its row rewritten in place, so
+/// its write order holds). Returns the number of points removed. Run inside a transaction.
+std::int64_t remove_points_after(Connection& db, std::int64_t run, std::int64_t after);
+
 /// (key id, name) of every metric the run has points for, sorted by name.
 std::vector<std::pair<std::int64_t, std::string>> run_metric_keys(const Connection& db,
                                                                   std::int64_t run);

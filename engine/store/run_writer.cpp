@@ -60,6 +60,22 @@ RunWriter::RunWriter(const std::filesystem::path& db, std::int64_t run, WriterOp
                   "); a writer on another host is taken as crashed once silent for ",
                   static_cast<std::int64_t>(kWriterSilenceLimit.count()), " s"));
     }
+    if (options_.resume_after) {
+      const std::int64_t after = *options_.resume_after;
+      stats_.removed_points = detail::remove_points_after(db_, run_, after);
+      detail::Statement gone =
+          db_.prepare("SELECT COUNT(*) FROM checkpoints WHERE run_id = ?1 AND step > ?2");
+      gone.bind(1, run_).bind(2, after);
+      if (gone.step()) stats_.removed_checkpoints = gone.int64(0);
+      db_.prepare("DELETE FROM checkpoints WHERE run_id = ?1 AND step > ?2")
+          .bind(1, run_)
+          .bind(2, after)
+          .run();
+      db_.prepare("UPDATE runs SET last_step = ?2 WHERE id = ?1 AND last_step > ?2")
+          .bind(1, run_)
+          .bind(2, after)
+          .run();
+    }
     detail::change_status(db_, run_, RunStatus::kRunning, "", wall_now(), &me_);
     stamp_heartbeat();
     tx.commit();

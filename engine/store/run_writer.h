@@ -23,6 +23,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,6 +54,13 @@ struct WriterOptions {
   /// run's heartbeat this often, so that a reader on another host can tell it is alive
   /// (RunStore::recover_crashed_runs). Must be > 0.
   std::chrono::milliseconds heartbeat_interval{10000};
+  /// For a resumed run, the step it continues after (its checkpoint's). The metric points and
+  /// checkpoint records of later steps, left by the continuation the resume replaces (one killed
+  /// after its newest checkpoint, or abandoned by a resume from an earlier one), are removed when
+  /// the writer takes the run, in the same transaction, as TensorBoard's
+  /// `SummaryWriter(purge_step=...)` hides a crashed run's events from the restart step on. The
+  /// run's last step becomes at most this. Empty for a new run.
+  std::optional<std::int64_t> resume_after;
 };
 
 /// How long a run's writer on another host may stay silent (no commit, no heartbeat) before
@@ -77,12 +85,14 @@ struct KeyedValue {
 
 /// Counters of a RunWriter (for benchmarks and diagnostics).
 struct WriterStats {
-  std::uint64_t rows_logged = 0;     ///< metric rows accepted by log_metrics
-  std::uint64_t rows_committed = 0;  ///< metric rows committed
-  std::uint64_t batches = 0;         ///< transactions committed
-  std::uint64_t producer_waits = 0;  ///< log calls that waited because the queue was full
-  std::size_t largest_batch = 0;     ///< most metric rows in one transaction
-  double slowest_commit_s = 0;       ///< longest transaction, seconds
+  std::uint64_t rows_logged = 0;         ///< metric rows accepted by log_metrics
+  std::uint64_t rows_committed = 0;      ///< metric rows committed
+  std::uint64_t batches = 0;             ///< transactions committed
+  std::uint64_t producer_waits = 0;      ///< log calls that waited because the queue was full
+  std::size_t largest_batch = 0;         ///< most metric rows in one transaction
+  double slowest_commit_s = 0;           ///< longest transaction, seconds
+  std::int64_t removed_points = 0;       ///< metric points removed by resume_after
+  std::int64_t removed_checkpoints = 0;  ///< checkpoint records removed by resume_after
 };
 
 /// Writes one run: opens its own connection, marks the run `running` with this process's

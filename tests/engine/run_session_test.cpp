@@ -272,6 +272,47 @@ TEST(RunLifecycle, PruningDropsAnAbandonedContinuationNotTheNewCheckpoint) {
   EXPECT_EQ(rest.from_step, 5);
 }
 
+// Resumed from an earlier checkpoint, the run's later steps in the store are the abandoned
+// continuation's: they are removed when the resume starts, so plots, `runs` and exports show one
+// timeline, and its checkpoint records go with them (a crash before the next checkpoint resumes
+// from the chosen one, not from the abandoned continuation's newest).
+TEST(RunResume, AResumeFromAnEarlierCheckpointReplacesTheStepsAfterIt) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec first = spec_for(db);
+  first.overrides = {"checkpoint.keep=3"};
+  first.stop_at = 6;
+  ASSERT_TRUE(api::execute_run(first).stopped_as_asked);
+  auto st = store::RunStore::open(db);
+  ASSERT_EQ(st.series(1, "loss").back().step, 6);
+  const std::vector<store::Checkpoint> before = st.checkpoints(1);
+  ASSERT_EQ(before.size(), 3u);  // steps 2, 4, 6
+  ASSERT_EQ(before.front().step, 2);
+
+  api::RunSpec back;
+  back.db_path = db.string();
+  back.resume = 1;
+  back.resume_checkpoint = before.front().path;
+  back.stop_at = 3;
+  const auto out = api::execute_run(back);
+  ASSERT_TRUE(out.stopped_as_asked) << out.message;
+  EXPECT_EQ(out.from_step, 2);
+  const std::vector<store::SeriesPoint> loss = st.series(1, "loss");
+  ASSERT_EQ(loss.size(), 3u);
+  EXPECT_EQ(loss.back().step, 3);
+  EXPECT_EQ(st.get_run(1).summary.last_step, 3);
+  std::vector<std::int64_t> steps;
+  for (const auto& c : st.checkpoints(1))
+    steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{2, 3}));
+  bool said = false;
+  for (const auto& e : st.events(1))
+    said = said || (e.text.find("at step 2; removed what the store held after that step") !=
+                        std::string::npos &&
+                    e.text.find(", 2 checkpoint records") != std::string::npos);
+  EXPECT_TRUE(said) << "no event names what the resume removed";
+}
+
 TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";

@@ -399,6 +399,78 @@ TEST_F(StoreTest, PackedChunksMergeWithRowsOfVersionTwoAndLaterWritesWin) {
   EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metrics"), 0);
 }
 
+// A resume continues after its checkpoint's step: what the store holds past it (a continuation
+// killed after its newest checkpoint, or one abandoned by resuming from an earlier checkpoint)
+// is removed when the resumed writer takes the run, from both metric tables and the checkpoint
+// records, while every point up to the step stays (and a chunk straddling it keeps its head).
+TEST_F(StoreTest, AResumeRemovesWhatTheStoreHeldAfterItsStep) {
+  auto store = RunStore::open(db());
+  const std::int64_t run = store.create_run({.name = "rewound"});
+  const auto log_range = [](RunWriter& w, std::int64_t from, std::int64_t to, double sign) {
+    const auto loss = w.key("loss");
+    for (std::int64_t step = from; step <= to; ++step)
+      w.log_metrics(step, std::array{KeyedValue{loss, sign * static_cast<double>(step)}});
+  };
+  {
+    RunWriter w(db(), run);
+    log_range(w, 0, 1500, 1.0);
+    w.flush();  // chunks end at 1500, 3000 and 9999: the resume at 2000 cuts the second
+    log_range(w, 1501, 3000, 1.0);
+    w.flush();
+    log_range(w, 3001, 9999, 1.0);
+    for (const std::int64_t step : {2000, 5000, 9000})
+      w.add_checkpoint(step, "/ck/step-" + std::to_string(step));
+    w.set_status(RunStatus::kCancelled);
+  }
+  {
+    // Rows of the per-point table (stores of schema v1/v2) go too.
+    RawDb raw(db());
+    raw.exec("INSERT INTO metric_keys (name) VALUES ('old');");
+    raw.exec(
+        "INSERT INTO metrics (run_id, key_id, step, value, time) SELECT " + std::to_string(run) +
+        ", id, s.step, 1.0, 1000 FROM metric_keys, (SELECT 1999 AS step UNION SELECT 2000 UNION "
+        "SELECT 2001 UNION SELECT 2600) AS s WHERE name = 'old';");
+  }
+  {
+    WriterOptions o;
+    o.resume_after = 2000;
+    RunWriter w(db(), run, o);
+    EXPECT_EQ(w.stats().removed_points, 7999 + 2);  // loss 2001..9999, 'old' 2001 and 2600
+    EXPECT_EQ(w.stats().removed_checkpoints, 2);
+    EXPECT_EQ(store.get_run(run).summary.last_step, 2000);
+    log_range(w, 2001, 2500, -1.0);
+    w.add_checkpoint(2500, "/ck/step-2500");
+    w.set_status(RunStatus::kCancelled);
+  }
+  {
+    WriterOptions o;
+    o.resume_after = 2300;  // back again, into the second writer's chunk
+    RunWriter w(db(), run, o);
+    EXPECT_EQ(w.stats().removed_points, 200);
+    EXPECT_EQ(w.stats().removed_checkpoints, 1);
+    w.set_status(RunStatus::kCancelled);
+  }
+  const std::vector<SeriesPoint> loss = store.series(run, "loss");
+  ASSERT_EQ(loss.size(), 2301u);
+  for (std::size_t i = 0; i < loss.size(); ++i) {
+    ASSERT_EQ(loss[i].step, static_cast<std::int64_t>(i));
+    ASSERT_EQ(loss[i].value, (i <= 2000 ? 1.0 : -1.0) * static_cast<double>(i)) << "step " << i;
+  }
+  const std::vector<SeriesPoint> old = store.series(run, "old");
+  ASSERT_EQ(old.size(), 2u);
+  EXPECT_EQ(old[1].step, 2000);
+  const std::vector<Checkpoint> cks = store.checkpoints(run);
+  ASSERT_EQ(cks.size(), 1u);
+  EXPECT_EQ(cks[0].step, 2000);
+  EXPECT_EQ(store.get_run(run).summary.last_step, 2300);
+  EXPECT_EQ(store.get_run(run).metrics.front().count, 2301);
+  // Chunks stay consistent with their blobs: first/last step and count as the points say.
+  RawDb raw(db());
+  EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metric_chunks WHERE length(points) != count * 24"),
+            0);
+  EXPECT_EQ(raw.integer("SELECT MAX(last_step) FROM metric_chunks"), 2300);
+}
+
 // A damaged chunk (its blob shorter than its count says) is an error naming the file, not a
 // crash or a silently short series.
 TEST_F(StoreTest, DamagedChunkIsReportedWithTheFile) {
