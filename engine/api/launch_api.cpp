@@ -10,8 +10,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "engine/api/run_api.h"
 #include "engine/core/error.h"
@@ -68,6 +72,23 @@ std::vector<LaunchedProcess> launch_runs(
                                        [](std::int64_t id) { return id > 0; });
   TB_CHECK(!req.configs.empty() || all_resumed, "[launch] give at least one run config");
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
+  // Every config is checked before a process starts: a mistake in the last one would otherwise
+  // show only after the others had started training.
+  std::vector<std::string> checked;
+  for (int k = 0; k < req.nproc; ++k) {
+    if (static_cast<std::size_t>(k) < req.resume_runs.size() &&
+        req.resume_runs[static_cast<std::size_t>(k)] > 0)
+      continue;
+    const std::string& path = req.configs[static_cast<std::size_t>(k) % req.configs.size()];
+    if (std::find(checked.begin(), checked.end(), path) != checked.end()) continue;
+    checked.push_back(path);
+    std::ifstream in(path, std::ios::binary);
+    TB_CHECK(in.good() && !std::filesystem::is_directory(path), "[launch] ", path,
+             ": cannot read the run config");
+    std::ostringstream text;
+    text << in.rdbuf();
+    (void)train::parse_run_config(text.str(), path, req.overrides);
+  }
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);
   bo.fallback = req.fallback;

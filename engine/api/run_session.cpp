@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/dist/process_group.h"
 #include "engine/store/run_store.h"
@@ -167,6 +168,9 @@ void check_new_run(const train::RunConfig& c) {
     TB_CHECK(std::filesystem::is_regular_file(st), "[config] ", key, ": ", p.string(),
              " is not a regular file");
   };
+  // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
+  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
+  TB_CHECK(why.empty(), "[config] run.device: '", c.run.device, "' cannot be used here: ", why);
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);
   const nlohmann::json& d = c.data.extra;

@@ -129,12 +129,36 @@ DatasetKind cifar_kind(CifarVariant v) {
   return k;
 }
 
-// data.size of an image folder: [height, width] (one number: square).
+// data.size of an image folder: [height, width]; one number (8 or [8]): square.
 std::pair<std::int64_t, std::int64_t> image_size_of(const nlohmann::json& d) {
   const auto it = d.find("size");
-  if (it == d.end() || !it->is_array() || it->empty()) return {32, 32};
+  if (it == d.end()) return {32, 32};
+  if (it->is_number_integer()) return {it->get<std::int64_t>(), it->get<std::int64_t>()};
+  if (!it->is_array() || it->empty()) return {32, 32};
   const std::int64_t h = (*it)[0].get<std::int64_t>();
   return {h, it->size() >= 2 ? (*it)[1].get<std::int64_t>() : h};
+}
+
+// The image folder's own checks: a size of one or two whole pixel counts, grey or RGB.
+std::optional<core::FieldProblem> validate_image_folder(const nlohmann::json& d) {
+  if (const auto it = d.find("size"); it != d.end()) {
+    const bool one = it->is_number_integer();
+    bool ok = one || (it->is_array() && !it->empty() && it->size() <= 2);
+    if (ok && !one)
+      for (const auto& e : *it)
+        ok = ok && e.is_number_integer();
+    if (!ok)
+      return core::FieldProblem{
+          "size", "expected [height, width] or one number (a square), found " + it->dump()};
+    const auto [h, w] = image_size_of(d);
+    if (h < 1 || w < 1 || h > 65536 || w > 65536)
+      return core::FieldProblem{"size", "expected sides of 1 to 65536 pixels, found " + it->dump()};
+  }
+  const std::int64_t c = d.value("channels", std::int64_t{3});
+  if (c != 1 && c != 3)
+    return core::FieldProblem{"channels",
+                              "expected 1 (grey) or 3 (RGB), found " + std::to_string(c)};
+  return std::nullopt;
 }
 
 DatasetKind image_folder_kind() {
@@ -146,9 +170,10 @@ DatasetKind image_folder_kind() {
       "a folder of PNG/JPEG images, one subfolder per class (torchvision's ImageFolder layout), "
       "decoded once and resized to data.size";
   k.task = core::kTaskClassification;
-  k.fields = {FieldSpec("size", FieldType::kIntList, std::vector<std::int64_t>{32, 32},
+  k.fields = {FieldSpec("size", FieldType::kAny, std::vector<std::int64_t>{32, 32},
                         "[height, width] every image is resized to (antialiased bilinear, as "
-                        "torchvision's Resize); one number: square"),
+                        "torchvision's Resize); one number: square")
+                  .documented_as("array of integers or integer", ">= 1"),
               FieldSpec("channels", FieldType::kInt, 3, "1 (grey) or 3 (RGB)")
                   .at_least(1)
                   .at_most(3)
@@ -158,6 +183,7 @@ DatasetKind image_folder_kind() {
                         "val_fraction of each class of data.path (by file name)")};
   for (auto& f : augment_fields())
     k.fields.push_back(std::move(f));
+  k.validate = validate_image_folder;
   k.shape = [](const nlohmann::json& d) {
     core::DataShape s;
     s.kind = "image-folder";

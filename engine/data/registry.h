@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct DatasetKind {
   /// Optional: the training split's sample count read cheaply (a header, not the data), for
   /// previews that need steps per epoch; train_samples() falls back to make() without it.
   std::function<std::int64_t(const nlohmann::json&, std::uint64_t seed)> train_size;
+  /// Optional: checks across the kind's fields beyond each field's own bounds, run with the
+  /// config (before a run is created); a problem names the field, relative to [data].
+  std::function<std::optional<core::FieldProblem>(const nlohmann::json&)> validate;
   /// Optional, language-model kinds: the tokenizer that turns the kind's text into its ids
   /// (bytes, a SentencePiece model), used to encode prompts and show generated text. Absent or
   /// returning null: the ids have no known text form (token files).

@@ -395,6 +395,18 @@ OptimizerKind muon_kind() {
           .one_of({"adamw", "flatten"}),
       FieldSpec("ns_gram_restarts", FieldType::kIntList, nlohmann::json::array({2}),
                 "gram variant: iterations (>= 1) at which X and its Gram matrix are recomputed")};
+  // Checked with the config (before a run is created), not when the optimizer is built.
+  k.validate = [](const nlohmann::json& s) -> std::optional<core::FieldProblem> {
+    for (const auto& it : s.at("ns_gram_restarts")) {
+      const auto v = it.get<std::int64_t>();
+      if (v < 1)
+        return core::FieldProblem{"ns_gram_restarts",
+                                  "expected iterations >= 1 (iteration 0 starts from X itself), "
+                                  "found " +
+                                      std::to_string(v)};
+    }
+    return std::nullopt;
+  };
   k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
     MuonOptions o;
     o.lr = s.at("lr").get<double>();

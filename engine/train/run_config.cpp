@@ -23,6 +23,7 @@
 #include "engine/core/fields.h"
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
+#include "engine/numa/cpu_set.h"
 #include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 
@@ -110,6 +111,10 @@ void read_data(Section& s, DataSection& d) {
   d.extra = core::default_values(entry->fields);
   for (const auto& f : entry->fields)
     s.read_field(f, d.extra);
+  if (entry->validate) {
+    if (const auto problem = entry->validate(d.extra))
+      s.ctx().fail(s.path(problem->key), problem->message);
+  }
   s.finish();
 }
 
@@ -446,6 +451,19 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
                                        std::to_string(c.binding.slot));
     s.read("fallback", c.binding.fallback);
     s.read("cpus", c.binding.cpus);
+    if (!c.binding.cpus.empty()) {
+      // The list's syntax here; whether this process may use those CPUs, when the run binds.
+      std::string problem;
+      try {
+        if (numa::CpuSet::parse(c.binding.cpus).empty()) problem = "no CPU";
+      } catch (const ValueError& e) {
+        problem = e.what();  // "[numa] malformed CPU list 'LIST': WHY": the why
+        if (const auto at = problem.find("': "); at != std::string::npos) problem.erase(0, at + 3);
+      }
+      if (!problem.empty())
+        s.ctx().fail("binding.cpus", "expected a CPU list such as \"0-3,8\", found " +
+                                         quote(c.binding.cpus) + " (" + problem + ")");
+    }
     s.finish();
   }
   {

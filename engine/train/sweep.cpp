@@ -218,7 +218,13 @@ SweepSpec spec_of(const Where& w, const toml::table& t) {
       if (a == nullptr) w.fail(at, "expected a list of integers");
       for (const toml::node& e : *a) {
         if (!e.is_integer()) w.fail(at, "expected a list of integers");
-        s.seeds.push_back(e.as_integer()->get());
+        const std::int64_t seed = e.as_integer()->get();
+        // A seed twice would train the same trial twice and count it twice in the mean.
+        if (std::find(s.seeds.begin(), s.seeds.end(), seed) != s.seeds.end())
+          w.fail(at, "seed " + std::to_string(seed) +
+                         " is listed twice (each seed is one "
+                         "replicate of every point)");
+        s.seeds.push_back(seed);
       }
     } else if (key == "parameters") {
       const auto* p = v.as_table();

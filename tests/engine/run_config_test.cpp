@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/data/registry.h"
+#include "tests/engine/test_util.h"
 
 namespace tb::train {
 namespace {
@@ -189,6 +191,40 @@ TEST(RunConfigTest, RangeErrors) {
   // The model's own validation, prefixed with the section.
   EXPECT_THAT(error_of("[model]\ndropout = 1.5\n"),
               HasSubstr("[config] run.toml: model: mlp: dropout must be in [0, 1)"));
+}
+
+// Checks that need more than one field's bounds are made with the config too, so a mistake is a
+// config error (exit code 1, no run created), not a run that fails when it starts.
+TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
+  EXPECT_THAT(
+      error_of("[optimizer]\nkind = \"muon\"\n[optimizer.muon]\nns_gram_restarts = [2, 0]\n"),
+      HasSubstr("optimizer.muon.ns_gram_restarts: expected iterations >= 1 (iteration 0 "
+                "starts from X itself), found 0"));
+  EXPECT_THAT(error_of("[binding]\ncpus = \"abc\"\n"),
+              HasSubstr("binding.cpus: expected a CPU list such as \"0-3,8\", found \"abc\" ("));
+  EXPECT_THAT(error_of("[binding]\ncpus = \"3-1\"\n"), HasSubstr("runs backwards"));
+  EXPECT_THAT(error_of("[binding]\ncpus = \" \"\n"), HasSubstr("binding.cpus"));
+  EXPECT_EQ(parse_run_config("[binding]\ncpus = \"0-1,4\"\n", "run.toml").binding.cpus, "0-1,4");
+  const std::string folder = "[data]\nkind = \"image-folder\"\npath = \"imgs\"\n";
+  EXPECT_THAT(error_of(folder + "channels = 2\n"),
+              HasSubstr("data.channels: expected 1 (grey) or 3 (RGB), found 2"));
+  EXPECT_THAT(error_of(folder + "size = [8, 8, 8]\n"),
+              HasSubstr("data.size: expected [height, width] or one number (a square), found "
+                        "[8,8,8]"));
+  EXPECT_THAT(error_of(folder + "size = [0, 8]\n"),
+              HasSubstr("data.size: expected sides of 1 to 65536 pixels, found [0,8]"));
+  EXPECT_THAT(error_of(folder + "size = \"big\"\n"), HasSubstr("data.size: expected"));
+  // One number is a square, as documented (and [8] too).
+  tb::test::TempDir dir("tb_run_config_test");
+  std::filesystem::create_directories(dir.path() / "cat");  // the classes are the subfolders
+  for (const std::string size : {"8", "[8]"}) {
+    const RunConfig c =
+        parse_run_config("[data]\nkind = \"image-folder\"\npath = \"" + dir.path().string() +
+                             "\"\nsize = " + size + "\n[model]\ninput = 192\n",
+                         "run.toml");
+    const core::DataShape shape = data::dataset_registry().at("image-folder")->shape(data_settings(c.data));
+    EXPECT_EQ(shape.features_note, "3x8x8 pixels") << size;
+  }
 }
 
 TEST(RunConfigTest, EnumErrors) {

@@ -539,6 +539,47 @@ TEST(RunStoreReaders, ASweepWithABadConfigCreatesNoStore) {
   EXPECT_FALSE(fs::exists(dir.path() / "new"));
 }
 
+// A device this machine cannot use is a config error before the run is created, as the config
+// editor reports it, not a failed run left in the store.
+TEST(RunLifecycle, ADeviceThisMachineCannotUseCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = {"run.device=\"openreg:7\""};
+  const std::string error = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_NE(error.find("[config] run.device: 'openreg:7' cannot be used here: [openreg] no device "
+                       "openreg:7"),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+}
+
+// `launch` checks every config before it starts a process: a mistake in the last one does not
+// surface after the others have started training.
+TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path good = dir.path() / "good.toml";
+  const fs::path bad = dir.path() / "bad.toml";
+  std::ofstream(good) << kConfig;
+  std::ofstream(bad) << kConfig << "[eval]\nintervl = 2\n";
+  api::LaunchRequest req;
+  req.program = "/bin/true";  // what would be started: nothing may be
+  req.configs = {good.string(), bad.string()};
+  req.nproc = 2;
+  req.db_path = (dir.path() / "runs.sqlite").string();
+  int started = 0;
+  const std::string error = tb::test::error_of(
+      [&] { (void)api::launch_runs(req, [&](const api::LaunchedProcess&) { ++started; }); });
+  EXPECT_NE(error.find(bad.string() + ": unknown key 'eval.intervl'"), std::string::npos) << error;
+  EXPECT_EQ(started, 0);
+  req.configs = {good.string(), (dir.path() / "missing.toml").string()};
+  EXPECT_NE(tb::test::error_of([&] { (void)api::launch_runs(req, {}); }).find("missing.toml"),
+            std::string::npos);
+  EXPECT_EQ(started, 0);
+  req.configs = {good.string()};
+  EXPECT_EQ(api::launch_runs(req, {}).size(), 2u);  // both processes run the good config
+}
+
 // Text tables count terminal cells, not bytes: a name with "ü" or "名" kept its row's columns
 // shifted by its extra bytes (std::setw counts bytes).
 TEST(TextTables, WidthsAreTerminalCells) {

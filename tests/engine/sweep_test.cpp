@@ -128,6 +128,8 @@ TEST(Sweep, ErrorsNameTheKey) {
       "sweep.metric: 'eval_ema.loss' is logged only with swa.kind = \"ema\"; the runs have "
       "\"none\"");
   EXPECT_CONTAINS(error_of("[sweep]\n"), "sweep.parameters: name at least one key to sweep");
+  EXPECT_CONTAINS(error_of("[sweep]\nseeds = [1, 2, 1]\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+                  "sweep.seeds: seed 1 is listed twice");
   EXPECT_CONTAINS(
       error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = { distribution = \"uniform\", "
                "min = 0.1, max = 0.2 }\n"),
