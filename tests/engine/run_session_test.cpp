@@ -76,6 +76,14 @@ api::RunSpec spec_for(const fs::path& db) {
   return s;
 }
 
+// Run 1 of kConfig in `db`, stopped at step 6 with its checkpoints of steps 2, 4 and 6 kept.
+api::RunOutcomeInfo stopped_at_six(const fs::path& db) {
+  api::RunSpec first = spec_for(db);
+  first.overrides = {"checkpoint.keep=3"};
+  first.stop_at = 6;
+  return api::execute_run(first);
+}
+
 std::vector<fs::path> step_dirs(const fs::path& run_dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(run_dir))
@@ -194,10 +202,7 @@ TEST(RunLifecycle, ACheckpointIsInTheStoreBeforeOlderOnesArePruned) {
 TEST(RunLifecycle, ResumeSkipsCheckpointsGoneFromDiskAndRefusesAStopBehindIt) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";
-  api::RunSpec first = spec_for(db);
-  first.overrides = {"checkpoint.keep=3"};
-  first.stop_at = 6;
-  const auto cut = api::execute_run(first);
+  const auto cut = stopped_at_six(db);
   ASSERT_TRUE(cut.stopped_as_asked) << cut.message;
   const auto cks = store::RunStore::open(db).checkpoints(cut.run_id);
   ASSERT_EQ(cks.size(), 3u);  // steps 2, 4, 6
@@ -279,10 +284,7 @@ TEST(RunLifecycle, PruningDropsAnAbandonedContinuationNotTheNewCheckpoint) {
 TEST(RunResume, AResumeFromAnEarlierCheckpointReplacesTheStepsAfterIt) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";
-  api::RunSpec first = spec_for(db);
-  first.overrides = {"checkpoint.keep=3"};
-  first.stop_at = 6;
-  ASSERT_TRUE(api::execute_run(first).stopped_as_asked);
+  ASSERT_TRUE(stopped_at_six(db).stopped_as_asked);
   auto st = store::RunStore::open(db);
   ASSERT_EQ(st.series(1, "loss").back().step, 6);
   const std::vector<store::Checkpoint> before = st.checkpoints(1);
