@@ -10,10 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -82,12 +80,7 @@ std::vector<LaunchedProcess> launch_runs(
     const std::string& path = req.configs[static_cast<std::size_t>(k) % req.configs.size()];
     if (std::find(checked.begin(), checked.end(), path) != checked.end()) continue;
     checked.push_back(path);
-    std::ifstream in(path, std::ios::binary);
-    TB_CHECK(in.good() && !std::filesystem::is_directory(path), "[launch] ", path,
-             ": cannot read the run config");
-    std::ostringstream text;
-    text << in.rdbuf();
-    (void)train::parse_run_config(text.str(), path, req.overrides);
+    (void)train::load_run_config(path, req.overrides);
   }
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);

@@ -16,6 +16,7 @@
 
 #include "engine/api/api_detail.h"
 #include "engine/api/launch_api.h"
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/numa/binding.h"
 #include "engine/store/run_store.h"
@@ -338,6 +339,19 @@ std::string SweepTrialEvent::outcome() const {
          ", see " + log;
 }
 
+// A run.device this machine cannot use: every trial would be refused before its run exists, the
+// reason only in the trials' logs. Said once, before the sweep is stored.
+void check_devices(const train::SweepPlan& plan) {
+  std::set<std::string> seen;
+  for (const auto& t : plan.trials) {
+    const std::string device = train::parse_run_config(t.config, "trial", {}).run.device;
+    if (!seen.insert(device).second) continue;
+    const std::string why = core::device_unavailable_reason(core::Device::parse(device));
+    TB_CHECK(why.empty(), "[sweep] run.device: '", device, "' (trial ", t.index,
+             ") cannot be used here: ", why);
+  }
+}
+
 SweepResult run_sweep(const SweepRequest& request,
                       const std::function<void(const SweepTrialEvent&)>& on_trial,
                       const std::function<void(const std::string&)>& on_note) {
@@ -348,6 +362,7 @@ SweepResult run_sweep(const SweepRequest& request,
   std::optional<train::SweepPlan> planned;
   if (request.resume.empty())
     planned = train::plan_sweep_file(request.config_path, request.overrides);
+  if (planned) check_devices(*planned);
   // A resumed sweep's store must be there (not created empty by a mistyped --db).
   auto st =
       request.resume.empty() ? store::RunStore::open(db) : detail::existing_store(request.db_path);

@@ -11,6 +11,8 @@ namespace tb::numa {
 
 namespace {
 
+constexpr int kMaxCpuIndex = 1 << 16;
+
 int parse_index(std::string_view part, std::string_view whole) {
   int v = -1;
   const auto* first = part.data();
@@ -19,6 +21,10 @@ int parse_index(std::string_view part, std::string_view whole) {
   TB_CHECK(!part.empty() && res.ec == std::errc() && res.ptr == last && v >= 0,
            "[numa] malformed CPU list '", whole, "': '", part,
            "' is not a non-negative integer (expected e.g. \"0-2,4,6-7\")");
+  // Linux builds for at most 8192 CPUs (NR_CPUS with MAXSMP); an index past 65535 is a typo, and
+  // a range up to it would be expanded one CPU at a time (gigabytes for "0-2147483647").
+  TB_CHECK(v < kMaxCpuIndex, "[numa] malformed CPU list '", whole, "': CPU ", v,
+           " is beyond the largest CPU number accepted (", kMaxCpuIndex - 1, ")");
   return v;
 }
 

@@ -85,13 +85,15 @@ struct KeyedValue {
 
 /// Counters of a RunWriter (for benchmarks and diagnostics).
 struct WriterStats {
-  std::uint64_t rows_logged = 0;         ///< metric rows accepted by log_metrics
-  std::uint64_t rows_committed = 0;      ///< metric rows committed
-  std::uint64_t batches = 0;             ///< transactions committed
-  std::uint64_t producer_waits = 0;      ///< log calls that waited because the queue was full
-  std::size_t largest_batch = 0;         ///< most metric rows in one transaction
-  double slowest_commit_s = 0;           ///< longest transaction, seconds
-  std::int64_t removed_points = 0;       ///< metric points removed by resume_after
+  std::uint64_t rows_logged = 0;     ///< metric rows accepted by log_metrics
+  std::uint64_t rows_committed = 0;  ///< metric rows committed
+  std::uint64_t batches = 0;         ///< transactions committed
+  std::uint64_t producer_waits = 0;  ///< log calls that waited because the queue was full
+  std::size_t largest_batch = 0;     ///< most metric rows in one transaction
+  double slowest_commit_s = 0;       ///< longest transaction, seconds
+  /// Metric points removed by resume_after (a step stored both as a v1/v2 row and in a chunk
+  /// counts twice).
+  std::int64_t removed_points = 0;
   std::int64_t removed_checkpoints = 0;  ///< checkpoint records removed by resume_after
 };
 

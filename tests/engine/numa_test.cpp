@@ -89,6 +89,12 @@ TEST(NumaCpuSet, RejectsMalformedLists) {
   EXPECT_NE(error_message([] { CpuSet::parse("5-2"); }).find("runs backwards"), std::string::npos);
   EXPECT_NE(error_message([] { CpuSet::parse("1,,2"); }).find("empty element"), std::string::npos);
   EXPECT_THROW(CpuSet::parse("-1"), ValueError);
+  // A huge index is refused before a range up to it is expanded (it took gigabytes).
+  EXPECT_NE(error_message([] {
+              CpuSet::parse("0-2147483647");
+            }).find("CPU 2147483647 is beyond the largest CPU number accepted (65535)"),
+            std::string::npos);
+  EXPECT_EQ(CpuSet::parse("65535").to_string(), "65535");
 }
 
 // --------------------------------------------------------------------------------- Topology

@@ -575,11 +575,30 @@ TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
   EXPECT_NE(error.find(bad.string() + ": unknown key 'eval.intervl'"), std::string::npos) << error;
   EXPECT_EQ(started, 0);
   req.configs = {good.string(), (dir.path() / "missing.toml").string()};
-  EXPECT_NE(tb::test::error_of([&] { (void)api::launch_runs(req, {}); }).find("missing.toml"),
+  const auto count = [&](const api::LaunchedProcess&) { ++started; };
+  EXPECT_NE(tb::test::error_of([&] { (void)api::launch_runs(req, count); }).find("missing.toml"),
             std::string::npos);
   EXPECT_EQ(started, 0);
   req.configs = {good.string()};
   EXPECT_EQ(api::launch_runs(req, {}).size(), 2u);  // both processes run the good config
+}
+
+// A sweep whose runs name a device this machine cannot use says so once, before it is stored
+// (each trial would be refused, with the reason only in its log).
+TEST(RunStoreReaders, ASweepOnADeviceThisMachineCannotUseCreatesNoStore) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path config = dir.path() / "sweep.toml";
+  std::ofstream(config) << kConfig << "[sweep]\nname = \"dev\"\n"
+                        << "[sweep.parameters]\n\"optimizer.lr\" = [0.01, 0.02]\n";
+  api::SweepRequest req;
+  req.config_path = config.string();
+  req.overrides = {"run.device=\"openreg:7\""};
+  req.db_path = (dir.path() / "new" / "runs.sqlite").string();
+  const std::string error = tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
+  EXPECT_NE(error.find("[sweep] run.device: 'openreg:7' (trial 0) cannot be used here"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(dir.path() / "new"));
 }
 
 // Text tables count terminal cells, not bytes: a name with "ü" or "名" kept its row's columns

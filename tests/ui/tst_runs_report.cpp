@@ -3,6 +3,7 @@
 #include <QtTest>
 
 #include <QDir>
+#include <QDirIterator>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QHeaderView>
@@ -403,6 +404,63 @@ class TestRunsReport : public QObject {
     QCOMPARE(filter.rowCount(), 0);
     QVERIFY(model.deleteRuns({id}));
     QCOMPARE(model.rowCount(), 0);
+  }
+
+  void plotsOfARunResumedElsewhereFromAnEarlierCheckpointStartAgain() {
+    // Another process resumes run 1 (stopped at step 6) from its checkpoint of step 2 and stops
+    // at step 3: the store drops steps 4 to 6, and the plots must too (reading on from the last
+    // step seen would keep them, and never fetch the new steps below it).
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString cfg = dir.filePath(QStringLiteral("run.toml"));
+    {
+      QFile f(cfg);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write((test::blobsConfig(20, QStringLiteral("rewound")) +
+               QStringLiteral("\n[checkpoint]\ninterval = 2\nkeep = 3\n"))
+                  .toUtf8());
+    }
+    const auto cli = [&](const QStringList& args) {
+      QProcess p;
+      p.start(QStringLiteral(TB_CLI_PATH), QStringList{QStringLiteral("--db"), db} + args);
+      return p.waitForFinished(120000) && p.exitStatus() == QProcess::NormalExit;
+    };
+    // Every metric at every step (an evaluation too), so that only the wall time of a step
+    // logged again tells the second rewind below.
+    QVERIFY(cli({QStringLiteral("run"), cfg, QStringLiteral("--stop-at"), QStringLiteral("6"),
+                 QStringLiteral("--set"), QStringLiteral("eval.interval=1")}));
+    const api::StoreReader store(db.toStdString());
+    ui::PlotsPanel panel;
+    panel.addRun(1, QStringLiteral("1 rewound"), Qt::blue);
+    panel.loadFromStore(store, 1);
+    const auto lossSteps = [&] {
+      for (const auto& [id, c] : panel.plots()[ui::PlotsPanel::Loss]->curves())
+        if (id.endsWith(QStringLiteral("/loss"))) return c.step;
+      return std::vector<double>{};
+    };
+    QCOMPARE(lossSteps().back(), 6.0);
+    QVERIFY(!panel.rewoundInStore(store, 1));
+    QString two;
+    QDirIterator it(dir.path(), {QStringLiteral("step-00000002")}, QDir::Dirs,
+                    QDirIterator::Subdirectories);
+    if (it.hasNext()) two = it.next();
+    QVERIFY(!two.isEmpty());
+    QVERIFY(cli({QStringLiteral("run"), QStringLiteral("--resume"), QStringLiteral("1"),
+                 QStringLiteral("--from-checkpoint"), two, QStringLiteral("--stop-at"),
+                 QStringLiteral("3")}));
+    QVERIFY(panel.rewoundInStore(store, 1));
+    panel.reloadFromStore(store);
+    QCOMPARE(lossSteps(), (std::vector<double>{1, 2, 3}));
+    QVERIFY(!panel.rewoundInStore(store, 1));
+    QCOMPARE(panel.runIds(), QList<qint64>{1});
+    // Rewound again, and already past the plotted step 3 when the plots look: step 3 is
+    // there, written again at another time.
+    QVERIFY(cli({QStringLiteral("run"), QStringLiteral("--resume"), QStringLiteral("1"),
+                 QStringLiteral("--from-checkpoint"), two, QStringLiteral("--stop-at"),
+                 QStringLiteral("7")}));
+    QVERIFY(panel.rewoundInStore(store, 1));
+    panel.reloadFromStore(store);
+    QCOMPARE(lossSteps(), (std::vector<double>{1, 2, 3, 4, 5, 6, 7}));
   }
 
   void theRanksColumnShowsADataParallelRunAsOneRun() {

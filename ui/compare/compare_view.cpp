@@ -204,8 +204,16 @@ void CompareView::setSectionExpanded(const QString& section, bool expanded) {
 void CompareView::refresh() {
   if (!m_store) return;
   try {
-    for (qint64 id : m_ids)
-      m_plots->loadFromStore(*m_store, id);
+    // A run resumed from an earlier checkpoint lost its later steps: read everything again.
+    const bool rewound = std::any_of(m_ids.begin(), m_ids.end(), [&](qint64 id) {
+      return m_plots->rewoundInStore(*m_store, id);
+    });
+    if (rewound) {
+      m_plots->reloadFromStore(*m_store);
+    } else {
+      for (qint64 id : m_ids)
+        m_plots->loadFromStore(*m_store, id);
+    }
   } catch (const std::exception&) {
     return;
   }

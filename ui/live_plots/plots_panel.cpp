@@ -297,6 +297,7 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   p->ensureCurve(id, label, color, r.style, r.points);
   p->append(id, step, wall, value);
   s.lastStep[key] = step.back();
+  s.lastWall[key] = wall.back();
   if (!p->isVisible() && !isHidden()) updateVisibility();
 }
 
@@ -354,6 +355,37 @@ void PlotsPanel::loadFromStore(const api::StoreReader& store, qint64 runId) {
     appendPoints(runId, key, s.step, s.wall_s, s.value);
   }
   syncLinkedX(/*liveData=*/true);
+}
+
+bool PlotsPanel::rewoundInStore(const api::StoreReader& store, qint64 runId) const {
+  const auto it = m_runs.find(runId);
+  if (it == m_runs.end()) return false;
+  // Points are replaced or added, never removed, except by a rewind, which removes every metric's
+  // steps after one step: the metric plotted furthest loses its newest point whenever any metric
+  // loses one, so one read (from that point on) tells. If the resumed run has logged that step
+  // again by now, the point is there with another wall time.
+  const auto& last = it->second.lastStep;
+  const auto furthest = std::max_element(
+      last.begin(), last.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (furthest == last.end()) return false;
+  const auto step = static_cast<std::int64_t>(furthest->second);
+  const api::Series s = store.series(runId, furthest->first.toStdString(), step);
+  if (s.step.empty() || static_cast<std::int64_t>(s.step.front()) != step) return true;
+  const auto wall = it->second.lastWall.find(furthest->first);
+  return wall != it->second.lastWall.end() && std::abs(s.wall_s.front() - wall->second) > 1e-6;
+}
+
+void PlotsPanel::reloadFromStore(const api::StoreReader& store) {
+  std::vector<std::pair<int, std::pair<qint64, RunState>>> shown;
+  for (const auto& [id, s] : m_runs)
+    shown.push_back({s.index, {id, s}});
+  std::sort(shown.begin(), shown.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  clearRuns();
+  for (const auto& [index, run] : shown)
+    addRun(run.first, run.second.name, run.second.color);
+  for (const auto& [index, run] : shown)
+    loadFromStore(store, run.first);
 }
 
 void PlotsPanel::replotAll() {

@@ -72,6 +72,12 @@ class PlotsPanel : public QWidget {
   void appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps);
   /// Loads (or extends, from the last step seen) every series of `runId` from the store.
   void loadFromStore(const api::StoreReader& store, qint64 runId);
+  /// Whether a point plotted for `runId` is no longer in the store: a resume from an earlier
+  /// checkpoint removed the steps after it. Only for runs whose points all came from the store
+  /// (a run this process trains plots its steps before they are committed).
+  bool rewoundInStore(const api::StoreReader& store, qint64 runId) const;
+  /// Clears the plots and reads every run shown again from the store (same names and colours).
+  void reloadFromStore(const api::StoreReader& store);
   /// The plots.
   const QList<MetricPlot*>& plots() const { return m_plots; }
   /// Redraws every plot now.
@@ -100,6 +106,7 @@ class PlotsPanel : public QWidget {
     QColor color;
     int index = 0;
     std::map<QString, double> lastStep;  // per metric key
+    std::map<QString, double> lastWall;  // per metric key: the wall time of its lastStep point
     double optimizerMs = 0, nsMs = 0;    // pending per-step pair for the derived NS split
   };
   void appendPoints(qint64 runId, const QString& key, const std::vector<double>& step,

@@ -462,6 +462,16 @@ void MainWindow::pollStore() {
     const int row = m_runsModel->rowOf(id);
     if (row < 0 || m_runsModel->run(row).status != "running") continue;
     try {
+      // Another process resumed it from an earlier checkpoint: its later steps are gone from
+      // the store, so the plots start again from it (a run trained here plots its steps before
+      // they are committed, and was reloaded when its resume started).
+      const bool here =
+          std::any_of(m_workers.begin(), m_workers.end(),
+                      [id](const QPointer<RunWorker>& w) { return w && w->runId() == id; });
+      if (!here && m_live->rewoundInStore(*store, id)) {
+        m_live->reloadFromStore(*store);
+        break;
+      }
       m_live->loadFromStore(*store, id);
     } catch (const std::exception& e) {
       log(QStringLiteral("error"), QString::fromUtf8(e.what()));
