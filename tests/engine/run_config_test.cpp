@@ -222,7 +222,8 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
         parse_run_config("[data]\nkind = \"image-folder\"\npath = \"" + dir.path().string() +
                              "\"\nsize = " + size + "\n[model]\ninput = 192\n",
                          "run.toml");
-    const core::DataShape shape = data::dataset_registry().at("image-folder")->shape(data_settings(c.data));
+    const core::DataShape shape =
+        data::dataset_registry().at("image-folder")->shape(data_settings(c.data));
     EXPECT_EQ(shape.features_note, "3x8x8 pixels") << size;
   }
 }
