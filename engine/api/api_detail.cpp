@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include <ctime>
+#include <filesystem>
 #include <iomanip>
 #include <sstream>
 
+#include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
 
@@ -190,6 +192,45 @@ std::map<std::string, std::string> flatten_toml(const std::string& text) {
   for (auto& [k, v] : flatten_toml_ordered(text))
     out[k] = v;
   return out;
+}
+
+void check_new_run(const train::RunConfig& c, const std::string& source) {
+  const std::string at = "[config] " + (source.empty() ? std::string() : source + ": ");
+  // A name is one line (a newline split its row of the runs table). Checked for new runs only:
+  // a run stored before the rule still resumes, samples and exports under its name.
+  for (const char ch : c.run.name)
+    TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, at,
+             "run.name: a run name is one line of text, without control characters (a "
+             "newline, a tab)");
+  // A key that names one file (not a folder of data) refuses a folder, a FIFO or a device: reading
+  // one would fail later with a vaguer error, or block forever.
+  const auto need = [&at](const std::string& path, const std::string& key, bool one_file) {
+    if (path.empty()) return;
+    std::filesystem::path p(path);
+    if (p.filename().string().find_first_of("*?[") != std::string::npos)
+      p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    std::error_code ec;
+    const auto st = std::filesystem::status(p, ec);
+    TB_CHECK(std::filesystem::exists(st), at, key, ": ", p.string(), ": ",
+             ec && ec != std::errc::no_such_file_or_directory
+                 ? ec.message()
+                 : std::string("no such file or folder"));
+    if (!one_file) return;
+    TB_CHECK(!std::filesystem::is_directory(st), at, key, ": ", p.string(),
+             " is a folder; name a file");
+    TB_CHECK(std::filesystem::is_regular_file(st), at, key, ": ", p.string(),
+             " is not a regular file");
+  };
+  // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
+  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
+  TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why);
+  need(c.data.path, "data.path", false);
+  need(c.run.init_from, "run.init_from", true);
+  const nlohmann::json& d = c.data.extra;
+  if (d.is_object() && d.contains("tokenizer_model") && d["tokenizer_model"].is_string() &&
+      d.contains("tokenizer") && d["tokenizer"].is_string() && d["tokenizer"] != "bytes" &&
+      d["tokenizer"] != "ids")
+    need(d["tokenizer_model"].get<std::string>(), "data.tokenizer_model", true);
 }
 
 }  // namespace tb::api::detail

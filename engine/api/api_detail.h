@@ -93,6 +93,13 @@ std::map<std::string, std::string> flatten_toml(const std::string& text);
 /// known here (no epochs, the data unreadable, no full batch).
 std::optional<std::int64_t> run_steps(const train::RunConfig& config);
 
+/// A new run's name, the files its config names and its device, checked before the run is
+/// created (`source` names the config in messages): a mistyped path is a config error (exit
+/// code 1) and leaves no failed run in the store. What is in the files is checked when they are
+/// read. A pattern (the tokens kind's "fineweb_train_*.bin") is checked by its folder; the
+/// tokenizer file only when the tokenizer reads one.
+void check_new_run(const train::RunConfig& c, const std::string& source);
+
 /// The schedule of a parsed run config (see preview_run_config()).
 ScheduleTable preview_config(const train::RunConfig& config, int steps,
                              std::vector<std::string>& group_names);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/api_detail.h"
 #include "engine/api/run_api.h"
 #include "engine/core/error.h"
 #include "engine/numa/affinity.h"
@@ -80,7 +81,10 @@ std::vector<LaunchedProcess> launch_runs(
     const std::string& path = req.configs[static_cast<std::size_t>(k) % req.configs.size()];
     if (std::find(checked.begin(), checked.end(), path) != checked.end()) continue;
     checked.push_back(path);
-    (void)train::load_run_config(path, req.overrides);
+    // As `run` checks a new run's files and device: the children start in this folder.
+    train::RunConfig c = train::load_run_config(path, req.overrides);
+    train::make_paths_absolute(c);
+    detail::check_new_run(c, path);
   }
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);

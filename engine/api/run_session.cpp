@@ -138,48 +138,6 @@ struct Start {
   std::string store_name;  // the file name, for folder names and messages
 };
 
-// A new run's name, and the files its config names, checked before the run is created: a
-// mistyped path is a config error (exit code 1) and leaves no failed run in the store. What is in
-// them is checked when they are read. A pattern (the tokens kind's "fineweb_train_*.bin") is
-// checked by its folder; the tokenizer file only when the tokenizer reads one.
-void check_new_run(const train::RunConfig& c) {
-  // A name is one line (a newline split its row of the runs table). Checked for new runs only:
-  // a run stored before the rule still resumes, samples and exports under its name.
-  for (const char ch : c.run.name)
-    TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f,
-             "[config] run.name: a run name is one line of text, without control characters (a "
-             "newline, a tab)");
-  // A key that names one file (not a folder of data) refuses a folder, a FIFO or a device: reading
-  // one would fail later with a vaguer error, or block forever.
-  const auto need = [](const std::string& path, const std::string& key, bool one_file) {
-    if (path.empty()) return;
-    std::filesystem::path p(path);
-    if (p.filename().string().find_first_of("*?[") != std::string::npos)
-      p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-    std::error_code ec;
-    const auto st = std::filesystem::status(p, ec);
-    TB_CHECK(std::filesystem::exists(st), "[config] ", key, ": ", p.string(), ": ",
-             ec && ec != std::errc::no_such_file_or_directory
-                 ? ec.message()
-                 : std::string("no such file or folder"));
-    if (!one_file) return;
-    TB_CHECK(!std::filesystem::is_directory(st), "[config] ", key, ": ", p.string(),
-             " is a folder; name a file");
-    TB_CHECK(std::filesystem::is_regular_file(st), "[config] ", key, ": ", p.string(),
-             " is not a regular file");
-  };
-  // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
-  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
-  TB_CHECK(why.empty(), "[config] run.device: '", c.run.device, "' cannot be used here: ", why);
-  need(c.data.path, "data.path", false);
-  need(c.run.init_from, "run.init_from", true);
-  const nlohmann::json& d = c.data.extra;
-  if (d.is_object() && d.contains("tokenizer_model") && d["tokenizer_model"].is_string() &&
-      d.contains("tokenizer") && d["tokenizer"].is_string() && d["tokenizer"] != "bytes" &&
-      d["tokenizer"] != "ids")
-    need(d["tokenizer_model"].get<std::string>(), "data.tokenizer_model", true);
-}
-
 Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   Start s;
   // A new run creates its store; a resumed one names a store that is not there (a mistyped --db
@@ -190,7 +148,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   if (!spec.resume) {
     s.config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
     train::make_paths_absolute(s.config);
-    check_new_run(s.config);
+    detail::check_new_run(s.config, spec.source);
     store::NewRun nr;
     nr.name = s.config.run.name;
     nr.tags = s.config.run.tags;

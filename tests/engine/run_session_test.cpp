@@ -526,17 +526,26 @@ TEST(RunStoreReaders, AStoreThatIsNotThereIsNamedNotCreated) {
   EXPECT_FALSE(fs::exists(dir.path() / "typo"));
 }
 
+// The error of a sweep of kConfig plus `sweep` (with `overrides`) into DIR/new/runs.sqlite.
+std::string refused_sweep(const fs::path& dir, const std::string& sweep,
+                          const std::vector<std::string>& overrides = {}) {
+  const fs::path config = dir / "sweep.toml";
+  std::ofstream(config) << kConfig << sweep;
+  api::SweepRequest req;
+  req.config_path = config.string();
+  req.overrides = overrides;
+  req.db_path = (dir / "new" / "runs.sqlite").string();
+  return tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
+}
+
 // A sweep whose config has a mistake is refused before its store is opened: no empty store is
 // left where the sweep would have gone.
 TEST(RunStoreReaders, ASweepWithABadConfigCreatesNoStore) {
   tb::test::TempDir dir("tb_run_session_test");
-  const fs::path config = dir.path() / "sweep.toml";
-  std::ofstream(config) << kConfig << "[sweep]\nname = \"bad\"\nmetric = \"eval.loss\"\n"
-                        << "[sweep.parameters]\n\"optimizer.lr\" = []\n";
-  api::SweepRequest req;
-  req.config_path = config.string();
-  req.db_path = (dir.path() / "new" / "runs.sqlite").string();
-  const std::string error = tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
+  const std::string error =
+      refused_sweep(dir.path(),
+                    "[sweep]\nname = \"bad\"\nmetric = \"eval.loss\"\n[sweep.parameters]\n"
+                    "\"optimizer.lr\" = []\n");
   EXPECT_NE(error.find("optimizer.lr"), std::string::npos) << error;
   EXPECT_FALSE(fs::exists(dir.path() / "new"));
 }
@@ -549,7 +558,8 @@ TEST(RunLifecycle, ADeviceThisMachineCannotUseCreatesNoRun) {
   api::RunSpec spec = spec_for(db);
   spec.overrides = {"run.device=\"openreg:7\""};
   const std::string error = tb::test::error_of([&] { (void)api::execute_run(spec); });
-  EXPECT_NE(error.find("[config] run.device: 'openreg:7' cannot be used here: [openreg] no device "
+  EXPECT_NE(error.find("[config] side-by-side.toml: run.device: 'openreg:7' cannot be used here: "
+                       "[openreg] no device "
                        "openreg:7"),
             std::string::npos)
       << error;
@@ -579,6 +589,20 @@ TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
   EXPECT_NE(tb::test::error_of([&] { (void)api::launch_runs(req, count); }).find("missing.toml"),
             std::string::npos);
   EXPECT_EQ(started, 0);
+  // ... and so is what `run` checks before it creates a run: the files a config names.
+  const fs::path gone = dir.path() / "gone.toml";
+  std::ofstream(gone) << R"([run]
+steps = 2
+[data]
+kind = "fashion-mnist"
+path = "no-such-folder"
+)";
+  req.configs = {good.string(), gone.string()};
+  const std::string missing = tb::test::error_of([&] { (void)api::launch_runs(req, count); });
+  EXPECT_NE(missing.find("[config] " + gone.string() + ": data.path: "), std::string::npos)
+      << missing;
+  EXPECT_NE(missing.find("no-such-folder: no such file or folder"), std::string::npos) << missing;
+  EXPECT_EQ(started, 0);
   req.configs = {good.string()};
   EXPECT_EQ(api::launch_runs(req, {}).size(), 2u);  // both processes run the good config
 }
@@ -587,14 +611,9 @@ TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
 // (each trial would be refused, with the reason only in its log).
 TEST(RunStoreReaders, ASweepOnADeviceThisMachineCannotUseCreatesNoStore) {
   tb::test::TempDir dir("tb_run_session_test");
-  const fs::path config = dir.path() / "sweep.toml";
-  std::ofstream(config) << kConfig << "[sweep]\nname = \"dev\"\n"
-                        << "[sweep.parameters]\n\"optimizer.lr\" = [0.01, 0.02]\n";
-  api::SweepRequest req;
-  req.config_path = config.string();
-  req.overrides = {"run.device=\"openreg:7\""};
-  req.db_path = (dir.path() / "new" / "runs.sqlite").string();
-  const std::string error = tb::test::error_of([&] { (void)api::run_sweep(req, {}, {}); });
+  const std::string error = refused_sweep(
+      dir.path(), "[sweep]\nname = \"dev\"\n[sweep.parameters]\n\"optimizer.lr\" = [0.01, 0.02]\n",
+      {"run.device=\"openreg:7\""});
   EXPECT_NE(error.find("[sweep] run.device: 'openreg:7' (trial 0) cannot be used here"),
             std::string::npos)
       << error;

@@ -625,25 +625,27 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
   // So is a file the config names that is not there: a config error before the run is created.
   const std::vector<std::pair<std::string, std::string>> missing = {
       {"[data]\nkind = \"fashion-mnist\"\npath = \"/nonexistent/fmnist\"\n",
-       "[config] data.path: /nonexistent/fmnist: no such file or folder"},
+       "[config] <editor>: data.path: /nonexistent/fmnist: no such file or folder"},
       {"[run]\ninit_from = \"/nonexistent.safetensors\"\n",
-       "[config] run.init_from: /nonexistent.safetensors: no such file or folder"},
+       "[config] <editor>: run.init_from: /nonexistent.safetensors: no such file or folder"},
       {"[model]\nkind = \"qwen-tiny\"\n[data]\nkind = \"text\"\ntokenizer = \"sentencepiece\"\n"
        "tokenizer_model = \"/nonexistent.model\"\n",
-       "[config] data.tokenizer_model: /nonexistent.model: no such file or folder"}};
+       "[config] <editor>: data.tokenizer_model: /nonexistent.model: no such file or folder"}};
   for (const auto& [toml, message] : missing) {
     req.config_text = toml;
     EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }), message);
   }
   // A name is one line: a newline in it split its row of the runs table.
   req.config_text = "[run]\nname = \"two\\nlines\"\n";
-  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
-            "[config] run.name: a run name is one line of text, without control characters (a "
-            "newline, a tab)");
+  EXPECT_EQ(
+      tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+      "[config] <editor>: run.name: a run name is one line of text, without control characters (a "
+      "newline, a tab)");
   // A key that names one file refuses a folder (reading it failed later with a vaguer error).
   req.config_text = "[run]\ninit_from = \"" + dir.path().string() + "\"\n";
-  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
-            "[config] run.init_from: " + dir.path().string() + " is a folder; name a file");
+  EXPECT_EQ(
+      tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+      "[config] <editor>: run.init_from: " + dir.path().string() + " is a folder; name a file");
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
   // A pattern of token shards is checked by its folder (here there, without shards: the run is
   // created and fails when the data is read), and a tokenizer file only when one is used.
