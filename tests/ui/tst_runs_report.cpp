@@ -360,11 +360,7 @@ class TestRunsReport : public QObject {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
     const QString cfg = dir.filePath(QStringLiteral("run.toml"));
-    {
-      QFile f(cfg);
-      QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write(test::blobsConfig(20000, QStringLiteral("headless")).toUtf8());
-    }
+    QVERIFY(test::writeFile(cfg, test::blobsConfig(20000, QStringLiteral("headless"))));
     ui::RunsModel model(db, 100);
     QCOMPARE(model.rowCount(), 0);
     QProcess cli;
@@ -413,13 +409,8 @@ class TestRunsReport : public QObject {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
     const QString cfg = dir.filePath(QStringLiteral("run.toml"));
-    {
-      QFile f(cfg);
-      QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write((test::blobsConfig(20, QStringLiteral("rewound")) +
-               QStringLiteral("\n[checkpoint]\ninterval = 2\nkeep = 3\n"))
-                  .toUtf8());
-    }
+    QVERIFY(test::writeFile(cfg, test::blobsConfig(20, QStringLiteral("rewound")) +
+                                     QStringLiteral("\n[checkpoint]\ninterval = 2\nkeep = 3\n")));
     const auto cli = [&](const QStringList& args) {
       QProcess p;
       p.start(QStringLiteral(TB_CLI_PATH), QStringList{QStringLiteral("--db"), db} + args);

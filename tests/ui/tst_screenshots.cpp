@@ -68,11 +68,7 @@ class TestScreenshots : public QObject {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
     const QString cfg = dir.filePath(QStringLiteral("run.toml"));
-    {
-      QFile f(cfg);
-      QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write(test::blobsConfig(4000, QStringLiteral("screenshot-adamw")).toUtf8());
-    }
+    QVERIFY(test::writeFile(cfg, test::blobsConfig(4000, QStringLiteral("screenshot-adamw"))));
     ui::MainWindow window(db);
     window.resize(1600, 1000);
     QVERIFY(window.openConfig(cfg, true));

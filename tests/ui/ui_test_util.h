@@ -1,10 +1,18 @@
 // Helpers shared by the Qt tests: fast configs and temporary stores.
 #pragma once
 
+#include <QFile>
 #include <QString>
 #include <QTemporaryDir>
 
 namespace tb::test {
+
+/// Writes `text` (UTF-8) to `path`, replacing it; false when the file cannot be written.
+inline bool writeFile(const QString& path, const QString& text) {
+  QFile f(path);
+  return f.open(QIODevice::WriteOnly | QIODevice::Truncate) &&
+         f.write(text.toUtf8()) == text.toUtf8().size();
+}
 
 /// A run config that trains in well under a second (4 Gaussian blobs, a small MLP).
 inline QString blobsConfig(int steps = 40, const QString& name = QStringLiteral("blobs"),
