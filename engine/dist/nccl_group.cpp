@@ -13,7 +13,9 @@
 //   completion event and ncclCommGetAsyncError until the deadline, and a collective that does not
 //   complete is aborted (ncclCommAbort) with a DistError naming it — PyTorch's NCCL watchdog
 //   (ProcessGroupNCCL.cpp: timeout per work item, ncclCommAbort). Ending a communicator is itself
-//   given a deadline (end_communicator), as PyTorch's heartbeat monitor bounds a hung abort.
+//   given a deadline (end_communicator), as PyTorch's heartbeat monitor bounds a hung abort, and
+//   so is creating it (init_communicator): a bootstrap that cannot reach rank 0 fails the run
+//   after timeout_s instead of hanging.
 // - Each rank needs a GPU of its own (NCCL refuses two ranks on one device, as "invalid
 //   usage"): a failed set-up with more local ranks than visible devices says so.
 //
@@ -24,10 +26,12 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -191,6 +195,71 @@ void end_communicator(ncclComm_t comm, int device, bool abort) noexcept {
   }
 }
 
+// Seconds as a person writes them: 30, 2.5.
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+// ncclCommInitRank with the group's deadline. Every rank has reached it (the CPU group's barrier
+// just before), so what can hang is NCCL's bootstrap: rank 0's socket that another host cannot
+// reach (a firewall, the wrong interface), and a blocking ncclCommInitRank then waits forever.
+// The call runs on a thread of its own (made current on the rank's GPU: the communicator is
+// bound to the device current at init) and is waited for until the deadline or a termination
+// signal; a thread that finishes after its caller gave up aborts the communicator it made.
+// (NCCL's non-blocking communicators would make the wait pollable, but then every collective
+// may return ncclInProgress too; this keeps the collectives blocking.)
+struct PendingInit {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool abandoned = false;
+  ncclResult_t result = ncclSuccess;
+  ncclComm_t comm = nullptr;
+};
+
+ncclResult_t init_communicator(ncclComm_t* comm, int size, const ncclUniqueId& id, int rank,
+                               int device, double timeout_s, const std::string& who) {
+  const NcclApi& api = nccl();
+  auto pending = std::make_shared<PendingInit>();
+  std::thread([pending, size, id, rank, device, init = api.comm_init_rank, abort = api.comm_abort] {
+    ncclComm_t c = nullptr;
+    ncclResult_t r = ncclUnhandledCudaError;
+    if (cudaSetDevice(device) == cudaSuccess) r = init(&c, size, id, rank);
+    std::lock_guard<std::mutex> lock(pending->mu);
+    if (pending->abandoned) {
+      if (c != nullptr) abort(c);
+      return;
+    }
+    pending->result = r;
+    pending->comm = c;
+    pending->done = true;
+    pending->cv.notify_all();
+  }).detach();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  std::unique_lock<std::mutex> lock(pending->mu);
+  for (;;) {
+    if (pending->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return pending->done; })) {
+      *comm = pending->comm;
+      return pending->result;
+    }
+    std::string why;
+    if (const int sig = termination_signal())
+      why = "stopped by signal " + std::to_string(sig);
+    else if (Clock::now() > deadline)
+      why = "not complete after " + seconds_text(timeout_s) +
+            " s although every rank reached it: NCCL's bootstrap could not connect the ranks "
+            "(can every host reach rank 0's host on the interface NCCL_SOCKET_IFNAME names? "
+            "NCCL_DEBUG=INFO shows the addresses it tries)";
+    if (!why.empty()) {
+      pending->abandoned = true;
+      throw DistError("[dist] ncclCommInitRank (" + who + "): " + why, -1);
+    }
+  }
+}
+
 class NcclGroup final : public ProcessGroup {
  public:
   NcclGroup(std::shared_ptr<ProcessGroup> cpu, int device, double timeout_s)
@@ -223,7 +292,9 @@ class NcclGroup final : public ProcessGroup {
     if (!local_error.empty()) throw DistError(local_error, -1);
     if (*ok.data_ptr<std::int32_t>() == 0)
       throw DistError("[dist] nccl: another rank failed to set up its GPU", -1);
-    const ncclResult_t r = api.comm_init_rank(&comm_, size(), id, rank());
+    const std::string who = "rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+                            ", cuda:" + std::to_string(device_);
+    const ncclResult_t r = init_communicator(&comm_, size(), id, rank(), device_, timeout(), who);
     if (r != ncclSuccess) {
       // NCCL refuses two ranks on one GPU ("Duplicate GPU detected", as invalid usage). Whether
       // that is the cause cannot be told from here alone (each rank may see only its own GPU
@@ -232,9 +303,7 @@ class NcclGroup final : public ProcessGroup {
       int count = 0;
       const bool crowded = r == ncclInvalidUsage && cudaGetDeviceCount(&count) == cudaSuccess &&
                            env.local_size > count;
-      throw DistError("[dist] ncclCommInitRank (rank " + std::to_string(rank()) + " of " +
-                          std::to_string(size()) + ", cuda:" + std::to_string(device_) +
-                          "): " + nccl_error(r) +
+      throw DistError("[dist] ncclCommInitRank (" + who + "): " + nccl_error(r) +
                           (crowded ? "; " + std::to_string(env.local_size) +
                                          " ranks on this host see " + std::to_string(count) +
                                          " GPU(s): NCCL needs a GPU of its own for each rank "
@@ -328,7 +397,7 @@ class NcclGroup final : public ProcessGroup {
       else if (const int sig = termination_signal())
         why = "stopped by signal " + std::to_string(sig);
       else if (Clock::now() > deadline)
-        why = "not complete after " + std::to_string(timeout()) +
+        why = "not complete after " + seconds_text(timeout()) +
               " s although every rank arrived (the NCCL transfer stalled)";
       if (!why.empty()) {
         end_communicator(comm_, device_, true);
