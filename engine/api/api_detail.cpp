@@ -10,6 +10,7 @@
 #include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/store/run_store.h"
+#include "engine/train/trainer.h"
 
 namespace tb::api::detail {
 
@@ -224,6 +225,20 @@ void check_new_run(const train::RunConfig& c, const std::string& source) {
   // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
   const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
   TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why);
+  // A one-cycle schedule shorter than run.steps would fail at its end, or (as the trainer checks
+  // it) at set-up after the run was stored: said here instead. Counted in epochs, the steps are
+  // known once the data is read, and the trainer checks it then.
+  if (c.run.steps > 0 && c.scheduler.config.is_object()) {
+    try {
+      (void)train::check_schedule_length(c, c.run.steps,
+                                         "run.steps = " + std::to_string(c.run.steps));
+    } catch (const ValueError& e) {
+      std::string what = e.what();
+      const std::string tag = "[scheduler] ";
+      if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
+      throw ValueError(at + what);
+    }
+  }
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);
   const nlohmann::json& d = c.data.extra;

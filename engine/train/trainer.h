@@ -56,6 +56,14 @@ enum class RunOutcome { kFinished, kFailed, kDiverged, kCancelled };
 /// "finished", "failed", "diverged", "cancelled" (the run store's status names).
 const char* outcome_name(RunOutcome outcome);
 
+/// The scheduler of `config` against the `steps` a run takes (`run_length` says how they were
+/// counted, "run.steps = 200"), every nested scheduler against the steps it is stepped: a
+/// one-cycle schedule shorter than those throws tb::ValueError (OneCycleLR would fail at its end,
+/// as PyTorch's raises "Tried to step ..."); a cosine whose T_max is shorter is returned as a
+/// warning (CosineAnnealingLR is periodic: the LR climbs back after T_max).
+std::vector<std::string> check_schedule_length(const RunConfig& config, std::int64_t steps,
+                                               const std::string& run_length);
+
 /// The end of a run.
 struct TrainResult {
   RunOutcome outcome = RunOutcome::kFinished;  ///< how it ended

@@ -228,7 +228,8 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
       c.run.steps > 0 ? "run.steps = " + std::to_string(steps)
                       : "run.epochs = " + std::to_string(c.run.epochs) + " x " +
                             std::to_string(s.loader->num_batches()) + " steps per epoch";
-  check_stepped(c.scheduler.config, steps, 0, "scheduler", run_length, s.setup_warnings);
+  for (auto& w : train::check_schedule_length(c, steps, run_length))
+    s.setup_warnings.push_back(std::move(w));
   // A plateau steps after each evaluation but the last: with none before it, the LR never moves.
   const auto& sc = c.scheduler.config;
   if (sc.is_object() && sc.value("kind", std::string()) == "plateau") {
@@ -264,3 +265,14 @@ void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
 }
 
 }  // namespace tb::train::detail
+
+namespace tb::train {
+
+std::vector<std::string> check_schedule_length(const RunConfig& config, std::int64_t steps,
+                                               const std::string& run_length) {
+  std::vector<std::string> warnings;
+  detail::check_stepped(config.scheduler.config, steps, 0, "scheduler", run_length, warnings);
+  return warnings;
+}
+
+}  // namespace tb::train

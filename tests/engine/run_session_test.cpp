@@ -566,6 +566,24 @@ TEST(RunLifecycle, ADeviceThisMachineCannotUseCreatesNoRun) {
   EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 
+// A one-cycle schedule shorter than run.steps would fail once set up, after the run was stored:
+// refused before, naming the config. In epochs the length is known once the data is read, so the
+// trainer checks it then (tests/engine/trainer_test.cpp).
+TEST(RunLifecycle, AOneCycleShorterThanTheRunCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = {"scheduler.kind=\"one_cycle\"", "scheduler.max_lr=0.1",
+                    "scheduler.total_steps=6"};
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }),
+            "[config] side-by-side.toml: scheduler.total_steps = 6 is shorter than the 8 steps it "
+            "is stepped (run.steps = 8): OneCycleLR would fail at step 7; give it 8 steps");
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+  // As long as the run, it trains.
+  spec.overrides.back() = "scheduler.total_steps=8";
+  EXPECT_EQ(api::execute_run(spec).status, "finished");
+}
+
 // `launch` checks every config before it starts a process: a mistake in the last one does not
 // surface after the others have started training.
 TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
