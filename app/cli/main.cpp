@@ -807,6 +807,31 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A mistyped command: CLI11 says only "A subcommand is required". Name it, and the command
+    // it is likely a typo of, or the commands there are.
+    if (e.get_exit_code() != 0 && app.get_subcommands().empty()) {
+      const auto rest = app.remaining();
+      const auto word = std::find_if(rest.begin(), rest.end(), [](const std::string& a) {
+        return !a.empty() && a.front() != '-';
+      });
+      if (word != rest.end() && word == rest.begin()) {
+        std::vector<std::string> names;
+        for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+          names.push_back(sub->get_name());
+        const std::string close = tb::api::close_word(*word, names);
+        std::cerr << "error: '" << *word << "' is not a trainbench-cli command";
+        if (!close.empty()) {
+          std::cerr << "; did you mean '" << close << "'?\n";
+        } else {
+          std::cerr << "; the commands are:";
+          for (const auto& n : names)
+            std::cerr << " " << n;
+          std::cerr << "\n";
+        }
+        std::cerr << "Run with --help for more information.\n";
+        return 1;
+      }
+    }
     return app.exit(e);
   }
 

@@ -6,6 +6,7 @@
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
+#include "engine/core/fields.h"
 #include "engine/core/math_mode.h"
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
@@ -118,6 +119,10 @@ GemmBackendChoice set_gemm_backend(const std::string& name) {
 
 void set_allow_tf32(bool allow) {
   core::set_allow_tf32(allow);
+}
+
+std::string close_word(const std::string& word, const std::vector<std::string>& candidates) {
+  return core::close_word(word, candidates);
 }
 
 std::string openblas_note() {

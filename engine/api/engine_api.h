@@ -73,6 +73,10 @@ std::string openblas_note();
 /// bits, float32 accumulation; PyTorch's allow_tf32). Off by default; no effect elsewhere.
 void set_allow_tf32(bool allow);
 
+/// The candidate `word` is likely a typo of ("runz" -> "runs"), or "" (the rule config keys use
+/// for "did you mean").
+std::string close_word(const std::string& word, const std::vector<std::string>& candidates);
+
 /// Runs the headless demo (seeded data, a least-squares fit by gradient descent on the engine's
 /// ops, GEMM vs SYRK timings), printing what it does to `out`. Returns 0 on success.
 int run_demo(std::ostream& out, std::uint64_t seed = 0, int steps = 200);
