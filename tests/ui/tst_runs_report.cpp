@@ -4,12 +4,14 @@
 
 #include <QDir>
 #include <QDirIterator>
+#include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QHeaderView>
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScreen>
 #include <QSet>
 #include <QStandardPaths>
 #include <QTableWidget>
@@ -296,6 +298,30 @@ class TestRunsReport : public QObject {
     QCOMPARE(got.step, want.step);
     QCOMPARE(got.value, want.value);  // bit for bit, the steps before and after the resume
     QCOMPARE(window.runsModel()->rowCount(), 1);  // the same run continued, no new one
+  }
+
+  void theWindowFitsASmallScreen() {
+    // Opened for the first time on a screen smaller than the window's usual 1720 x 950 (the
+    // offscreen platform's is 800 x 600), the window takes the screen's free area and can be made
+    // smaller still: the pages scroll instead of forcing their least size on the window, the
+    // docks on the right join the runs table as tabs below, and the config dock keeps the
+    // editor's width (it scrolls only up and down).
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    const QRect free = window.screen()->availableGeometry();
+    QVERIFY2(free.width() < 1600, "the test needs a screen narrower than 1600 pixels");
+    QVERIFY(window.width() <= free.width());
+    QVERIFY(window.height() <= free.height());
+    const QSize least = window.minimumSizeHint();
+    QVERIFY2(
+        least.width() <= 800 && least.height() <= 600,
+        qPrintable(QStringLiteral("least size %1 x %2").arg(least.width()).arg(least.height())));
+    auto* queue = window.findChild<QDockWidget*>(QStringLiteral("queueDock"));
+    QVERIFY(queue != nullptr);
+    QCOMPARE(window.dockWidgetArea(queue), Qt::BottomDockWidgetArea);
+    QTRY_VERIFY(window.configEditor()->width() >= window.configEditor()->minimumSizeHint().width());
   }
 
   void opensOnTheNewestRunsPlots() {

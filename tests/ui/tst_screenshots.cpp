@@ -104,7 +104,7 @@ class TestScreenshots : public QObject {
     window.runsModel()->refresh();
     QCOMPARE(window.runsModel()->rowCount(), 2);
     window.compareRuns({window.runsModel()->run(1).id, window.runsModel()->run(0).id});
-    QCOMPARE(window.centralTabs()->currentWidget(), window.compareView());
+    QCOMPARE(window.currentPage(), window.compareView());
     QTest::qWait(200);
     QVERIFY(window.grab().save(out + QStringLiteral("/compare-view.png")));
     checkNotBlank(window.compareView()->plots()->plots()[ui::PlotsPanel::Loss],

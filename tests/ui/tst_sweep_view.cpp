@@ -299,7 +299,7 @@ class TestSweepView : public QObject {
   void mainWindowOpensTheBestConfig() {
     ui::MainWindow w(m_db);
     w.showSweep(QStringLiteral("opt-lr"));
-    QCOMPARE(w.centralTabs()->currentWidget(), static_cast<QWidget*>(w.sweepView()));
+    QCOMPARE(w.currentPage(), static_cast<QWidget*>(w.sweepView()));
     QCOMPARE(w.sweepView()->sweepName(), QStringLiteral("opt-lr"));
     const QString best = w.sweepView()->bestConfig();
     QVERIFY(!best.isEmpty());

@@ -42,7 +42,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_plot);
-  setMinimumSize(260, 180);
+  setMinimumSize(220, 150);
   m_plot->plotLayout()->insertRow(0);
   m_titleElement =
       new QCPTextElement(m_plot, title, QFont(font().family(), font().pointSize(), QFont::Bold));

@@ -186,14 +186,16 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
     m_smoothingLabel->setText(QString::number(v / 100.0, 'f', 2));
     for (auto* p : m_plots)
-      p->setSmoothing(v / 100.0);
+      if (p != m_plots[LearningRate]) p->setSmoothing(v / 100.0);
   });
   connect(reset, &QPushButton::clicked, this, [this] {
     for (auto* p : m_plots)
       p->resetView();
   });
   for (auto* p : m_plots) {
-    p->setSmoothing(0.6);
+    // The learning rate is a schedule, not a noisy measurement: smoothed, its peak would read
+    // lower and later than it is (a one-cycle's max_lr), so it is drawn as logged.
+    p->setSmoothing(p == m_plots[LearningRate] ? 0.0 : 0.6);
     connect(p, &MetricPlot::userXRangeChanged, this, [this, p](const XRange& range) {
       if (!linkedX()) return;
       for (auto* other : m_plots)

@@ -21,6 +21,9 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSpinBox>
 #include <QSplitter>
@@ -77,14 +80,16 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   m_livePage->addWidget(m_samples);
   m_livePage->setStretchFactor(0, 4);
   m_livePage->setStretchFactor(1, 1);
-  m_tabs->addTab(m_livePage, tr("Live"));
-  m_tabs->addTab(m_compare, tr("Compare"));
-  m_tabs->addTab(m_sweeps, tr("Sweeps"));
+  // Each page scrolls when the window is smaller than the page's least size (a laptop screen),
+  // instead of forcing a window larger than the screen.
+  m_tabs->addTab(scrollable(m_livePage, m_tabs), tr("Live"));
+  m_tabs->addTab(scrollable(m_compare, m_tabs), tr("Compare"));
+  m_tabs->addTab(scrollable(m_sweeps, m_tabs), tr("Sweeps"));
   setCentralWidget(m_tabs);
   m_sweeps->setStore(m_runsModel->store());
   // The sweeps list and the shown sweep are read when the tab is opened, then while it runs.
   connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
-    if (m_tabs->currentWidget() == m_sweeps) m_sweeps->setStore(m_runsModel->store());
+    if (currentPage() == m_sweeps) m_sweeps->setStore(m_runsModel->store());
   });
 
   buildDocks();
@@ -115,11 +120,57 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   connect(&m_pollTimer, &QTimer::timeout, this, &MainWindow::pollStore);
   m_pollTimer.start();
 
+  // The config dock as wide as its editor needs once shown (its fields have their size then):
+  // the dock scrolls up and down, never sideways.
+  QTimer::singleShot(0, this, [this] {
+    auto* configArea =
+        qobject_cast<QScrollArea*>(findChild<QDockWidget*>(QStringLiteral("configDock"))->widget());
+    if (configArea == nullptr) return;
+    QWidget* host = configArea->widget();
+    configArea->setMinimumWidth(host->minimumSizeHint().width() +
+                                configArea->verticalScrollBar()->sizeHint().width());
+  });
   QSettings settings;
-  if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray()))
-    resize(1500, 950);
-  restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+  if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) {
+    // First start: 1720 x 950, or the screen's free area when that is smaller.
+    const QRect free = screen() != nullptr ? screen()->availableGeometry() : QRect(0, 0, 1720, 950);
+    resize(std::min(1720, free.width()), std::min(950, free.height()));
+  }
+  if (!restoreState(settings.value(QStringLiteral("window/state")).toByteArray()) &&
+      width() < 1600) {
+    // First start on a narrow screen (a laptop's 1366 pixels): the queue, topology and events
+    // join the runs table as tabs below, so the plots keep the middle's width.
+    auto* runsDock = findChild<QDockWidget*>(QStringLiteral("runsDock"));
+    for (const char* name : {"queueDock", "topologyDock", "logDock"})
+      if (auto* dock = findChild<QDockWidget*>(QLatin1String(name))) {
+        addDockWidget(Qt::BottomDockWidgetArea, dock);
+        tabifyDockWidget(runsDock, dock);
+      }
+    runsDock->raise();
+    resizeDocks({runsDock}, {height() * 3 / 10}, Qt::Vertical);
+  }
   updateActions();
+}
+
+QScrollArea* MainWindow::scrollable(QWidget* content, QWidget* parent) {
+  auto* area = new QScrollArea(parent);
+  area->setFrameShape(QFrame::NoFrame);
+  area->setWidgetResizable(true);  // the content fills the area; bars only below its least size
+  area->setWidget(content);
+  return area;
+}
+
+QWidget* MainWindow::currentPage() const {
+  auto* area = qobject_cast<QScrollArea*>(m_tabs->currentWidget());
+  return area != nullptr ? area->widget() : m_tabs->currentWidget();
+}
+
+void MainWindow::showPage(QWidget* content) {
+  for (int i = 0; i < m_tabs->count(); ++i) {
+    auto* area = qobject_cast<QScrollArea*>(m_tabs->widget(i));
+    if (m_tabs->widget(i) == content || (area != nullptr && area->widget() == content))
+      m_tabs->setCurrentIndex(i);
+  }
 }
 
 MainWindow::~MainWindow() {
@@ -148,7 +199,11 @@ void MainWindow::buildDocks() {
   buttons->addWidget(queue);
   buttons->addWidget(pair);
   configLayout->addLayout(buttons);
-  configDock->setWidget(configHost);
+  // Scrolls up and down on a short screen; never sideways (the form's fields cut off at the
+  // right would hide what they hold), so the dock is as wide as the editor needs.
+  QScrollArea* configArea = scrollable(configHost, configDock);
+  configArea->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  configDock->setWidget(configArea);
   addDockWidget(Qt::LeftDockWidgetArea, configDock);
   connect(run, &QPushButton::clicked, this, [this] { startRun(); });
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
@@ -402,7 +457,7 @@ void MainWindow::startEntry(const QueueEntry& entry) {
   connect(worker, &RunWorker::started, this, [this, label, resumed](qint64 id, const QString&) {
     log(QStringLiteral("info"), (resumed ? tr("run %1 resumed") : tr("run %1 started")).arg(id));
     m_runsModel->refresh();
-    m_tabs->setCurrentWidget(m_livePage);
+    showPage(m_livePage);
     m_live->clearRuns();
     m_live->addRun(id, QStringLiteral("%1 %2").arg(id).arg(label), runColor(0));
     if (resumed) {  // the steps before the checkpoint, from the store
@@ -477,9 +532,10 @@ void MainWindow::pollStore() {
       log(QStringLiteral("error"), QString::fromUtf8(e.what()));
     }
   }
-  if (m_tabs->currentWidget() == m_livePage) updateSamples();
-  if (m_tabs->currentWidget() == m_compare) m_compare->refresh();
-  if (m_tabs->currentWidget() == m_sweeps && (m_sweepProcess || m_sweeps->running())) {
+  QWidget* const page = currentPage();
+  if (page == m_livePage) updateSamples();
+  if (page == m_compare) m_compare->refresh();
+  if (page == m_sweeps && (m_sweepProcess || m_sweeps->running())) {
     m_sweeps->refresh();
     if (!m_pendingSweep.isEmpty()) {
       m_sweeps->showSweep(m_pendingSweep);
@@ -535,7 +591,7 @@ void MainWindow::startSweep(const SweepLaunch& launch) {
                          QStringLiteral("--parallel"), QString::number(launch.parallel),
                          QStringLiteral("--binding"), launch.binding});
   log(QStringLiteral("info"), tr("sweep %1 started: %2").arg(launch.name, file.fileName()));
-  m_tabs->setCurrentWidget(m_sweeps);
+  showPage(m_sweeps);
 }
 
 void MainWindow::updateSamples() {
@@ -598,7 +654,7 @@ void MainWindow::exportSweepReport(const QString& name) {
 }
 
 void MainWindow::showSweep(const QString& name) {
-  m_tabs->setCurrentWidget(m_sweeps);  // reads the store's sweeps
+  showPage(m_sweeps);  // reads the store's sweeps
   m_sweeps->showSweep(name);
 }
 
@@ -608,7 +664,7 @@ void MainWindow::compareRuns(const QList<qint64>& ids) {
     return;
   }
   m_compare->setRuns(m_runsModel->store(), ids);
-  m_tabs->setCurrentWidget(m_compare);
+  showPage(m_compare);
 }
 
 void MainWindow::enqueueCurrent() {

@@ -23,6 +23,7 @@ class QTemporaryDir;
 class QLabel;
 class QListWidget;
 class QPlainTextEdit;
+class QScrollArea;
 class QSpinBox;
 class QTabWidget;
 class QProcess;
@@ -95,6 +96,9 @@ class MainWindow : public QMainWindow {
   RunsModel* runsModel() const { return m_runsModel; }
   RunsView* runsView() const { return m_runsView; }
   QTabWidget* centralTabs() const { return m_tabs; }
+  /// The page the central tabs show (the Live page, compareView() or sweepView()); the tabs
+  /// hold each inside a scroll area.
+  QWidget* currentPage() const;
   TopologyView* topologyView() const { return m_topology; }
   /// In-process runs still going (plus launched processes).
   int activeRuns() const;
@@ -116,6 +120,11 @@ class MainWindow : public QMainWindow {
  private:
   void buildActions();
   void buildDocks();
+  /// `content` in a frameless scroll area that lets it fill the area and scrolls only when the
+  /// area is smaller than the content's least size.
+  static QScrollArea* scrollable(QWidget* content, QWidget* parent);
+  /// Shows the central tab that holds `content`.
+  void showPage(QWidget* content);
   void showRunsLive(const QList<qint64>& ids);
   void startEntry(const QueueEntry& entry);
   void drainWorkers();

@@ -93,8 +93,13 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     return c.isValid() ? QVariant(c) : QVariant();
   }
   if (role == Qt::ToolTipRole) {
-    if (!r.message.empty()) return QString::fromStdString(r.message);
-    return {};
+    // A name or tags cut short in the table are read whole here, above the run's message.
+    QString tip;
+    if (index.column() == Name || index.column() == Tags)
+      tip = data(index, Qt::DisplayRole).toString();
+    if (!r.message.empty())
+      tip += (tip.isEmpty() ? QString() : QStringLiteral("\n")) + QString::fromStdString(r.message);
+    return tip.isEmpty() ? QVariant() : QVariant(tip);
   }
   if (role == Qt::TextAlignmentRole) {
     switch (index.column()) {
@@ -362,11 +367,18 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
   m_table->setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::EditKeyPressed);
   m_table->verticalHeader()->setVisible(false);
+  // One line per run, cut with an ellipsis (the tooltip and the columns' drag handles show the
+  // rest): a wrapped name doubled the rows' text in a row of one line's height.
+  m_table->setWordWrap(false);
+  m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 8);
   m_table->horizontalHeader()->setStretchLastSection(true);
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
   m_table->setAlternatingRowColors(true);
   m_table->setContextMenuPolicy(Qt::CustomContextMenu);
   layout->addWidget(m_table, 1);
+  // The names as wide as the longest stored one needs, within reason.
+  m_table->resizeColumnToContents(RunsModel::Name);
+  m_table->setColumnWidth(RunsModel::Name, std::min(m_table->columnWidth(RunsModel::Name), 260));
 
   connect(m_search, &QLineEdit::textChanged, m_filter, &RunsFilter::setSearch);
   connect(m_status, QOverload<int>::of(&QComboBox::currentIndexChanged), this,
