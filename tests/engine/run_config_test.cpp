@@ -17,6 +17,7 @@ namespace tb::train {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kConfigDir = std::string(TB_TEST_DATA_DIR) + "/../../resources/configs";
 
@@ -370,6 +371,21 @@ TEST(RunConfigTest, BadOverrides) {
   EXPECT_THAT(error_of("", {"data.batch_size=0"}),
               HasSubstr("data.batch_size: expected an integer >= 1, found 0 (from --set "
                         "data.batch_size=0)"));
+  // A field the file gave for the kind that --set replaced: the --set of another field is not
+  // blamed; the kind's --set is named, and how to replace the table.
+  const std::string cosine = "[scheduler]\nkind = \"cosine\"\nT_max = 100\n";
+  const std::string changed = error_of(
+      cosine, {"scheduler.kind=one_cycle", "scheduler.max_lr=0.1", "scheduler.total_steps=10"});
+  EXPECT_THAT(changed, HasSubstr("one_cycle: field 'T_max' is not a field of this kind"));
+  EXPECT_THAT(changed, Not(HasSubstr("from --set scheduler.total_steps")));
+  EXPECT_THAT(changed, HasSubstr("(scheduler.kind = one_cycle is from --set; the file's other "
+                                 "scheduler keys stay: to replace the whole table, --set "
+                                 "'scheduler={ kind = ..., ... }')"));
+  // Which works.
+  EXPECT_EQ(parse_run_config(cosine, "run.toml",
+                             {"scheduler={ kind = \"one_cycle\", max_lr = 0.1, total_steps = 10 }"})
+                .scheduler.config.at("kind"),
+            "one_cycle");
 }
 
 TEST(RunConfigTest, ToTomlRoundTripsTheExamples) {
