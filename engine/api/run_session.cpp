@@ -187,8 +187,14 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {
-    s.checkpoint =
-        detail::newest_checkpoint(st, s.run_id, "[run]", "has no checkpoint to resume from").path;
+    // Without checkpoints on the way (checkpoint.interval = 0, the shipped configs' setting: one
+    // at the end only) a crashed or killed run has nothing to continue from: say which key.
+    std::string none = "has no checkpoint to resume from";
+    if (s.config.checkpoint.interval <= 0)
+      none +=
+          " (checkpoint.interval = 0 saves one only at the end; set checkpoint.interval = N "
+          "to save every N steps, so that a run cut short can continue)";
+    s.checkpoint = detail::newest_checkpoint(st, s.run_id, "[run]", none).path;
   }
   // A stop at or before the checkpoint's step would never be met (the run would train to its
   // end). Checked here, before a distributed run's other ranks are told to start.

@@ -337,6 +337,15 @@ TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {
   none.resume = failed.run_id;
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
             "[run] run " + std::to_string(failed.run_id) + " has no checkpoint to resume from");
+  // Without checkpoints on the way (the shipped configs' checkpoint.interval = 0), the key to
+  // set is named.
+  bad.overrides.push_back("checkpoint.interval=0");
+  none.resume = api::execute_run(bad).run_id;
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(none); }),
+            "[run] run " + std::to_string(*none.resume) +
+                " has no checkpoint to resume from (checkpoint.interval = 0 saves one only at the "
+                "end; set checkpoint.interval = N to save every N steps, so that a run cut short "
+                "can continue)");
 }
 
 TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
