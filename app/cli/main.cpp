@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iomanip>
 #include <iostream>
@@ -463,6 +465,30 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
   }
   req.program = this_program("sweep");
   req.db_path = db_path;
+  // Ctrl-C (or SIGTERM) ends the sweep as before — its trials, which get the terminal's signal
+  // too, stop after their step with a checkpoint — but says how to continue it first.
+  {
+    const std::string name = req.resume.empty()
+                                 ? tb::api::preview_sweep(req.config_path, req.overrides).name
+                                 : req.resume;
+    static char said[640];
+    std::snprintf(said, sizeof said,
+                  "\nsweep %s interrupted: its trials stop after their current step; "
+                  "trainbench-cli sweep --resume %s continues it\n",
+                  name.c_str(), name.c_str());
+    struct sigaction sa = {};
+    sa.sa_handler = [](int sig) {
+      (void)!write(STDERR_FILENO, said, std::strlen(said));
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);  // the default action: the exit status says which signal
+    };
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM}) {
+      struct sigaction old = {};
+      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+      sigaction(sig, &sa, nullptr);
+    }
+  }
   const auto result = tb::api::run_sweep(
       req,
       [](const tb::api::SweepTrialEvent& e) {
