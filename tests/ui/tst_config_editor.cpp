@@ -1,6 +1,8 @@
 // The run-config form: TOML -> form -> TOML round trips for every example config, inline
 // validation naming the key, kind switches that refill a section, the parameter split table and
 // an LR preview equal to the engine's.
+#include <QPlainTextEdit>
+#include <QTabWidget>
 #include <QtTest>
 
 #include <QCheckBox>
@@ -100,6 +102,15 @@ class TestConfigEditor : public QObject {
     QVERIFY(!editor.setToml(QStringLiteral("[run]\nstepz = 3\n")));
     QVERIFY(editor.errorText().contains(QStringLiteral("steps")));  // nearest-key suggestion
     QCOMPARE(editor.toToml(), before);
+    // ... and is kept in the TOML tab, shown, to be fixed there; a valid text then loads.
+    auto* toml = editor.findChild<QPlainTextEdit*>(QStringLiteral("tomlText"));
+    QVERIFY(toml != nullptr);
+    QCOMPARE(toml->toPlainText(), QStringLiteral("[run]\nstepz = 3\n"));
+    auto* tabs = toml->parentWidget()->parentWidget()->parentWidget();
+    QVERIFY(qobject_cast<QTabWidget*>(tabs) != nullptr);
+    QCOMPARE(qobject_cast<QTabWidget*>(tabs)->currentWidget(), toml->parentWidget());
+    QVERIFY(editor.setToml(tb::test::blobsConfig(7)));
+    QCOMPARE(editor.fieldText(QStringLiteral("run.steps")), QStringLiteral("7"));
   }
 
   void switchingAKindRefillsItsSection() {

@@ -400,7 +400,10 @@ bool MainWindow::openConfig(const QString& path, bool quiet, QString* error) {
   if (!f.open(QIODevice::ReadOnly))
     return fail(tr("[config] %1: cannot open (%2)").arg(path, f.errorString()));
   const QString text = QString::fromUtf8(f.readAll());
-  if (!m_editor->setToml(text, QFileInfo(path).fileName())) return fail(m_editor->errorText());
+  if (!m_editor->setToml(text, QFileInfo(path).fileName()))
+    return fail(m_editor->errorText() +
+                tr("\n\nThe file's text is in the TOML tab: fix it there and press \"Apply TOML "
+                   "to the form\"."));
   m_configPath = path;
   QSettings().setValue(QStringLiteral("config/last"), path);
   log(QStringLiteral("info"), tr("opened %1").arg(path));

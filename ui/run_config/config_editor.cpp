@@ -322,6 +322,11 @@ bool ConfigEditor::setToml(const QString& text, const QString& source) {
     markError(QString::fromStdString(check.key_path), QString::fromStdString(check.error));
     m_valid = false;
     Q_EMIT validityChanged(false);
+    // The text that did not load is kept in the TOML tab, shown, to be fixed there and applied
+    // (a file with one mistake would otherwise be out of reach in the workbench).
+    if (text != m_toml->toPlainText()) m_toml->setPlainText(text);
+    m_source = source;
+    m_tabs->setCurrentWidget(m_toml->parentWidget());
     return false;
   }
   m_loading = true;
