@@ -833,6 +833,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A value that is not a number where one is expected: CLI11 says "Could not convert: run =
+    // abc"; said as the other commands say it.
+    if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+      const std::string what = e.what();
+      const std::string tag = "Could not convert: ";
+      const auto eq = what.find(" = ");
+      if (what.rfind(tag, 0) == 0 && eq != std::string::npos) {
+        std::cerr << "error: " << what.substr(tag.size(), eq - tag.size())
+                  << ": expected a number, got '" << what.substr(eq + 3) << "'\n"
+                  << "Run with --help for more information.\n";
+        return e.get_exit_code();
+      }
+    }
     // A mistyped command: CLI11 says only "A subcommand is required". Name it, and the command
     // it is likely a typo of, or the commands there are.
     if (e.get_exit_code() != 0 && app.get_subcommands().empty()) {

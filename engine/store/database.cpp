@@ -2,10 +2,12 @@
 #include "engine/store/database.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <utility>
 
@@ -44,6 +46,24 @@ std::string os_error_note(sqlite3* db, int rc) {
   throw StoreError(::tb::detail::str_cat("[store] ", file, ": ", what, ": ", msg,
                                          os_error_note(db, rc), " (SQLite code ", rc, ")"),
                    rc & 0xff);
+}
+
+// Why a new database file cannot be made, said by the file system rather than by SQLite's last
+// errno (often the ENOENT of a probe for the journal): the folder that is missing or that this
+// user may not write. "" when the folder looks fine.
+std::string folder_problem(const std::string& file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(file, ec)) return "";
+  fs::path folder = fs::path(file).parent_path();
+  if (folder.empty()) folder = ".";
+  if (!fs::exists(folder, ec)) return "the folder " + folder.string() + " does not exist";
+  if (!fs::is_directory(folder, ec)) return folder.string() + " is not a folder";
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    return ::tb::detail::str_cat("the folder ", folder.string(), " is not writable by this user (",
+                                 std::strerror(errno),
+                                 "); pass --db with a path in a writable folder");
+  return "";
 }
 
 }  // namespace
@@ -177,6 +197,10 @@ Connection::Connection(const std::filesystem::path& path, OpenFlags flags) : fil
     const std::string note = os_error_note(db_, rc);
     sqlite3_close_v2(db_);
     db_ = nullptr;
+    const std::string folder = flags.create ? folder_problem(file_) : std::string();
+    if (!folder.empty())
+      throw StoreError(
+          ::tb::detail::str_cat("[store] ", file_, ": cannot create the run database: ", folder));
     throw StoreError(::tb::detail::str_cat("[store] ", file_, ": cannot open the run database: ",
                                            msg, note, " (SQLite code ", rc, ")"));
   }

@@ -186,6 +186,11 @@ struct Inspection {
 Inspection inspect(const std::filesystem::path& path, const OpenOptions& options) {
   const std::string file = path.string();
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw DatabaseRejectedError(str_cat("[store] ", file,
+                                        " is a folder; --db names the database file in it (for "
+                                        "example ",
+                                        (path / "runs.sqlite").string(), ")"));
   if (!std::filesystem::is_regular_file(path, ec)) reject(file, "is not a regular file");
   const auto size = std::filesystem::file_size(path, ec);
   if (ec) throw StoreError(str_cat("[store] ", file, ": cannot read its size: ", ec.message()));
@@ -260,11 +265,14 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
   } catch (const StoreError& e) {
     // SQLITE_READONLY (8) and its extended codes: even a reader of a WAL database writes its
     // -shm file beside it, so a folder (or file) this user may not write is not corruption.
+    // The file is fine: the advice is about access, not about moving it away.
     if ((e.sqlite_code() & 0xff) == 8)
-      reject(file, str_cat("cannot be opened: the file or its folder is read-only for this user "
-                           "(SQLite writes its -wal and -shm files beside the database, even to "
-                           "read it); copy it to a writable folder to read it: ",
-                           e.what()));
+      throw DatabaseRejectedError(
+          str_cat("[store] ", file,
+                  ": cannot be opened: the file or its folder is read-only for this user (SQLite "
+                  "writes its -wal and -shm files beside the database, even to read it); copy it "
+                  "to a writable folder to read it there, or get write access to the folder. The "
+                  "file was left unchanged."));
     reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", e.what()));
   }
 

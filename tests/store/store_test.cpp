@@ -1059,6 +1059,41 @@ TEST_F(StoreTest, ReadOnlyDirectoryIsReportedAndNothingIsLost) {
   EXPECT_EQ(store.series(1, "loss").size(), 1u);
 }
 
+// --db naming a folder: said so, with the file name it could have been.
+TEST_F(StoreTest, AFolderGivenAsTheDatabaseIsNamedAsAFolder) {
+  std::string message;
+  try {
+    (void)RunStore::open(dir_);
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "[store] " + dir_.string() +
+                         " is a folder; --db names the database file in it (for example " +
+                         (dir_ / "runs.sqlite").string() + ")");
+}
+
+// A new store in a folder this user may not write: the folder is named, not SQLite's errno of a
+// probe ("No such file or directory").
+TEST_F(StoreTest, ANewStoreInAFolderThatIsNotWritableNamesTheFolder) {
+  if (geteuid() == 0) GTEST_SKIP() << "running as root: file permissions are not enforced";
+  const fs::path locked = dir_ / "locked";
+  fs::create_directories(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  std::string message;
+  try {
+    (void)RunStore::open(locked / "new.sqlite");
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  fs::permissions(locked, fs::perms::owner_all);
+  EXPECT_EQ(message.rfind("[store] " + (locked / "new.sqlite").string() +
+                              ": cannot create the run database: the folder " + locked.string() +
+                              " is not writable by this user (Permission denied)",
+                          0),
+            0u)
+      << message;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Read API and export
 
