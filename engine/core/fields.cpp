@@ -295,8 +295,11 @@ std::string json_to_toml(const nlohmann::json& j) {
 
 namespace {
 
-std::size_t levenshtein(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+// Edit distance with adjacent transpositions (the "optimal string alignment" distance): a typed
+// "shwo" is one edit from "show", as a person sees it, not two.
+// https://en.wikipedia.org/wiki/Damerau%E2%80%93Levenshtein_distance#Optimal_string_alignment_distance
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j)
     prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
@@ -304,7 +307,10 @@ std::size_t levenshtein(const std::string& a, const std::string& b) {
     for (std::size_t j = 1; j <= b.size(); ++j) {
       const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
+    std::swap(before, prev);
     std::swap(prev, cur);
   }
   return prev[b.size()];
@@ -332,7 +338,7 @@ std::string nearest_word(const std::string& word, const std::vector<std::string>
   std::string best;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();
   for (const auto& c : candidates) {
-    const std::size_t d = levenshtein(word, c);
+    const std::size_t d = edit_distance(word, c);
     if (d < best_d) {
       best_d = d;
       best = c;
@@ -348,7 +354,7 @@ std::string close_word(const std::string& word, const std::vector<std::string>& 
   const bool shorter = best.size() < word.size();
   if (!word.empty() && (shorter ? word.rfind(best, 0) : best.rfind(word, 0)) == 0) return best;
   const std::size_t limit = std::max<std::size_t>(1, std::max(word.size(), best.size()) / 3);
-  return levenshtein(word, best) <= limit ? best : std::string();
+  return edit_distance(word, best) <= limit ? best : std::string();
 }
 
 }  // namespace tb::core

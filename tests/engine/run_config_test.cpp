@@ -260,6 +260,9 @@ TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {
               HasSubstr("unknown key 'optimizer.muon.momentun'; did you mean "
                         "'optimizer.muon.momentum'?"));
   EXPECT_THAT(error_of("thread = 4\n"), HasSubstr("unknown key 'thread'; did you mean 'threads'?"));
+  // Two letters swapped is one slip, not two edits.
+  EXPECT_THAT(error_of("[run]\nsetps = 3\n"),
+              HasSubstr("unknown key 'run.setps'; did you mean 'run.steps'?"));
   // A setting of another optimizer kind.
   EXPECT_THAT(error_of("[optimizer]\nmomentum = 0.9\n"),
               HasSubstr("unknown key 'optimizer.momentum' for optimizer kind \"adamw\""));
