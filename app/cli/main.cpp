@@ -305,16 +305,20 @@ int cmd_run(tb::api::RunRequest req) {
       sigaction(sig, &sa, nullptr);
     }
   }
-  {  // a launcher may have left them blocked
-    sigset_t handled;
-    sigemptyset(&handled);
-    for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT})
-      sigaddset(&handled, sig);
-    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
-  }
+  // The handlers run on the watcher thread alone: this thread, which trains, and every thread it
+  // starts (kernel workers, data loader, store writer) block these signals. A handler run on a
+  // thread inside a oneDNN kernel corrupted the heap (oneDNN 2.6, "corrupted size vs. prev_size"
+  // a few steps after a Ctrl-C or SIGUSR2). The watcher unblocks them (a launcher may also have
+  // left them blocked).
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT})
+    sigaddset(&handled, sig);
+  pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   req.control = std::make_shared<tb::api::RunControl>();
   std::atomic<bool> done{false};
   std::thread watcher([&] {
+    pthread_sigmask(SIG_UNBLOCK, &handled, nullptr);
     while (!done.load()) {
       if (cancel_requested.exchange(false)) req.control->cancel();
       for (int n = pause_toggles.exchange(0); n > 0; --n) {

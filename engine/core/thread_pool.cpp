@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -222,6 +223,13 @@ class Pool {
 
   void worker_loop() {
     detail::t_in_parallel = true;  // anything a worker calls runs nested, i.e. inline
+    // A worker never runs a signal handler: one run on a thread inside a oneDNN kernel corrupted
+    // the heap. Signals for the process go to a thread that does not block them.
+    sigset_t async_signals;
+    sigemptyset(&async_signals);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGALRM, SIGCHLD, SIGWINCH})
+      sigaddset(&async_signals, sig);
+    pthread_sigmask(SIG_BLOCK, &async_signals, nullptr);
     std::unique_lock<std::mutex> lock(mu_);
     if (!pin_.empty()) {  // started while the pool is pinned
       const cpu_set_t mask = to_mask(pin_);
