@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app/cli/reference.h"
 #include "engine/api/config_api.h"
@@ -420,6 +421,57 @@ void print_sweep_table(const tb::api::SweepResult& r) {
               << ids.str() << p.values << (first && p.mean ? "   <- best" : "") << "\n";
     first = false;
   }
+}
+
+// The processes `launch` started, for its SIGTERM handler to pass the signal on to.
+std::vector<int> launched_pids;
+std::atomic<std::size_t> launched_count{0};
+
+// launch (not --ddp): N runs as processes of their own. Their output comes back through pipes,
+// each line tagged with its slot, so several runs' progress can be told apart. Ctrl-C reaches
+// the runs from the terminal (each stops after its step, with a checkpoint) and this process
+// stays to relay what they say and report their exit; SIGTERM sent to this process alone is
+// passed on to them.
+int cmd_launch(tb::api::LaunchRequest req) {
+  launched_pids.assign(static_cast<std::size_t>(std::max(req.nproc, 0)), 0);
+  launched_count.store(0);
+  {
+    struct sigaction sa = {};
+    sa.sa_handler = [](int) {};  // stay to relay; the runs got the terminal's signal
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sa.sa_handler = [](int sig) {
+      const std::size_t n = launched_count.load();
+      for (std::size_t i = 0; i < n; ++i)
+        if (launched_pids[i] > 0) kill(launched_pids[i], sig);
+    };
+    sigaction(SIGTERM, &sa, nullptr);
+    // A run whose reader is gone (this process killed) goes on training and recording without
+    // its output rather than dying of SIGPIPE; ignoring a signal is inherited across exec.
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+  req.on_output = [](int slot, const std::string& line) {
+    std::cout << "slot " << slot << " | " << line << "\n" << std::flush;
+  };
+  const auto procs = tb::api::launch_runs(req, [](const tb::api::LaunchedProcess& p) {
+    const std::size_t i = launched_count.load();
+    if (i < launched_pids.size()) {
+      launched_pids[i] = p.pid;
+      launched_count.store(i + 1);
+    }
+    std::cout << "slot " << p.slot << ": pid " << p.pid << " "
+              << (p.cpus.empty() ? std::string("unbound") : "CPUs " + p.cpus)
+              << ", child Cpus_allowed_list " << p.child_mask << ", " << p.config << "\n";
+    if (!p.warning.empty()) std::cout << "  warning: " << p.warning << "\n";
+    std::cout.flush();
+  });
+  int failed = 0;
+  for (const auto& p : procs) {
+    std::cout << "slot " << p.slot << ": pid " << p.pid << " exited with " << p.exit_code << "\n";
+    failed += p.exit_code != 0 ? 1 : 0;
+  }
+  if (failed > 0) std::cerr << "error: " << failed << " of " << procs.size() << " runs failed\n";
+  return failed > 0 ? 2 : 0;
 }
 
 int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
@@ -928,22 +980,7 @@ int main(int argc, char** argv) {
         std::cout << "the job exited with " << rc << "\n";
         return rc == 0 ? 0 : 2;
       }
-      int failed = 0;
-      const auto procs = tb::api::launch_runs(launch_req, [](const tb::api::LaunchedProcess& p) {
-        std::cout << "slot " << p.slot << ": pid " << p.pid << " "
-                  << (p.cpus.empty() ? std::string("unbound") : "CPUs " + p.cpus)
-                  << ", child Cpus_allowed_list " << p.child_mask << ", " << p.config << "\n";
-        if (!p.warning.empty()) std::cout << "  warning: " << p.warning << "\n";
-        std::cout.flush();
-      });
-      for (const auto& p : procs) {
-        std::cout << "slot " << p.slot << ": pid " << p.pid << " exited with " << p.exit_code
-                  << "\n";
-        failed += p.exit_code != 0 ? 1 : 0;
-      }
-      if (failed > 0)
-        std::cerr << "error: " << failed << " of " << procs.size() << " runs failed\n";
-      return failed > 0 ? 2 : 0;
+      return cmd_launch(launch_req);
     }
     if (model->parsed()) {
       const auto m = tb::api::describe_model(model_kind, model_settings);

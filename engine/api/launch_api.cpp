@@ -1,6 +1,7 @@
 #include "engine/api/launch_api.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -61,6 +62,59 @@ int wait_for(int pid) {
   return -1;
 }
 
+// The read ends of the children's output pipes, relayed line by line until each closes.
+struct OutputPipe {
+  int fd = -1;
+  int slot = 0;
+  std::string pending;  ///< a line not ended yet
+};
+
+void relay_output(std::vector<OutputPipe>& pipes,
+                  const std::function<void(int, const std::string&)>& on_output) {
+  const auto hand_on = [&](OutputPipe& p, bool all) {
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < p.pending.size(); ++i) {
+      if (p.pending[i] != '\n' && p.pending[i] != '\r') continue;
+      if (i > start) on_output(p.slot, p.pending.substr(start, i - start));
+      start = i + 1;
+    }
+    p.pending.erase(0, start);
+    if (all && !p.pending.empty()) on_output(p.slot, p.pending);
+    if (all) p.pending.clear();
+  };
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    for (const auto& p : pipes)
+      if (p.fd >= 0) fds.push_back({p.fd, POLLIN, 0});
+    if (fds.empty()) return;
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;  // a signal the caller handles; the children go on
+      break;
+    }
+    for (const auto& f : fds) {
+      if (f.revents == 0) continue;
+      auto& p = *std::find_if(pipes.begin(), pipes.end(),
+                              [&](const OutputPipe& q) { return q.fd == f.fd; });
+      char buf[4096];
+      const ssize_t n = read(p.fd, buf, sizeof buf);
+      if (n > 0) {
+        p.pending.append(buf, static_cast<std::size_t>(n));
+        hand_on(p, false);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        hand_on(p, true);
+        close(p.fd);
+        p.fd = -1;
+      }
+    }
+  }
+  for (auto& p : pipes)  // poll failed: stop relaying, but let the children write on
+    if (p.fd >= 0) {
+      close(p.fd);
+      p.fd = -1;
+    }
+}
+
 }  // namespace
 
 std::vector<LaunchedProcess> launch_runs(
@@ -95,6 +149,7 @@ std::vector<LaunchedProcess> launch_runs(
     plan = numa::plan_slots(topo, bo, numa::SlotKind::kCpuWorker, req.nproc);
   }
   std::vector<LaunchedProcess> procs;
+  std::vector<OutputPipe> pipes;
   std::string spawn_error;
   for (int k = 0; k < req.nproc; ++k) {
     LaunchedProcess p;
@@ -147,6 +202,7 @@ std::vector<LaunchedProcess> launch_runs(
     argv.push_back(nullptr);
     int pid = 0;
     int rc = 0;
+    int out[2] = {-1, -1};  // the pipe of a relayed output
     {
       // Parent-side scoped affinity: the child inherits the slot's mask; ours is restored when
       // this scope ends, also when the spawn fails.
@@ -165,9 +221,26 @@ std::vector<LaunchedProcess> launch_runs(
         posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
                                          O_WRONLY | O_CREAT | O_APPEND, 0644);
         posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+      } else if (req.on_output) {
+        if (pipe2(out, O_CLOEXEC) != 0) {
+          spawn_error = std::string("[launch] cannot make a pipe for the output of slot ") +
+                        std::to_string(k) + ": " + std::strerror(errno);
+          posix_spawn_file_actions_destroy(&actions);
+          break;
+        }
+        posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+        posix_spawn_file_actions_adddup2(&actions, out[1], STDERR_FILENO);
       }
       rc = posix_spawn(&pid, req.program.c_str(), &actions, nullptr, argv.data(), environ);
       posix_spawn_file_actions_destroy(&actions);
+    }
+    if (out[1] >= 0) close(out[1]);
+    if (out[0] >= 0) {
+      if (rc == 0) {
+        pipes.push_back({out[0], k, {}});
+      } else {
+        close(out[0]);
+      }
     }
     if (rc != 0) {
       spawn_error = "[launch] cannot start " + req.program + ": " + std::strerror(rc);
@@ -178,6 +251,7 @@ std::vector<LaunchedProcess> launch_runs(
     if (on_started) on_started(p);
     procs.push_back(std::move(p));
   }
+  if (!pipes.empty()) relay_output(pipes, req.on_output);
   for (auto& p : procs)
     p.exit_code = wait_for(p.pid);
   if (!spawn_error.empty()) throw ValueError(spawn_error);

@@ -5,6 +5,7 @@
 // child starts on its slot's CPUs; the child's run applies the same binding to its own threads.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct LaunchRequest {
   /// Not ddp: process k's stdout and stderr go to log_files[k] (appended; "" or absent: this
   /// process's).
   std::vector<std::string> log_files;
+  /// Not ddp: where given, each process without a log file writes its stdout and stderr into a
+  /// pipe, and launch_runs hands on every line (without its end; a '\r' also ends one) with the
+  /// process's slot while it waits, so the output of several runs can be told apart.
+  std::function<void(int slot, const std::string& line)> on_output;
 };
 
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.
@@ -74,9 +79,10 @@ struct LaunchedProcess {
 };
 
 /// Plans the slots (errors name the binding problem unless `fallback`), spawns the processes,
-/// calls `on_started` for each right after its spawn, waits for all and returns them with their
-/// exit codes. Throws tb::ValueError for a bad request or when a spawn fails (processes already
-/// started are still waited for).
+/// calls `on_started` for each right after its spawn, relays their output to
+/// `request.on_output` when given, waits for all and returns them with their exit codes. Throws
+/// tb::ValueError for a bad request or when a spawn fails (processes already started are still
+/// waited for).
 std::vector<LaunchedProcess> launch_runs(
     const LaunchRequest& request, const std::function<void(const LaunchedProcess&)>& on_started);
 

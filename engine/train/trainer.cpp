@@ -480,6 +480,7 @@ TrainResult Trainer::loop() {
   // Data-parallel: the requests every rank learnt from the last exchange.
   bool ranks_cancel = false;
   bool ranks_pause = false;
+  std::int64_t last_logged = first_step;  // the newest step whose metrics went to the sinks
   while (s.step < total_steps_) {
     const bool go_on =
         !s.ddp ? wait_while_paused() : !ranks_cancel && (!ranks_pause || hold_with_ranks());
@@ -504,6 +505,13 @@ TrainResult Trainer::loop() {
       }
       if (saved && !checkpoint_dir_.empty() && s.step > 0)
         r.message += ", with a checkpoint to continue from";
+      // The loss of the step it stopped at, when that step was between two logged ones: the
+      // plots and the runs list then end where the run did.
+      if (s.step > first_step && s.step != last_logged && !std::isnan(r.last_loss)) {
+        const Metrics last = {{core::metric::kLoss, r.last_loss}};
+        for (auto& sink : sinks_)
+          sink->on_metrics(s.step, last);
+      }
       // Cancelled before its first step (Ctrl-C while the data loaded): no checkpoint folder is
       // left behind empty (remove() takes only an empty folder).
       if (s.step == 0 && !checkpoint_dir_.empty()) {
@@ -622,9 +630,11 @@ TrainResult Trainer::loop() {
       if (config_.eval.samples > 0 && rank() == 0) emit_samples();
     }
     r.last_loss = loss_value;
-    if (log_now)
+    if (log_now) {
       for (auto& sink : sinks_)
         sink->on_metrics(s.step, m);
+      last_logged = s.step;
+    }
     checkpoint_if_due(r);
     if (s.step == stop_at_ && s.step < total_steps_) {
       r.outcome = RunOutcome::kCancelled;
