@@ -38,8 +38,8 @@ struct LaunchRequest {
   /// process's).
   std::vector<std::string> log_files;
   /// Not ddp: where given, each process without a log file writes its stdout and stderr into a
-  /// pipe, and launch_runs hands on every line (without its end; a '\r' also ends one) with the
-  /// process's slot while it waits, so the output of several runs can be told apart.
+  /// pipe, and launch_runs hands on every line (without its end; a carriage return also ends one)
+  /// with the process's slot while it waits, so the output of several runs can be told apart.
   std::function<void(int slot, const std::string& line)> on_output;
 };
 
