@@ -132,6 +132,9 @@ class Section {
   }
   // The node for `key` without making it known.
   const toml::node* peek(const std::string& key) const { return t_ ? t_->get(key) : nullptr; }
+  // Dotted keys ("run.steps") an unknown key of this table may have been meant as: the top
+  // level's `runsteps = 3` or `steps = 3` (a key written outside its section).
+  void suggest_dotted(std::vector<std::string> keys) { dotted_ = std::move(keys); }
 
   [[noreturn]] void type_error(const std::string& key, const std::string& expected,
                                const toml::node& n) const {
@@ -300,6 +303,9 @@ class Section {
       std::string msg = "unknown " + what + " '" + full + "'";
       if (full == "sweep" && v.is_table()) {
         msg += ": this is a sweep config; run it with trainbench-cli sweep FILE";
+      } else if (const std::string dotted = v.is_table() ? std::string() : dotted_for(key);
+                 !dotted.empty()) {
+        msg += "; did you mean '" + dotted + "'?";
       } else if (const std::string close = core::close_word(key, known_); !close.empty()) {
         msg += "; did you mean '" + path(close) + "'?";
       } else if (!known_.empty()) {
@@ -313,10 +319,26 @@ class Section {
   }
 
  private:
+  // The dotted key an unknown plain key was likely meant as: a near spelling of one ("runsteps",
+  // "run_steps" for "run.steps"), else the one key of that name in any section ("steps").
+  std::string dotted_for(const std::string& key) const {
+    if (dotted_.empty()) return {};
+    if (std::string close = core::close_word(key, dotted_); !close.empty()) return close;
+    std::string only;
+    for (const auto& d : dotted_) {
+      const auto dot = d.rfind('.');
+      if (dot == std::string::npos || d.compare(dot + 1, std::string::npos, key) != 0) continue;
+      if (!only.empty()) return {};  // in several sections: no one guess
+      only = d;
+    }
+    return only;
+  }
+
   const Ctx& ctx_;
   const toml::table* t_;
   std::string path_;
   std::vector<std::string> known_;
+  std::vector<std::string> dotted_;
 };
 
 /// Applies one "key.path=value" override to `root` and records it in `ctx`.

@@ -1,6 +1,8 @@
 // The fixed sections' field specs and the key lookup over them and the kind registries.
 #include "engine/train/config_schema.h"
 
+#include <algorithm>
+
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
 #include "engine/optim/registry.h"
@@ -168,6 +170,29 @@ std::optional<FieldSpec> in(const std::vector<FieldSpec>& fields, const std::str
 const std::vector<SectionSchema>& fixed_sections() {
   static const std::vector<SectionSchema> sections = make_fixed_sections();
   return sections;
+}
+
+std::vector<std::string> dotted_config_keys() {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& section, const std::vector<core::FieldSpec>& fields) {
+    for (const auto& f : fields) {
+      std::string d = section + "." + f.key;
+      if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(std::move(d));
+    }
+  };
+  for (const auto& s : fixed_sections())
+    if (!s.name.empty()) add(s.name, s.fields);
+  for (const char* section : {"model", "data", "optimizer", "scheduler"})
+    out.push_back(std::string(section) + ".kind");
+  for (const auto& e : nn::model_registry().entries())
+    add("model", e->fields);
+  for (const auto& e : data::dataset_registry().entries())
+    add("data", e->fields);
+  for (const auto& e : optim::optimizer_registry().entries())
+    add("optimizer", e->fields);
+  for (const auto& e : sched::scheduler_registry().entries())
+    add("scheduler", e->fields);
+  return out;
 }
 
 std::optional<FieldSpec> describe_key(const std::string& key, const std::string& model_kind,

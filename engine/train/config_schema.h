@@ -23,6 +23,10 @@ struct SectionSchema {
 /// defaults (a test holds them equal).
 const std::vector<SectionSchema>& fixed_sections();
 
+/// Every dotted key ("run.steps", "optimizer.lr") of the fixed sections and of every registered
+/// kind, each once: what a key written at the top level ("steps", "runsteps") may have meant.
+std::vector<std::string> dotted_config_keys();
+
 /// The spec of the key at dotted path `key` ("optimizer.muon.lr", "scheduler.T_max") of a
 /// config whose kinds are given (model.kind, data.kind, optimizer.kind, scheduler.kind — "none"
 /// for no scheduler); nullopt for a key no spec describes.

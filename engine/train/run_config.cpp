@@ -6,6 +6,7 @@
 #include "engine/train/run_config.h"
 
 #include "engine/train/config_reader.h"
+#include "engine/train/config_schema.h"
 
 #include <toml++/toml.h>
 
@@ -491,6 +492,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   // Sections known but not asked for through top.get are registered here for suggestions.
   for (const auto& name : kSections)
     (void)top.get(name);
+  top.suggest_dotted(dotted_config_keys());
   top.finish();
   cross_check(ctx, c);
   return c;

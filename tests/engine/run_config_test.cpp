@@ -260,6 +260,17 @@ TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {
               HasSubstr("unknown key 'optimizer.muon.momentun'; did you mean "
                         "'optimizer.muon.momentum'?"));
   EXPECT_THAT(error_of("thread = 4\n"), HasSubstr("unknown key 'thread'; did you mean 'threads'?"));
+  // A key written outside its section, run together with it or alone: the dotted key, not the
+  // section ("did you mean 'run'?").
+  EXPECT_EQ(error_of("runsteps = 3\n"),
+            "[config] run.toml: unknown key 'runsteps'; did you mean 'run.steps'?");
+  EXPECT_THAT(error_of("", {"run_steps=3"}),
+              HasSubstr("unknown key 'run_steps'; did you mean 'run.steps'? (from --set "
+                        "run_steps=3)"));
+  EXPECT_THAT(error_of("batch_size = 32\n"),
+              HasSubstr("unknown key 'batch_size'; did you mean 'data.batch_size'?"));
+  // A name several sections have ("interval": eval and checkpoint): no one guess.
+  EXPECT_THAT(error_of("interval = 5\n"), HasSubstr("unknown key 'interval'; known at the top:"));
   // Two letters swapped is one slip, not two edits.
   EXPECT_THAT(error_of("[run]\nsetps = 3\n"),
               HasSubstr("unknown key 'run.setps'; did you mean 'run.steps'?"));
