@@ -71,10 +71,20 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
   // Pad the header with spaces to a multiple of 8 so the data area is aligned (as the reference
   // writer does).
   text.append((8 - (text.size() % 8)) % 8, ' ');
+  // Written beside the target under a temporary name, then renamed over it. Messages name the
+  // file asked for: the temporary name is ours, not the user's.
   const std::filesystem::path tmp = path.string() + ".tmp";
+  const std::filesystem::path folder =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   {
+    std::error_code dir_ec;
+    TB_CHECK(std::filesystem::is_directory(folder, dir_ec), "[safetensors] cannot write ",
+             path.string(), ": the folder ", folder.string(), " does not exist");
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TB_CHECK(out.good(), "[safetensors] cannot create ", tmp.string());
+    const int open_errno = errno;
+    TB_CHECK(out.good(), "[safetensors] cannot write ", path.string(), ": ",
+             open_errno ? std::strerror(open_errno) : "cannot create a file in its folder");
     const std::uint64_t n = text.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i)
@@ -84,7 +94,7 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
     for (const auto& c : host)
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     out.flush();
-    TB_CHECK(out.good(), "[safetensors] writing ", tmp.string(), " failed (disk full?)");
+    TB_CHECK(out.good(), "[safetensors] writing ", path.string(), " failed (disk full?)");
   }
   // Durable before it takes the name: a crash leaves either the old file or the new one, whole.
   std::error_code ec;
@@ -96,8 +106,9 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
+    const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);
-    throw Error("[safetensors] cannot move the written file to " + path.string());
+    throw Error("[safetensors] cannot move the written file to " + path.string() + ": " + why);
   }
   sync_to_disk(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
 }

@@ -199,6 +199,27 @@ TEST_F(Safetensors, WriterRefusesBadNames) {
             std::string::npos);
 }
 
+// A file that cannot be written is named as the user gave it, with the reason; the temporary
+// name it is written under first is ours and stays out of the message.
+TEST_F(Safetensors, AnUnwritableTargetIsNamedWithTheReason) {
+  const Tensor t = tb::ops::zeros({1});
+  const fs::path missing = dir_ / "no-such-folder" / "w.safetensors";
+  EXPECT_EQ(error_of([&] {
+              train::save_safetensors(missing, {{"x", t}});
+            }),
+            "[safetensors] cannot write " + missing.string() + ": the folder " +
+                missing.parent_path().string() + " does not exist");
+  fs::create_directories(dir_ / "taken.safetensors.tmp");  // a folder where the file must go
+  const std::string e = error_of([&] {
+    train::save_safetensors(dir_ / "taken.safetensors", {{"x", t}});
+  });
+  EXPECT_EQ(
+      e.rfind("[safetensors] cannot write " + (dir_ / "taken.safetensors").string() + ": ", 0), 0U)
+      << e;
+  EXPECT_EQ(e.find(".tmp"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(missing.parent_path()));
+}
+
 // A writer killed at a random moment (20 times, SIGKILL from the parent) never leaves a broken file
 // under the real name: it holds the last whole version, old or new; only a ".tmp" may be left.
 TEST_F(Safetensors, AWriteKilledMidwayNeverReplacesTheLastGoodFile) {
