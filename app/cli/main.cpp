@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -450,8 +451,16 @@ int cmd_launch(tb::api::LaunchRequest req) {
     // its output rather than dying of SIGPIPE; ignoring a signal is inherited across exec.
     std::signal(SIGPIPE, SIG_IGN);
   }
-  req.on_output = [](int slot, const std::string& line) {
+  // Each run's last word ("run 7 cancelled: ...", as `run` ends): a run that exits with 2 was
+  // cancelled, failed or diverged, and the summary says which.
+  std::vector<std::string> ended(static_cast<std::size_t>(std::max(req.nproc, 0)));
+  req.on_output = [&ended](int slot, const std::string& line) {
     std::cout << "slot " << slot << " | " << line << "\n" << std::flush;
+    static const std::regex last(R"(^run (\d+) (finished|cancelled|failed|diverged)\b)");
+    std::smatch m;
+    if (slot >= 0 && static_cast<std::size_t>(slot) < ended.size() &&
+        std::regex_search(line, m, last))
+      ended[static_cast<std::size_t>(slot)] = "run " + m[1].str() + " " + m[2].str();
   };
   const auto procs = tb::api::launch_runs(req, [](const tb::api::LaunchedProcess& p) {
     const std::size_t i = launched_count.load();
@@ -465,13 +474,25 @@ int cmd_launch(tb::api::LaunchRequest req) {
     if (!p.warning.empty()) std::cout << "  warning: " << p.warning << "\n";
     std::cout.flush();
   });
-  int failed = 0;
+  int unfinished = 0, cancelled = 0;
   for (const auto& p : procs) {
-    std::cout << "slot " << p.slot << ": pid " << p.pid << " exited with " << p.exit_code << "\n";
-    failed += p.exit_code != 0 ? 1 : 0;
+    const std::string said = p.slot >= 0 && static_cast<std::size_t>(p.slot) < ended.size()
+                                 ? ended[static_cast<std::size_t>(p.slot)]
+                                 : std::string();
+    std::cout << "slot " << p.slot << ": pid " << p.pid << " exited with " << p.exit_code
+              << (said.empty() ? "" : " (" + said + ")") << "\n";
+    if (p.exit_code == 0) continue;
+    ++unfinished;
+    if (said.size() > 10 && said.compare(said.size() - 10, 10, " cancelled") == 0) ++cancelled;
   }
-  if (failed > 0) std::cerr << "error: " << failed << " of " << procs.size() << " runs failed\n";
-  return failed > 0 ? 2 : 0;
+  // Ctrl-C stops every run with a checkpoint: that is not "failed", and --resume continues each.
+  if (unfinished > 0 && cancelled == unfinished)
+    std::cerr << cancelled << " of " << procs.size()
+              << " runs were cancelled, each with a checkpoint (run --resume ID continues it)\n";
+  else if (unfinished > 0)
+    std::cerr << "error: " << unfinished << " of " << procs.size() << " runs did not finish"
+              << (cancelled > 0 ? " (" + std::to_string(cancelled) + " cancelled)" : "") << "\n";
+  return unfinished > 0 ? 2 : 0;
 }
 
 int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
