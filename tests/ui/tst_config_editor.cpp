@@ -12,9 +12,12 @@
 #include <QLineEdit>
 #include <QTableWidget>
 
+#include <qcustomplot.h>
+
 #include "engine/api/schedule_api.h"
 #include "engine/api/workbench_api.h"
 #include "tests/ui/ui_test_util.h"
+#include "ui/live_plots/metric_plot.h"
 #include "ui/run_config/config_editor.h"
 
 using tb::ui::ConfigEditor;
@@ -158,6 +161,13 @@ class TestConfigEditor : public QObject {
       for (std::size_t i = 0; i < ys.size(); ++i)
         QCOMPARE(ys[i], table.rows[i].lr[g]);
     }
+    // Muon's and AdamW's LRs, ~100x apart, each on an axis of its own.
+    const auto& curves = editor.previewPlot()->curves();
+    QVERIFY(curves.count(QStringLiteral("lr.adamw")) && curves.count(QStringLiteral("lr.muon")));
+    QVERIFY(curves.at(QStringLiteral("lr.adamw")).right);
+    QVERIFY(!curves.at(QStringLiteral("lr.muon")).right);
+    QVERIFY(editor.previewPlot()->plot()->yAxis2->visible());
+    QCOMPARE(editor.previewPlot()->plot()->yAxis->label(), QStringLiteral("Muon lr"));
     // Redrawn as values change.
     QVERIFY(editor.setFieldText(QStringLiteral("optimizer.muon.lr"), QStringLiteral("0.04")));
     QVERIFY(editor.validateNow());

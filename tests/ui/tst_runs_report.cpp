@@ -183,6 +183,54 @@ class TestRunsReport : public QObject {
       QVERIFY2(n <= 12, qPrintable(QStringLiteral("%1 redraws in a second").arg(n)));
   }
 
+  void muonAndAdamwLearningRatesEachGetAnAxis() {
+    // Muon's LR (0.02) and AdamW's (3e-4, here decaying) on one linear axis: AdamW's would be a
+    // flat line at zero. With a Muon curve present, AdamW's curves move to the right-hand axis,
+    // each axis fitted to its own curves; an AdamW-only run keeps one axis.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    std::vector<api::StepMetrics> steps;
+    for (std::int64_t s = 1; s <= 100; ++s)
+      steps.push_back(loggedStep(s, 0.01,
+                                 {{"loss", 1.0},
+                                  {"lr.adamw", 3e-4 * (1.0 - 0.005 * static_cast<double>(s))},
+                                  {"lr.muon", 0.02 * (1.0 - 0.005 * static_cast<double>(s))}}));
+    panel.appendSteps(1, steps);
+    panel.replotAll();
+    ui::MetricPlot* lr = panel.plots()[ui::PlotsPanel::LearningRate];
+    QCustomPlot* plot = lr->plot();
+    QMap<QString, bool> onRight;
+    for (const auto& [id, c] : lr->curves())
+      onRight[c.label] = c.right;
+    QCOMPARE(onRight.value(QStringLiteral("LR adamw (right)"), false), true);
+    QCOMPARE(onRight.value(QStringLiteral("LR muon"), true), false);
+    QVERIFY(plot->yAxis2->visible());
+    QCOMPARE(plot->yAxis->label(), QStringLiteral("Muon lr"));
+    QCOMPARE(plot->yAxis2->label(), QStringLiteral("AdamW lr"));
+    // Each axis spans its own curve: 0.01..0.02 on the left, 1.5e-4..3e-4 on the right.
+    QVERIFY(plot->yAxis->range().lower > 0.009 && plot->yAxis->range().upper < 0.021);
+    QVERIFY(plot->yAxis2->range().lower > 1.4e-4 && plot->yAxis2->range().upper < 3.1e-4);
+    QVERIFY(plot->yAxis2->range().upper > 2.9e-4);
+
+    // The Muon run gone: back to one axis, the AdamW curve on it.
+    panel.clearRuns();
+    panel.addRun(2, QStringLiteral("adamw"), ui::runColor(0));
+    steps.clear();
+    for (std::int64_t s = 1; s <= 10; ++s)
+      steps.push_back(loggedStep(s, 0.01, {{"loss", 1.0}, {"lr.adamw", 3e-4}}));
+    panel.appendSteps(2, steps);
+    panel.replotAll();
+    QCOMPARE(lr->curves().size(), std::size_t{1});
+    QCOMPARE(lr->curves().begin()->second.right, false);
+    QCOMPARE(lr->curves().begin()->second.label, QStringLiteral("LR adamw"));
+    QVERIFY(!plot->yAxis2->visible());
+    QCOMPARE(plot->yAxis->label(), QStringLiteral("lr"));
+    // A constant LR: in the middle of its axis, not at the bottom of a 0..0.001 range.
+    QVERIFY(plot->yAxis->range().lower > 2.5e-4 && plot->yAxis->range().upper < 3.5e-4);
+  }
+
   void plotsOfARunShareTheirXRange() {
     // A run's plots share one x range: an eval plot with one point at step 468 spans the loss
     // plot's steps 1-630, not 467-469; zooming one plot moves the others; unlinked, each plot
@@ -203,7 +251,9 @@ class TestRunsReport : public QObject {
       return std::pair<double, double>(r.lower, r.upper);
     };
     const auto loss = range(ui::PlotsPanel::Loss);
-    QCOMPARE(loss, (std::pair<double, double>(1.0, 630.0)));
+    // The data's extent, 1% more either way (the last eval's marker drawn whole).
+    const double pad = ui::MetricPlot::kXPad * 629.0;
+    QCOMPARE(loss, (std::pair<double, double>(1.0 - pad, 630.0 + pad)));
     QCOMPARE(range(ui::PlotsPanel::EvalMetric), loss);
     QCOMPARE(range(ui::PlotsPanel::LearningRate), loss);
 

@@ -132,7 +132,7 @@ void MetricPlot::applyPalette() {
   const QColor fg = pal.color(QPalette::WindowText);
   m_plot->setBackground(pal.brush(QPalette::Base));
   m_titleElement->setTextColor(fg);
-  for (QCPAxis* axis : {m_plot->xAxis, m_plot->yAxis}) {
+  for (QCPAxis* axis : {m_plot->xAxis, m_plot->yAxis, m_plot->yAxis2}) {
     axis->setBasePen(QPen(fg));
     axis->setTickPen(QPen(fg));
     axis->setSubTickPen(QPen(fg));
@@ -154,15 +154,21 @@ void MetricPlot::changeEvent(QEvent* event) {
 }
 
 void MetricPlot::ensureCurve(const QString& id, const QString& label, const QColor& color,
-                             Qt::PenStyle style, bool points) {
+                             Qt::PenStyle style, bool points, bool right) {
   Curve& c = m_curves[id];
   const bool changed = c.label != label || c.color != color || c.style != style ||
-                       c.points != points || !m_rawGraphs.count(id);
+                       c.points != points || c.right != right || !m_rawGraphs.count(id);
   c.label = label;
   c.color = color;
   c.style = style;
   c.points = points;
+  c.right = right;
   if (changed) rebuildGraphs();
+}
+
+void MetricPlot::setYAxisLabels(const QString& left, const QString& right) {
+  m_plot->yAxis->setLabel(left);
+  m_plot->yAxis2->setLabel(right);
 }
 
 void MetricPlot::append(const QString& id, const std::vector<double>& step,
@@ -218,12 +224,14 @@ void MetricPlot::setXAxis(XAxis axis) {
 
 void MetricPlot::setLogY(bool log) {
   m_logY = log;
-  if (log) {
-    m_plot->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-  } else {
-    m_plot->yAxis->setScaleType(QCPAxis::stLinear);
-    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2}) {
+    if (log) {
+      axis->setScaleType(QCPAxis::stLogarithmic);
+      axis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    } else {
+      axis->setScaleType(QCPAxis::stLinear);
+      axis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    }
   }
   scheduleReplot();
 }
@@ -334,8 +342,14 @@ void MetricPlot::rebuildGraphs() {
   m_bandLowGraphs.clear();
   m_smoothLowGraphs.clear();
   QCPGraph* below = nullptr;
+  bool anyRight = false;
   for (auto& [id, c] : m_curves) {
-    QCPGraph* raw = m_plot->addGraph();
+    // A stacked chart (the step time's parts) is one sum: its curves share the left axis.
+    const bool right = c.right && !m_stacked;
+    anyRight |= right;
+    QCPAxis* valueAxis = right ? m_plot->yAxis2 : m_plot->yAxis;
+    auto addGraph = [&] { return m_plot->addGraph(m_plot->xAxis, valueAxis); };
+    QCPGraph* raw = addGraph();
     QCPGraph* smooth = nullptr;
     if (m_stacked) {
       raw->setPen(QPen(c.color, 1.2));
@@ -348,7 +362,7 @@ void MetricPlot::rebuildGraphs() {
     } else if (m_smoothing > 0.0 && !c.points) {
       raw->setPen(QPen(faint(c.color), 1.0, c.style));
       raw->removeFromLegend();
-      smooth = m_plot->addGraph();
+      smooth = addGraph();
       smooth->setPen(QPen(c.color, 1.8, c.style));
       smooth->setName(c.label);
     } else {
@@ -358,7 +372,7 @@ void MetricPlot::rebuildGraphs() {
     if (c.points) raw->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, c.color, 5));
     if (!m_stacked && !c.points) {
       // The band's lower edge: used when the raw series is reduced to a min/max per column.
-      QCPGraph* low = m_plot->addGraph();
+      QCPGraph* low = addGraph();
       low->setPen(raw->pen());
       low->removeFromLegend();
       low->setAdaptiveSampling(false);
@@ -378,13 +392,20 @@ void MetricPlot::rebuildGraphs() {
       smooth->setAdaptiveSampling(false);
       smooth->setAntialiasedFill(false);  // its band, as the raw series' above
       m_smoothGraphs[id] = smooth;
-      QCPGraph* low = m_plot->addGraph();
+      QCPGraph* low = addGraph();
       low->setPen(smooth->pen());
       low->removeFromLegend();
       low->setAdaptiveSampling(false);
       m_smoothLowGraphs[id] = low;
     }
   }
+  // The right axis only while a curve is on it; the left one then names its own curves.
+  m_plot->yAxis2->setVisible(anyRight);
+  m_plot->yAxis2->setTickLabels(anyRight);
+  QList<QCPAxis*> vertical{m_plot->yAxis};
+  if (anyRight) vertical << m_plot->yAxis2;
+  m_plot->axisRect()->setRangeDragAxes(QList<QCPAxis*>{m_plot->xAxis}, vertical);
+  m_plot->axisRect()->setRangeZoomAxes(QList<QCPAxis*>{m_plot->xAxis}, vertical);
 }
 
 // A line of one point draws nothing (a run with one logged step, or zoomed onto one): that
@@ -411,28 +432,36 @@ void MetricPlot::redecimate() {
       xmin = std::min(xmin, m_linkedX->lower);
       xmax = std::max(xmax, m_linkedX->upper);
     }
-    const double pad = xmax > xmin ? 0.0 : 1.0;
+    // 1% either way: a marker at the first or last step (the final eval) is drawn whole, not
+    // cut by the axis. Every linked plot pads alike, so their x ranges stay equal.
+    const double pad = xmax > xmin ? kXPad * (xmax - xmin) : 1.0;
     m_plot->xAxis->setRange(xmin - pad, xmax + pad);
   }
   const QCPRange range = m_plot->xAxis->range();
   const int columns = std::max(50, m_plot->axisRect()->width());
   // Stacked: cumulative sums of the (smoothed) series, by index.
   std::vector<double> cumulative;
-  double ylo = std::numeric_limits<double>::infinity();
-  double yhi = -std::numeric_limits<double>::infinity();
-  std::vector<double> tracked;  // robust y range: every value the range is taken over
+  // Each y axis's extent (0 = left, 1 = right).
+  struct Span {
+    double lo = std::numeric_limits<double>::infinity();
+    double hi = -std::numeric_limits<double>::infinity();
+    std::vector<double> tracked;  // robust y range: every value the range is taken over
+  };
+  Span spans[2];
+  Span* span = &spans[0];
   auto track = [&](const Envelope& e) {
     for (double v : e.y) {
       if (!std::isfinite(v) || (m_logY && v <= 0)) continue;
-      ylo = std::min(ylo, v);
-      yhi = std::max(yhi, v);
-      if (m_robustY) tracked.push_back(v);
+      span->lo = std::min(span->lo, v);
+      span->hi = std::max(span->hi, v);
+      if (m_robustY) span->tracked.push_back(v);
     }
   };
   for (auto& [id, c] : m_curves) {
     const auto& x = xs(c);
     QCPGraph* raw = m_rawGraphs.count(id) ? m_rawGraphs[id] : nullptr;
     if (!raw) continue;
+    span = &spans[raw->valueAxis() == m_plot->yAxis2 ? 1 : 0];
     if (m_stacked) {
       const std::vector<double>& v = m_smoothing > 0.0 ? c.smooth : c.raw;
       if (cumulative.size() < v.size()) cumulative.resize(v.size(), 0.0);
@@ -485,18 +514,25 @@ void MetricPlot::redecimate() {
       }
     }
   }
-  if (!m_userView && std::isfinite(ylo)) {
+  for (int a = 0; a < 2; ++a) {
+    Span& sp = spans[a];
+    double ylo = sp.lo;
+    double yhi = sp.hi;
+    if (m_userView || !std::isfinite(ylo)) continue;
     if (m_robustY) {
-      const double top = robust_upper(std::move(tracked));
+      const double top = robust_upper(std::move(sp.tracked));
       if (std::isfinite(top)) yhi = std::max(top, ylo);
     }
     if (m_stacked) ylo = std::min(ylo, 0.0);
+    QCPAxis* axis = a == 0 ? m_plot->yAxis : m_plot->yAxis2;
     if (m_logY) {
-      m_plot->yAxis->setRange(ylo / 1.3, yhi * 1.3);
+      axis->setRange(ylo / 1.3, yhi * 1.3);
     } else {
-      const double pad =
-          yhi > ylo ? 0.05 * (yhi - ylo) : std::max(1e-12, std::abs(yhi) * 0.05 + 1e-3);
-      m_plot->yAxis->setRange(ylo - pad, yhi + pad);
+      // A constant value (a fixed LR of 3e-4) in the middle of a range 5% of it either way.
+      const double pad = yhi > ylo    ? 0.05 * (yhi - ylo)
+                         : yhi != 0.0 ? std::max(1e-300, std::abs(yhi) * 0.05)
+                                      : 1e-3;
+      axis->setRange(ylo - pad, yhi + pad);
     }
   }
   m_inRedecimate = false;
@@ -509,6 +545,7 @@ void MetricPlot::replotNow() {
   const double cpuStart = threadCpuMs();
   redecimate();
   fitLegend();
+  fitTicks();
   // A hidden plot (another tab, a collapsed dock) is painted when it is shown again.
   if (isVisible()) {
     m_plot->replot(QCustomPlot::rpQueuedRefresh);  // draws into the buffer now; blits later
@@ -535,6 +572,14 @@ void MetricPlot::fitLegend() {
   if (legend->wrap() == columns) return;
   legend->setWrap(columns);
   legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);  // re-arranges the items
+}
+
+void MetricPlot::fitTicks() {
+  // About one y label per 30 px: a short plot with QCustomPlot's default (5, rounded to a nice
+  // step) stacked seven labels such as 0.0125 into 70 px.
+  const int n = std::clamp(m_plot->axisRect()->height() / 30, 2, 5);
+  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2})
+    if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
 }
 
 void MetricPlot::showEvent(QShowEvent* event) {

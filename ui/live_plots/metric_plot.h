@@ -36,6 +36,7 @@ struct Curve {
   QColor color;                        ///< one colour per run
   Qt::PenStyle style = Qt::SolidLine;  ///< e.g. dashed for eval curves
   bool points = false;                 ///< draw markers (sparse series such as eval)
+  bool right = false;                  ///< on the right-hand y axis (its own scale)
   std::vector<double> step;            ///< x when the axis shows steps
   std::vector<double> wall;            ///< x when the axis shows wall time (seconds)
   std::vector<double> raw;             ///< values
@@ -62,7 +63,10 @@ class MetricPlot : public QWidget {
   QString title() const { return m_title; }
   /// Adds (or restyles) curve `id`.
   void ensureCurve(const QString& id, const QString& label, const QColor& color,
-                   Qt::PenStyle style = Qt::SolidLine, bool points = false);
+                   Qt::PenStyle style = Qt::SolidLine, bool points = false, bool right = false);
+  /// The y axes' labels, left and right. The right-hand axis is shown, with its own scale, while
+  /// a curve is on it (values orders of magnitude apart: Muon's and AdamW's learning rates).
+  void setYAxisLabels(const QString& left, const QString& right);
   /// Appends points (step ascending after the existing ones) to curve `id` (created by
   /// ensureCurve()).
   void append(const QString& id, const std::vector<double>& step, const std::vector<double>& wall,
@@ -103,6 +107,8 @@ class MetricPlot : public QWidget {
   /// Bounds of the live redraw interval, in ms.
   static constexpr int kMinLiveIntervalMs = 100;
   static constexpr int kMaxLiveIntervalMs = 1000;
+  /// The share of the data's x extent left free at either end when the view follows the data.
+  static constexpr double kXPad = 0.01;
   /// The live redraw interval for a redraw that took `redrawMs` on a machine with `cpus` CPUs:
   /// redrawMs / (kLiveRedrawCpuShare * cpus), within [kMinLiveIntervalMs, kMaxLiveIntervalMs].
   static int liveRedrawIntervalMs(double redrawMs, int cpus);
@@ -155,6 +161,8 @@ class MetricPlot : public QWidget {
   void redecimate();
   void markLonePoint(QCPGraph* graph, const Curve& c, std::size_t shown);
   void fitLegend();
+  // Fewer y tick labels on a short plot.
+  void fitTicks();
   void onMouseMove(QMouseEvent* event);
   const std::vector<double>& xs(const Curve& c) const;
   void recomputeSmoothing();

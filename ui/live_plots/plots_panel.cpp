@@ -296,11 +296,42 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   if (m_runs.size() > 1) label = QStringLiteral("#%1 ").arg(runId) + r.label;  // colour = run
   QColor color = s.color;
   if (r.plot == StepTime && m_runs.size() <= 1) color = runColor(r.order);  // phases, one run
-  p->ensureCurve(id, label, color, r.style, r.points);
+  bool right = false;
+  if (r.plot == LearningRate) {
+    const bool muon = placeLrCurves(key);
+    right = muon && key.startsWith(QLatin1String("lr.adamw"));
+    if (right) label += tr(" (right)");
+  }
+  p->ensureCurve(id, label, color, r.style, r.points, right);
   p->append(id, step, wall, value);
   s.lastStep[key] = step.back();
   s.lastWall[key] = wall.back();
   if (!p->isVisible() && !isHidden()) updateVisibility();
+}
+
+bool PlotsPanel::placeLrCurves(const QString& key) {
+  // Muon's LR (0.02) is ~100x AdamW's (3e-4): on one linear axis AdamW's reads as a flat line
+  // at zero. With a Muon curve in the plot, the AdamW curves get the right-hand axis.
+  MetricPlot* p = m_plots[LearningRate];
+  auto keyOf = [](const QString& id) { return id.section(QLatin1Char('/'), 2); };
+  bool muon = key.startsWith(QLatin1String("lr.muon"));
+  for (const auto& [id, c] : p->curves())
+    muon |= keyOf(id).startsWith(QLatin1String("lr.muon"));
+  const QString onRight = tr(" (right)");
+  std::vector<std::pair<QString, Curve>> moved;  // copies: ensureCurve rebuilds the graphs
+  for (const auto& [id, c] : p->curves())
+    if ((muon && keyOf(id).startsWith(QLatin1String("lr.adamw"))) != c.right)
+      moved.emplace_back(id, c);
+  for (auto& [id, c] : moved) {
+    QString label = c.label;
+    if (!c.right)
+      label += onRight;
+    else if (label.endsWith(onRight))
+      label.chop(onRight.size());
+    p->ensureCurve(id, label, c.color, c.style, c.points, !c.right);
+  }
+  p->setYAxisLabels(muon ? tr("Muon lr") : tr("lr"), tr("AdamW lr"));
+  return muon;
 }
 
 void PlotsPanel::appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps) {

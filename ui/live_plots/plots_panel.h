@@ -112,6 +112,9 @@ class PlotsPanel : public QWidget {
   void appendPoints(qint64 runId, const QString& key, const std::vector<double>& step,
                     const std::vector<double>& wall, const std::vector<double>& value);
   void updateStackedMode();
+  // Puts the LR plot's AdamW curves on the right-hand axis while a Muon curve (or `key`, about
+  // to be added) is in it, and back on the left when none is; whether one is.
+  bool placeLrCurves(const QString& key);
   void updateVisibility();
   // liveData: the linked range grew with a run's new points (a live redraw, within each
   // plot's budget), not a change the user made.

@@ -497,6 +497,11 @@ void ConfigEditor::updatePreview(const api::ParsedConfig& config) {
   }
   m_preview->clear();
   m_previewValues.clear();
+  // Muon's LR is ~100x AdamW's: with both, AdamW's gets the right-hand axis (as on the live
+  // LR plot), else it is a flat line at zero.
+  const bool muon = std::any_of(names.begin(), names.end(),
+                                [](const std::string& n) { return n.rfind("lr.muon", 0) == 0; });
+  m_preview->setYAxisLabels(muon ? tr("Muon lr") : tr("lr"), tr("AdamW lr"));
   for (std::size_t g = 0; g < names.size(); ++g) {
     const QString name = QString::fromStdString(names[g]);
     std::vector<double> x, y;
@@ -506,7 +511,9 @@ void ConfigEditor::updatePreview(const api::ParsedConfig& config) {
       y.push_back(row.lr[g]);
     }
     m_previewValues[name] = y;
-    m_preview->ensureCurve(name, name, runColor(static_cast<int>(g)));
+    const bool right = muon && names[g].rfind("lr.adamw", 0) == 0;
+    m_preview->ensureCurve(name, right ? name + tr(" (right)") : name,
+                           runColor(static_cast<int>(g)), Qt::SolidLine, false, right);
     m_preview->append(name, x, x, y);
   }
   m_preview->replotNow();
