@@ -372,6 +372,12 @@ class TestRunsReport : public QObject {
     QVERIFY(queue != nullptr);
     QCOMPARE(window.dockWidgetArea(queue), Qt::BottomDockWidgetArea);
     QTRY_VERIFY(window.configEditor()->width() >= window.configEditor()->minimumSizeHint().width());
+    // The editor scrolls, its Run button does not: in sight without scrolling (it was below the
+    // LR preview, out of sight on a 1000-pixel screen).
+    auto* run = window.findChild<QPushButton*>(QStringLiteral("runButton"));
+    QVERIFY(run != nullptr);
+    QVERIFY(run->isVisible());
+    QCOMPARE(run->visibleRegion().boundingRect().size(), run->size());
   }
 
   void opensOnTheNewestRunsPlots() {

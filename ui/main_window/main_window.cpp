@@ -11,6 +11,7 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QGridLayout>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -123,8 +124,9 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   // The config dock as wide as its editor needs once shown (its fields have their size then):
   // the dock scrolls up and down, never sideways.
   QTimer::singleShot(0, this, [this] {
-    auto* configArea =
-        qobject_cast<QScrollArea*>(findChild<QDockWidget*>(QStringLiteral("configDock"))->widget());
+    auto* configArea = findChild<QDockWidget*>(QStringLiteral("configDock"))
+                           ->widget()
+                           ->findChild<QScrollArea*>(QString(), Qt::FindDirectChildrenOnly);
     if (configArea == nullptr) return;
     QWidget* host = configArea->widget();
     configArea->setMinimumWidth(host->minimumSizeHint().width() +
@@ -183,27 +185,35 @@ MainWindow::~MainWindow() {
 void MainWindow::buildDocks() {
   auto* configDock = new QDockWidget(tr("Run config"), this);
   configDock->setObjectName(QStringLiteral("configDock"));
-  auto* configHost = new QWidget(configDock);
+  // The editor scrolls; the buttons under it do not: on a short screen Run was scrolled out of
+  // sight below the LR preview.
+  auto* dockHost = new QWidget(configDock);
+  auto* dockLayout = new QVBoxLayout(dockHost);
+  dockLayout->setContentsMargins(0, 0, 0, 0);
+  auto* configHost = new QWidget(dockHost);
   auto* configLayout = new QVBoxLayout(configHost);
   configLayout->setContentsMargins(0, 0, 0, 0);
   m_editor = new ConfigEditor(configHost);
   configLayout->addWidget(m_editor, 1);
-  auto* buttons = new QHBoxLayout;
-  auto* run = new QPushButton(tr("Run"), configHost);
+  // Two rows: in one, the three buttons were wider than the editor on a small screen.
+  auto* buttons = new QGridLayout;
+  buttons->setContentsMargins(4, 2, 4, 4);
+  auto* run = new QPushButton(tr("Run"), dockHost);
   run->setObjectName(QStringLiteral("runButton"));
   run->setToolTip(tr("Start this config now (Ctrl+R)"));
-  auto* queue = new QPushButton(tr("Add to queue"), configHost);
-  auto* pair = new QPushButton(tr("Queue Muon + AdamW"), configHost);
+  auto* queue = new QPushButton(tr("Add to queue"), dockHost);
+  auto* pair = new QPushButton(tr("Queue Muon + AdamW"), dockHost);
   pair->setToolTip(tr("Queue this config twice: with Muon (+AdamW for the rest) and with AdamW"));
-  buttons->addWidget(run);
-  buttons->addWidget(queue);
-  buttons->addWidget(pair);
-  configLayout->addLayout(buttons);
+  buttons->addWidget(run, 0, 0);
+  buttons->addWidget(queue, 0, 1);
+  buttons->addWidget(pair, 1, 0, 1, 2);
   // Scrolls up and down on a short screen; never sideways (the form's fields cut off at the
   // right would hide what they hold), so the dock is as wide as the editor needs.
-  QScrollArea* configArea = scrollable(configHost, configDock);
+  QScrollArea* configArea = scrollable(configHost, dockHost);
   configArea->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  configDock->setWidget(configArea);
+  dockLayout->addWidget(configArea, 1);
+  dockLayout->addLayout(buttons);
+  configDock->setWidget(dockHost);
   addDockWidget(Qt::LeftDockWidgetArea, configDock);
   connect(run, &QPushButton::clicked, this, [this] { startRun(); });
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
