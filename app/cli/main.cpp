@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -717,12 +718,20 @@ int main(int argc, char** argv) {
   });
 
   auto* model = app.add_subcommand(
-      "model", "build a model from its defaults and settings; print its config and parameters");
+      "model",
+      "build a model kind from its defaults and settings, or a run config's model; print its "
+      "config and parameters");
   std::string model_kind;
   std::vector<std::string> model_settings;
-  model->add_option("kind", model_kind, kinds_of("model"))->required();
+  model
+      ->add_option("kind", model_kind,
+                   kinds_of("model") +
+                       ", or a run config (.toml): its model, and with Muon "
+                       "which optimizer takes each parameter")
+      ->required();
   model->add_option("--set", model_settings,
-                    "field=value over the defaults, e.g. --set d_model=256 --set hidden=[512,512]");
+                    "field=value over the kind's defaults, e.g. --set d_model=256 --set "
+                    "hidden=[512,512]; with a run config key.path=value, as run --set");
 
   auto* schedule = app.add_subcommand(
       "schedule", "print the learning rate of a scheduler after construction and each step");
@@ -1004,7 +1013,13 @@ int main(int argc, char** argv) {
       return cmd_launch(launch_req);
     }
     if (model->parsed()) {
-      const auto m = tb::api::describe_model(model_kind, model_settings);
+      // A run config (a .toml name, or any file) rather than a kind: the model that config runs.
+      std::error_code ec;
+      const bool config =
+          (model_kind.size() > 5 && model_kind.compare(model_kind.size() - 5, 5, ".toml") == 0) ||
+          std::filesystem::is_regular_file(model_kind, ec);
+      const auto m = config ? tb::api::describe_config_model(model_kind, model_settings)
+                            : tb::api::describe_model(model_kind, model_settings);
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
       return 0;
     }
