@@ -916,6 +916,18 @@ int main(int argc, char** argv) {
   reference->add_flag("--update", reference_update, "with --check: rewrite the stale blocks")
       ->needs(reference_check_opt);
 
+  // `--db= runs`: CLI11 reads an empty value after '=' as none and takes the next word as the
+  // value (the store became "runs" and the command was lost). An empty value is an error here.
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=' && a.find('=') == a.size() - 1) {
+      std::cerr << "error: " << a.substr(0, a.size() - 1)
+                << ": empty value (write the value after '=', or leave the option out)\n"
+                << "Run with --help for more information.\n";
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
