@@ -297,9 +297,12 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   }
   for (const auto& t : trials) {
     if (!stop.count(t.point) || ended(t) || (t.stopped_step && *t.stopped_step < step)) continue;
+    const std::string why =
+        "mean " + plan.metric + " " + score_text(score_of[t.point], t.point) + " (" + rule + ")";
     store::stop_trial(st, sweep_id, t.trial, step,
-                      "stopped at step " + std::to_string(step) + ": mean " + plan.metric + " " +
-                          score_text(score_of[t.point], t.point) + " (" + rule + ")");
+                      "stopped at step " + std::to_string(step) + ": " + why,
+                      "stopped early by sweep " + plan.name + " at step " + std::to_string(step) +
+                          ": " + why + "; a checkpoint is kept");
   }
   return "step " + std::to_string(step) + " (" + plan.metric + ", " + rule + "): kept " +
          (kept_text.empty() ? "none" : kept_text) + "; stopped " +

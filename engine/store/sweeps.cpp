@@ -164,7 +164,8 @@ void end_sweep(RunStore& store, std::int64_t id, std::string_view status,
 }
 
 void stop_trial(RunStore& store, std::int64_t id, std::int64_t trial, std::int64_t step,
-                std::string_view note) {
+                std::string_view note, std::string_view run_message) {
+  detail::Transaction tx(store.connection());
   detail::Statement st = store.connection().prepare(
       "UPDATE sweep_trials SET stopped_step = ?, note = ? WHERE sweep_id = ? AND trial = ?");
   st.bind(1, step).bind(2, note).bind(3, id).bind(4, trial);
@@ -173,6 +174,14 @@ void stop_trial(RunStore& store, std::int64_t id, std::int64_t trial, std::int64
     throw ValueError(
         str_cat("[store] ", store.path().string(), ": sweep ", id, " has no trial ", trial));
   }
+  if (!run_message.empty()) {
+    detail::Statement msg = store.connection().prepare(
+        "UPDATE runs SET message = ? WHERE status = 'cancelled' AND id = (SELECT MAX(id) FROM "
+        "runs WHERE sweep_id = ? AND sweep_trial = ?)");
+    msg.bind(1, run_message).bind(2, id).bind(3, trial);
+    msg.run();
+  }
+  tx.commit();
 }
 
 }  // namespace tb::store

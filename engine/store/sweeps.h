@@ -85,7 +85,9 @@ void restart_sweep(RunStore& store, std::int64_t id);
 /// Ends sweep `id`: status "finished" or "failed", with a message.
 void end_sweep(RunStore& store, std::int64_t id, std::string_view status, std::string_view message);
 /// Records early stopping's decision: trial `trial` of sweep `id` stops at `step`, and why.
+/// A non-empty `run_message` replaces the message of the trial's newest run when it is cancelled
+/// (it stopped at the rung as asked; its own message cannot say why it was asked).
 void stop_trial(RunStore& store, std::int64_t id, std::int64_t trial, std::int64_t step,
-                std::string_view note);
+                std::string_view note, std::string_view run_message = {});
 
 }  // namespace tb::store

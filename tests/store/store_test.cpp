@@ -305,6 +305,15 @@ TEST_F(StoreTest, SweepsAreRecordsWithTrialsAndRunsThatKnowThem) {
   EXPECT_EQ(rec->trials, 4);
   EXPECT_EQ(rec->runs, 1);  // one trial has runs
   EXPECT_EQ(rec->stopped, 1);
+  // The stopped trial's run says why it was stopped, once it has stopped (cancelled) — not
+  // before, and not an older run of the trial.
+  stop_trial(store, id, 3, 20, "stopped at step 20", "stopped early by sweep lr at step 20");
+  EXPECT_EQ(store.get_run(again).summary.message, "");  // still queued
+  store.set_status(again, RunStatus::kRunning);
+  store.set_status(again, RunStatus::kCancelled, "stopped at step 20 of 30 as asked");
+  stop_trial(store, id, 3, 20, "stopped at step 20", "stopped early by sweep lr at step 20");
+  EXPECT_EQ(store.get_run(again).summary.message, "stopped early by sweep lr at step 20");
+  EXPECT_EQ(store.get_run(first).summary.message, "");
   end_sweep(store, id, "finished", "done");
   EXPECT_EQ(list_sweeps(store).at(0).status, "finished");
   EXPECT_THROW(end_sweep(store, id, "paused", ""), tb::ValueError);
