@@ -225,7 +225,10 @@ std::vector<std::string> split_commas(const std::string& text) {
 int cmd_run(tb::api::RunRequest req) {
   const std::string db = req.db_path;
   const std::int64_t resume = req.resume.value_or(0);
-  const bool tty = isatty(STDOUT_FILENO) != 0;
+  // A rank's stdout is mpirun's pseudo-terminal whatever the job's output goes to (a file, a
+  // pipe): ranks write progress as lines, never a bar redrawn with carriage returns.
+  const int rank_number = tb::api::launch_rank();
+  const bool tty = rank_number < 0 && isatty(STDOUT_FILENO) != 0;
   std::int64_t last_line_step = 0;
   auto on_start = [&](std::int64_t id, const std::string& table) {
     std::cout << (resume > 0 ? "resuming run " : "run ") << id << " (store "
@@ -358,7 +361,11 @@ int cmd_run(tb::api::RunRequest req) {
   const std::string said = out.message.rfind(out.status, 0) == 0
                                ? out.message
                                : out.status + (out.message.empty() ? "" : ": " + out.message);
-  std::cout << "run " << out.run_id << " " << said << "\n" << std::flush;
+  // Every rank says how the run ended (they agree, or one names the rank that failed); the
+  // others than rank 0 say who they are, so the job's output does not read as two runs.
+  std::cout << (rank_number > 0 ? "rank " + std::to_string(rank_number) + ": " : std::string())
+            << "run " << out.run_id << " " << said << "\n"
+            << std::flush;
   if (rank) tb::api::end_distributed(out.status == "failed");
   return out.status == "finished" || out.stopped_as_asked ? 0 : 2;
 }

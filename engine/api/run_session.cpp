@@ -416,6 +416,11 @@ bool started_as_rank() {
   return !dist::detect_launch_env().launcher.empty();
 }
 
+int launch_rank() {
+  const auto env = dist::detect_launch_env();
+  return env.launcher.empty() ? -1 : env.rank;
+}
+
 void notify_termination(int signal_number) noexcept {
   dist::notify_termination(signal_number);
 }

@@ -111,6 +111,9 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer = {}
 /// Whether this process was started as a rank of a distributed job (mpirun's or torchrun's
 /// environment).
 bool started_as_rank();
+/// This process's rank in a distributed job (mpirun's or torchrun's environment); -1 when it was
+/// not started as one.
+int launch_rank();
 /// For a rank's SIGTERM/SIGINT handler (async-signal-safe): the collective it waits in, or the
 /// next, fails naming the signal, so the run ends failed and says why.
 void notify_termination(int signal_number) noexcept;
