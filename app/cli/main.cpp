@@ -640,9 +640,11 @@ int main(int argc, char** argv) {
   app.fallthrough();
   int threads = 0;
   std::string gemm = "auto";
+  // 0 = the default, as `threads = 0` in a run config.
   app.add_option("--threads", threads,
-                 "kernel and BLAS threads (default: the CPUs this process may use)")
-      ->check(kPositive);
+                 "kernel and BLAS threads (default, or 0: TB_NUM_THREADS or the CPUs this process "
+                 "may use)")
+      ->check(kNonNegative);
   app.add_option("--gemm-backend", gemm, "auto, onednn, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
   app.add_flag("--tf32", tf32,

@@ -110,8 +110,11 @@ std::string ParamSplit::str() const {
     os << std::left << std::setw(static_cast<int>(w) + 2) << r.name << std::setw(14) << shape.str()
        << std::setw(7) << r.optimizer << r.reason << "\n";
   }
-  os << "muon: " << muon.size() << " tensors, " << n_muon << " elements; adamw: " << adamw.size()
-     << " tensors, " << n_adamw << " elements\n";
+  auto tensors = [](std::size_t n) {
+    return std::to_string(n) + (n == 1 ? " tensor" : " tensors");
+  };
+  os << "muon: " << tensors(muon.size()) << ", " << n_muon
+     << " elements; adamw: " << tensors(adamw.size()) << ", " << n_adamw << " elements\n";
   return os.str();
 }
 
