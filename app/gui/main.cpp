@@ -202,7 +202,10 @@ int main(int argc, char** argv) {
   if (parser.isSet(exportOpt))
     return exportReport(db, parser.value(exportOpt), parser.value(outOpt), parser.value(pagesOpt));
 
-  tb::ui::MainWindow window(db);
+  // On the heap and deleted when closed: File > Open run store… replaces it with a new window,
+  // and a closed one must not go on polling its store.
+  auto* window = new tb::ui::MainWindow(db);
+  window->setAttribute(Qt::WA_DeleteOnClose);
   const QStringList positional = parser.positionalArguments();
   const QString config = positional.isEmpty() ? defaultConfigPath() : positional.first();
   // A config named on the command line that cannot be opened is said on stderr. Interactively
@@ -211,18 +214,21 @@ int main(int argc, char** argv) {
   const bool scripted = parser.isSet(runOpt) || parser.isSet(screenshotOpt);
   QString configError;
   if (!config.isEmpty() &&
-      !window.openConfig(config, /*quiet=*/positional.isEmpty() || scripted, &configError) &&
+      !window->openConfig(config, /*quiet=*/positional.isEmpty() || scripted, &configError) &&
       !positional.isEmpty()) {
     QTextStream(stderr) << "trainbench: " << configError << "\n";
-    if (scripted) return 1;
+    if (scripted) {
+      delete window;
+      return 1;
+    }
   }
-  window.show();
-  if (parser.isSet(sweepOpt)) window.showSweep(parser.value(sweepOpt));
-  if (parser.isSet(runOpt)) QTimer::singleShot(0, &window, [&window] { window.startRun(); });
+  window->show();
+  if (parser.isSet(sweepOpt)) window->showSweep(parser.value(sweepOpt));
+  if (parser.isSet(runOpt)) QTimer::singleShot(0, window, [window] { window->startRun(); });
   if (parser.isSet(screenshotOpt)) {
     const QString file = parser.value(screenshotOpt);
-    QTimer::singleShot(parser.value(delayOpt).toInt(), &window, [&window, file] {
-      window.grab().save(file);
+    QTimer::singleShot(parser.value(delayOpt).toInt(), window, [window, file] {
+      window->grab().save(file);
       // exit(), not quit(): Qt 6's quit() closes the windows first, and the main window asks
       // before cancelling runs that still train — a question nobody answers here. The window's
       // destructor cancels them (an in-process run after its step; a distributed one through
@@ -230,5 +236,13 @@ int main(int argc, char** argv) {
       QCoreApplication::exit(0);
     });
   }
-  return QApplication::exec();
+  const int rc = QApplication::exec();
+  // The windows still open (exit() from --screenshot) are deleted here: their destructors cancel
+  // what still trains.
+  // (Collected first: deleting a window deletes its menus, which are top-level widgets too.)
+  QList<tb::ui::MainWindow*> open;
+  for (QWidget* w : QApplication::topLevelWidgets())
+    if (auto* main_window = qobject_cast<tb::ui::MainWindow*>(w)) open.append(main_window);
+  qDeleteAll(open);
+  return rc;
 }

@@ -7,7 +7,9 @@
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QHeaderView>
+#include <QPointer>
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -378,6 +380,37 @@ class TestRunsReport : public QObject {
     QVERIFY(run != nullptr);
     QVERIFY(run->isVisible());
     QCOMPARE(run->visibleRegion().boundingRect().size(), run->size());
+  }
+
+  void openRunStoreReplacesTheWindow() {
+    // File > Open run store…: a file that is not a store, or a folder, is refused and the window
+    // stays; a new name opens a new store in a new window with the same config, and the old
+    // window (no runs training) closes and is deleted.
+    QTemporaryDir dir;
+    QVERIFY(test::writeFile(dir.filePath(QStringLiteral("notes.txt")), QStringLiteral("hi\n")));
+    auto* window = new ui::MainWindow(dir.filePath(QStringLiteral("a.sqlite")));
+    window->setAttribute(Qt::WA_DeleteOnClose);
+    const QPointer<ui::MainWindow> first(window);
+    window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window));
+    QVERIFY(window->configEditor()->setFieldText(QStringLiteral("run.name"),
+                                                 QStringLiteral("carried-over")));
+    QString error;
+    QVERIFY(window->openStore(dir.filePath(QStringLiteral("notes.txt")), &error) == nullptr);
+    QVERIFY2(error.contains(QStringLiteral("is not a TrainBench run database")), qPrintable(error));
+    QVERIFY(window->openStore(dir.path(), &error) == nullptr);
+    QVERIFY2(error.contains(QStringLiteral("is a folder")), qPrintable(error));
+    QVERIFY(window->isVisible());
+    const QString b = dir.filePath(QStringLiteral("b.sqlite"));
+    ui::MainWindow* second = window->openStore(b, &error);
+    QVERIFY2(second != nullptr, qPrintable(error));
+    QTRY_VERIFY(first.isNull());  // closed, and deleted on close
+    QVERIFY(second->isVisible());
+    QCOMPARE(QFileInfo(second->runsModel()->dbPath()).absoluteFilePath(),
+             QFileInfo(b).absoluteFilePath());
+    QCOMPARE(second->configEditor()->fieldText(QStringLiteral("run.name")),
+             QStringLiteral("carried-over"));
+    delete second;
   }
 
   void opensOnTheNewestRunsPlots() {

@@ -110,7 +110,10 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   m_statusLabel = new QLabel(this);
   statusBar()->addPermanentWidget(m_statusLabel);
   statusBar()->showMessage(tr("Store: %1").arg(m_dbPath));
-  if (!m_runsModel->lastError().isEmpty()) log(QStringLiteral("error"), m_runsModel->lastError());
+  if (!m_runsModel->lastError().isEmpty()) {
+    log(QStringLiteral("error"), m_runsModel->lastError());
+    log(QStringLiteral("info"), tr("File > Open run store… opens or creates another store"));
+  }
   connect(m_runsModel, &RunsModel::storeError, this,
           [this](const QString& m) { log(QStringLiteral("error"), m); });
 
@@ -342,6 +345,15 @@ void MainWindow::buildActions() {
   openAct->setShortcut(QKeySequence::Open);
   QAction* saveAct = file->addAction(tr("&Save config as…"), this, &MainWindow::saveConfigAs);
   saveAct->setShortcut(QKeySequence::Save);
+  file->addSeparator();
+  // Another store without restarting with --db: an existing file opens, a new name creates one.
+  file->addAction(tr("Open run s&tore…"), this, [this] {
+    const QString path =
+        QFileDialog::getSaveFileName(this, tr("Open or create a run store"), m_dbPath,
+                                     tr("Run stores (*.sqlite *.db);;All files (*)"), nullptr,
+                                     QFileDialog::DontConfirmOverwrite);
+    if (!path.isEmpty()) openStore(path);
+  });
   file->addSeparator();
   QAction* exportAct = file->addAction(tr("&Export report…"), this, &MainWindow::exportReport);
   exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
@@ -851,6 +863,37 @@ void MainWindow::exportReport() {
   } catch (const std::exception& e) {
     QMessageBox::warning(this, tr("Export report"), QString::fromUtf8(e.what()));
   }
+}
+
+MainWindow* MainWindow::openStore(const QString& path, QString* error) {
+  auto fail = [&](const QString& message) -> MainWindow* {
+    if (error != nullptr)
+      *error = message;
+    else
+      QMessageBox::warning(this, tr("Open run store"), message);
+    return nullptr;
+  };
+  if (QFileInfo(path).isDir())
+    return fail(tr("%1 is a folder; a run store is a file (e.g. runs.sqlite)").arg(path));
+  auto* window = new MainWindow(path);
+  window->setAttribute(Qt::WA_DeleteOnClose);
+  if (const QString problem = window->m_runsModel->lastError(); !problem.isEmpty()) {
+    delete window;
+    return fail(problem);
+  }
+  window->m_editor->setToml(m_editor->toToml(),
+                            m_configPath.isEmpty() ? tr("<editor>") : m_configPath);
+  window->m_configPath = m_configPath;
+  window->show();
+  window->log(QStringLiteral("info"), tr("opened the run store %1").arg(window->m_dbPath));
+  if (activeRuns() == 0) {
+    close();
+  } else {
+    log(QStringLiteral("info"), tr("%1 opened in a new window; this one stays open while its "
+                                   "runs train")
+                                    .arg(window->m_dbPath));
+  }
+  return window;
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

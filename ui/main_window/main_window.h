@@ -61,6 +61,11 @@ class MainWindow : public QMainWindow {
   /// Loads a config file into the editor; false (with a message box unless `quiet`, and the
   /// message in `error` when given) on error.
   bool openConfig(const QString& path, bool quiet = false, QString* error = nullptr);
+  /// Opens the run store `path` (a new file becomes a new store) in a new window with this
+  /// window's config, and closes this one unless runs still train here. The new window (deleted
+  /// on close), or null when the store cannot be opened: said in a message box, or only in
+  /// `error` when that is given.
+  MainWindow* openStore(const QString& path, QString* error = nullptr);
   /// Starts the editor's config now (in-process). Returns false when it does not validate.
   bool startRun();
   /// Continues stored run `id` (crashed or cancelled) from its newest checkpoint, in-process.
