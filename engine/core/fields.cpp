@@ -3,6 +3,7 @@
 #include "engine/core/fields.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -298,16 +299,21 @@ namespace {
 // Edit distance with adjacent transpositions (the "optimal string alignment" distance): a typed
 // "shwo" is one edit from "show", as a person sees it, not two.
 // https://en.wikipedia.org/wiki/Damerau%E2%80%93Levenshtein_distance#Optimal_string_alignment_distance
+// Letters compare without case: "tmax" is one slip from "T_max", not two.
 std::size_t edit_distance(const std::string& a, const std::string& b) {
+  auto same = [](char x, char y) {
+    return std::tolower(static_cast<unsigned char>(x)) ==
+           std::tolower(static_cast<unsigned char>(y));
+  };
   std::vector<std::size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j)
     prev[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      const std::size_t sub = prev[j - 1] + (same(a[i - 1], b[j - 1]) ? 0 : 1);
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+      if (i > 1 && j > 1 && same(a[i - 1], b[j - 2]) && same(a[i - 2], b[j - 1]))
         cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
     std::swap(before, prev);

@@ -189,15 +189,22 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
            core::join_or(names), ")");
   const std::string name = it->get<std::string>();
   const auto kind = model_registry().find(name);
-  TB_CHECK(kind != nullptr, "model config: unknown kind '", name, "' (choose ",
-           core::join_or(names), ")");
+  if (kind == nullptr) {
+    const std::string close = core::close_word(name, names);
+    throw ValueError(tb::detail::str_cat("model config: unknown kind '", name, "' (choose ",
+                                         core::join_or(names), ")",
+                                         close.empty() ? "" : "; did you mean '" + close + "'?"));
+  }
   for (auto f = j.begin(); f != j.end(); ++f) {
     if (f.key() == "kind" || core::find_field(kind->fields, f.key())) continue;
+    const auto keys = core::field_keys(kind->fields);
     std::string list;
-    for (const auto& k : core::field_keys(kind->fields))
+    for (const auto& k : keys)
       list += (list.empty() ? "" : ", ") + k;
-    throw FieldError(f.key(), tb::detail::str_cat(name, ": unknown field '", f.key(),
-                                                  "' (known: kind, ", list, ")"));
+    const std::string close = core::close_word(f.key(), keys);
+    throw FieldError(
+        f.key(), tb::detail::str_cat(name, ": unknown field '", f.key(), "' (known: kind, ", list,
+                                     ")", close.empty() ? "" : "; did you mean '" + close + "'?"));
   }
   ModelConfig cfg(name, core::default_values(kind->fields));
   for (const auto& field : kind->fields) {

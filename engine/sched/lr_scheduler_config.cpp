@@ -38,7 +38,10 @@ SchedulerFields::SchedulerFields(const json& j, std::string kind,
     std::string list;
     for (const auto& k : known)
       list += (list.empty() ? "" : ", ") + k;
-    fail(key, "is not a field of this kind (fields: " + list + ")");
+    const std::string close =
+        core::close_word(key, std::vector<std::string>(known.begin(), known.end()));
+    fail(key, "is not a field of this kind (fields: " + list + ")" +
+                  (close.empty() ? "" : "; did you mean '" + close + "'?"));
   }
 }
 
@@ -164,7 +167,11 @@ std::shared_ptr<LRScheduler> make_scheduler(Optimizer& opt, const json& config) 
            "[lr_scheduler] field 'kind' is required: one of ", kinds);
   const std::string kind = config.at("kind").get<std::string>();
   const auto entry = scheduler_registry().find(kind);
-  if (!entry) throw ValueError("[lr_scheduler] unknown kind '" + kind + "' (one of " + kinds + ")");
+  if (!entry) {
+    const std::string close = core::close_word(kind, names);
+    throw ValueError("[lr_scheduler] unknown kind '" + kind + "' (one of " + kinds + ")" +
+                     (close.empty() ? "" : "; did you mean '" + close + "'?"));
+  }
   const SchedulerFields f(config, kind, entry->fields);
   return entry->make(opt, f);
 }

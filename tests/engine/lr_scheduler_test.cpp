@@ -1045,6 +1045,15 @@ TEST(LRSchedulerConfig, FactoryErrorsNameTheField) {
               make_scheduler(*o, json{{"kind", "cosine"}, {"T_max", 3}, {"tmax", 3}});
             }).find("[lr_scheduler] cosine: field 'tmax' is not a field of this kind"),
             std::string::npos);
+  // The nearest field, letters compared without case ("tmax" is one slip from "T_max").
+  EXPECT_NE(error_of([&] {
+              make_scheduler(*o, json{{"kind", "cosine"}, {"T_max", 3}, {"tmax", 3}});
+            }).find("(fields: T_max, eta_min, last_epoch); did you mean 'T_max'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              make_scheduler(*o, json{{"kind", "cosin"}});
+            }).find("; did you mean 'cosine'?"),
+            std::string::npos);
   EXPECT_EQ(error_of([&] {
               make_scheduler(*o, json{{"kind", "step"}, {"step_size", 2.5}});
             }),

@@ -737,6 +737,14 @@ TEST(NnModels, ConfigJsonRoundTripAndErrors) {
               nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mlp","hiden":[3]})"));
             }).find("mlp: unknown field 'hiden'"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mlp","hiden":[3]})"));
+            }).find("); did you mean 'hidden'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mpl"})"));
+            }).find("(choose mlp, qwen-tiny, cnn or gpt); did you mean 'mlp'?"),
+            std::string::npos);
   EXPECT_EQ(error_of([] {
               nn::model_config_from_json(nlohmann::json::parse(R"({"kind":"mlp","input":"x"})"));
             }),
