@@ -304,7 +304,7 @@ class Section {
       if (full == "sweep" && v.is_table()) {
         msg += ": this is a sweep config; run it with trainbench-cli sweep FILE";
       } else if (const std::string dotted = v.is_table() ? std::string() : dotted_for(key);
-                 !dotted.empty()) {
+                 !dotted.empty() && prefers_dotted(key)) {
         msg += "; did you mean '" + dotted + "'?";
       } else if (const std::string close = core::close_word(key, known_); !close.empty()) {
         msg += "; did you mean '" + path(close) + "'?";
@@ -319,19 +319,34 @@ class Section {
   }
 
  private:
-  // The dotted key an unknown plain key was likely meant as: a near spelling of one ("runsteps",
-  // "run_steps" for "run.steps"), else the one key of that name in any section ("steps").
+  // The dotted key an unknown plain key was likely meant as: the key of that name ("steps" for
+  // "run.steps"; "lr" for "optimizer.lr", the shortest of one section's), else a near spelling
+  // of one ("runsteps", "run_steps").
   std::string dotted_for(const std::string& key) const {
     if (dotted_.empty()) return {};
-    if (std::string close = core::close_word(key, dotted_); !close.empty()) return close;
-    std::string only;
+    std::vector<std::string> named;  // the keys of that name
     for (const auto& d : dotted_) {
       const auto dot = d.rfind('.');
-      if (dot == std::string::npos || d.compare(dot + 1, std::string::npos, key) != 0) continue;
-      if (!only.empty()) return {};  // in several sections: no one guess
-      only = d;
+      if (dot != std::string::npos && d.compare(dot + 1, std::string::npos, key) == 0)
+        named.push_back(d);
     }
-    return only;
+    if (named.empty()) return core::close_word(key, dotted_);
+    // In several sections ("interval": eval and checkpoint): no one guess. In one, the shortest
+    // ("optimizer.lr" over "optimizer.muon.lr").
+    for (const auto& n : named)
+      if (section_of(n) != section_of(named.front())) return {};
+    return *std::min_element(named.begin(), named.end(),
+                             [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  }
+  static std::string section_of(const std::string& dotted) {
+    return dotted.substr(0, dotted.find('.'));
+  }
+  // Whether a dotted guess beats a guess among this table's own names: unless the key is a near
+  // spelling of one of them ("optimiser" of the section "optimizer", "thread" of "threads"),
+  // other than one run together with more ("runsteps": "run" + "steps").
+  bool prefers_dotted(const std::string& key) const {
+    const std::string own = core::close_word(key, known_);
+    return own.empty() || (key.size() > own.size() && key.rfind(own, 0) == 0);
   }
 
   const Ctx& ctx_;

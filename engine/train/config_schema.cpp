@@ -188,8 +188,16 @@ std::vector<std::string> dotted_config_keys() {
     add("model", e->fields);
   for (const auto& e : data::dataset_registry().entries())
     add("data", e->fields);
+  // A kind that hands the rest to another (Muon) reads its own keys under [optimizer.<kind>]
+  // and the other's under [optimizer.<rest>]; the others read theirs under [optimizer].
   for (const auto& e : optim::optimizer_registry().entries())
-    add("optimizer", e->fields);
+    if (e->rest_kind.empty()) add("optimizer", e->fields);
+  for (const auto& e : optim::optimizer_registry().entries()) {
+    if (e->rest_kind.empty()) continue;
+    add("optimizer." + e->name, e->fields);
+    if (auto rest = optim::optimizer_registry().find(e->rest_kind))
+      add("optimizer." + e->rest_kind, rest->fields);
+  }
   for (const auto& e : sched::scheduler_registry().entries())
     add("scheduler", e->fields);
   return out;

@@ -269,6 +269,12 @@ TEST(RunConfigTest, UnknownKeysSuggestTheNearest) {
                         "run_steps=3)"));
   EXPECT_THAT(error_of("batch_size = 32\n"),
               HasSubstr("unknown key 'batch_size'; did you mean 'data.batch_size'?"));
+  EXPECT_THAT(error_of("steps = 3\n"), HasSubstr("did you mean 'run.steps'?"));
+  EXPECT_THAT(error_of("lr = 0.1\n"), HasSubstr("did you mean 'optimizer.lr'?"));
+  // Muon's own keys live under [optimizer.muon], not [optimizer].
+  EXPECT_THAT(error_of("ns_steps = 3\n"), HasSubstr("did you mean 'optimizer.muon.ns_steps'?"));
+  // A near spelling of a section stays that ("optimiser" is not 'optimizer.lr').
+  EXPECT_THAT(error_of("optimiser = \"muon\"\n"), HasSubstr("did you mean 'optimizer'?"));
   // A name several sections have ("interval": eval and checkpoint): no one guess.
   EXPECT_THAT(error_of("interval = 5\n"), HasSubstr("unknown key 'interval'; known at the top:"));
   // Two letters swapped is one slip, not two edits.
