@@ -216,6 +216,15 @@ class TestRunsReport : public QObject {
     QVERIFY(plot->yAxis2->range().lower > 1.4e-4 && plot->yAxis2->range().upper < 3.1e-4);
     QVERIFY(plot->yAxis2->range().upper > 2.9e-4);
 
+    // Beside it, an SGD run: its LR goes right too, and the right axis says whose it is.
+    panel.addRun(3, QStringLiteral("sgd"), ui::runColor(1));
+    panel.appendSteps(3, {loggedStep(1, 0.01, {{"loss", 1.0}, {"lr.sgd.0", 0.1}})});
+    bool sgdRight = false;
+    for (const auto& [id, c] : lr->curves())
+      if (id.endsWith(QStringLiteral("/lr.sgd.0"))) sgdRight = c.right;
+    QVERIFY(sgdRight);
+    QCOMPARE(plot->yAxis2->label(), QStringLiteral("lr (other optimizers)"));
+
     // The Muon run gone: back to one axis, the AdamW curve on it.
     panel.clearRuns();
     panel.addRun(2, QStringLiteral("adamw"), ui::runColor(0));

@@ -121,6 +121,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     });
     menu.exec(m_plot->mapToGlobal(pos));
   });
+  connect(m_plot, &QCustomPlot::afterLayout, this, &MetricPlot::fitTicks);
   m_replotTimer.setSingleShot(true);  // started by scheduleReplot with the interval it needs
   connect(&m_replotTimer, &QTimer::timeout, this, &MetricPlot::replotNow);
 }
@@ -545,7 +546,6 @@ void MetricPlot::replotNow() {
   const double cpuStart = threadCpuMs();
   redecimate();
   fitLegend();
-  fitTicks();
   // A hidden plot (another tab, a collapsed dock) is painted when it is shown again.
   if (isVisible()) {
     m_plot->replot(QCustomPlot::rpQueuedRefresh);  // draws into the buffer now; blits later
@@ -576,10 +576,19 @@ void MetricPlot::fitLegend() {
 
 void MetricPlot::fitTicks() {
   // About one y label per 30 px: a short plot with QCustomPlot's default (5, rounded to a nice
-  // step) stacked seven labels such as 0.0125 into 70 px.
-  const int n = std::clamp(m_plot->axisRect()->height() / 30, 2, 5);
-  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2})
-    if (axis->ticker()->tickCount() != n) axis->ticker()->setTickCount(n);
+  // step) stacked seven labels such as 0.0125 into 70 px. Called after each layout, when the
+  // axis rect has its height (for the widget, or for a report's image of another size); the
+  // ticks of this draw are already made, so a changed count is drawn by one more replot.
+  const int h = m_plot->axisRect()->height();
+  if (h <= 0) return;
+  const int n = std::clamp(h / 30, 2, 5);
+  bool changed = false;
+  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2}) {
+    if (axis->ticker()->tickCount() == n) continue;
+    axis->ticker()->setTickCount(n);
+    changed = true;
+  }
+  if (changed) m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void MetricPlot::showEvent(QShowEvent* event) {

@@ -237,6 +237,7 @@ void PlotsPanel::clearRuns() {
   m_runs.clear();
   for (auto* p : m_plots)
     p->clear();
+  placeLrCurves(QString());  // no curves: one axis, labelled "lr" again
   syncLinkedX();
   updateStackedMode();
   updateVisibility();
@@ -299,7 +300,7 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   bool right = false;
   if (r.plot == LearningRate) {
     const bool muon = placeLrCurves(key);
-    right = muon && key.startsWith(QLatin1String("lr.adamw"));
+    right = muon && !key.startsWith(QLatin1String("lr.muon"));
     if (right) label += tr(" (right)");
   }
   p->ensureCurve(id, label, color, r.style, r.points, right);
@@ -311,26 +312,41 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
 
 bool PlotsPanel::placeLrCurves(const QString& key) {
   // Muon's LR (0.02) is ~100x AdamW's (3e-4): on one linear axis AdamW's reads as a flat line
-  // at zero. With a Muon curve in the plot, the AdamW curves get the right-hand axis.
+  // at zero. With a Muon curve in the plot, every other optimizer's LR curve (AdamW's, or
+  // another run's Adam or SGD) gets the right-hand axis.
   MetricPlot* p = m_plots[LearningRate];
   auto keyOf = [](const QString& id) { return id.section(QLatin1Char('/'), 2); };
-  bool muon = key.startsWith(QLatin1String("lr.muon"));
+  const QLatin1String muonPrefix("lr.muon");
+  bool muon = key.startsWith(muonPrefix);
   for (const auto& [id, c] : p->curves())
-    muon |= keyOf(id).startsWith(QLatin1String("lr.muon"));
+    muon |= keyOf(id).startsWith(muonPrefix);
   const QString onRight = tr(" (right)");
-  std::vector<std::pair<QString, Curve>> moved;  // copies: ensureCurve rebuilds the graphs
-  for (const auto& [id, c] : p->curves())
-    if ((muon && keyOf(id).startsWith(QLatin1String("lr.adamw"))) != c.right)
-      moved.emplace_back(id, c);
-  for (auto& [id, c] : moved) {
+  struct Move {
+    QString id, label;
+    QColor color;
+    Qt::PenStyle style;
+    bool points, right;
+  };
+  std::vector<Move> moves;  // collected first: ensureCurve rebuilds the graphs
+  bool onlyAdamw = !key.startsWith(muonPrefix) && !key.isEmpty()
+                       ? key.startsWith(QLatin1String("lr.adamw"))
+                       : true;
+  for (const auto& [id, c] : p->curves()) {
+    const QString k = keyOf(id);
+    const bool right = muon && !k.startsWith(muonPrefix);
+    if (right) onlyAdamw &= k.startsWith(QLatin1String("lr.adamw"));
+    if (right == c.right) continue;
     QString label = c.label;
-    if (!c.right)
+    if (right)
       label += onRight;
     else if (label.endsWith(onRight))
       label.chop(onRight.size());
-    p->ensureCurve(id, label, c.color, c.style, c.points, !c.right);
+    moves.push_back({id, label, c.color, c.style, c.points, right});
   }
-  p->setYAxisLabels(muon ? tr("Muon lr") : tr("lr"), tr("AdamW lr"));
+  for (const auto& m : moves)
+    p->ensureCurve(m.id, m.label, m.color, m.style, m.points, m.right);
+  p->setYAxisLabels(muon ? tr("Muon lr") : tr("lr"),
+                    onlyAdamw ? tr("AdamW lr") : tr("lr (other optimizers)"));
   return muon;
 }
 
