@@ -467,8 +467,14 @@ int cmd_launch(tb::api::LaunchRequest req) {
     static const std::regex last(R"(^run (\d+) (finished|cancelled|failed|diverged)\b)");
     std::smatch m;
     if (slot >= 0 && static_cast<std::size_t>(slot) < ended.size() &&
-        std::regex_search(line, m, last))
-      ended[static_cast<std::size_t>(slot)] = "run " + m[1].str() + " " + m[2].str();
+        std::regex_search(line, m, last)) {
+      // A run cancelled before its first step, or whose checkpoint could not be written, has
+      // none to continue from: said as "cancelled, no checkpoint".
+      const bool kept = line.find("with a checkpoint") != std::string::npos;
+      ended[static_cast<std::size_t>(slot)] =
+          "run " + m[1].str() + " " + m[2].str() +
+          (m[2].str() == "cancelled" && !kept ? ", no checkpoint" : "");
+    }
   };
   const auto procs = tb::api::launch_runs(req, [](const tb::api::LaunchedProcess& p) {
     const std::size_t i = launched_count.load();
@@ -482,7 +488,7 @@ int cmd_launch(tb::api::LaunchRequest req) {
     if (!p.warning.empty()) std::cout << "  warning: " << p.warning << "\n";
     std::cout.flush();
   });
-  int unfinished = 0, cancelled = 0;
+  int unfinished = 0, cancelled = 0, without_checkpoint = 0;
   for (const auto& p : procs) {
     const std::string said = p.slot >= 0 && static_cast<std::size_t>(p.slot) < ended.size()
                                  ? ended[static_cast<std::size_t>(p.slot)]
@@ -491,12 +497,16 @@ int cmd_launch(tb::api::LaunchRequest req) {
               << (said.empty() ? "" : " (" + said + ")") << "\n";
     if (p.exit_code == 0) continue;
     ++unfinished;
-    if (said.size() > 10 && said.compare(said.size() - 10, 10, " cancelled") == 0) ++cancelled;
+    if (said.find(" cancelled") != std::string::npos) ++cancelled;
+    if (said.find(" cancelled, no checkpoint") != std::string::npos) ++without_checkpoint;
   }
   // Ctrl-C stops every run with a checkpoint: that is not "failed", and --resume continues each.
-  if (unfinished > 0 && cancelled == unfinished)
+  if (unfinished > 0 && cancelled == unfinished && without_checkpoint == 0)
     std::cerr << cancelled << " of " << procs.size()
               << " runs were cancelled, each with a checkpoint (run --resume ID continues it)\n";
+  else if (unfinished > 0 && cancelled == unfinished)
+    std::cerr << cancelled << " of " << procs.size() << " runs were cancelled, "
+              << without_checkpoint << " of them without a checkpoint to continue from\n";
   else if (unfinished > 0)
     std::cerr << "error: " << unfinished << " of " << procs.size() << " runs did not finish"
               << (cancelled > 0 ? " (" + std::to_string(cancelled) + " cancelled)" : "") << "\n";
@@ -1036,9 +1046,13 @@ int main(int argc, char** argv) {
     if (model->parsed()) {
       // A run config (a .toml name, or any file) rather than a kind: the model that config runs.
       std::error_code ec;
-      const bool config =
-          (model_kind.size() > 5 && model_kind.compare(model_kind.size() - 5, 5, ".toml") == 0) ||
-          std::filesystem::is_regular_file(model_kind, ec);
+      // A kind's name wins over a file of that name in the current folder.
+      const auto kinds = tb::api::list_kinds("model");
+      const bool is_kind = std::any_of(kinds.begin(), kinds.end(),
+                                       [&](const auto& k) { return k.name == model_kind; });
+      const bool toml =
+          model_kind.size() > 5 && model_kind.compare(model_kind.size() - 5, 5, ".toml") == 0;
+      const bool config = !is_kind && (toml || std::filesystem::is_regular_file(model_kind, ec));
       const auto m = config ? tb::api::describe_config_model(model_kind, model_settings)
                             : tb::api::describe_model(model_kind, model_settings);
       std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;

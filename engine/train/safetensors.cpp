@@ -78,8 +78,11 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
       path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   {
     std::error_code dir_ec;
-    TB_CHECK(std::filesystem::is_directory(folder, dir_ec), "[safetensors] cannot write ",
+    const auto st = std::filesystem::status(folder, dir_ec);
+    TB_CHECK(st.type() != std::filesystem::file_type::not_found, "[safetensors] cannot write ",
              path.string(), ": the folder ", folder.string(), " does not exist");
+    TB_CHECK(dir_ec || std::filesystem::is_directory(st), "[safetensors] cannot write ",
+             path.string(), ": ", folder.string(), " is not a folder");
     errno = 0;
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     const int open_errno = errno;

@@ -33,7 +33,7 @@ for mode in node exclusive; do
     mask=${mask%,}
     [ "$cpus" = "$mask" ] || fail "$mode: slot $slot (pid $pid) has mask $mask, its slot is $cpus"
   done < <(printf '%s\n' "$out" | grep '^slot [01]: pid [0-9]* CPUs ')
-  [ "$(printf '%s\n' "$out" | grep -c 'exited with 0$')" -eq 2 ] || fail "$mode: a child failed: $out"
+  [ "$(printf '%s\n' "$out" | grep -c -E 'exited with 0 [(]run [0-9]+ finished[)]$')" -eq 2 ] || fail "$mode: a child failed: $out"
   runs=$("$cli" --db "$db" runs) || fail "runs failed"
   [ "$(printf '%s\n' "$runs" | grep -c ' finished ')" -eq 2 ] || fail "$mode: runs: $runs"
   for id in 1 2; do

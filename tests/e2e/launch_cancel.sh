@@ -22,6 +22,8 @@ for _ in $(seq 1200); do
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
+grep -q "^slot 0 | step " "$tmp/out" && grep -q "^slot 1 | step " "$tmp/out" ||
+  fail "the runs did not both log a step within 120 s: $(tail -n 5 "$tmp/out")"
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 rc=$?

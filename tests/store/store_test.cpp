@@ -309,11 +309,13 @@ TEST_F(StoreTest, SweepsAreRecordsWithTrialsAndRunsThatKnowThem) {
   // before, and not an older run of the trial.
   stop_trial(store, id, 3, 20, "stopped at step 20", "stopped early by sweep lr at step 20");
   EXPECT_EQ(store.get_run(again).summary.message, "");  // still queued
+  store.set_status(first, RunStatus::kRunning);         // an older run of the trial, cancelled too
+  store.set_status(first, RunStatus::kCancelled, "stopped at step 5 of 30 as asked");
   store.set_status(again, RunStatus::kRunning);
   store.set_status(again, RunStatus::kCancelled, "stopped at step 20 of 30 as asked");
   stop_trial(store, id, 3, 20, "stopped at step 20", "stopped early by sweep lr at step 20");
   EXPECT_EQ(store.get_run(again).summary.message, "stopped early by sweep lr at step 20");
-  EXPECT_EQ(store.get_run(first).summary.message, "");
+  EXPECT_EQ(store.get_run(first).summary.message, "stopped at step 5 of 30 as asked");
   end_sweep(store, id, "finished", "done");
   EXPECT_EQ(list_sweeps(store).at(0).status, "finished");
   EXPECT_THROW(end_sweep(store, id, "paused", ""), tb::ValueError);
