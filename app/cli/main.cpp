@@ -935,6 +935,12 @@ int main(int argc, char** argv) {
   reference->add_flag("--update", reference_update, "with --check: rewrite the stale blocks")
       ->needs(reference_check_opt);
 
+  // No command at all (a first try): the commands and options, as git prints its usage.
+  if (argc == 1) {
+    app.name(argv[0]);
+    std::cout << app.help();
+    return 1;
+  }
   // `--db= runs`: CLI11 reads an empty value after '=' as none and takes the next word as the
   // value (the store became "runs" and the command was lost). An empty value is an error here.
   for (int i = 1; i < argc; ++i) {
