@@ -362,7 +362,9 @@ void MainWindow::buildActions() {
   quit->setShortcut(QKeySequence::Quit);
 
   QMenu* runMenu = menuBar()->addMenu(tr("&Run"));
-  m_runAction = runMenu->addAction(tr("&Start"), this, [this] { startRun(); });
+  // One name for one action: the toolbar's "Run" is the config dock's Run button (Ctrl+R).
+  m_runAction = runMenu->addAction(tr("&Run this config"), this, [this] { startRun(); });
+  m_runAction->setIconText(tr("Run"));
   m_runAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
   runMenu->addAction(tr("Add to &queue"), this, &MainWindow::enqueueCurrent);
   runMenu->addAction(tr("Queue &Muon + AdamW"), this, &MainWindow::enqueueMuonAndAdamw);
