@@ -3,6 +3,8 @@
 #
 #   . "$(dirname "$0")/common.sh"
 #   e2e_start NAME "ARGS" MIN MAX "$@"   # argument count checked (usage: SCRIPT ARGS, exit 2)
+#   e2e_cli CLI REPO [CONFIG]            # $cli (checked executable), $repo, $config (an example
+#                                        # of resources/configs, default fmnist-mlp-adamw.toml)
 #   e2e_tmpdir                           # $tmp: a fresh directory, removed when the script exits
 #   e2e_sweep_config SRC NAME "RUNGS"    # $tmp/es.toml: tests/data/sweep_grid.toml named NAME,
 #                                        # successive halving at RUNGS ("5000, 10000")
@@ -24,6 +26,14 @@ e2e_start() {
 fail() {
   echo "FAIL: $E2E_NAME: $*"
   exit 1
+}
+
+e2e_cli() {
+  cli=$1
+  repo=$2
+  config=$repo/resources/configs/${3:-fmnist-mlp-adamw.toml}
+  [ -x "$cli" ] || fail "CLI '$cli' is not an executable"
+  [ -f "$config" ] || fail "config '$config' not found"
 }
 
 e2e_tmpdir() {

@@ -15,12 +15,8 @@ set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
 e2e_start kill9_run "CLI REPO_ROOT [ROUNDS]" 2 3 "$@"
-cli=$1
-repo=$2
+e2e_cli "$1" "$2"
 rounds=${3:-1}
-config=$repo/resources/configs/fmnist-mlp-adamw.toml
-[ -x "$cli" ] || fail "CLI '$cli' is not an executable"
-[ -f "$config" ] || fail "config '$config' not found"
 py=${PYTHON:-python3}
 "$py" -c 'import sqlite3' 2>/dev/null || fail "'$py' with the sqlite3 module is needed"
 

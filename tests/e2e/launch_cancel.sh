@@ -7,10 +7,7 @@ set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
 e2e_start launch_cancel "CLI REPO_ROOT" 2 2 "$@"
-cli=$1
-repo=$2
-config=$repo/resources/configs/fmnist-mlp-adamw.toml
-[ -x "$cli" ] || fail "CLI '$cli' is not an executable"
+e2e_cli "$1" "$2"
 e2e_tmpdir
 db=$tmp/runs.sqlite
 "$cli" --db "$db" launch "$config" --nproc 2 --fallback --set run.epochs=20 \
@@ -22,8 +19,9 @@ for _ in $(seq 1200); do
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
-grep -q "^slot 0 | step " "$tmp/out" && grep -q "^slot 1 | step " "$tmp/out" ||
+if ! grep -q "^slot 0 | step " "$tmp/out" || ! grep -q "^slot 1 | step " "$tmp/out"; then
   fail "the runs did not both log a step within 120 s: $(tail -n 5 "$tmp/out")"
+fi
 kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 rc=$?

@@ -8,10 +8,7 @@ set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
 e2e_start signal_storm "CLI REPO_ROOT" 2 2 "$@"
-cli=$1
-repo=$2
-config=$repo/resources/configs/fmnist-mlp-adamw.toml
-[ -x "$cli" ] || fail "CLI '$cli' is not an executable"
+e2e_cli "$1" "$2"
 e2e_tmpdir
 # 20 epochs (9380 steps) outlast the storm at any speed.
 "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.epochs=20 --set run.log_interval=100 \
