@@ -341,8 +341,8 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
       // The PDF: two plots (and captions) to a landscape page, drawn for that size — their
       // labels then print at about 8 pt — at twice the resolution.
       constexpr int kPdfW = 640, kPdfH = 256;
-      const double h = (pdfTextArea().height() - 48.0) / 2.0;
-      const double w = h * kPdfW / kPdfH;
+      const double h = pdfPlotHeight();
+      const double w = std::min(h * kPdfW / kPdfH, pdfTextArea().width());
       p->resize(kPdfW, kPdfH);
       p->plot()->resize(kPdfW, kPdfH);
       p->replotNow();
@@ -378,19 +378,51 @@ QSizeF pdfTextArea() {
   return layout.paintRectPoints().size();
 }
 
+namespace {
+
+// Font, margin and page of every PDF document. Units are points (QTextDocument::print scales the
+// page size to the printer's page), so the font is sized in those units rather than in points at
+// the screen's resolution.
+void setUpPdfDocument(QTextDocument& doc) {
+  QFont font = doc.defaultFont();
+  font.setPixelSize(10);
+  doc.setDefaultFont(font);
+  doc.setDocumentMargin(0);
+  doc.setPageSize(pdfTextArea());  // laid out in points, a page at a time
+}
+
+}  // namespace
+
+double pdfPlotHeight() {
+  // The tallest plot for which the "Plots" heading (after its page break) and two figures with
+  // their captions fit one page, found by laying out that page as the PDF does: a guess at the
+  // spacing ("text height less 48") pushed the second caption, or the second plot, onto the
+  // next page with some fonts.
+  QTextDocument probe;
+  setUpPdfDocument(probe);
+  auto fits = [&probe](int height) {
+    const QString fig = pdfFigure(0, QStringLiteral("Probe"), 100, height);
+    probe.setHtml(QStringLiteral("<p>before</p>\n<h2 style=\"page-break-before: always\">Plots"
+                                 "</h2>\n") +
+                  fig + fig);
+    return probe.pageCount() == 2;
+  };
+  int lo = 50;                                        // fits on any sane page
+  int hi = static_cast<int>(pdfTextArea().height());  // never fits twice
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo - 1.0;  // 1 pt to spare for the rounding of the real figures' widths
+}
+
 std::unique_ptr<QTextDocument> pdfDocument(const Report& report) {
   auto doc = std::make_unique<QTextDocument>();
   const QList<QImage>& images = report.pdfImages.isEmpty() ? report.images : report.pdfImages;
   for (int i = 0; i < images.size(); ++i)
     doc->addResource(QTextDocument::ImageResource, QUrl(QStringLiteral("plot%1.png").arg(i)),
                      images[i]);
-  // Units are points (QTextDocument::print scales the page size to the printer's page), so the
-  // font is sized in those units rather than in points at the screen's resolution.
-  QFont font = doc->defaultFont();
-  font.setPixelSize(10);
-  doc->setDefaultFont(font);
-  doc->setDocumentMargin(0);
-  doc->setPageSize(pdfTextArea());  // laid out in points, a page at a time
+  setUpPdfDocument(*doc);
   doc->setHtml(report.htmlWithResources);
   return doc;
 }

@@ -96,6 +96,10 @@ QString writeReport(const Report& report, const QString& path);
 /// The PDF's text area in points: landscape A4 (842 × 595 pt) less 15 mm margins.
 QSizeF pdfTextArea();
 
+/// The height in points of a plot in the PDF, measured so that two plots with their captions
+/// (and the "Plots" heading above the first pair) fill one page of pdfTextArea().
+double pdfPlotHeight();
+
 /// The document a PDF of `report` prints, laid out on pdfTextArea() pages in points: the summary
 /// with one column per run, plots at the full text width (the step time one run per plot), the
 /// plots and the configs starting on pages of their own.

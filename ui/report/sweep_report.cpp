@@ -3,6 +3,8 @@
 
 #include <QImage>
 
+#include <algorithm>
+
 #include <qcustomplot.h>
 
 #include "ui/sweeps/sweep_view.h"
@@ -92,8 +94,8 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   QString plotsHtml, plotsHtmlRes;
   // The PDF: two plots (and captions) to a landscape page.
   constexpr int kPdfW = 620, kPdfH = 290;
-  const double pdfW = pdfTextArea().width() * 0.58;
-  const double pdfH = pdfW * kPdfH / kPdfW;
+  const double pdfH = std::min(pdfTextArea().width() * 0.58 * kPdfH / kPdfW, pdfPlotHeight());
+  const double pdfW = pdfH * kPdfW / kPdfH;
   auto addPlot = [&](QCustomPlot* plot, const QString& plotTitle) {
     const QImage img = plot->toPixmap(options.plotWidth, options.plotHeight, 1.0).toImage();
     // The PDF's: drawn at a smaller size (its labels then print at about 7 pt) and twice the
