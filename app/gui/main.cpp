@@ -22,6 +22,7 @@
 #include "ui/report/report.h"
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
+#include "ui/runs/runs_model.h"
 
 namespace {
 
@@ -206,6 +207,16 @@ int main(int argc, char** argv) {
   // and a closed one must not go on polling its store.
   auto* window = new tb::ui::MainWindow(db);
   window->setAttribute(Qt::WA_DeleteOnClose);
+  // A store that cannot be opened (a --db that is not a run store, a folder without write
+  // access) is said on stderr; with --run it ends the program (exit code 1) rather than showing
+  // a window that cannot train, and interactively a dialog offers another store.
+  if (window->runsModel()->store() == nullptr) {
+    QTextStream(stderr) << "trainbench: " << window->runsModel()->lastError() << "\n";
+    if (parser.isSet(runOpt)) {
+      delete window;
+      return 1;
+    }
+  }
   const QStringList positional = parser.positionalArguments();
   const QString config = positional.isEmpty() ? defaultConfigPath() : positional.first();
   // A config named on the command line that cannot be opened is said on stderr. Interactively
@@ -223,6 +234,7 @@ int main(int argc, char** argv) {
     }
   }
   window->show();
+  if (!scripted) window->warnIfNoStore();
   if (parser.isSet(sweepOpt)) window->showSweep(parser.value(sweepOpt));
   if (parser.isSet(runOpt)) QTimer::singleShot(0, window, [window] { window->startRun(); });
   if (parser.isSet(screenshotOpt)) {

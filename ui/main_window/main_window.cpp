@@ -347,13 +347,7 @@ void MainWindow::buildActions() {
   saveAct->setShortcut(QKeySequence::Save);
   file->addSeparator();
   // Another store without restarting with --db: an existing file opens, a new name creates one.
-  file->addAction(tr("Open run s&tore…"), this, [this] {
-    const QString path =
-        QFileDialog::getSaveFileName(this, tr("Open or create a run store"), m_dbPath,
-                                     tr("Run stores (*.sqlite *.db);;All files (*)"), nullptr,
-                                     QFileDialog::DontConfirmOverwrite);
-    if (!path.isEmpty()) openStore(path);
-  });
+  file->addAction(tr("Open run s&tore…"), this, &MainWindow::chooseRunStore);
   file->addSeparator();
   QAction* exportAct = file->addAction(tr("&Export report…"), this, &MainWindow::exportReport);
   exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
@@ -865,6 +859,35 @@ void MainWindow::exportReport() {
   } catch (const std::exception& e) {
     QMessageBox::warning(this, tr("Export report"), QString::fromUtf8(e.what()));
   }
+}
+
+void MainWindow::chooseRunStore() {
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Open or create a run store"), m_dbPath,
+      tr("Run stores (*.sqlite *.db);;All files (*)"), nullptr, QFileDialog::DontConfirmOverwrite);
+  if (!path.isEmpty()) openStore(path);
+}
+
+QMessageBox* MainWindow::warnIfNoStore() {
+  if (m_runsModel->store() != nullptr) return nullptr;
+  // Said where the user looks, not only in the Events dock: without a store nothing can be
+  // listed or trained, and the way out is another store.
+  auto* box = new QMessageBox(QMessageBox::Warning, tr("Run store"),
+                              tr("The run store could not be opened, so runs cannot be listed or "
+                                 "trained here."),
+                              QMessageBox::NoButton, this);
+  box->setObjectName(QStringLiteral("storeProblem"));
+  box->setInformativeText(m_runsModel->lastError());
+  box->setWindowModality(Qt::WindowModal);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  QPushButton* other = box->addButton(tr("Open run store…"), QMessageBox::AcceptRole);
+  box->addButton(QMessageBox::Close);
+  box->setDefaultButton(other);
+  connect(other, &QPushButton::clicked, this, [this] {
+    QMetaObject::invokeMethod(this, &MainWindow::chooseRunStore, Qt::QueuedConnection);
+  });
+  box->open();
+  return box;
 }
 
 MainWindow* MainWindow::openStore(const QString& path, QString* error) {

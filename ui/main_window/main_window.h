@@ -22,6 +22,7 @@ class QComboBox;
 class QTemporaryDir;
 class QLabel;
 class QListWidget;
+class QMessageBox;
 class QPlainTextEdit;
 class QScrollArea;
 class QSpinBox;
@@ -66,6 +67,13 @@ class MainWindow : public QMainWindow {
   /// on close), or null when the store cannot be opened: said in a message box, or only in
   /// `error` when that is given.
   MainWindow* openStore(const QString& path, QString* error = nullptr);
+  /// File > Open run store…: asks for a store file (an existing one opens, a new name creates
+  /// one) and opens it with openStore().
+  void chooseRunStore();
+  /// When this window's store could not be opened (a bad --db), a window-modal box that says so
+  /// with the reason and offers "Open run store…"; it deletes itself when closed. Null when the
+  /// store is open.
+  QMessageBox* warnIfNoStore();
   /// Starts the editor's config now (in-process). Returns false when it does not validate.
   bool startRun();
   /// Continues stored run `id` (crashed or cancelled) from its newest checkpoint, in-process.
