@@ -1,5 +1,6 @@
 // The runs table over a store that another process writes, the compare view's config diff, and
 // the HTML/PDF report: well-formed, one row per selected run, user text escaped.
+#include <QAbstractTextDocumentLayout>
 #include <QtTest>
 
 #include <QDir>
@@ -9,6 +10,7 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QHeaderView>
+#include <QMessageBox>
 #include <QPointer>
 #include <QProcess>
 #include <QPushButton>
@@ -27,7 +29,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include <qcustomplot.h>
@@ -410,6 +414,26 @@ class TestRunsReport : public QObject {
     QVERIFY(window->openStore(dir.path(), &error) == nullptr);
     QVERIFY2(error.contains(QStringLiteral("is a folder")), qPrintable(error));
     QVERIFY(window->isVisible());
+    QVERIFY(window->warnIfNoStore() == nullptr);  // its own store is open: nothing to say
+    {
+      // Started on a file that is not a store (trainbench --db notes.txt): a dialog says so,
+      // with the reason, and offers another store.
+      ui::MainWindow bad(dir.filePath(QStringLiteral("notes.txt")));
+      bad.show();
+      QVERIFY(QTest::qWaitForWindowExposed(&bad));
+      QMessageBox* shown = bad.warnIfNoStore();
+      QVERIFY(shown != nullptr);
+      const QPointer<QMessageBox> box(shown);
+      QTRY_VERIFY(shown->isVisible());
+      const QString why = shown->informativeText();
+      QVERIFY2(why.contains(QStringLiteral("is not a TrainBench run database")), qPrintable(why));
+      bool offersAnother = false;
+      for (QAbstractButton* b : shown->buttons())
+        offersAnother |= b->text() == QStringLiteral("Open run store…");
+      QVERIFY(offersAnother);
+      shown->reject();
+      QTRY_VERIFY(box.isNull());  // deleted when closed
+    }
     const QString b = dir.filePath(QStringLiteral("b.sqlite"));
     ui::MainWindow* second = window->openStore(b, &error);
     QVERIFY2(second != nullptr, qPrintable(error));
@@ -799,6 +823,32 @@ class TestRunsReport : public QObject {
     }
     QVERIFY(cells > 20);
     QVERIFY(doc->pageCount() >= 3);
+    // Two plots to a page: a spacing guess that left the second plot no room put every plot on
+    // a page of its own (and left the page after the heading blank).
+    std::map<int, int> plotsOnPage;
+    const double pageHeight = doc->pageSize().height();
+    for (QTextBlock block = doc->begin(); block.isValid(); block = block.next())
+      for (auto it = block.begin(); !it.atEnd(); ++it) {
+        if (!it.fragment().charFormat().isImageFormat()) continue;
+        const QTextLine line =
+            block.layout()->lineForTextPosition(it.fragment().position() - block.position());
+        const double blockTop = doc->documentLayout()->blockBoundingRect(block).top();
+        const int page = static_cast<int>((blockTop + line.y()) / pageHeight);
+        ++plotsOnPage[page];
+        // Its caption (the block's last line) ends on the same page.
+        const QTextLine caption = block.layout()->lineAt(block.layout()->lineCount() - 1);
+        QVERIFY(caption.lineNumber() > line.lineNumber());
+        QCOMPARE(static_cast<int>((blockTop + caption.y() + caption.height() - 1.0) / pageHeight),
+                 page);
+      }
+    const int placed = std::accumulate(plotsOnPage.begin(), plotsOnPage.end(), 0,
+                                       [](int sum, const auto& kv) { return sum + kv.second; });
+    QCOMPARE(placed, static_cast<int>(report.pdfImages.size()));
+    QVERIFY(plotsOnPage.size() >= 2);
+    for (auto it = plotsOnPage.begin(); std::next(it) != plotsOnPage.end(); ++it)
+      QVERIFY2(
+          it->second == 2,
+          qPrintable(QStringLiteral("page %1 holds %2 plots").arg(it->first + 1).arg(it->second)));
     QVERIFY(report.imageTitles.contains(QStringLiteral("Step time: run %1 plain").arg(a)));
     QCOMPARE(report.imageTitles.filter(QStringLiteral("Step time")).size(), 2);
     const QList<QImage> pages = ui::pdfPageImages(report, 1.0);
