@@ -17,6 +17,7 @@
 #include <QRegularExpression>
 #include <QScreen>
 #include <QSet>
+#include <QSplitter>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -38,6 +39,7 @@
 
 #include "engine/api/workbench_api.h"
 #include "tests/engine/test_util.h"
+#include "tests/ui/plot_test_util.h"
 #include "tests/ui/ui_test_util.h"
 #include "ui/compare/compare_view.h"
 #include "ui/live_plots/metric_plot.h"
@@ -647,6 +649,13 @@ class TestRunsReport : public QObject {
                             .arg(summary->viewport()->width())));
     for (int c = 0; c < 2; ++c)
       QVERIFY(summary->columnWidth(c) > 40);
+    // 700 px holds the plots or a readable summary, not both: stacked. 1200 px holds both side
+    // by side, the summary at least its comfortable width.
+    QCOMPARE(view.splitter()->orientation(), Qt::Vertical);
+    view.resize(1200, 700);
+    QTRY_COMPARE(view.splitter()->orientation(), Qt::Horizontal);
+    QTRY_VERIFY(view.splitter()->sizes().value(1) >= ui::CompareView::kSideComfort);
+    view.resize(700, 700);
 
     QTableWidget* diff = view.diffTable();
     int foldRow = -1, visibleKeys = 0, hiddenKeys = 0;
@@ -694,6 +703,42 @@ class TestRunsReport : public QObject {
     eval->resize(1200, 300);
     eval->replotNow();
     QCOMPARE(eval->legendColumns(), 2);
+  }
+
+  // 40 000 steps on a plot as narrow as a compare pane's, linear and log y: tick labels never
+  // run into one another (QCustomPlot's defaults put five x labels such as "10000" in 130 px),
+  // and a log axis of under two decades is labelled between its powers of ten.
+  void narrowPlotsKeepTheirTickLabelsApart() {
+    ui::MetricPlot plot(QStringLiteral("Loss"), QStringLiteral("loss"));
+    plot.ensureCurve(QStringLiteral("a"), QStringLiteral("#1 train loss"), Qt::blue);
+    std::vector<double> step, wall, value;
+    for (int i = 0; i <= 40000; i += 100) {
+      step.push_back(i);
+      wall.push_back(i * 0.01);
+      value.push_back(2.0 * std::exp(-i / 8000.0) + 0.05);
+    }
+    plot.append(QStringLiteral("a"), step, wall, value);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    for (const bool logY : {false, true}) {
+      plot.setLogY(logY);
+      for (const int width : {1000, 400, 230}) {
+        plot.resize(width, 220);
+        QTest::qWait(20);
+        plot.replotNow();
+        plot.replotNow();  // with the tick counts fitted to the first layout's axis rect
+        for (const QCPAxis* axis : {plot.plot()->xAxis, plot.plot()->yAxis}) {
+          const QString where = QStringLiteral("%1 px wide, log y %2: ").arg(width).arg(logY);
+          QVERIFY2(axis->tickVector().size() >= 2, qPrintable(where));
+          // 0.05 .. 2.05 on a log axis: more than its two powers of ten are labelled.
+          if (logY && axis == plot.plot()->yAxis)
+            QVERIFY2(axis->tickVector().size() >= 3,
+                     qPrintable(where + axis->tickVectorLabels().join(QLatin1Char(' '))));
+          QVERIFY2(test::crowdedTickLabels(axis).isEmpty(),
+                   qPrintable(where + test::crowdedTickLabels(axis)));
+        }
+      }
+    }
   }
 
   void aRunWithoutLoggedStepsShowsNoStepsNotZero() {

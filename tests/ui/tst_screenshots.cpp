@@ -7,7 +7,10 @@
 #include <QFile>
 #include <QImage>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSet>
+#include <QSplitter>
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
@@ -56,6 +59,25 @@ void checkNotBlank(ui::MetricPlot* plot, const char* what) {
   QVERIFY2(colours >= 4, what);
 }
 
+// A page of the central tabs fits its width: no horizontal scroll bar hides part of it.
+void checkFitsWidth(QWidget* page, const char* what) {
+  QWidget* w = page;
+  while (w && !qobject_cast<QScrollArea*>(w))
+    w = w->parentWidget();
+  auto* area = qobject_cast<QScrollArea*>(w);
+  QVERIFY2(area != nullptr, what);
+  while (w && !qobject_cast<QTabWidget*>(w))
+    w = w->parentWidget();
+  QVERIFY2(w != nullptr, what);
+  qobject_cast<QTabWidget*>(w)->setCurrentWidget(area);
+  QTest::qWait(50);
+  QVERIFY2(!area->horizontalScrollBar()->isVisible(),
+           qPrintable(QStringLiteral("%1 needs %2 px, its tab is %3 px wide")
+                          .arg(QLatin1String(what))
+                          .arg(area->widget()->minimumSizeHint().width())
+                          .arg(area->viewport()->width())));
+}
+
 }  // namespace
 
 class TestScreenshots : public QObject {
@@ -87,6 +109,22 @@ class TestScreenshots : public QObject {
     const QString out = QStringLiteral(TB_SCREENSHOT_DIR);
     QDir().mkpath(out);
     QVERIFY(window.grab().save(out + QStringLiteral("/main-window-running.png")));
+    {
+      // The LR preview whole in the config dock, without scrolling it (a tall Sweep page
+      // pushed it half out of view).
+      QWidget* preview = window.configEditor()->previewPlot();
+      QWidget* w = preview;
+      while (w && !qobject_cast<QScrollArea*>(w))
+        w = w->parentWidget();
+      QVERIFY(w != nullptr);
+      QWidget* viewport = qobject_cast<QScrollArea*>(w)->viewport();
+      const QRect at(preview->mapTo(viewport, QPoint(0, 0)), preview->size());
+      QVERIFY2(viewport->rect().contains(at),
+               qPrintable(QStringLiteral("preview at y %1..%2, the dock shows 0..%3")
+                              .arg(at.top())
+                              .arg(at.bottom())
+                              .arg(viewport->height())));
+    }
     checkNotBlank(loss, "loss plot during the run");
     checkNotBlank(window.livePlots()->plots()[ui::PlotsPanel::StepTime], "step-time plot");
     checkNotBlank(window.livePlots()->plots()[ui::PlotsPanel::LearningRate], "LR plot");
@@ -110,6 +148,17 @@ class TestScreenshots : public QObject {
     checkNotBlank(window.compareView()->plots()->plots()[ui::PlotsPanel::Loss],
                   "compare loss plot");
     QVERIFY(window.compareView()->diffTable()->rowCount() >= 3);  // name, lr, steps
+    checkFitsWidth(window.compareView(), "the Compare tab");
+    QCOMPARE(window.compareView()->splitter()->orientation(), Qt::Horizontal);
+    checkFitsWidth(window.livePlots(), "the Live tab");
+    // A laptop's width with every dock still open: the summary goes under the plots (the page
+    // scrolls down to it) instead of the page scrolling sideways.
+    window.resize(1366, 900);
+    checkFitsWidth(window.compareView(), "the Compare tab at 1366 px");
+    QCOMPARE(window.compareView()->splitter()->orientation(), Qt::Vertical);
+    QVERIFY(window.grab().save(out + QStringLiteral("/compare-view-narrow.png")));
+    checkFitsWidth(window.livePlots(), "the Live tab at 1366 px");
+    window.resize(1600, 1000);
 
     // The topology dock with an exclusive plan for two slots.
     window.topologyView()->setPlan(QStringLiteral("exclusive"), 2);
@@ -141,11 +190,19 @@ class TestScreenshots : public QObject {
     e->setEarlyStopping(QStringLiteral("successive_halving"), QStringLiteral("20"));
     e->setSlots(2, QStringLiteral("none"));
     QCOMPARE(e->check(), 16);
-    auto* tabs = e->parentWidget();
-    while (tabs && !qobject_cast<QTabWidget*>(tabs))
-      tabs = tabs->parentWidget();
-    QVERIFY(tabs != nullptr);
-    qobject_cast<QTabWidget*>(tabs)->setCurrentWidget(e);
+    window.configEditor()->showPage(e);
+    QTest::qWait(50);
+    {
+      // The Sweep page scrolls up and down in its tab, never cut at the right.
+      QWidget* w = e;
+      while (w && !qobject_cast<QScrollArea*>(w))
+        w = w->parentWidget();
+      QVERIFY(w != nullptr);
+      QVERIFY2(qobject_cast<QScrollArea*>(w)->viewport()->width() >= e->minimumSizeHint().width(),
+               qPrintable(QStringLiteral("the Sweep page needs %1 px, has %2")
+                              .arg(e->minimumSizeHint().width())
+                              .arg(qobject_cast<QScrollArea*>(w)->viewport()->width())));
+    }
     QTest::qWait(100);
     const QString out = QStringLiteral(TB_SCREENSHOT_DIR);
     QVERIFY(window.grab().save(out + QStringLiteral("/sweep-editor.png")));
@@ -155,6 +212,7 @@ class TestScreenshots : public QObject {
     QCOMPARE(window.sweepView()->sweepName(), QStringLiteral("screenshot-sweep"));
     QVERIFY(window.grab().save(out + QStringLiteral("/sweeps-tab.png")));
     QVERIFY(inkAndColours(window.sweepView()->curvePlot()->grab().toImage()).second >= 3);
+    checkFitsWidth(window.sweepView(), "the Sweeps tab");
   }
 };
 

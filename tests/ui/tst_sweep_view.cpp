@@ -21,6 +21,7 @@
 #include <qcustomplot.h>
 
 #include "engine/api/workbench_api.h"
+#include "tests/ui/plot_test_util.h"
 #include "tests/ui/ui_test_util.h"
 #include "ui/main_window/main_window.h"
 #include "ui/report/sweep_report.h"
@@ -142,6 +143,34 @@ class TestSweepView : public QObject {
         }
     // One parallel-coordinates line per finished trial.
     QCOMPARE(view.parallelPlot()->plottableCount(), 8);
+
+    // The learning rates (1e-3 .. 2e-2) on a log axis: wide, labels at 1, 2 and 5 times the
+    // powers of ten (QCustomPlot's log ticker labels 0.001 and 0.01 alone there); narrower,
+    // fewer labels, never touching.
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QCPAxis* x = view.curvePlot()->xAxis;
+    QCOMPARE(x->scaleType(), QCPAxis::stLogarithmic);
+    int wideLabels = 0;
+    for (const int width : {1400, 700, 420}) {
+      view.resize(width, 700);
+      QTest::qWait(50);
+      view.curvePlot()->replot(QCustomPlot::rpImmediateRefresh);  // the fitted tick count
+      const QVector<double> ticks = x->tickVector();
+      QVERIFY2(ticks.size() >= 2, qPrintable(QString::number(width)));
+      QVERIFY2(
+          test::crowdedTickLabels(x).isEmpty(),
+          qPrintable(QStringLiteral("at %1 px: %2").arg(width).arg(test::crowdedTickLabels(x))));
+      if (width == 1400) {
+        wideLabels = static_cast<int>(ticks.size());
+        for (const double label : {0.002, 0.005, 0.01})
+          QVERIFY2(std::any_of(ticks.begin(), ticks.end(),
+                               [&](double t) { return std::abs(t - label) < 1e-12; }),
+                   qPrintable(QString::number(label)));
+      } else {
+        QVERIFY(ticks.size() <= wideLabels);
+      }
+    }
 
     // The points table leads with the best point: the smallest mean of the oracle.
     double best = 1e300;

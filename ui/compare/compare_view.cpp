@@ -3,10 +3,11 @@
 
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFont>
-#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QResizeEvent>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -16,6 +17,7 @@
 #include <map>
 #include <vector>
 
+#include "ui/common/flow_layout.h"
 #include "ui/live_plots/plots_panel.h"
 #include "ui/report/report.h"
 
@@ -38,24 +40,23 @@ QString sectionOf(const std::string& key) {
 CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
-  auto* splitter = new QSplitter(Qt::Horizontal, this);
-  m_plots = new PlotsPanel(splitter);
-  auto* side = new QWidget(splitter);
+  m_split = new QSplitter(Qt::Horizontal, this);
+  m_plots = new PlotsPanel(m_split);
+  auto* side = new QWidget(m_split);
+  m_side = side;
   auto* sideLayout = new QVBoxLayout(side);
   sideLayout->setContentsMargins(0, 0, 0, 0);
-  auto* targetRow = new QHBoxLayout;
-  targetRow->addWidget(new QLabel(tr("Target:"), side));
+  auto* targetRow = new FlowLayout;  // wraps where the side panel is narrow
   m_targetMetric = new QComboBox(side);
   m_targetMetric->addItems(
       {QLatin1String(api::metric::kEvalAccuracy), QLatin1String(api::metric::kEvalLoss),
        QLatin1String(api::metric::kLoss), QLatin1String(api::metric::kEvalPerplexity)});
-  targetRow->addWidget(m_targetMetric);
+  targetRow->addWidget(labelled(tr("Target:"), m_targetMetric, side));
   m_targetValue = new QDoubleSpinBox(side);
   m_targetValue->setDecimals(4);
   m_targetValue->setRange(-1e9, 1e9);
   m_targetValue->setValue(0.85);
   targetRow->addWidget(m_targetValue);
-  targetRow->addStretch(1);
   sideLayout->addLayout(targetRow);
   sideLayout->addWidget(new QLabel(tr("Summary"), side));
   m_summary = new QTableWidget(side);
@@ -84,14 +85,78 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
     setSectionExpanded(folded, hidden);
   });
   sideLayout->addWidget(m_diff, 1);
-  splitter->addWidget(m_plots);
-  splitter->addWidget(side);
-  splitter->setStretchFactor(0, 3);
-  splitter->setStretchFactor(1, 2);
-  layout->addWidget(splitter);
+  m_split->addWidget(m_plots);
+  m_split->addWidget(side);
+  m_split->setStretchFactor(0, 3);
+  m_split->setStretchFactor(1, 2);
+  connect(m_split, &QSplitter::splitterMoved, this, [this] { m_userSplit = true; });
+  layout->addWidget(m_split);
   connect(m_targetMetric, &QComboBox::currentTextChanged, this, [this] { fillSummary(); });
   connect(m_targetValue, QOverload<double>::of(&QDoubleSpinBox::valueChanged), this,
           [this] { fillSummary(); });
+}
+
+void CompareView::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  arrange();
+}
+
+bool CompareView::event(QEvent* event) {
+  // Stacked, the plots fill what the parent (a scroll area's viewport) shows: follow its size.
+  if (event->type() == QEvent::ParentChange && parentWidget() != nullptr)
+    parentWidget()->installEventFilter(this);
+  return QWidget::event(event);
+}
+
+bool CompareView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == parentWidget() && event->type() == QEvent::Resize) arrange();
+  return QWidget::eventFilter(watched, event);
+}
+
+QSize CompareView::minimumSizeHint() const {
+  const QMargins m = layout()->contentsMargins();
+  const QSize plots = m_plots->minimumSizeHint().expandedTo(m_plots->minimumSize());
+  const QSize side = m_side->minimumSizeHint().expandedTo(m_side->minimumSize());
+  const int height = m_split->orientation() == Qt::Horizontal
+                         ? std::max(plots.height(), side.height())
+                         : plots.height() + m_split->handleWidth() + side.height();
+  return {std::max(plots.width(), side.width()) + m.left() + m.right(),
+          height + m.top() + m.bottom()};
+}
+
+void CompareView::arrange() {
+  const QMargins m = layout()->contentsMargins();
+  const int across = width() - m.left() - m.right() - m_split->handleWidth();
+  const int plotsLeast = m_plots->minimumSizeHint().width();
+  const int sideLeast = std::max(kSideComfort, m_side->minimumSizeHint().width());
+  const bool wide = across >= plotsLeast + sideLeast;
+  // Stacked: the plots as tall as the visible part of the page less a strip where the target
+  // row shows that more follows; the summary and diff with room for a few rows each.
+  const int visible = parentWidget() != nullptr ? parentWidget()->height() : height();
+  const int plotsHeight =
+      wide ? 0
+           : std::max(m_plots->minimumSizeHint().height(),
+                      visible - m.top() - m.bottom() - m_split->handleWidth() - 36);
+  const int sideHeight = wide ? 0 : 360;
+  const Qt::Orientation want = wide ? Qt::Horizontal : Qt::Vertical;
+  if (want != m_split->orientation() || m_plots->minimumHeight() != plotsHeight ||
+      m_side->minimumHeight() != sideHeight) {
+    if (want != m_split->orientation()) {
+      m_split->setOrientation(want);
+      m_userSplit = false;  // sizes dragged for the other orientation mean nothing here
+    }
+    m_plots->setMinimumHeight(plotsHeight);
+    m_side->setMinimumHeight(sideHeight);
+    updateGeometry();  // a new least size for the scroll area
+  }
+  if (m_userSplit) return;
+  if (wide) {
+    const int side = std::clamp(across * 2 / 5, sideLeast, across - plotsLeast);
+    m_split->setSizes({across - side, side});
+  } else {
+    const int down = height() - m.top() - m.bottom() - m_split->handleWidth();
+    m_split->setSizes({plotsHeight, std::max(0, down - plotsHeight)});
+  }
 }
 
 void CompareView::setRuns(const api::StoreReader* store, const QList<qint64>& ids) {

@@ -12,6 +12,9 @@
 
 class QComboBox;
 class QDoubleSpinBox;
+class QEvent;
+class QResizeEvent;
+class QSplitter;
 class QTableWidget;
 
 namespace tb::ui {
@@ -42,14 +45,37 @@ class CompareView : public QWidget {
   QTableWidget* summaryTable() const { return m_summary; }
   /// The overlaid plots.
   PlotsPanel* plots() const { return m_plots; }
+  /// The plots | summary splitter: side by side where the view is wide enough for the plots'
+  /// least width and a summary that reads (kSideComfort px), the summary under the plots where
+  /// it is not.
+  QSplitter* splitter() const { return m_split; }
+  /// The widest of plots and summary, not both side by side: a narrow view stacks them rather
+  /// than scroll sideways.
+  QSize minimumSizeHint() const override;
+
+  /// The least width of the summary and diff beside the plots.
+  static constexpr int kSideComfort = 280;
+
+ protected:
+  bool event(QEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
+  // Side by side or stacked, for the current width. Side by side, until the user drags the
+  // splitter, the summary takes 2/5 of the width (at least kSideComfort, never so much that the
+  // plots go below their least width). Stacked, the plots take the visible height (the scroll
+  // area's viewport) and the summary and diff follow below it.
+  void arrange();
   void fillSummary();
   void fillDiff(const std::vector<api::ConfigDiffRow>& diff);
 
   const api::StoreReader* m_store = nullptr;
   QList<qint64> m_ids;
   PlotsPanel* m_plots = nullptr;
+  QSplitter* m_split = nullptr;
+  QWidget* m_side = nullptr;
+  bool m_userSplit = false;  // the user has dragged the splitter: keep their sizes
   QTableWidget* m_diff = nullptr;
   QTableWidget* m_summary = nullptr;
   QComboBox* m_targetMetric = nullptr;

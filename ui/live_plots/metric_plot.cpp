@@ -20,6 +20,7 @@
 
 #include <qcustomplot.h>
 
+#include "ui/common/log_ticker.h"
 #include "ui/live_plots/series_math.h"
 
 namespace tb::ui {
@@ -228,7 +229,7 @@ void MetricPlot::setLogY(bool log) {
   for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2}) {
     if (log) {
       axis->setScaleType(QCPAxis::stLogarithmic);
-      axis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+      axis->setTicker(QSharedPointer<LogTicker>(new LogTicker));
     } else {
       axis->setScaleType(QCPAxis::stLinear);
       axis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
@@ -579,13 +580,18 @@ void MetricPlot::fitTicks() {
   // step) stacked seven labels such as 0.0125 into 70 px. Called after each layout, when the
   // axis rect has its height (for the widget, or for a report's image of another size); the
   // ticks of this draw are already made, so a changed count is drawn by one more replot.
+  // Across, about one x label per 75 px: on a plot 130 px wide "1000", "2000" and "3000" ran
+  // into one another.
   const int h = m_plot->axisRect()->height();
-  if (h <= 0) return;
+  const int w = m_plot->axisRect()->width();
+  if (h <= 0 || w <= 0) return;
   const int n = std::clamp(h / 30, 2, 5);
+  const int nx = std::clamp(w / 75, 2, 5);
   bool changed = false;
-  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2}) {
-    if (axis->ticker()->tickCount() == n) continue;
-    axis->ticker()->setTickCount(n);
+  for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2, m_plot->xAxis}) {
+    const int want = axis == m_plot->xAxis ? nx : n;
+    if (axis->ticker()->tickCount() == want) continue;
+    axis->ticker()->setTickCount(want);
     changed = true;
   }
   if (changed) m_plot->replot(QCustomPlot::rpQueuedReplot);

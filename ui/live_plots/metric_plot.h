@@ -161,7 +161,7 @@ class MetricPlot : public QWidget {
   void redecimate();
   void markLonePoint(QCPGraph* graph, const Curve& c, std::size_t shown);
   void fitLegend();
-  // Fewer y tick labels on a short plot.
+  // Fewer y tick labels on a short plot, fewer x tick labels on a narrow one.
   void fitTicks();
   void onMouseMove(QMouseEvent* event);
   const std::vector<double>& xs(const Curve& c) const;

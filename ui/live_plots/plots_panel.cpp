@@ -4,7 +4,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QGridLayout>
-#include <QHBoxLayout>
 #include <QLabel>
 #include <QPalette>
 #include <QPushButton>
@@ -17,6 +16,7 @@
 
 #include <qcustomplot.h>
 
+#include "ui/common/flow_layout.h"
 #include "ui/live_plots/metric_plot.h"
 
 namespace tb::ui {
@@ -99,12 +99,14 @@ MetricRoute routeMetric(const QString& key) {
 PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   auto* outer = new QVBoxLayout(this);
   outer->setContentsMargins(4, 4, 4, 4);
-  auto* controls = new QHBoxLayout;
-  controls->addWidget(new QLabel(tr("x axis:"), this));
+  // The controls wrap onto a second row where the panel is narrow (the Compare tab beside its
+  // summary) rather than widening the page past its tab.
+  auto* controls = new FlowLayout;
+  m_controls = controls;
   m_xAxis = new QComboBox(this);
   m_xAxis->addItems({tr("step"), tr("wall time")});
   m_xAxis->setObjectName(QStringLiteral("xAxisCombo"));
-  controls->addWidget(m_xAxis);
+  controls->addWidget(labelled(tr("x axis:"), m_xAxis, this));
   m_logY = new QCheckBox(tr("log y"), this);
   m_logY->setObjectName(QStringLiteral("logYCheck"));
   controls->addWidget(m_logY);
@@ -113,21 +115,20 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_linkX->setToolTip(tr("One x range for every plot: zoom or pan one and the others follow"));
   m_linkX->setChecked(true);
   controls->addWidget(m_linkX);
-  controls->addSpacing(12);
-  controls->addWidget(new QLabel(tr("smoothing:"), this));
   m_smoothing = new QSlider(Qt::Horizontal, this);
   m_smoothing->setObjectName(QStringLiteral("smoothingSlider"));
   m_smoothing->setRange(0, 99);
   m_smoothing->setValue(60);
+  m_smoothing->setMinimumWidth(80);
   m_smoothing->setMaximumWidth(180);
   m_smoothing->setToolTip(tr("Debiased EMA weight, computed on the full raw series"));
-  controls->addWidget(m_smoothing);
-  m_smoothingLabel = new QLabel(QStringLiteral("0.60"), this);
-  controls->addWidget(m_smoothingLabel);
+  QWidget* smoothing = labelled(tr("smoothing:"), m_smoothing, this);
+  m_smoothingLabel = new QLabel(QStringLiteral("0.60"), smoothing);
+  smoothing->layout()->addWidget(m_smoothingLabel);
+  controls->addWidget(smoothing);
   auto* reset = new QPushButton(tr("Reset view"), this);
   reset->setToolTip(tr("Show all data (also: double-click a plot)"));
   controls->addWidget(reset);
-  controls->addStretch(1);
   // Which run the plots show (the Live tab follows the newest or selected run; nothing else on
   // the tab says which): its id and name in its colour, or how many runs.
   m_runsLabel = new QLabel(this);
@@ -175,6 +176,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_stepBars->legend->setFillOrder(QCPLayoutGrid::foColumnsFirst);
   m_stepBars->legend->setWrap(3);
   m_stepBars->legend->setBorderPen(Qt::NoPen);
+  m_stepBars->installEventFilter(this);  // its legend's columns follow its width
   m_stepBars->hide();
   grid->addWidget(m_stepBars, StepTime / 2, StepTime % 2);
   outer->addLayout(grid, 1);
@@ -506,7 +508,52 @@ void PlotsPanel::updateStepBars() {
   m_stepBars->xAxis->setRange(0.4, x + 0.6);
   m_stepBars->yAxis->setRangeLower(0);
   m_stepBars->yAxis->setRangeUpper(m_stepBars->yAxis->range().upper * 1.25);
+  fitStepLegend();
   m_stepBars->replot();
+}
+
+void PlotsPanel::fitStepLegend() {
+  QCPLegend* legend = m_stepBars->legend;
+  int widest = 0;
+  for (int i = 0; i < legend->itemCount(); ++i)  // a grid's cells: some may be empty
+    if (const QCPAbstractLegendItem* item = legend->item(i))
+      widest = std::max(widest, item->minimumOuterSizeHint().width());
+  const QMargins m = legend->margins();
+  const int room = m_stepBars->width() - m.left() - m.right();
+  const int columns =
+      widest > 0
+          ? std::clamp((room + legend->columnSpacing()) / (widest + legend->columnSpacing()), 1, 3)
+          : 3;
+  if (columns == legend->wrap()) return;
+  legend->setWrap(columns);
+  legend->setFillOrder(legend->fillOrder(), true);  // re-flows the items already there
+}
+
+int PlotsPanel::controlsExtraHeight(int width) const {
+  const QMargins m = layout()->contentsMargins();
+  return std::max(0, m_controls->heightForWidth(width - m.left() - m.right()) -
+                         m_controls->minimumSize().height());
+}
+
+QSize PlotsPanel::minimumSizeHint() const {
+  return QWidget::minimumSizeHint() + QSize(0, controlsExtraHeight(width()));
+}
+
+void PlotsPanel::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  const int h = m_controls->heightForWidth(width());
+  if (h == m_controlsHeight) return;
+  m_controlsHeight = h;
+  updateGeometry();  // the controls wrapped or unwrapped: a new least height
+}
+
+bool PlotsPanel::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_stepBars && event->type() == QEvent::Resize) {
+    const int before = m_stepBars->legend->wrap();
+    fitStepLegend();
+    if (m_stepBars->legend->wrap() != before) m_stepBars->replot(QCustomPlot::rpQueuedReplot);
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 void PlotsPanel::setSmoothing(double weight) {

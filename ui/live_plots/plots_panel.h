@@ -23,6 +23,7 @@ class QSlider;
 
 namespace tb::ui {
 
+class FlowLayout;
 class MetricPlot;
 
 /// The colour of the i-th run (a qualitative palette that reads on light and dark backgrounds).
@@ -100,6 +101,14 @@ class PlotsPanel : public QWidget {
   /// several runs are shown).
   QCustomPlot* stepTimeBars() const { return m_stepBars; }
 
+  /// Counts the rows the controls wrap into at the current width, so that a wrapped row never
+  /// squeezes the plots below their least height.
+  QSize minimumSizeHint() const override;
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+
  private:
   struct RunState {
     QString name;
@@ -120,6 +129,11 @@ class PlotsPanel : public QWidget {
   // plot's budget), not a change the user made.
   void syncLinkedX(bool liveData = false);
   void updateStepBars();
+  // As many legend columns under the bars as their width holds (at most 3), so no phase's
+  // name is cut off on a narrow plot.
+  void fitStepLegend();
+  // How much taller than one row the controls are at panel width `width`.
+  int controlsExtraHeight(int width) const;
   void updateRunsLabel();
 
   QList<MetricPlot*> m_plots;
@@ -131,6 +145,8 @@ class PlotsPanel : public QWidget {
   QSlider* m_smoothing = nullptr;
   QLabel* m_smoothingLabel = nullptr;
   QLabel* m_runsLabel = nullptr;
+  FlowLayout* m_controls = nullptr;
+  int m_controlsHeight = 0;  // the controls' height at the last resize
 };
 
 }  // namespace tb::ui

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "ui/common/vertical_scroll_area.h"
 #include "ui/live_plots/metric_plot.h"
 #include "ui/live_plots/plots_panel.h"
 
@@ -287,7 +288,17 @@ QString ConfigEditor::literal(const Field& f) const {
 }
 
 void ConfigEditor::addPage(QWidget* page, const QString& title) {
-  m_tabs->addTab(page, title);
+  auto* scroll = new VerticalScrollArea(m_tabs);
+  scroll->setWidget(page);
+  m_tabs->addTab(scroll, title);
+}
+
+void ConfigEditor::showPage(QWidget* page) {
+  for (int i = 0; i < m_tabs->count(); ++i) {
+    auto* scroll = qobject_cast<QScrollArea*>(m_tabs->widget(i));
+    if (m_tabs->widget(i) == page || (scroll != nullptr && scroll->widget() == page))
+      m_tabs->setCurrentIndex(i);
+  }
 }
 
 QString ConfigEditor::toToml() const {

@@ -54,8 +54,11 @@ class ConfigEditor : public QWidget {
   bool setFieldText(const QString& key, const QString& text);
   /// The keys of the form, in order.
   QStringList keys() const;
-  /// Adds a page beside Form, TOML and Parameters (the sweep editor).
+  /// Adds a page beside Form, TOML and Parameters (the sweep editor). The page scrolls up and
+  /// down inside its tab, so that a tall page does not push the LR preview out of the dock.
   void addPage(QWidget* page, const QString& title);
+  /// Shows the page `page` (one of addPage()'s).
+  void showPage(QWidget* page);
   /// The LR preview plot.
   MetricPlot* previewPlot() const { return m_preview; }
   /// The parameter-split table.

@@ -110,7 +110,12 @@ SweepEditor::SweepEditor(std::function<QString()> runConfig, QWidget* parent)
   m_params->setColumnWidth(Distribution, 95);
   m_params->setColumnWidth(Min, 42);
   m_params->setColumnWidth(Max, 42);
-  m_params->setMinimumHeight(150);
+  // As tall as its keys (three at least), so that its empty rows do not push "Run sweep" out of
+  // view; the page scrolls in its tab when the dock is shorter than the form.
+  m_params->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
+  m_params->setMinimumHeight(m_params->horizontalHeader()->sizeHint().height() +
+                             3 * m_params->verticalHeader()->defaultSectionSize() +
+                             2 * m_params->frameWidth());
   m_params->setToolTip(
       tr("Any config key (optimizer.kind, optimizer.muon.lr, model.hidden...): "
          "a list of values, or a range for the random method"));

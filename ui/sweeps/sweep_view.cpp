@@ -5,7 +5,6 @@
 
 #include <QComboBox>
 #include <QDoubleValidator>
-#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
@@ -20,6 +19,8 @@
 #include <map>
 #include <set>
 
+#include "ui/common/flow_layout.h"
+#include "ui/common/log_ticker.h"
 #include "ui/live_plots/plots_panel.h"
 #include "ui/live_plots/series_math.h"
 
@@ -138,7 +139,9 @@ std::vector<SweepCurve> sweepCurves(const api::SweepResult& sweep, const QString
 }
 
 SweepView::SweepView(QWidget* parent) : QWidget(parent) {
-  auto* top = new QHBoxLayout;
+  // The controls wrap onto more rows where the tab is narrow (docks open beside it) rather
+  // than widening the page past its tab.
+  auto* top = new FlowLayout;
   m_sweepBox = new QComboBox(this);
   m_sweepBox->setToolTip(tr("The sweeps of the store, newest first"));
   m_sweepBox->setMinimumContentsLength(24);
@@ -158,13 +161,9 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
          "time each trial took to reach it"));
   m_openBest = new QPushButton(tr("Open best config"), this);
   m_openBest->setToolTip(tr("Load the best finished trial's config into the config editor"));
-  top->addWidget(new QLabel(tr("Sweep:"), this));
-  top->addWidget(m_sweepBox);
-  top->addStretch(1);
-  top->addWidget(new QLabel(tr("x:"), this));
-  top->addWidget(m_xBox);
-  top->addWidget(new QLabel(tr("target:"), this));
-  top->addWidget(m_target);
+  top->addWidget(labelled(tr("Sweep:"), m_sweepBox, this));
+  top->addWidget(labelled(tr("x:"), m_xBox, this));
+  top->addWidget(labelled(tr("target:"), m_target, this));
   top->addWidget(m_openBest);
   m_export = new QPushButton(tr("Export report…"), this);
   m_export->setToolTip(
@@ -176,6 +175,15 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   m_curvePlot->setMinimumHeight(300);
   m_curvePlot->legend->setVisible(true);
   m_curvePlot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  // About one x label per 70 px of axis, so that a narrow plot's labels do not run together;
+  // the count changed by this layout is drawn by the next replot.
+  connect(m_curvePlot, &QCustomPlot::afterLayout, this, [this] {
+    const int n = std::clamp(m_curvePlot->axisRect()->width() / 70, 2, 8);
+    if (m_curvePlot->axisRect()->width() <= 0 || m_curvePlot->xAxis->ticker()->tickCount() == n)
+      return;
+    m_curvePlot->xAxis->ticker()->setTickCount(n);
+    m_curvePlot->replot(QCustomPlot::rpQueuedReplot);
+  });
   m_curvePlot->setToolTip(
       tr("Each point's best metric, mean over its seeds; the band spans "
          "the seeds' values"));
@@ -404,11 +412,13 @@ void SweepView::fillCurves() {
   }
   const bool logX = !first && lo > 0 && hi / lo >= 10;
   plot->xAxis->setScaleType(logX ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  const int tickCount = plot->xAxis->ticker()->tickCount();  // fitted to the width
   if (logX) {
-    plot->xAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    plot->xAxis->setTicker(QSharedPointer<LogTicker>(new LogTicker));
   } else {
     plot->xAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   }
+  plot->xAxis->ticker()->setTickCount(tickCount);
   plot->xAxis->setLabel(xKey);
   plot->yAxis->setLabel(tr("best %1").arg(QString::fromStdString(m_result.plan.metric)));
   plot->rescaleAxes();
