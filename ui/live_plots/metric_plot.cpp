@@ -43,7 +43,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_plot);
-  setMinimumSize(220, 150);
+  setMinimumSize(200, 150);  // two side by side beside the Compare summary at 1600 px
   m_plot->plotLayout()->insertRow(0);
   m_titleElement =
       new QCPTextElement(m_plot, title, QFont(font().family(), font().pointSize(), QFont::Bold));

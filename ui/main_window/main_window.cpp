@@ -42,6 +42,7 @@
 #include "engine/api/launch_api.h"
 
 #include "ui/bridge/run_worker.h"
+#include "ui/common/vertical_scroll_area.h"
 #include "ui/compare/compare_view.h"
 #include "ui/live_plots/plots_panel.h"
 #include "ui/report/report.h"
@@ -152,7 +153,9 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
         tabifyDockWidget(runsDock, dock);
       }
     runsDock->raise();
-    resizeDocks({runsDock}, {height() * 3 / 10}, Qt::Vertical);
+    // A short screen as well (768 pixels): the runs table gets less of the height, so that
+    // three rows of plots fit above it without scrolling the Live tab.
+    resizeDocks({runsDock}, {height() * (height() < 900 ? 2 : 3) / 10}, Qt::Vertical);
   }
   updateActions();
 }
@@ -315,8 +318,12 @@ void MainWindow::buildDocks() {
 
   auto* topoDock = new QDockWidget(tr("Topology"), this);
   topoDock->setObjectName(QStringLiteral("topologyDock"));
-  m_topology = new TopologyView(topoDock);
-  topoDock->setWidget(m_topology);
+  // The view scrolls in its dock: tabified under the plots on a laptop's short screen, its
+  // least height (270 px) had made the whole bottom dock area that tall.
+  auto* topoArea = new VerticalScrollArea(topoDock);
+  m_topology = new TopologyView(topoArea);
+  topoArea->setWidget(m_topology);
+  topoDock->setWidget(topoArea);
   addDockWidget(Qt::RightDockWidgetArea, topoDock);
   tabifyDockWidget(queueDock, topoDock);
   queueDock->raise();
