@@ -250,6 +250,9 @@ class TestScreenshots : public QObject {
     QVERIFY(window.grab().save(out + QStringLiteral("/sweeps-tab.png")));
     QVERIFY(inkAndColours(window.sweepView()->curvePlot()->grab().toImage()).second >= 3);
     checkFitsWidth(window.sweepView(), "the Sweeps tab");
+    window.resize(1366, 900);
+    checkFitsWidth(window.sweepView(), "the Sweeps tab at 1366 px");
+    QVERIFY(window.grab().save(out + QStringLiteral("/sweeps-tab-narrow.png")));
   }
 };
 

@@ -161,6 +161,29 @@ class TestSweepView : public QObject {
       QVERIFY2(
           test::crowdedTickLabels(x).isEmpty(),
           qPrintable(QStringLiteral("at %1 px: %2").arg(width).arg(test::crowdedTickLabels(x))));
+      // The parallel plot: every title and value label inside the plot, no two titles touching
+      // (they take two rows where one is too narrow for them).
+      QCustomPlot* parallel = view.parallelPlot();
+      parallel->replot(QCustomPlot::rpImmediateRefresh);
+      QList<QRectF> titles;
+      for (int i = 0; i < parallel->itemCount(); ++i) {
+        auto* label = qobject_cast<QCPItemText*>(parallel->item(i));
+        if (label == nullptr) continue;
+        const QRectF r(label->topLeft->pixelPosition(), label->bottomRight->pixelPosition());
+        QVERIFY2(QRectF(parallel->rect()).contains(r),
+                 qPrintable(QStringLiteral("at %1 px: \"%2\" outside the %3 px plot")
+                                .arg(width)
+                                .arg(label->text())
+                                .arg(parallel->width())));
+        if (!label->font().bold()) continue;
+        for (const QRectF& other : titles)
+          QVERIFY2(!other.intersects(r),
+                   qPrintable(QStringLiteral("at %1 px: title \"%2\" overlaps another")
+                                  .arg(width)
+                                  .arg(label->text())));
+        titles << r;
+      }
+      QCOMPARE(titles.size(), 4);  // kind, muon.lr, lr ("optimizer." dropped) and eval.loss
       if (width == 1400) {
         wideLabels = static_cast<int>(ticks.size());
         for (const double label : {0.002, 0.005, 0.01})

@@ -97,9 +97,11 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   const double pdfH = std::min(pdfTextArea().width() * 0.58 * kPdfH / kPdfW, pdfPlotHeight());
   const double pdfW = pdfH * kPdfW / kPdfH;
   auto addPlot = [&](QCustomPlot* plot, const QString& plotTitle) {
+    if (plot == view.parallelPlot()) view.fitParallelTo(options.plotWidth);
     const QImage img = plot->toPixmap(options.plotWidth, options.plotHeight, 1.0).toImage();
     // The PDF's: drawn at a smaller size (its labels then print at about 7 pt) and twice the
     // resolution.
+    if (plot == view.parallelPlot()) view.fitParallelTo(kPdfW);
     const QImage pdfImg = plot->toPixmap(kPdfW, kPdfH, 2.0).toImage();
     const int n = static_cast<int>(report.images.size());
     report.images.append(img);

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QResizeEvent>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableWidget>
@@ -196,6 +197,7 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   auto* plots = new QSplitter(Qt::Horizontal, this);
   plots->addWidget(m_curvePlot);
   plots->addWidget(m_parallel);
+  m_parallel->installEventFilter(this);  // titles on one row or two, by its width
 
   m_points = new QTableWidget(this);
   m_trials = new QTableWidget(this);
@@ -563,17 +565,44 @@ void SweepView::fillParallel() {
     curve->setPen(QPen(color, 1.6));
     curve->setName(QString::fromStdString(t->trial.name));
   }
-  // The axes, their titles and value labels.
+  // The axes, their titles and value labels. The labels may reach into the axis rect's margins
+  // (pixels, so that the last axis' values are never cut at the plot's right edge), and the
+  // titles take two rows, alternating, where neighbours would overlap on one.
+  QFont labelFont = plot->font();
+  labelFont.setPointSizeF(labelFont.pointSizeF() * 0.85);
+  QFont titleFont = labelFont;
+  titleFont.setBold(true);
   auto text = [&](double x, double y, const QString& s, Qt::Alignment align, bool bold = false) {
     auto* item = new QCPItemText(plot);
+    item->setClipToAxisRect(false);
     item->position->setCoords(x, y);
     item->setText(s);
     item->setPositionAlignment(align);
-    QFont f = plot->font();
-    f.setPointSizeF(f.pointSizeF() * 0.85);
-    f.setBold(bold);
-    item->setFont(f);
+    item->setFont(bold ? titleFont : labelFont);
   };
+  auto valueLabels = [&](const Axis& ax) {
+    QStringList labels;
+    if (ax.any && ax.numeric) {
+      labels << number(ax.lo);
+      if (ax.hi > ax.lo) labels << number(ax.hi);
+    } else if (ax.any) {
+      labels = ax.categories;
+    }
+    if (ax.missing) labels << tr("n/a");
+    return labels;
+  };
+  const QFontMetrics labelMetrics(labelFont), titleMetrics(titleFont);
+  int lastWidth = 0;  // the widest value label of the last axis
+  for (const QString& l : valueLabels(axes.back()))
+    lastWidth = std::max(lastWidth, labelMetrics.horizontalAdvance(l));
+  const int right = std::max(lastWidth + 12, titleMetrics.horizontalAdvance(axes.back().title) / 2);
+  const int left = std::max(10, titleMetrics.horizontalAdvance(axes.front().title) / 2 + 2);
+  plot->axisRect()->setMargins(QMargins(left, 10, right, 10));
+  m_parallelTitles.clear();
+  for (const Axis& ax : axes)
+    m_parallelTitles << titleMetrics.horizontalAdvance(ax.title);
+  m_parallelStaggered =
+      parallelTitlesOverlap(m_parallelFitWidth > 0 ? m_parallelFitWidth : m_parallel->width());
   for (std::size_t a = 0; a < axes.size(); ++a) {
     const Axis& ax = axes[a];
     const auto x = static_cast<double>(a);
@@ -581,7 +610,8 @@ void SweepView::fillParallel() {
     line->start->setCoords(x, 0);
     line->end->setCoords(x, 1);
     line->setPen(QPen(QColor(90, 90, 90), 1.2));
-    text(x, 1.04, ax.title, Qt::AlignHCenter | Qt::AlignBottom, true);
+    text(x, m_parallelStaggered && a % 2 == 1 ? 1.13 : 1.04, ax.title,
+         Qt::AlignHCenter | Qt::AlignBottom, true);
     // (An axis no finished trial has a value on is labelled n/a only.)
     if (ax.any && ax.numeric) {
       text(x + 0.03, 0, number(ax.lo), Qt::AlignLeft | Qt::AlignVCenter);
@@ -594,9 +624,37 @@ void SweepView::fillParallel() {
     }
     if (ax.missing) text(x + 0.03, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
   }
-  plot->xAxis->setRange(-0.5, static_cast<double>(axes.size()) - 0.4);
-  plot->yAxis->setRange(-0.2, 1.16);
+  plot->xAxis->setRange(-0.02, static_cast<double>(axes.size()) - 0.98);
+  plot->yAxis->setRange(-0.2, m_parallelStaggered ? 1.25 : 1.16);
   plot->replot();
+}
+
+bool SweepView::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_parallel && event->type() == QEvent::Resize && m_parallelFitWidth == 0 &&
+      !m_parallelTitles.isEmpty() &&
+      parallelTitlesOverlap(static_cast<QResizeEvent*>(event)->size().width()) !=
+          m_parallelStaggered)
+    fillParallel();
+  return QWidget::eventFilter(watched, event);
+}
+
+void SweepView::fitParallelTo(int width) {
+  const int before = m_parallelFitWidth;
+  m_parallelFitWidth = width;
+  if (m_parallelTitles.isEmpty()) return;
+  if (width != before &&
+      parallelTitlesOverlap(width > 0 ? width : m_parallel->width()) != m_parallelStaggered)
+    fillParallel();
+}
+
+bool SweepView::parallelTitlesOverlap(int plotWidth) const {
+  const QMargins m = m_parallel->axisRect()->margins();
+  const int axes = static_cast<int>(m_parallelTitles.size());
+  if (axes < 2) return false;
+  const double spacing = (plotWidth - m.left() - m.right()) / (axes - 1 + 0.04);
+  for (int a = 1; a < axes; ++a)
+    if ((m_parallelTitles[a - 1] + m_parallelTitles[a]) / 2.0 + 8 > spacing) return true;
+  return false;
 }
 
 void SweepView::fillTables() {

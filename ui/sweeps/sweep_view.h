@@ -75,6 +75,10 @@ class SweepView : public QWidget {
   QCustomPlot* curvePlot() const { return m_curvePlot; }
   /// The parallel-coordinates plot (one curve per finished trial).
   QCustomPlot* parallelPlot() const { return m_parallel; }
+  /// Lays the parallel plot's axis titles out for an image `width` px wide (one row, or two
+  /// where neighbours would overlap), for a report's image of another size than the widget;
+  /// 0: for the widget's own width again.
+  void fitParallelTo(int width);
   /// Points, best first.
   QTableWidget* pointsTable() const { return m_points; }
   /// Every trial.
@@ -90,10 +94,15 @@ class SweepView : public QWidget {
   /// "Export report…" for sweep `name`.
   void exportRequested(const QString& name);
 
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+
  private:
   void reload();
   void fillCurves();
   void fillParallel();
+  // Whether neighbouring axis titles of the parallel plot overlap on one row at `plotWidth`.
+  bool parallelTitlesOverlap(int plotWidth) const;
   void fillTables();
   void fillTrialTargets();
 
@@ -112,6 +121,9 @@ class SweepView : public QWidget {
   void placeLegend();
   QCustomPlot* m_curvePlot = nullptr;
   QCustomPlot* m_parallel = nullptr;
+  QList<int> m_parallelTitles;       // the axis titles' widths, px
+  bool m_parallelStaggered = false;  // titles on two rows, alternating
+  int m_parallelFitWidth = 0;        // fitParallelTo()'s width; 0: the widget's
   QTableWidget* m_points = nullptr;
   QTableWidget* m_trials = nullptr;
   bool m_filling = false;
