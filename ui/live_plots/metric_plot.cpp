@@ -20,6 +20,7 @@
 
 #include <qcustomplot.h>
 
+#include "ui/common/legend_fit.h"
 #include "ui/common/log_ticker.h"
 #include "ui/live_plots/series_math.h"
 
@@ -561,18 +562,8 @@ int MetricPlot::legendColumns() const {
 }
 
 void MetricPlot::fitLegend() {
-  QCPLegend* legend = m_plot->legend;
-  int widest = 0;
-  for (int i = 0; i < legend->itemCount(); ++i)  // a grid's cells: some may be empty
-    if (const QCPAbstractLegendItem* item = legend->item(i))
-      widest = std::max(widest, item->minimumOuterSizeHint().width());
-  // Two columns when two whole names fit side by side, else one: a cut name ("#1 eval accu")
-  // reads worse than a taller legend.
-  const int columns =
-      widest > 0 && 2 * widest + legend->columnSpacing() + 48 > m_plot->width() ? 1 : 2;
-  if (legend->wrap() == columns) return;
-  legend->setWrap(columns);
-  legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);  // re-arranges the items
+  // Two columns when two whole names fit beside each other, with 48 px for the plot's margins.
+  fitLegendColumns(m_plot->legend, m_plot->width() - 48, 2);
 }
 
 void MetricPlot::fitTicks() {

@@ -17,6 +17,7 @@
 #include <qcustomplot.h>
 
 #include "ui/common/flow_layout.h"
+#include "ui/common/legend_fit.h"
 #include "ui/live_plots/metric_plot.h"
 
 namespace tb::ui {
@@ -512,21 +513,9 @@ void PlotsPanel::updateStepBars() {
   m_stepBars->replot();
 }
 
-void PlotsPanel::fitStepLegend() {
-  QCPLegend* legend = m_stepBars->legend;
-  int widest = 0;
-  for (int i = 0; i < legend->itemCount(); ++i)  // a grid's cells: some may be empty
-    if (const QCPAbstractLegendItem* item = legend->item(i))
-      widest = std::max(widest, item->minimumOuterSizeHint().width());
-  const QMargins m = legend->margins();
-  const int room = m_stepBars->width() - m.left() - m.right();
-  const int columns =
-      widest > 0
-          ? std::clamp((room + legend->columnSpacing()) / (widest + legend->columnSpacing()), 1, 3)
-          : 3;
-  if (columns == legend->wrap()) return;
-  legend->setWrap(columns);
-  legend->setFillOrder(legend->fillOrder(), true);  // re-flows the items already there
+bool PlotsPanel::fitStepLegend() {
+  const QMargins m = m_stepBars->legend->margins();
+  return fitLegendColumns(m_stepBars->legend, m_stepBars->width() - m.left() - m.right(), 3);
 }
 
 int PlotsPanel::controlsExtraHeight(int width) const {
@@ -548,11 +537,8 @@ void PlotsPanel::resizeEvent(QResizeEvent* event) {
 }
 
 bool PlotsPanel::eventFilter(QObject* watched, QEvent* event) {
-  if (watched == m_stepBars && event->type() == QEvent::Resize) {
-    const int before = m_stepBars->legend->wrap();
-    fitStepLegend();
-    if (m_stepBars->legend->wrap() != before) m_stepBars->replot(QCustomPlot::rpQueuedReplot);
-  }
+  if (watched == m_stepBars && event->type() == QEvent::Resize && fitStepLegend())
+    m_stepBars->replot(QCustomPlot::rpQueuedReplot);
   return QWidget::eventFilter(watched, event);
 }
 

@@ -130,8 +130,8 @@ class PlotsPanel : public QWidget {
   void syncLinkedX(bool liveData = false);
   void updateStepBars();
   // As many legend columns under the bars as their width holds (at most 3), so no phase's
-  // name is cut off on a narrow plot.
-  void fitStepLegend();
+  // name is cut off on a narrow plot; whether the columns changed.
+  bool fitStepLegend();
   // How much taller than one row the controls are at panel width `width`.
   int controlsExtraHeight(int width) const;
   void updateRunsLabel();
