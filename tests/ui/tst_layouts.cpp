@@ -108,7 +108,7 @@ class TestLayouts : public QObject {
     QVERIFY2(near(ticks, {0.001, 0.002, 0.005, 0.01, 0.02}), qPrintable(str(ticks)));
     QCOMPARE(sub, 0);
     // Less room: 1-3, then the powers alone.
-    ticks = ticksOf(ticker, 0.001 / 1.5, 0.02 * 1.5, 3, &sub);
+    ticks = ticksOf(ticker, 0.001 / 1.5, 0.02 * 1.5, 4, &sub);
     QVERIFY2(near(ticks, {0.001, 0.003, 0.01, 0.03}), qPrintable(str(ticks)));
     ticks = ticksOf(ticker, 0.001 / 1.5, 0.02 * 1.5, 2, &sub);
     QVERIFY2(near(ticks, {0.001, 0.01}), qPrintable(str(ticks)));

@@ -652,6 +652,10 @@ class TestRunsReport : public QObject {
     // 700 px holds the plots or a readable summary, not both: stacked. 1200 px holds both side
     // by side, the summary at least its comfortable width.
     QCOMPARE(view.splitter()->orientation(), Qt::Vertical);
+    // A window of its own (no scroll area): stacked at the plots' least height, the view does
+    // not grow itself (a height that followed its own grew it without end).
+    QTest::qWait(100);
+    QVERIFY2(view.height() < 1000, qPrintable(QString::number(view.height())));
     view.resize(1200, 700);
     QTRY_COMPARE(view.splitter()->orientation(), Qt::Horizontal);
     QTRY_VERIFY(view.splitter()->sizes().value(1) >= ui::CompareView::kSideComfort);
@@ -694,6 +698,11 @@ class TestRunsReport : public QObject {
     for (const auto& [label, ms] : phases.at(adamw))
       if (label == QLatin1String("forward")) drawn = ms;
     QVERIFY(std::abs(drawn - sum / static_cast<double>(stored.value.size())) < 1e-9);
+    // Their y labels keep apart on a short plot.
+    plots->stepTimeBars()->replot(QCustomPlot::rpImmediateRefresh);
+    plots->stepTimeBars()->replot(QCustomPlot::rpImmediateRefresh);  // the fitted tick count
+    QVERIFY2(test::crowdedTickLabels(plots->stepTimeBars()->yAxis).isEmpty(),
+             qPrintable(test::crowdedTickLabels(plots->stepTimeBars()->yAxis)));
 
     // Whole legend names: one column when two do not fit side by side.
     ui::MetricPlot* eval = plots->plots()[ui::PlotsPanel::EvalMetric];
@@ -718,20 +727,45 @@ class TestRunsReport : public QObject {
       value.push_back(2.0 * std::exp(-i / 8000.0) + 0.05);
     }
     plot.append(QStringLiteral("a"), step, wall, value);
+    // Three more curves: a compare pane's Loss plot (train and eval loss of two runs).
+    for (const char* id : {"b", "c", "d"}) {
+      plot.ensureCurve(QLatin1String(id), QStringLiteral("#2 eval loss %1").arg(QLatin1String(id)),
+                       Qt::red, Qt::DashLine, true);
+      plot.append(QLatin1String(id), step, wall, value);
+    }
     plot.show();
     QVERIFY(QTest::qWaitForWindowExposed(&plot));
     for (const bool logY : {false, true}) {
       plot.setLogY(logY);
       for (const int width : {1000, 400, 230}) {
-        plot.resize(width, 220);
+        plot.resize(width, 300);
         QTest::qWait(20);
         plot.replotNow();
         plot.replotNow();  // with the tick counts fitted to the first layout's axis rect
+        // At its least height too, the legend's four rows do not overlap.
+        if (width == 230) {
+          plot.resize(width, plot.minimumHeight());
+          QTest::qWait(20);
+          plot.replotNow();
+          plot.plot()->replot(QCustomPlot::rpImmediateRefresh);
+          QCPLegend* legend = plot.plot()->legend;
+          QList<QRect> rows;
+          for (int i = 0; i < legend->itemCount(); ++i)
+            if (const QCPAbstractLegendItem* item = legend->item(i)) {
+              for (const QRect& other : rows)
+                QVERIFY2(
+                    !other.intersects(item->rect()),
+                    qPrintable(
+                        QStringLiteral("legend rows overlap at %1 px high").arg(plot.height())));
+              rows << item->rect();
+            }
+          QCOMPARE(rows.size(), 4);
+        }
         for (const QCPAxis* axis : {plot.plot()->xAxis, plot.plot()->yAxis}) {
           const QString where = QStringLiteral("%1 px wide, log y %2: ").arg(width).arg(logY);
           QVERIFY2(axis->tickVector().size() >= 2, qPrintable(where));
-          // 0.05 .. 2.05 on a log axis: more than its two powers of ten are labelled.
-          if (logY && axis == plot.plot()->yAxis)
+          // 0.05 .. 2.05 on a log axis 300 px high: more than its two powers of ten labelled.
+          if (logY && axis == plot.plot()->yAxis && plot.height() >= 300)
             QVERIFY2(axis->tickVector().size() >= 3,
                      qPrintable(where + axis->tickVectorLabels().join(QLatin1Char(' '))));
           QVERIFY2(test::crowdedTickLabels(axis).isEmpty(),

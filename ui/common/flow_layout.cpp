@@ -2,7 +2,6 @@
 
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QStyle>
 #include <QWidget>
 
 #include <algorithm>
@@ -64,7 +63,7 @@ QSize FlowLayout::sizeHint() const {
     ++shown;
   }
   const QMargins m = contentsMargins();
-  return {width + std::max(0, shown - 1) * gap(Qt::Horizontal) + m.left() + m.right(),
+  return {width + std::max(0, shown - 1) * gap() + m.left() + m.right(),
           height + m.top() + m.bottom()};
 }
 
@@ -73,20 +72,14 @@ void FlowLayout::setGeometry(const QRect& rect) {
   arrange(rect, true, &m_rows);
 }
 
-int FlowLayout::gap(Qt::Orientation o) const {
-  if (spacing() >= 0) return spacing();
-  const QWidget* w = parentWidget();
-  const int pm = w != nullptr ? w->style()->pixelMetric(o == Qt::Horizontal
-                                                            ? QStyle::PM_LayoutHorizontalSpacing
-                                                            : QStyle::PM_LayoutVerticalSpacing,
-                                                        nullptr, w)
-                              : -1;
-  return pm >= 0 ? pm : 6;
+int FlowLayout::gap() const {
+  // spacing(): the set one, else the parent layout's or the parent widget's style's.
+  return spacing() >= 0 ? spacing() : 6;
 }
 
 int FlowLayout::arrange(const QRect& rect, bool apply, int* rows) const {
   const QRect area = rect.marginsRemoved(contentsMargins());
-  const int hgap = gap(Qt::Horizontal), vgap = gap(Qt::Vertical);
+  const int hgap = gap(), vgap = gap();
   // Rows first (which items share a row and its height), then placement, each item centred
   // vertically in its row so labels line up with the fields beside them.
   struct Row {

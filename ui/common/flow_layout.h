@@ -13,7 +13,8 @@ namespace tb::ui {
 
 class FlowLayout : public QLayout {
  public:
-  /// `spacing` < 0 takes the style's layout spacing (6 px where the style has none).
+  /// The gap between items, across and down: `spacing`, or when < 0 the parent layout's
+  /// spacing (or the parent widget's style's; 6 px where there is none).
   explicit FlowLayout(QWidget* parent = nullptr, int spacing = -1);
   ~FlowLayout() override;
 
@@ -35,7 +36,7 @@ class FlowLayout : public QLayout {
   int rows() const { return m_rows; }
 
  private:
-  int gap(Qt::Orientation o) const;
+  int gap() const;
   // Lays the items out in `rect` (only measures when `apply` is false); returns the height used.
   int arrange(const QRect& rect, bool apply, int* rows = nullptr) const;
 

@@ -39,7 +39,7 @@ QVector<double> LogTicker::createTickVector(double tickStep, const QCPRange& ran
        {std::initializer_list<double>{1, 2, 5}, std::initializer_list<double>{1, 3},
         std::initializer_list<double>{1}}) {
     const QVector<double> ticks = mantissaTicks(range.lower, range.upper, mantissas);
-    if (ticks.size() >= 2 && ticks.size() <= want + 1) {
+    if (ticks.size() >= 2 && ticks.size() <= want) {
       m_ownTicks = true;
       return ticks;
     }

@@ -1,5 +1,6 @@
 #include "ui/common/vertical_scroll_area.h"
 
+#include <QEvent>
 #include <QScrollBar>
 
 #include <algorithm>
@@ -10,6 +11,13 @@ VerticalScrollArea::VerticalScrollArea(QWidget* parent) : QScrollArea(parent) {
   setWidgetResizable(true);
   setFrameShape(QFrame::NoFrame);
   setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+}
+
+bool VerticalScrollArea::eventFilter(QObject* watched, QEvent* event) {
+  // QScrollArea watches its widget already (for its resizes); a layout request of the page may
+  // come with a new least width, which the area's own least size follows.
+  if (watched == widget() && event->type() == QEvent::LayoutRequest) updateGeometry();
+  return QScrollArea::eventFilter(watched, event);
 }
 
 QSize VerticalScrollArea::minimumSizeHint() const {

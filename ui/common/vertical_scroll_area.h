@@ -11,6 +11,10 @@ class VerticalScrollArea : public QScrollArea {
  public:
   explicit VerticalScrollArea(QWidget* parent = nullptr);
   QSize minimumSizeHint() const override;
+
+ protected:
+  /// The page's least width changed (its layout asked for a new one): so does this area's.
+  bool eventFilter(QObject* watched, QEvent* event) override;
 };
 
 }  // namespace tb::ui

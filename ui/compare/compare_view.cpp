@@ -1,6 +1,7 @@
 #include "ui/compare/compare_view.h"
 #include "engine/api/metrics.h"
 
+#include <QAbstractScrollArea>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QEvent>
@@ -89,8 +90,10 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_split->addWidget(side);
   m_split->setStretchFactor(0, 3);
   m_split->setStretchFactor(1, 2);
+  m_split->setChildrenCollapsible(false);  // a too-small size in passing never hides a part
   connect(m_split, &QSplitter::splitterMoved, this, [this] { m_userSplit = true; });
   layout->addWidget(m_split);
+  watchViewport();
   connect(m_targetMetric, &QComboBox::currentTextChanged, this, [this] { fillSummary(); });
   connect(m_targetValue, QOverload<double>::of(&QDoubleSpinBox::valueChanged), this,
           [this] { fillSummary(); });
@@ -102,14 +105,24 @@ void CompareView::resizeEvent(QResizeEvent* event) {
 }
 
 bool CompareView::event(QEvent* event) {
-  // Stacked, the plots fill what the parent (a scroll area's viewport) shows: follow its size.
-  if (event->type() == QEvent::ParentChange && parentWidget() != nullptr)
-    parentWidget()->installEventFilter(this);
+  // Stacked, the plots fill what a scroll area's viewport shows: follow its size.
+  if (event->type() == QEvent::ParentChange) watchViewport();
   return QWidget::event(event);
 }
 
+void CompareView::watchViewport() {
+  if (QWidget* viewport = visibleArea()) viewport->installEventFilter(this);
+}
+
+QWidget* CompareView::visibleArea() const {
+  QWidget* parent = parentWidget();
+  auto* area =
+      parent != nullptr ? qobject_cast<QAbstractScrollArea*>(parent->parentWidget()) : nullptr;
+  return area != nullptr && area->viewport() == parent ? parent : nullptr;
+}
+
 bool CompareView::eventFilter(QObject* watched, QEvent* event) {
-  if (watched == parentWidget() && event->type() == QEvent::Resize) arrange();
+  if (watched == visibleArea() && event->type() == QEvent::Resize) arrange();
   return QWidget::eventFilter(watched, event);
 }
 
@@ -117,9 +130,12 @@ QSize CompareView::minimumSizeHint() const {
   const QMargins m = layout()->contentsMargins();
   const QSize plots = m_plots->minimumSizeHint().expandedTo(m_plots->minimumSize());
   const QSize side = m_side->minimumSizeHint().expandedTo(m_side->minimumSize());
+  // Stacked: the plots at the visible height and the summary below them are the page's least
+  // height, while each part keeps its own least height, so the splitter between them can move.
   const int height = m_split->orientation() == Qt::Horizontal
                          ? std::max(plots.height(), side.height())
-                         : plots.height() + m_split->handleWidth() + side.height();
+                         : std::max(plots.height(), m_stackedPlots) + m_split->handleWidth() +
+                               std::max(side.height(), kStackedSide);
   return {std::max(plots.width(), side.width()) + m.left() + m.right(),
           height + m.top() + m.bottom()};
 }
@@ -130,23 +146,23 @@ void CompareView::arrange() {
   const int plotsLeast = m_plots->minimumSizeHint().width();
   const int sideLeast = std::max(kSideComfort, m_side->minimumSizeHint().width());
   const bool wide = across >= plotsLeast + sideLeast;
-  // Stacked: the plots as tall as the visible part of the page less a strip where the target
-  // row shows that more follows; the summary and diff with room for a few rows each.
-  const int visible = parentWidget() != nullptr ? parentWidget()->height() : height();
-  const int plotsHeight =
-      wide ? 0
-           : std::max(m_plots->minimumSizeHint().height(),
-                      visible - m.top() - m.bottom() - m_split->handleWidth() - 36);
-  const int sideHeight = wide ? 0 : 360;
+  // Stacked in a scroll area: the plots as tall as its viewport less a strip where the target
+  // row shows that more follows. Elsewhere (a window of its own) at their least height: a
+  // height that followed the view's own would grow it without end.
+  const QWidget* viewport = visibleArea();
+  const int plotsLeastHeight = m_plots->minimumSizeHint().height();
+  const int stackedPlots =
+      wide || viewport == nullptr
+          ? 0
+          : std::max(plotsLeastHeight,
+                     viewport->height() - m.top() - m.bottom() - m_split->handleWidth() - 36);
   const Qt::Orientation want = wide ? Qt::Horizontal : Qt::Vertical;
-  if (want != m_split->orientation() || m_plots->minimumHeight() != plotsHeight ||
-      m_side->minimumHeight() != sideHeight) {
+  if (want != m_split->orientation() || stackedPlots != m_stackedPlots) {
     if (want != m_split->orientation()) {
       m_split->setOrientation(want);
       m_userSplit = false;  // sizes dragged for the other orientation mean nothing here
     }
-    m_plots->setMinimumHeight(plotsHeight);
-    m_side->setMinimumHeight(sideHeight);
+    m_stackedPlots = stackedPlots;
     updateGeometry();  // a new least size for the scroll area
   }
   if (m_userSplit) return;
@@ -155,7 +171,8 @@ void CompareView::arrange() {
     m_split->setSizes({across - side, side});
   } else {
     const int down = height() - m.top() - m.bottom() - m_split->handleWidth();
-    m_split->setSizes({plotsHeight, std::max(0, down - plotsHeight)});
+    const int plots = std::max(plotsLeastHeight, stackedPlots);
+    m_split->setSizes({plots, std::max(kStackedSide, down - plots)});
   }
 }
 

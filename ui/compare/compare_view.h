@@ -55,6 +55,8 @@ class CompareView : public QWidget {
 
   /// The least width of the summary and diff beside the plots.
   static constexpr int kSideComfort = 280;
+  /// Stacked, the height the summary and diff get under the plots.
+  static constexpr int kStackedSide = 360;
 
  protected:
   bool event(QEvent* event) override;
@@ -65,8 +67,12 @@ class CompareView : public QWidget {
   // Side by side or stacked, for the current width. Side by side, until the user drags the
   // splitter, the summary takes 2/5 of the width (at least kSideComfort, never so much that the
   // plots go below their least width). Stacked, the plots take the visible height (the scroll
-  // area's viewport) and the summary and diff follow below it.
+  // area's viewport) and the summary and diff kStackedSide below it; the splitter moves.
   void arrange();
+  // The scroll area's viewport this view is the page of, or null.
+  QWidget* visibleArea() const;
+  // Follows visibleArea()'s size (installed when the view is put in a scroll area).
+  void watchViewport();
   void fillSummary();
   void fillDiff(const std::vector<api::ConfigDiffRow>& diff);
 
@@ -76,6 +82,7 @@ class CompareView : public QWidget {
   QSplitter* m_split = nullptr;
   QWidget* m_side = nullptr;
   bool m_userSplit = false;  // the user has dragged the splitter: keep their sizes
+  int m_stackedPlots = 0;    // stacked in a scroll area: the plots' height (the visible one)
   QTableWidget* m_diff = nullptr;
   QTableWidget* m_summary = nullptr;
   QComboBox* m_targetMetric = nullptr;

@@ -44,7 +44,7 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_plot);
-  setMinimumSize(200, 150);  // two side by side beside the Compare summary at 1600 px
+  setMinimumSize(200, kLeastHeight);  // two side by side beside the Compare summary at 1600 px
   m_plot->plotLayout()->insertRow(0);
   m_titleElement =
       new QCPTextElement(m_plot, title, QFont(font().family(), font().pointSize(), QFont::Bold));
@@ -228,6 +228,7 @@ void MetricPlot::setXAxis(XAxis axis) {
 void MetricPlot::setLogY(bool log) {
   m_logY = log;
   for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2}) {
+    const int count = axis->ticker()->tickCount();  // fitted to the plot's height (fitTicks)
     if (log) {
       axis->setScaleType(QCPAxis::stLogarithmic);
       axis->setTicker(QSharedPointer<LogTicker>(new LogTicker));
@@ -235,6 +236,7 @@ void MetricPlot::setLogY(bool log) {
       axis->setScaleType(QCPAxis::stLinear);
       axis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
     }
+    axis->ticker()->setTickCount(count);
   }
   scheduleReplot();
 }
@@ -564,6 +566,12 @@ int MetricPlot::legendColumns() const {
 void MetricPlot::fitLegend() {
   // Two columns when two whole names fit beside each other, with 48 px for the plot's margins.
   fitLegendColumns(m_plot->legend, m_plot->width() - 48, 2);
+  // Tall enough for the legend's rows beside the title, the axis labels and a usable axis rect:
+  // squeezed below that, QCustomPlot drew a four-entry legend's rows over one another.
+  const int legend =
+      m_plot->legend->visible() ? m_plot->legend->minimumOuterSizeHint().height() : 0;
+  const int least = std::max(kLeastHeight, legend + 110);
+  if (minimumHeight() != least) setMinimumHeight(least);
 }
 
 void MetricPlot::fitTicks() {

@@ -107,6 +107,8 @@ class MetricPlot : public QWidget {
   /// Bounds of the live redraw interval, in ms.
   static constexpr int kMinLiveIntervalMs = 100;
   static constexpr int kMaxLiveIntervalMs = 1000;
+  /// The least height of a plot with a legend of one or two rows (more rows: taller).
+  static constexpr int kLeastHeight = 150;
   /// The share of the data's x extent left free at either end when the view follows the data.
   static constexpr double kXPad = 0.01;
   /// The live redraw interval for a redraw that took `redrawMs` on a machine with `cpus` CPUs:

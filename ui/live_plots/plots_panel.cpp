@@ -136,6 +136,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_runsLabel->setObjectName(QStringLiteral("shownRunsLabel"));
   m_runsLabel->setTextFormat(Qt::PlainText);
   m_runsLabel->setText(tr("no run"));
+  m_runsLabel->setMinimumWidth(60);  // a long run name is cut, never widens the page
   controls->addWidget(m_runsLabel);
   outer->addLayout(controls);
 
@@ -178,6 +179,15 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_stepBars->legend->setWrap(3);
   m_stepBars->legend->setBorderPen(Qt::NoPen);
   m_stepBars->installEventFilter(this);  // its legend's columns follow its width
+  // About one y label per 30 px of axis (QCustomPlot's default stacked eight labels, 0 to 0.07,
+  // into 50 px); the count changed by a layout is drawn by the next replot.
+  connect(m_stepBars, &QCustomPlot::afterLayout, this, [this] {
+    const int h = m_stepBars->axisRect()->height();
+    const int n = std::clamp(h / 30, 2, 5);
+    if (h <= 0 || m_stepBars->yAxis->ticker()->tickCount() == n) return;
+    m_stepBars->yAxis->ticker()->setTickCount(n);
+    m_stepBars->replot(QCustomPlot::rpQueuedReplot);
+  });
   m_stepBars->hide();
   grid->addWidget(m_stepBars, StepTime / 2, StepTime % 2);
   outer->addLayout(grid, 1);
@@ -273,6 +283,8 @@ void PlotsPanel::updateRunsLabel() {
     m_runsLabel->setText(tr("%n runs", nullptr, static_cast<int>(m_runs.size())));
   }
   m_runsLabel->setPalette(palette);
+  m_runsLabel->setToolTip(m_runsLabel->text());  // whole where a long name is cut
+  refitControls();                               // a longer label may wrap the controls
 }
 
 QList<qint64> PlotsPanel::runIds() const {
@@ -525,14 +537,21 @@ int PlotsPanel::controlsExtraHeight(int width) const {
 }
 
 QSize PlotsPanel::minimumSizeHint() const {
-  return QWidget::minimumSizeHint() + QSize(0, controlsExtraHeight(width()));
+  // The extra rows at the last resize (none before the first: a widget's default 100 px width
+  // would put every control on a row of its own).
+  return QWidget::minimumSizeHint() + QSize(0, m_controlsExtra);
 }
 
 void PlotsPanel::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
-  const int h = m_controls->heightForWidth(width());
-  if (h == m_controlsHeight) return;
-  m_controlsHeight = h;
+  refitControls();
+}
+
+void PlotsPanel::refitControls() {
+  if (!testAttribute(Qt::WA_Resized)) return;  // not laid out yet: its width means nothing
+  const int extra = controlsExtraHeight(width());
+  if (extra == m_controlsExtra) return;
+  m_controlsExtra = extra;
   updateGeometry();  // the controls wrapped or unwrapped: a new least height
 }
 

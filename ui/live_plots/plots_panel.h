@@ -134,6 +134,8 @@ class PlotsPanel : public QWidget {
   bool fitStepLegend();
   // How much taller than one row the controls are at panel width `width`.
   int controlsExtraHeight(int width) const;
+  // Re-reads controlsExtraHeight() at the current width; a new least height when it changed.
+  void refitControls();
   void updateRunsLabel();
 
   QList<MetricPlot*> m_plots;
@@ -146,7 +148,7 @@ class PlotsPanel : public QWidget {
   QLabel* m_smoothingLabel = nullptr;
   QLabel* m_runsLabel = nullptr;
   FlowLayout* m_controls = nullptr;
-  int m_controlsHeight = 0;  // the controls' height at the last resize
+  int m_controlsExtra = 0;  // the wrapped controls' height beyond one row, at the last refit
 };
 
 }  // namespace tb::ui

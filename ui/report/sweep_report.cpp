@@ -97,12 +97,17 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   const double pdfH = std::min(pdfTextArea().width() * 0.58 * kPdfH / kPdfW, pdfPlotHeight());
   const double pdfW = pdfH * kPdfW / kPdfH;
   auto addPlot = [&](QCustomPlot* plot, const QString& plotTitle) {
-    if (plot == view.parallelPlot()) view.fitParallelTo(options.plotWidth);
-    const QImage img = plot->toPixmap(options.plotWidth, options.plotHeight, 1.0).toImage();
+    // Each image laid out at its size first: the tick counts fitted to a layout (one x label
+    // per 70 px) are drawn by the next one.
+    auto draw = [&](int w, int h, double scale) {
+      if (plot == view.parallelPlot()) view.fitParallelTo(w);
+      plot->toPixmap(w, h, scale);
+      return plot->toPixmap(w, h, scale).toImage();
+    };
+    const QImage img = draw(options.plotWidth, options.plotHeight, 1.0);
     // The PDF's: drawn at a smaller size (its labels then print at about 7 pt) and twice the
     // resolution.
-    if (plot == view.parallelPlot()) view.fitParallelTo(kPdfW);
-    const QImage pdfImg = plot->toPixmap(kPdfW, kPdfH, 2.0).toImage();
+    const QImage pdfImg = draw(kPdfW, kPdfH, 2.0);
     const int n = static_cast<int>(report.images.size());
     report.images.append(img);
     report.pdfImages.append(pdfImg);

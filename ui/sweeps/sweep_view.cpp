@@ -28,6 +28,9 @@
 namespace tb::ui {
 namespace {
 
+// Pixels between a parallel-coordinates axis and its value labels.
+constexpr int kValueGap = 6;
+
 // A TOML value's number, if it is one ("0.02", "3", "1e-3"; not "\"muon\"" or "true").
 std::optional<double> numberOf(const std::string& toml) {
   bool ok = false;
@@ -579,6 +582,8 @@ void SweepView::fillParallel() {
     item->setText(s);
     item->setPositionAlignment(align);
     item->setFont(bold ? titleFont : labelFont);
+    // A value label starts a fixed distance right of its axis, in pixels as the margins are.
+    if (align & Qt::AlignLeft) item->setPadding(QMargins(kValueGap, 0, 0, 0));
   };
   auto valueLabels = [&](const Axis& ax) {
     QStringList labels;
@@ -595,7 +600,8 @@ void SweepView::fillParallel() {
   int lastWidth = 0;  // the widest value label of the last axis
   for (const QString& l : valueLabels(axes.back()))
     lastWidth = std::max(lastWidth, labelMetrics.horizontalAdvance(l));
-  const int right = std::max(lastWidth + 12, titleMetrics.horizontalAdvance(axes.back().title) / 2);
+  const int right =
+      std::max(lastWidth + kValueGap + 6, titleMetrics.horizontalAdvance(axes.back().title) / 2);
   const int left = std::max(10, titleMetrics.horizontalAdvance(axes.front().title) / 2 + 2);
   plot->axisRect()->setMargins(QMargins(left, 10, right, 10));
   m_parallelTitles.clear();
@@ -614,19 +620,19 @@ void SweepView::fillParallel() {
          Qt::AlignHCenter | Qt::AlignBottom, true);
     // (An axis no finished trial has a value on is labelled n/a only.)
     if (ax.any && ax.numeric) {
-      text(x + 0.03, 0, number(ax.lo), Qt::AlignLeft | Qt::AlignVCenter);
-      if (ax.hi > ax.lo) text(x + 0.03, 1, number(ax.hi), Qt::AlignLeft | Qt::AlignVCenter);
+      text(x, 0, number(ax.lo), Qt::AlignLeft | Qt::AlignVCenter);
+      if (ax.hi > ax.lo) text(x, 1, number(ax.hi), Qt::AlignLeft | Qt::AlignVCenter);
     } else if (ax.any) {
       for (int i = 0; i < ax.categories.size(); ++i) {
         const double y = ax.categories.size() <= 1 ? 0.5 : double(i) / (ax.categories.size() - 1);
-        text(x + 0.03, y, ax.categories[i], Qt::AlignLeft | Qt::AlignVCenter);
+        text(x, y, ax.categories[i], Qt::AlignLeft | Qt::AlignVCenter);
       }
     }
-    if (ax.missing) text(x + 0.03, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
+    if (ax.missing) text(x, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
   }
   plot->xAxis->setRange(-0.02, static_cast<double>(axes.size()) - 0.98);
   plot->yAxis->setRange(-0.2, m_parallelStaggered ? 1.25 : 1.16);
-  plot->replot();
+  plot->replot(QCustomPlot::rpQueuedReplot);  // also called from a resize, before it is done
 }
 
 bool SweepView::eventFilter(QObject* watched, QEvent* event) {
