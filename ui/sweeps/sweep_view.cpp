@@ -606,9 +606,14 @@ void SweepView::fillParallel() {
   plot->axisRect()->setMargins(QMargins(left, 10, right, 10));
   m_parallelTitles.clear();
   for (const Axis& ax : axes)
-    m_parallelTitles << titleMetrics.horizontalAdvance(ax.title);
-  m_parallelStaggered =
-      parallelTitlesOverlap(m_parallelFitWidth > 0 ? m_parallelFitWidth : m_parallel->width());
+    m_parallelTitles << ax.title;
+  m_parallelTitleFont = titleFont;
+  m_parallelShown = parallelTitlesAt(
+      m_parallelFitWidth > 0 ? m_parallelFitWidth : m_parallel->width(), &m_parallelStaggered);
+  if (m_parallelShown != m_parallelTitles)  // some shortened: the tooltip names them whole
+    plot->setToolTip(plot->toolTip() +
+                     (plot->toolTip().isEmpty() ? QString() : QStringLiteral("\n")) +
+                     tr("Axes: %1").arg(m_parallelTitles.join(QStringLiteral(", "))));
   for (std::size_t a = 0; a < axes.size(); ++a) {
     const Axis& ax = axes[a];
     const auto x = static_cast<double>(a);
@@ -616,7 +621,7 @@ void SweepView::fillParallel() {
     line->start->setCoords(x, 0);
     line->end->setCoords(x, 1);
     line->setPen(QPen(QColor(90, 90, 90), 1.2));
-    text(x, m_parallelStaggered && a % 2 == 1 ? 1.13 : 1.04, ax.title,
+    text(x, m_parallelStaggered && a % 2 == 1 ? 1.13 : 1.04, m_parallelShown[static_cast<int>(a)],
          Qt::AlignHCenter | Qt::AlignBottom, true);
     // (An axis no finished trial has a value on is labelled n/a only.)
     if (ax.any && ax.numeric) {
@@ -636,31 +641,47 @@ void SweepView::fillParallel() {
 }
 
 bool SweepView::eventFilter(QObject* watched, QEvent* event) {
-  if (watched == m_parallel && event->type() == QEvent::Resize && m_parallelFitWidth == 0 &&
-      !m_parallelTitles.isEmpty() &&
-      parallelTitlesOverlap(static_cast<QResizeEvent*>(event)->size().width()) !=
-          m_parallelStaggered)
-    fillParallel();
+  if (watched == m_parallel && event->type() == QEvent::Resize && m_parallelFitWidth == 0)
+    refitParallelTitles(static_cast<QResizeEvent*>(event)->size().width());
   return QWidget::eventFilter(watched, event);
 }
 
 void SweepView::fitParallelTo(int width) {
   const int before = m_parallelFitWidth;
   m_parallelFitWidth = width;
-  if (m_parallelTitles.isEmpty()) return;
-  if (width != before &&
-      parallelTitlesOverlap(width > 0 ? width : m_parallel->width()) != m_parallelStaggered)
-    fillParallel();
+  if (width != before) refitParallelTitles(width > 0 ? width : m_parallel->width());
 }
 
-bool SweepView::parallelTitlesOverlap(int plotWidth) const {
-  const QMargins m = m_parallel->axisRect()->margins();
+void SweepView::refitParallelTitles(int plotWidth) {
+  if (m_parallelTitles.isEmpty()) return;
+  bool staggered = false;
+  const QStringList shown = parallelTitlesAt(plotWidth, &staggered);
+  if (shown != m_parallelShown || staggered != m_parallelStaggered) fillParallel();
+}
+
+QStringList SweepView::parallelTitlesAt(int plotWidth, bool* staggered) const {
+  *staggered = false;
   const int axes = static_cast<int>(m_parallelTitles.size());
-  if (axes < 2) return false;
+  if (axes < 2) return m_parallelTitles;
+  const QFontMetrics metrics(m_parallelTitleFont);
+  QList<int> widths;
+  for (const QString& t : m_parallelTitles)
+    widths << metrics.horizontalAdvance(t);
+  const QMargins m = m_parallel->axisRect()->margins();
+  // The x range runs from -0.02 to axes - 0.98: axis a sits at (a + 0.02) spacings.
   const double spacing = (plotWidth - m.left() - m.right()) / (axes - 1 + 0.04);
-  for (int a = 1; a < axes; ++a)
-    if ((m_parallelTitles[a - 1] + m_parallelTitles[a]) / 2.0 + 8 > spacing) return true;
-  return false;
+  constexpr int kGap = 8;  // px between neighbouring titles
+  for (int a = 1; a < axes && !*staggered; ++a)
+    if ((widths[a - 1] + widths[a]) / 2.0 + kGap > spacing) *staggered = true;
+  if (!*staggered) return m_parallelTitles;
+  // On two rows a title's neighbours on its row are two axes away: each may take 2 spacings
+  // less the gap.
+  const int most = std::max(1, static_cast<int>(2 * spacing) - kGap);
+  QStringList shown;
+  for (int a = 0; a < axes; ++a)
+    shown << (widths[a] > most ? metrics.elidedText(m_parallelTitles[a], Qt::ElideLeft, most)
+                               : m_parallelTitles[a]);
+  return shown;
 }
 
 void SweepView::fillTables() {

@@ -101,8 +101,12 @@ class SweepView : public QWidget {
   void reload();
   void fillCurves();
   void fillParallel();
-  // Whether neighbouring axis titles of the parallel plot overlap on one row at `plotWidth`.
-  bool parallelTitlesOverlap(int plotWidth) const;
+  // The parallel plot's axis titles as drawn at `plotWidth`: on one row where neighbours fit
+  // there; else on two rows, alternating (`*staggered`), each shortened from the left (a key's
+  // last part kept) to the width its row leaves it.
+  QStringList parallelTitlesAt(int plotWidth, bool* staggered) const;
+  // Draws the parallel plot again where its titles at `plotWidth` differ from those drawn.
+  void refitParallelTitles(int plotWidth);
   void fillTables();
   void fillTrialTargets();
 
@@ -121,7 +125,9 @@ class SweepView : public QWidget {
   void placeLegend();
   QCustomPlot* m_curvePlot = nullptr;
   QCustomPlot* m_parallel = nullptr;
-  QList<int> m_parallelTitles;       // the axis titles' widths, px
+  QStringList m_parallelTitles;  // the axis titles, whole
+  QStringList m_parallelShown;   // and as drawn
+  QFont m_parallelTitleFont;
   bool m_parallelStaggered = false;  // titles on two rows, alternating
   int m_parallelFitWidth = 0;        // fitParallelTo()'s width; 0: the widget's
   QTableWidget* m_points = nullptr;
