@@ -161,7 +161,7 @@ class TestRunsReport : public QObject {
     QVERIFY(!marker(ui::PlotsPanel::GradNorm));
   }
 
-  void linkedPlotsOfALiveRunKeepToTheSameBudget() {
+  void linkedPlotsOfALiveRunKeepToTheSameBudgetAndStep() {
     // A run's linked plots share an x range that grows with every batch of points; that growth
     // is live data, not a user's change: fed 100 times a second, no plot redraws more often
     // than its live interval allows (it redrew every 16 ms before).
@@ -174,6 +174,13 @@ class TestRunsReport : public QObject {
     for (auto* p : panel.plots())
       connect(p->plot(), &QCustomPlot::afterReplot, this,
               [&redraws, q = p->plot()] { ++redraws[q]; });
+    // The plots draw new points together: whenever the event loop runs, the four plots fed
+    // show the same x range (each on its own clock, the loss plot showed step 1550 beside a
+    // learning-rate plot at step 2900).
+    const QList<int> fed = {ui::PlotsPanel::Loss, ui::PlotsPanel::LearningRate,
+                            ui::PlotsPanel::Throughput, ui::PlotsPanel::GradNorm};
+    int samples = 0, apart = 0;
+    QString firstApart;
     QElapsedTimer clock;
     clock.start();
     std::int64_t step = 1;
@@ -185,10 +192,28 @@ class TestRunsReport : public QObject {
                                         {"samples_per_s", 1000.0}})});
       ++step;
       QTest::qWait(10);
+      if (clock.elapsed() < 200) continue;  // the first points: each new curve drawn at once
+      ++samples;
+      const QCPRange first = panel.plots()[fed[0]]->plot()->xAxis->range();
+      for (const int i : fed) {
+        const QCPRange r = panel.plots()[i]->plot()->xAxis->range();
+        if (r.lower == first.lower && r.upper == first.upper) continue;
+        if (apart++ == 0)
+          firstApart = QStringLiteral("plot %1 up to %2, the loss plot up to %3")
+                           .arg(i)
+                           .arg(r.upper)
+                           .arg(first.upper);
+        break;
+      }
     }
     QVERIFY(!redraws.empty());
     for (const auto& [plot, n] : redraws)
       QVERIFY2(n <= 12, qPrintable(QStringLiteral("%1 redraws in a second").arg(n)));
+    QVERIFY(samples > 10);
+    QVERIFY2(apart == 0, qPrintable(QStringLiteral("%1 of %2 samples apart, first: %3")
+                                        .arg(apart)
+                                        .arg(samples)
+                                        .arg(firstApart)));
   }
 
   void muonAndAdamwLearningRatesEachGetAnAxis() {

@@ -328,7 +328,8 @@ void MetricPlot::scheduleReplot(Redraw why) {
       m_replotTimer.start(kSoonMs);
     return;
   }
-  if (m_replotTimer.isActive()) return;
+  m_livePending = true;
+  if (m_livePaced || m_replotTimer.isActive()) return;
   static const int cpus = std::max(QThread::idealThreadCount(), 1);
   m_replotTimer.start(liveRedrawIntervalMs(m_lastRedrawMs, cpus));
 }
@@ -543,8 +544,14 @@ void MetricPlot::redecimate() {
   m_inRedecimate = false;
 }
 
+void MetricPlot::setLivePaced(bool paced) {
+  m_livePaced = paced;
+  if (!paced && m_livePending) scheduleReplot(Redraw::LiveData);
+}
+
 void MetricPlot::replotNow() {
   m_replotTimer.stop();
+  m_livePending = false;
   // The redraw's cost is this thread's CPU time, not wall time: on a machine busy training, the
   // GUI thread waits for a CPU, and wall time would stretch the interval for no saving.
   const double cpuStart = threadCpuMs();

@@ -100,6 +100,11 @@ class MetricPlot : public QWidget {
   /// kLiveRedrawCpuShare of the machine's CPU time (what a run training on every CPU gives up
   /// to the GUI; on a 2-CPU machine a 3 ms redraw is drawn twice a second).
   void scheduleReplot(Redraw why = Redraw::Soon);
+  /// Paced from outside: new points only mark the plot livePending(), and whoever paces it
+  /// (a panel drawing its linked plots on one clock, so that they show the same steps) calls
+  /// replotNow(). Unpaced again, a pending redraw is scheduled as usual.
+  void setLivePaced(bool paced);
+  bool livePending() const { return m_livePending; }
   /// The share of the machine's CPU time one plot may spend redrawing live data.
   static constexpr double kLiveRedrawCpuShare = 0.003;
   /// The delay of a redraw the user asked for, in ms.
@@ -187,7 +192,9 @@ class MetricPlot : public QWidget {
   bool m_following = false;  // followXRange() is moving the axis
   std::optional<XRange> m_linkedX;
   bool m_inRedecimate = false;
-  bool m_stale = false;  // data changed while hidden
+  bool m_stale = false;        // data changed while hidden
+  bool m_livePaced = false;    // setLivePaced()
+  bool m_livePending = false;  // new points not drawn yet
   double m_lastRedrawMs = 0.0;
   QTimer m_replotTimer;
 };

@@ -8,6 +8,7 @@
 #include <QPalette>
 #include <QPushButton>
 #include <QSlider>
+#include <QThread>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -196,6 +197,11 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
           [this](int i) { setWallTime(i == 1); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { setLogY(on); });
   connect(m_linkX, &QCheckBox::toggled, this, [this](bool on) { setLinkedX(on); });
+  m_liveTick.setSingleShot(true);
+  connect(&m_liveTick, &QTimer::timeout, this, [this] {
+    for (auto* p : m_plots)
+      if (p->livePending()) p->replotNow();
+  });
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
     m_smoothingLabel->setText(QString::number(v / 100.0, 'f', 2));
     for (auto* p : m_plots)
@@ -219,6 +225,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
       for (auto* other : m_plots)
         if (other != p) other->resetView();
     });
+    p->setLivePaced(linkedX());
   }
   updateVisibility();
 }
@@ -229,7 +236,23 @@ bool PlotsPanel::linkedX() const {
 
 void PlotsPanel::setLinkedX(bool linked) {
   if (m_linkX->isChecked() != linked) m_linkX->setChecked(linked);  // toggled() calls back
+  for (auto* p : m_plots)
+    p->setLivePaced(linked);
+  if (!linked) m_liveTick.stop();
   syncLinkedX();
+}
+
+void PlotsPanel::startLiveTick() {
+  if (!linkedX() || m_liveTick.isActive()) return;
+  static const int cpus = std::max(QThread::idealThreadCount(), 1);
+  int interval = 0;
+  bool pending = false;
+  for (auto* p : m_plots) {
+    pending |= p->livePending();
+    if (p->isVisible())
+      interval = std::max(interval, MetricPlot::liveRedrawIntervalMs(p->lastRedrawMs(), cpus));
+  }
+  if (pending) m_liveTick.start(std::max(interval, MetricPlot::kMinLiveIntervalMs));
 }
 
 void PlotsPanel::syncLinkedX(bool liveData) {
@@ -244,6 +267,7 @@ void PlotsPanel::syncLinkedX(bool liveData) {
   }
   for (auto* p : m_plots)
     p->setLinkedXRange(all, why);
+  if (liveData) startLiveTick();
 }
 
 void PlotsPanel::clearRuns() {

@@ -7,6 +7,7 @@
 #include <QColor>
 #include <QList>
 #include <QString>
+#include <QTimer>
 #include <QWidget>
 
 #include <map>
@@ -128,6 +129,10 @@ class PlotsPanel : public QWidget {
   // liveData: the linked range grew with a run's new points (a live redraw, within each
   // plot's budget), not a change the user made.
   void syncLinkedX(bool liveData = false);
+  // Linked plots draw new points together, at the longest live interval any of them needs,
+  // so that they show the same steps (each on its own clock, a cheap plot ran a second ahead
+  // of a costly one).
+  void startLiveTick();
   void updateStepBars();
   // As many legend columns under the bars as their width holds (at most 3), so no phase's
   // name is cut off on a narrow plot; whether the columns changed.
@@ -139,6 +144,7 @@ class PlotsPanel : public QWidget {
   void updateRunsLabel();
 
   QList<MetricPlot*> m_plots;
+  QTimer m_liveTick;  // startLiveTick()
   std::map<qint64, RunState> m_runs;
   QComboBox* m_xAxis = nullptr;
   QCheckBox* m_logY = nullptr;
