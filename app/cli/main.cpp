@@ -289,22 +289,38 @@ int cmd_run(tb::api::RunRequest req) {
   std::signal(SIGUSR1, [](int) { cancel_requested.store(true); });
   std::signal(SIGUSR2, [](int) { pause_toggles.fetch_add(1); });
   // A run of its own: the first Ctrl-C (or SIGTERM) cancels it after the current step, with a
-  // checkpoint to resume from and the run closed in the store; the handler then reverts to the
-  // default (SA_RESETHAND), so a second one ends the process at once (the run is then found
-  // crashed, its committed steps kept). A signal the process was started ignoring (a job started
-  // with & from a script) stays ignored. SA_RESTART: output interrupted by it is not lost.
+  // checkpoint to resume from and the run closed in the store. The same request may arrive
+  // twice within microseconds — GNU timeout and other supervisors signal the process and then
+  // its process group — so a signal within kRepeatWindowNs of the first is that one again; a
+  // later one ends the process at once (the run is then found crashed, its committed steps
+  // kept). A signal the process was started ignoring (a job started with & from a
+  // non-interactive shell ignores SIGINT) stays ignored. SA_RESTART: output interrupted by it
+  // is not lost.
   if (!rank) {
+    static std::atomic<long long> first_stop_ns{0};
+    static_assert(std::atomic<long long>::is_always_lock_free);  // used in a signal handler
     struct sigaction sa = {};
-    sa.sa_handler = [](int) {
+    sa.sa_handler = [](int sig) {
+      constexpr long long kRepeatWindowNs = 500'000'000;
       const int saved_errno = errno;
-      cancel_requested.store(true);
-      static const char said[] =
-          "\nstopping after this step, with a checkpoint (the same signal again quits at once)\n";
-      (void)!write(STDERR_FILENO, said, sizeof said - 1);
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+      const long long ns = static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+      const long long first = first_stop_ns.load();
+      if (first == 0) {
+        first_stop_ns.store(ns);
+        cancel_requested.store(true);
+        static const char said[] =
+            "\nstopping after this step, with a checkpoint (the same signal again quits at once)\n";
+        (void)!write(STDERR_FILENO, said, sizeof said - 1);
+      } else if (ns - first >= kRepeatWindowNs) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);  // delivered when this handler returns: the default action
+      }
       errno = saved_errno;
     };
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM}) {
       struct sigaction old = {};
       if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The stop signal delivered twice at once: GNU timeout (and other supervisors) send it to the
+# process and then to its process group, so a run gets SIGTERM or SIGINT twice within
+# microseconds. That is one request: the run must stop after its step with a checkpoint, exit 2,
+# not die of the second copy with no checkpoint (it did, in 2 of 8 tries under `timeout -s INT`).
+# Part 1 sends SIGTERM twice 20 ms apart at a training run; part 2 runs it under `timeout`.
+# Usage: signal_twice.sh CLI REPO_ROOT
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start signal_twice "CLI REPO_ROOT" 2 2 "$@"
+e2e_cli "$1" "$2"
+e2e_tmpdir
+
+# Checks the run's last lines and its status in the store; $1: the round, $2: the exit status.
+ended_cancelled() {
+  local round=$1 rc=$2 last status
+  last=$(tr '\r' '\n' <"$tmp/run$round.log" | grep -v '^$' | tail -n 3)
+  [ "$rc" -eq 2 ] || fail "round $round: exit status $rc (2 expected, cancelled); last lines: $last"
+  echo "$last" | grep -q "cancelled at step [0-9]*, with a checkpoint to continue from" ||
+    fail "round $round: no 'cancelled at step N, with a checkpoint' line: $last"
+  status=$("$cli" --db "$tmp/runs.sqlite" show "$round" | head -n 1)
+  echo "$status" | grep -q ": cancelled" || fail "round $round: the store says '$status'"
+}
+
+round=0
+for gap in 0.02 0.02 0.005; do
+  round=$((round + 1))
+  "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.epochs=20 --set run.log_interval=50 \
+    >"$tmp/run$round.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1200); do
+    grep -q "^step [0-9]" "$tmp/run$round.log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -TERM "$pid" 2>/dev/null
+  sleep "$gap"
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+  ended_cancelled "$round" $?
+done
+
+if command -v timeout >/dev/null; then
+  round=$((round + 1))
+  timeout --preserve-status -s TERM 6 "$cli" --db "$tmp/runs.sqlite" run "$config" \
+    --set run.epochs=20 --set run.log_interval=50 >"$tmp/run$round.log" 2>&1
+  rc=$?
+  ended_cancelled "$round" "$rc"
+fi
+echo "PASS: signal_twice: $round runs stopped by a doubled signal, each cancelled with a checkpoint"
