@@ -656,9 +656,12 @@ int cmd_schedule(const std::string& kind, const std::vector<std::string>& settin
   return 0;
 }
 
-}  // namespace
+// Whether what the command writes on stdout is its result (a table, CSV, JSON, a reference)
+// rather than progress beside work kept elsewhere (`run`, `launch`, `sweep` and `demo` record
+// into the store).
+bool stdout_is_the_result = true;
 
-int main(int argc, char** argv) {
+int cli_main(int argc, char** argv) {
   CLI::App app{"trainbench-cli: train and inspect neural-network runs without a display"};
   app.require_subcommand(1);
   // The global options (--db, --threads, ...) may also follow the command: `runs --db F` as
@@ -1036,6 +1039,8 @@ int main(int argc, char** argv) {
     if (const std::string note = tb::api::openblas_note();
         !note.empty() && tb::api::current_gemm_backend() == "openblas")
       std::cerr << "warning: " << note << "\n";
+    stdout_is_the_result =
+        !(demo->parsed() || run->parsed() || launch->parsed() || sweep->parsed());
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) {
       if (!dispatch_device.empty()) return cmd_dispatch_device(dispatch_device, op_filter);
@@ -1238,4 +1243,26 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+// A result that could not be written whole (a full disk, a closed pipe with SIGPIPE ignored)
+// is an error: `export 7 > metrics.csv` on a full disk exited 0 with an empty file.
+int checked_stdout(int rc) {
+  std::cout.flush();
+  bool failed = !std::cout.good() || std::ferror(stdout) != 0;
+  std::clearerr(stdout);  // what is still buffered is written again: errno says why it fails
+  errno = 0;
+  failed |= std::fflush(stdout) != 0;
+  const int why = errno;
+  if (!failed || !stdout_is_the_result) return rc;
+  std::cerr << "error: cannot write standard output"
+            << (why != 0 ? std::string(" (") + std::strerror(why) + ")" : std::string())
+            << ": the output is incomplete\n";
+  return rc == 0 ? 1 : rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return checked_stdout(cli_main(argc, argv));
 }

@@ -186,9 +186,14 @@ std::filesystem::path write_tensorboard(const RunStore& store, std::int64_t run,
                                             ".trainbench-run" + std::to_string(run));
   std::ofstream f(file, std::ios::binary | std::ios::trunc);
   if (!f) throw Error("[export] cannot write " + file.string() + ": " + std::strerror(errno));
+  errno = 0;
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   f.close();
-  if (!f) throw Error("[export] cannot write " + file.string() + ": " + std::strerror(errno));
+  if (!f) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "disk full?";
+    std::filesystem::remove(file, ec);  // no partial event file for TensorBoard to read
+    throw Error("[export] cannot write " + file.string() + ": " + why);
+  }
   return file;
 }
 

@@ -72,10 +72,35 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
   // writer does).
   text.append((8 - (text.size() % 8)) % 8, ' ');
   // Written beside the target under a temporary name, then renamed over it. Messages name the
-  // file asked for: the temporary name is ours, not the user's.
-  const std::filesystem::path tmp = path.string() + ".tmp";
+  // file asked for: the temporary name is ours, not the user's. A symbolic link is written
+  // through (the file it names is replaced, the link kept); a device, FIFO or socket is refused,
+  // not replaced by a file of that name (`-o /dev/full` replaced the device node).
+  std::filesystem::path target = path;
+  {
+    std::error_code ec;
+    // Followed link by link: the file a link names may not exist yet (weakly_canonical would
+    // then stop at the link itself).
+    for (int hops = 0; std::filesystem::is_symlink(std::filesystem::symlink_status(target, ec));
+         ++hops) {
+      TB_CHECK(hops < 40, "[safetensors] cannot write ", path.string(),
+               ": too many levels of symbolic links");
+      const std::filesystem::path next = std::filesystem::read_symlink(target, ec);
+      TB_CHECK(!ec, "[safetensors] cannot write ", path.string(),
+               ": the symbolic link cannot be read (", ec.message(), ")");
+      target = next.is_absolute() ? next : target.parent_path() / next;
+    }
+    const auto st = std::filesystem::status(target, ec);
+    TB_CHECK(st.type() == std::filesystem::file_type::not_found ||
+                 st.type() == std::filesystem::file_type::regular ||
+                 st.type() == std::filesystem::file_type::none,
+             "[safetensors] cannot write ", path.string(), ": it is ",
+             st.type() == std::filesystem::file_type::directory ? "a folder"
+                                                                : "a device, FIFO or socket",
+             ", not a file (give a file's path)");
+  }
+  const std::filesystem::path tmp = target.string() + ".tmp";
   const std::filesystem::path folder =
-      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   {
     std::error_code dir_ec;
     const auto st = std::filesystem::status(folder, dir_ec);
@@ -97,7 +122,12 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
     for (const auto& c : host)
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
     out.flush();
-    TB_CHECK(out.good(), "[safetensors] writing ", path.string(), " failed (disk full?)");
+    if (!out.good()) {
+      out.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);  // no partial file left behind
+      throw Error("[safetensors] writing " + path.string() + " failed (disk full?)");
+    }
   }
   // Durable before it takes the name: a crash leaves either the old file or the new one, whole.
   std::error_code ec;
@@ -107,13 +137,13 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
     std::filesystem::remove(tmp, ec);
     throw;
   }
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(tmp, target, ec);
   if (ec) {
     const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);
     throw Error("[safetensors] cannot move the written file to " + path.string() + ": " + why);
   }
-  sync_to_disk(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
+  sync_to_disk(folder);
 }
 
 void sync_to_disk(const std::filesystem::path& path) {

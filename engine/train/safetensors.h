@@ -36,7 +36,9 @@ inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 /// atomically: a temporary file in the same folder, synced to disk, renamed over `path`, then the
 /// folder synced — a crash at any moment leaves the old file or the new one, whole. Names must be
 /// unique and non-empty and must not be "__metadata__". Supported dtypes: F64, F32, F16, BF16, I64,
-/// I32, I16, I8, U8, BOOL.
+/// I32, I16, I8, U8, BOOL. A symbolic link is written through (the file it names replaced, the
+/// link kept); a folder, device, FIFO or socket is refused; a failed write leaves no partial
+/// file.
 void save_safetensors(const std::filesystem::path& path, const TensorList& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 

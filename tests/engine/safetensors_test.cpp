@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -218,6 +219,59 @@ TEST_F(Safetensors, AnUnwritableTargetIsNamedWithTheReason) {
       << e;
   EXPECT_EQ(e.find(".tmp"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(missing.parent_path()));
+}
+
+// `weights -o PATH` where PATH is a symbolic link writes the file it names and keeps the link;
+// a FIFO (or a device: `-o /dev/full` replaced the device node) is refused, left as it was.
+TEST_F(Safetensors, ALinkIsWrittenThroughAndADeviceOrFifoRefused) {
+  const Tensor t = tb::ops::full({3}, 2.0f);
+  const fs::path real = dir_ / "real.safetensors";
+  const fs::path link = dir_ / "link.safetensors";
+  fs::create_symlink(real.filename(), link);  // relative, as `ln -s` makes it
+  train::save_safetensors(link, {{"x", t}});
+  EXPECT_TRUE(fs::is_symlink(fs::symlink_status(link)));
+  ASSERT_TRUE(fs::is_regular_file(real));
+  EXPECT_EQ(tb::ops::sum(train::load_safetensors(real).tensors.at(0).second).item(), 6.0);
+  EXPECT_FALSE(fs::exists(dir_ / "real.safetensors.tmp"));
+
+  const fs::path fifo = dir_ / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] {
+              train::save_safetensors(fifo, {{"x", t}});
+            }),
+            "[safetensors] cannot write " + fifo.string() +
+                ": it is a device, FIFO or socket, not a file (give a file's path)");
+  EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+  const fs::path to_fifo = dir_ / "to-fifo";
+  fs::create_symlink(fifo, to_fifo);
+  EXPECT_NE(error_of([&] {
+              train::save_safetensors(to_fifo, {{"x", t}});
+            }).find("it is a device, FIFO or socket"),
+            std::string::npos);
+  EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+}
+
+// A disk that fills up mid-write (a 64 KiB file-size limit, in a child process): a clear error
+// and no partial file, neither under the name asked for nor the temporary one.
+TEST_F(Safetensors, AFullDiskLeavesNoPartialFile) {
+  const fs::path path = dir_ / "w.safetensors";
+  const train::TensorList big{{"w", tb::ops::full({1 << 18}, 1.0f)}};  // 1 MiB
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead
+    const rlimit limit{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const std::string e = error_of([&] { train::save_safetensors(path, big); });
+    const bool clear = e == "[safetensors] writing " + path.string() + " failed (disk full?)";
+    ::_exit(clear ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the error was not the disk-full message";
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(dir_ / "w.safetensors.tmp"));
 }
 
 // A writer killed at a random moment (20 times, SIGKILL from the parent) never leaves a broken file

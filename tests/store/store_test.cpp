@@ -1230,6 +1230,48 @@ TEST_F(StoreTest, TensorBoardExportWritesOneFileAndRefusesUnknownRuns) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 1);  // nothing else
 }
 
+// A disk that fills up mid-export (a 4 KiB file-size limit, in a child process): an error naming
+// the file, and no partial event file for TensorBoard to read as the whole run.
+TEST_F(StoreTest, TensorBoardExportOnAFullDiskLeavesNoPartialFile) {
+  std::int64_t run = 0;
+  {
+    auto store = RunStore::open(db());
+    run = store.create_run({.name = "tb-full"});
+    RunWriter w(db(), run);
+    for (std::int64_t s = 1; s <= 500; ++s)
+      w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s)}, {"lr", 0.01}});
+    w.set_status(RunStatus::kFinished);
+  }
+  const auto dir = db().parent_path() / "tb-full";
+  fs::create_directories(dir);
+  const fs::path msg_file = dir_ / "message.txt";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string message = "(no error)";
+    try {
+      auto store = RunStore::open(db());
+      signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead of killing
+      const rlimit lim{4 << 10, 4 << 10};
+      setrlimit(RLIMIT_FSIZE, &lim);
+      tb::store::write_tensorboard(store, run, dir);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const rlimit none{RLIM_INFINITY, RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &none);
+    std::ofstream(msg_file) << message;
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus));
+  const std::string message = read_bytes(msg_file);
+  EXPECT_EQ(message.rfind("[export] cannot write " + dir.string() + "/events.out.tfevents.", 0), 0u)
+      << message;
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), {}), 0) << "a partial file was left";
+}
+
 TEST_F(StoreTest, ProcessStartTimeIdentifiesThisProcess) {
   const ProcessIdentity me = current_process();
   EXPECT_GT(me.start_time, 0);
