@@ -753,6 +753,9 @@ int cli_main(int argc, char** argv) {
     if (launch_req.resume > 0 && !launch_req.ddp)
       throw CLI::ValidationError("--resume",
                                  "needs --ddp (without it, resume each run with run --resume)");
+    if (!launch_req.ddp && (!launch_hosts.empty() || !launch_req.hostfile.empty()))
+      throw CLI::ValidationError(launch_hosts.empty() ? "--hostfile" : "--hosts",
+                                 "needs --ddp (without it, the processes run on this machine)");
   });
 
   auto* model = app.add_subcommand(
@@ -849,7 +852,8 @@ int cli_main(int argc, char** argv) {
   tb::api::SweepRequest sweep_req;
   bool sweep_dry = false;
   sweep->add_option("config", sweep_req.config_path, "run config with a [sweep] table");
-  sweep->add_option("--set", sweep_req.overrides, "key.path=value over the run config");
+  auto* sweep_set =
+      sweep->add_option("--set", sweep_req.overrides, "key.path=value over the run config");
   sweep->add_option("--parallel", sweep_req.parallel, "trials at a time, one per CPU slot")
       ->capture_default_str();
   sweep
@@ -862,6 +866,13 @@ int cli_main(int argc, char** argv) {
                     "resumed from their checkpoints, the rest started");
   std::string sweep_show;
   sweep->add_option("--show", sweep_show, "print stored sweep NAME's table and run nothing");
+  sweep->callback([&] {
+    if (!sweep_req.resume.empty() && sweep_set->count() > 0)
+      throw CLI::ValidationError(
+          "--set",
+          "a resumed sweep keeps the trial configs it was planned with; to change "
+          "them, start a new sweep (another [sweep] name) with --set");
+  });
   auto* sweeps = app.add_subcommand("sweeps", "list the sweeps of the store");
   auto* exp = app.add_subcommand(
       "export", "a run's metrics as CSV or JSON on stdout, or as a TensorBoard event file in DIR");
