@@ -673,7 +673,7 @@ int cli_main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "kernel and BLAS threads (default, or 0: TB_NUM_THREADS or the CPUs this process "
                  "may use)")
-      ->check(kNonNegative);
+      ->check(CLI::Range(0, 1024));  // the engine's most (tb::core::kMaxNumThreads)
   app.add_option("--gemm-backend", gemm, "auto, onednn, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
   app.add_flag("--tf32", tf32,
@@ -1028,7 +1028,12 @@ int cli_main(int argc, char** argv) {
   }
 
   try {
-    if (threads > 0) tb::api::set_num_threads(threads);
+    // A malformed TB_NUM_THREADS is an error here, before a run is created (it failed the run).
+    if (threads > 0) {
+      tb::api::set_num_threads(threads);
+    } else {
+      (void)tb::api::num_threads();
+    }
     const auto choice = tb::api::set_gemm_backend(gemm);
     tb::api::set_allow_tf32(tf32);
     if (tf32) {

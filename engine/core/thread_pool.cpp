@@ -328,16 +328,18 @@ int default_num_threads() {
     const std::string_view text(env);
     int value = 0;
     const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    TB_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 1,
-             "[threads] TB_NUM_THREADS must be an integer >= 1, got '", text,
-             "'; unset it to use every CPU this process may run on");
+    TB_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 1 &&
+                 value <= kMaxNumThreads,
+             "[threads] TB_NUM_THREADS must be an integer in [1, ", kMaxNumThreads, "], got '",
+             text, "'; unset it to use every CPU this process may run on");
     return value;
   }
   return affinity_cpu_count();
 }
 
 void set_num_threads(int n) {
-  TB_CHECK(n >= 1, "[threads] thread count must be >= 1, got ", n);
+  TB_CHECK(n >= 1 && n <= kMaxNumThreads, "[threads] thread count must be in [1, ", kMaxNumThreads,
+           "], got ", n);
   std::lock_guard<std::mutex> lock(count_mutex());
   apply_num_threads_locked(n);
 }

@@ -21,16 +21,22 @@
 
 namespace tb::core {
 
+/// The most kernel threads a process may ask for (TB_NUM_THREADS, --threads, `threads`): more
+/// is a typo, not a machine (99999 would start 99999 pool threads).
+inline constexpr int kMaxNumThreads = 1024;
+
 /// Number of threads the CPU kernels use (the caller included), >= 1. The first call resolves
 /// the default (see default_num_threads) and applies it to OpenBLAS as well.
 int num_threads();
 
 /// Sets the number of threads for the kernel pool AND for OpenBLAS (openblas_set_num_threads).
-/// Throws tb::ValueError "[threads] thread count must be >= 1, got N" when n < 1. Call it between
-/// operations: changing OpenBLAS's count while another thread is inside a BLAS call is not safe.
+/// Throws tb::ValueError "[threads] thread count must be in [1, 1024], got N" outside that. Call it
+/// between operations: changing OpenBLAS's count while another thread is inside a BLAS call is not
+/// safe.
 void set_num_threads(int n);
 
-/// The default thread count: env TB_NUM_THREADS when set (an integer >= 1, else tb::ValueError),
+/// The default thread count: env TB_NUM_THREADS when set (an integer in [1, kMaxNumThreads],
+/// else tb::ValueError),
 /// otherwise the number of CPUs this process may run on (sched_getaffinity). Reads the
 /// environment on every call; does not change the current setting.
 int default_num_threads();

@@ -220,6 +220,11 @@ class Section {
       ctx_.fail(path(key),
                 "expected an integer >= " + std::to_string(min) + ", found " + std::to_string(v));
   }
+  void check_max(const std::string& key, std::int64_t v, std::int64_t max) const {
+    if (v > max)
+      ctx_.fail(path(key),
+                "expected an integer <= " + std::to_string(max) + ", found " + std::to_string(v));
+  }
   // lo <= v < hi (or lo < v when open_lo).
   void check_range(const std::string& key, double v, double lo, double hi, bool open_lo,
                    bool open_hi) const {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/core/thread_pool.h"
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
 #include "engine/optim/registry.h"
@@ -22,7 +23,8 @@ std::vector<SectionSchema> make_fixed_sections() {
                  {FieldSpec("threads", FieldType::kInt, 0,
                             "kernel/BLAS threads (0 = the default: TB_NUM_THREADS or the CPUs "
                             "available)")
-                      .at_least(0)}});
+                      .at_least(0)
+                      .at_most(core::kMaxNumThreads)}});
   out.push_back(
       {"run",
        {FieldSpec("name", FieldType::kString, "run", "shown in the runs list")

@@ -22,6 +22,7 @@
 #include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/core/fields.h"
+#include "engine/core/thread_pool.h"
 #include "engine/data/registry.h"
 #include "engine/nn/model_registry.h"
 #include "engine/numa/cpu_set.h"
@@ -489,6 +490,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   }
   top.read("threads", c.threads);
   top.check_min("threads", c.threads, 0);
+  top.check_max("threads", c.threads, core::kMaxNumThreads);
   // Sections known but not asked for through top.get are registered here for suggestions.
   for (const auto& name : kSections)
     (void)top.get(name);

@@ -811,11 +811,13 @@ TEST(ThreadPool, ConcurrentCallersFromSeveralThreads) {
 
 TEST(ThreadPool, SetNumThreadsValidatesAndFollowsOpenBlas) {
   EXPECT_EQ(error_message([] { core::set_num_threads(0); }),
-            "[threads] thread count must be >= 1, got 0");
+            "[threads] thread count must be in [1, 1024], got 0");
   EXPECT_EQ(error_message([] { core::set_num_threads(-3); }),
-            "[threads] thread count must be >= 1, got -3");
+            "[threads] thread count must be in [1, 1024], got -3");
+  EXPECT_EQ(error_message([] { core::set_num_threads(core::kMaxNumThreads + 1); }),
+            "[threads] thread count must be in [1, 1024], got 1025");
   EXPECT_EQ(error_message([] { core::ScopedNumThreads bad(0); }),
-            "[threads] thread count must be >= 1, got 0");
+            "[threads] thread count must be in [1, 1024], got 0");
   const int before = core::num_threads();
   EXPECT_GE(before, 1);
   {
@@ -872,11 +874,16 @@ TEST(ThreadPool, DefaultFromEnvironmentOrAffinity) {
   setenv("TB_NUM_THREADS", "3", 1);
   EXPECT_EQ(core::default_num_threads(), 3);
   setenv("TB_NUM_THREADS", "two", 1);
-  EXPECT_EQ(error_message([] { core::default_num_threads(); }),
-            "[threads] TB_NUM_THREADS must be an integer >= 1, got 'two'; unset it to use every "
-            "CPU this process may run on");
+  EXPECT_EQ(
+      error_message([] { core::default_num_threads(); }),
+      "[threads] TB_NUM_THREADS must be an integer in [1, 1024], got 'two'; unset it to use every "
+      "CPU this process may run on");
   setenv("TB_NUM_THREADS", "0", 1);
   EXPECT_THROW(core::default_num_threads(), ValueError);
+  setenv("TB_NUM_THREADS", "99999", 1);  // a typo, not a machine
+  EXPECT_THROW(core::default_num_threads(), ValueError);
+  setenv("TB_NUM_THREADS", "1024", 1);
+  EXPECT_EQ(core::default_num_threads(), 1024);
   if (saved) {
     setenv("TB_NUM_THREADS", saved_value.c_str(), 1);
   } else {

@@ -184,6 +184,8 @@ TEST(RunConfigTest, RangeErrors) {
   EXPECT_THAT(error_of("[optimizer]\nlr = inf\n"), HasSubstr("found inf"));
   EXPECT_THAT(error_of("[swa]\nevery = 0\n"), HasSubstr("swa.every: expected an integer >= 1"));
   EXPECT_THAT(error_of("threads = -2\n"), HasSubstr("threads: expected an integer >= 0"));
+  EXPECT_THAT(error_of("threads = 99999\n"),
+              HasSubstr("threads: expected an integer <= 1024, found 99999"));
   EXPECT_THAT(error_of("[run]\nepochs = 0\n"),
               HasSubstr("run.steps: expected run.steps > 0 or run.epochs > 0, found steps = 0 "
                         "and epochs = 0"));
