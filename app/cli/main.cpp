@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -239,8 +240,10 @@ int cmd_run(tb::api::RunRequest req) {
     const double eta =
         p.steps_per_s > 0 ? static_cast<double>(p.total - p.step) / p.steps_per_s : 0.0;
     std::ostringstream line;
-    line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss
-         << "  lr " << std::setprecision(3) << p.lr << "  " << std::fixed << std::setprecision(1);
+    line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss;
+    // (The last step of a cancelled or diverged run may be logged with its loss alone.)
+    if (!std::isnan(p.lr)) line << "  lr " << std::setprecision(3) << p.lr;
+    line << "  " << std::fixed << std::setprecision(1);
     // The first report has no rate yet: no "0.0 it/s  ETA 0 s". A long ETA in minutes or hours.
     if (p.steps_per_s <= 0)
       line << "- it/s  ETA -";

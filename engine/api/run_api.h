@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,11 +35,12 @@ struct RunRequest {
 
 /// One progress report (every logged step).
 struct RunProgressInfo {
-  std::int64_t run_id = 0;                           ///< the stored run
-  std::int64_t step = 0;                             ///< optimizer steps done
-  std::int64_t total = 0;                            ///< steps in the run
-  double loss = 0;                                   ///< the step's loss
-  double lr = 0;                                     ///< the first group's LR
+  std::int64_t run_id = 0;  ///< the stored run
+  std::int64_t step = 0;    ///< optimizer steps done
+  std::int64_t total = 0;   ///< steps in the run
+  double loss = 0;          ///< the step's loss
+  double lr =
+      std::numeric_limits<double>::quiet_NaN();      ///< the first group's LR (NaN: none logged)
   double steps_per_s = 0;                            ///< recent rate
   std::vector<std::pair<std::string, double>> eval;  ///< eval.* metrics when evaluated
 };

@@ -387,8 +387,16 @@ bool Trainer::skip_nonfinite_step(double loss_value, TrainResult& r) {
   State& s = *s_;
   ++s.nonfinite_in_row;
   ++s.skipped;
-  emit_event("warning", "step " + std::to_string(s.step + 1) + ": non-finite loss (" +
-                            std::to_string(loss_value) + "), step skipped");
+  // The 1st, 2nd, 4th, 8th, ... skip in a row are reported: a run that has diverged for good
+  // says so in a few lines, not in run.max_nonfinite identical ones.
+  const std::int64_t k = s.nonfinite_in_row;
+  if ((k & (k - 1)) == 0)
+    emit_event("warning",
+               "step " + std::to_string(s.step + 1) + ": non-finite loss (" +
+                   std::to_string(loss_value) + "), step skipped" +
+                   (k > 1 ? " (" + std::to_string(k) + " in a row; the run stops at " +
+                                std::to_string(config_.run.max_nonfinite) + ", run.max_nonfinite)"
+                          : std::string()));
   if (s.nonfinite_in_row < config_.run.max_nonfinite) return false;
   r.outcome = RunOutcome::kDiverged;
   r.message = "diverged: " + std::to_string(s.nonfinite_in_row) +
@@ -481,6 +489,16 @@ TrainResult Trainer::loop() {
   bool ranks_cancel = false;
   bool ranks_pause = false;
   std::int64_t last_logged = first_step;  // the newest step whose metrics went to the sinks
+  // The loss of the step a cancelled or diverged run ended after, when that step was between
+  // two logged ones: the plots and the runs list then end where the run did (a run that
+  // diverged at step 3 with run.log_interval 10 kept no metric at all).
+  auto log_last_loss = [&] {
+    if (s.step > first_step && s.step != last_logged && !std::isnan(r.last_loss)) {
+      const Metrics last = {{core::metric::kLoss, r.last_loss}};
+      for (auto& sink : sinks_)
+        sink->on_metrics(s.step, last);
+    }
+  };
   while (s.step < total_steps_) {
     const bool go_on =
         !s.ddp ? wait_while_paused() : !ranks_cancel && (!ranks_pause || hold_with_ranks());
@@ -505,13 +523,7 @@ TrainResult Trainer::loop() {
       }
       if (saved && !checkpoint_dir_.empty() && s.step > 0)
         r.message += ", with a checkpoint to continue from";
-      // The loss of the step it stopped at, when that step was between two logged ones: the
-      // plots and the runs list then end where the run did.
-      if (s.step > first_step && s.step != last_logged && !std::isnan(r.last_loss)) {
-        const Metrics last = {{core::metric::kLoss, r.last_loss}};
-        for (auto& sink : sinks_)
-          sink->on_metrics(s.step, last);
-      }
+      log_last_loss();
       // Cancelled before its first step (Ctrl-C while the data loaded): no checkpoint folder is
       // left behind empty (remove() takes only an empty folder).
       if (s.step == 0 && !checkpoint_dir_.empty()) {
@@ -546,7 +558,10 @@ TrainResult Trainer::loop() {
     const bool finite = std::isfinite(loss_value);
     if (!s.ddp && !finite) {
       if (timer) (void)timer->elapsed_ms();  // forget this step's marks
-      if (skip_nonfinite_step(loss_value, r)) break;
+      if (skip_nonfinite_step(loss_value, r)) {
+        log_last_loss();
+        break;
+      }
       continue;
     }
     const auto t2 = Clock::now();
@@ -574,7 +589,10 @@ TrainResult Trainer::loop() {
         if (timer) (void)timer->elapsed_ms();
         for (auto& o : s.opts)
           o->zero_grad();
-        if (skip_nonfinite_step(loss_value, r)) break;
+        if (skip_nonfinite_step(loss_value, r)) {
+          log_last_loss();
+          break;
+        }
         continue;
       }
     }

@@ -312,14 +312,31 @@ TEST(Trainer, NonFiniteLossesEndTheRunAsDiverged) {
   cfg.optimizer.main = tb::train::OptimizerSettings("sgd");
   cfg.optimizer.main.set("lr", 1e30);
   cfg.optimizer.main.set("weight_decay", 0.0);
-  cfg.run.max_nonfinite = 3;
+  cfg.run.max_nonfinite = 20;
+  cfg.run.log_interval = 10;
   cfg.scheduler.config = nullptr;
   train::Trainer t(cfg);
   auto rec = std::make_shared<Recorder>();
   t.add_sink(rec);
   const auto r = t.run();
   EXPECT_EQ(r.outcome, train::RunOutcome::kDiverged) << r.message;
-  EXPECT_NE(r.message.find("3 non-finite losses in a row"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("20 non-finite losses in a row"), std::string::npos) << r.message;
+  // The skips are reported at the 1st, 2nd, 4th, 8th and 16th in a row, not 20 times alike.
+  std::vector<std::string> skips;
+  for (const auto& e : rec->events)
+    if (e.find("step skipped") != std::string::npos) skips.push_back(e);
+  ASSERT_EQ(skips.size(), 5u) << ::testing::PrintToString(rec->events);
+  EXPECT_EQ(skips[0].find(" in a row"), std::string::npos) << skips[0];
+  EXPECT_NE(skips[4].find("step skipped (16 in a row; the run stops at 20, run.max_nonfinite)"),
+            std::string::npos)
+      << skips[4];
+  // It diverged before its first logged step (10): the last step it completed is logged, so the
+  // run keeps a loss to look at.
+  ASSERT_GT(r.steps, 0);
+  ASSERT_LT(r.steps, 10);
+  ASSERT_EQ(rec->losses.size(), 1u);
+  EXPECT_EQ(rec->losses[0].first, r.steps);
+  EXPECT_TRUE(std::isfinite(rec->losses[0].second));
 }
 
 // 20 steps, an evaluation every 5, and a plateau with patience 0 and an absolute threshold no
