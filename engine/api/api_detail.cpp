@@ -203,6 +203,28 @@ void check_new_run(const train::RunConfig& c, const std::string& source) {
     TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, at,
              "run.name: a run name is one line of text, without control characters (a "
              "newline, a tab)");
+  // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
+  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
+  TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why);
+  // A one-cycle schedule shorter than run.steps would fail at its end, or (as the trainer checks
+  // it) at set-up after the run was stored: said here instead. Counted in epochs, the steps are
+  // known once the data is read, and the trainer checks it then.
+  if (c.run.steps > 0 && c.scheduler.config.is_object()) {
+    try {
+      (void)train::check_schedule_length(c, c.run.steps,
+                                         "run.steps = " + std::to_string(c.run.steps));
+    } catch (const ValueError& e) {
+      std::string what = e.what();
+      const std::string tag = "[scheduler] ";
+      if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
+      throw ValueError(at + what);
+    }
+  }
+  check_run_files(c, source);
+}
+
+void check_run_files(const train::RunConfig& c, const std::string& source) {
+  const std::string at = "[config] " + (source.empty() ? std::string() : source + ": ");
   // A key that names one file (not a folder of data) refuses a folder, a FIFO or a device: reading
   // one would fail later with a vaguer error, or block forever.
   const auto need = [&at](const std::string& path, const std::string& key, bool one_file) {
@@ -222,23 +244,6 @@ void check_new_run(const train::RunConfig& c, const std::string& source) {
     TB_CHECK(std::filesystem::is_regular_file(st), at, key, ": ", p.string(),
              " is not a regular file");
   };
-  // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
-  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
-  TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why);
-  // A one-cycle schedule shorter than run.steps would fail at its end, or (as the trainer checks
-  // it) at set-up after the run was stored: said here instead. Counted in epochs, the steps are
-  // known once the data is read, and the trainer checks it then.
-  if (c.run.steps > 0 && c.scheduler.config.is_object()) {
-    try {
-      (void)train::check_schedule_length(c, c.run.steps,
-                                         "run.steps = " + std::to_string(c.run.steps));
-    } catch (const ValueError& e) {
-      std::string what = e.what();
-      const std::string tag = "[scheduler] ";
-      if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
-      throw ValueError(at + what);
-    }
-  }
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);
   const nlohmann::json& d = c.data.extra;

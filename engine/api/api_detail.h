@@ -100,6 +100,10 @@ std::optional<std::int64_t> run_steps(const train::RunConfig& config);
 /// tokenizer file only when the tokenizer reads one.
 void check_new_run(const train::RunConfig& c, const std::string& source);
 
+/// The files check_new_run checks (data.path, run.init_from, the tokenizer model), alone: a
+/// resumed run's, before its data is read.
+void check_run_files(const train::RunConfig& c, const std::string& source);
+
 /// The schedule of a parsed run config (see preview_run_config()).
 ScheduleTable preview_config(const train::RunConfig& config, int steps,
                              std::vector<std::string>& group_names);

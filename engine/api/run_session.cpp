@@ -184,6 +184,9 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   train::make_paths_absolute(s.config);
   // The checkpoint replaces the weights init_from would load: not read again (it may be gone).
   s.config.run.init_from.clear();
+  // A data.path (or tokenizer model) that is not there is a config error naming the key, as for
+  // a new run, not the loader's "cannot open" once the data is read.
+  detail::check_run_files(s.config, source);
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {

@@ -285,10 +285,18 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
            "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
   if (state.contains("owner") && state.at("owner").is_object()) {
     const std::string key = state.at("owner").value("key", std::string());
+    // Keys are "<store id>/<run id>": another run of this same store is resumed by its own id,
+    // another store's run from that store.
+    const auto store_of = [](const std::string& k) { return k.substr(0, k.rfind('/')); };
+    const bool same_store = key.find('/') != std::string::npos &&
+                            owner_key_.find('/') != std::string::npos &&
+                            store_of(key) == store_of(owner_key_);
     TB_CHECK(key.empty() || owner_key_.empty() || key == owner_key_, "[checkpoint] ", dir.string(),
              " belongs to ", state.at("owner").value("description", key), ", not to ",
              owner_description_.empty() ? owner_key_ : owner_description_,
-             "; resume that run from its own store");
+             same_store
+                 ? "; resume that run instead (run --resume " + key.substr(key.rfind('/') + 1) + ")"
+                 : std::string("; resume that run from its own store"));
   }
   // The config must match, except where the run is placed and how it is logged and saved, which
   // change no value it computes: [binding] (a data-parallel rank's own slot differs from rank
@@ -313,16 +321,19 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
     return to_toml(c);
   };
   bool same = state.at("config") == to_toml(config_);
+  // The differences named are those that matter: a threads or log_interval that changed too is
+  // allowed, so it is left out of the list.
+  std::string then = state.at("config").get<std::string>(), now = to_toml(config_);
   if (!same) {
     try {
-      same = same_run(parse_run_config(state.at("config").get<std::string>(), "checkpoint")) ==
-             same_run(config_);
+      then = same_run(parse_run_config(then, "checkpoint"));
+      now = same_run(config_);
+      same = then == now;
     } catch (const ValueError&) {  // not a config this build reads: not the same run
     }
   }
   if (!same) {
-    const std::string diff =
-        config_differences(state.at("config").get<std::string>(), to_toml(config_));
+    const std::string diff = config_differences(then, now);
     throw ValueError("[checkpoint] " + dir.string() + " was written by a run with another config" +
                      (diff.empty() ? "" : " (" + diff + ")") +
                      "; resume with that config (only where the run is placed and how it is "

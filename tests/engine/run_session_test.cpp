@@ -162,6 +162,7 @@ TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
   EXPECT_NE(error.find("belongs to run 1 of store a.sqlite (id " + a_id + ")"), std::string::npos)
       << error;
   EXPECT_NE(error.find("not to run 1 of store b.sqlite"), std::string::npos) << error;
+  EXPECT_NE(error.find("; resume that run from its own store"), std::string::npos) << error;
   // b's run is left as it was: cancelled at step 4, resumable from its own checkpoint.
   const auto run_b = store::RunStore::open(b).get_run(1).summary;
   EXPECT_EQ(run_b.status, store::RunStatus::kCancelled);
@@ -170,6 +171,36 @@ TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
   own.db_path = b.string();
   own.resume = 1;
   EXPECT_EQ(api::execute_run(own).status, "finished");
+}
+
+// A resume that cannot go on says what to do instead: another run's checkpoint of the same store
+// names that run to resume; a data folder that is not there is a config error naming data.path
+// (it was the loader's "cannot open" once the data was read). Neither touches the run.
+TEST(RunLifecycle, ARefusedResumeSaysWhatToDoInstead) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path a = dir.path() / "a.sqlite";
+  Losses ignore;
+  ASSERT_EQ(run(spec_for(a), ignore, 4).status, "cancelled");
+  ASSERT_EQ(run(spec_for(a), ignore, 4).status, "cancelled");
+  api::RunSpec cross;
+  cross.db_path = a.string();
+  cross.resume = 2;
+  cross.resume_checkpoint = store::RunStore::open(a).checkpoints(1).back().path;
+  const std::string error = tb::test::error_of([&] { api::execute_run(cross); });
+  EXPECT_NE(error.find("belongs to run 1 of store a.sqlite"), std::string::npos) << error;
+  EXPECT_NE(error.find("not to run 2 of store a.sqlite"), std::string::npos) << error;
+  EXPECT_NE(error.find("; resume that run instead (run --resume 1)"), std::string::npos) << error;
+
+  api::RunSpec moved;
+  moved.db_path = a.string();
+  moved.resume = 1;
+  const fs::path missing = dir.path() / "no-such-data";
+  moved.overrides = {"data.path=" + missing.string()};
+  EXPECT_EQ(tb::test::error_of([&] { api::execute_run(moved); }),
+            "[config] run 1's stored config: data.path: " + missing.string() +
+                ": no such file or folder");
+  for (const std::int64_t id : {1, 2})
+    EXPECT_EQ(store::RunStore::open(a).get_run(id).summary.status, store::RunStatus::kCancelled);
 }
 
 // The store names a checkpoint before older ones are pruned. Before, the record waited for the

@@ -130,9 +130,12 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   retuned.run.name = "renamed";
   retuned.run.tags = {"again"};
   EXPECT_EQ(run_losses(retuned, {}, dir / "step-00000012"), resumed);
-  // Another config refuses the checkpoint.
+  // Another config refuses the checkpoint, naming only the key that may not change: the threads
+  // and log interval changed with it are allowed, and left out of the list.
   auto other = cfg;
   other.optimizer.main.set("lr", 0.5);
+  other.threads = 1;
+  other.run.log_interval = 7;
   train::Trainer t(other);
   const std::string refused = error_of([&] { t.resume_from(dir / "step-00000012"); });
   EXPECT_NE(refused.find("was written by a run with another config (optimizer.lr: "),
