@@ -163,6 +163,9 @@ std::string gib(std::uint64_t bytes) {
 int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int slots,
              bool fallback) {
   const auto info = tb::api::describe_topology(req);
+  // Planned first: a bad --binding or --slots is an error before any output, not after a page
+  // of topology.
+  const auto plan = tb::api::plan_binding(req, mode, slots, fallback);
   std::cout << "Topology: " << info.source << "\n"
             << "  " << info.packages.size() << " packages, " << info.nodes.size() << " NUMA nodes, "
             << info.cache_groups.size() << " last-level-cache groups, " << info.cores.size()
@@ -190,7 +193,6 @@ int cmd_topo(const tb::api::TopologyRequest& req, const std::string& mode, int s
     for (const auto& g : info.gpus)
       std::cout << "  GPU " << g.index << ": NUMA node " << g.node << "\n";
   }
-  const auto plan = tb::api::plan_binding(req, mode, slots, fallback);
   std::cout << "Binding: " << plan.mode << ", " << plan.slots.size() << " "
             << (plan.slot_kind == "gpu" ? "GPU" : "CPU worker") << " slot"
             << (plan.slots.size() == 1 ? "" : "s") << " (" << plan.slot_rule << ")\n";
@@ -890,12 +892,15 @@ int cli_main(int argc, char** argv) {
   tb::api::SampleRequest sample_req;
   std::string sample_ids;
   sample->add_option("run", sample_req.run_id, "run id (qwen-tiny or gpt)")->required();
-  sample->add_option("--prompt", sample_req.prompt,
-                     "models of text (bytes, SentencePiece): the text to continue (default: a "
-                     "line break / a word start)");
-  sample->add_option("--prompt-tokens", sample_ids,
-                     "models of token files: comma-separated ids to continue (default: "
-                     "<|endoftext|>)");
+  auto* sample_prompt =
+      sample->add_option("--prompt", sample_req.prompt,
+                         "models of text (bytes, SentencePiece): the text to continue (default: a "
+                         "line break / a word start)");
+  sample
+      ->add_option("--prompt-tokens", sample_ids,
+                   "models of token files: comma-separated ids to continue (default: "
+                   "<|endoftext|>)")
+      ->excludes(sample_prompt);  // one prompt, as text or as ids
   sample->add_option("--tokens", sample_req.tokens, "new tokens")
       ->capture_default_str()
       ->check(kNonNegative);

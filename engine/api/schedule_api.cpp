@@ -1,6 +1,7 @@
 #include "engine/api/schedule_api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -94,6 +95,11 @@ ScheduleTable preview_schedule(const std::string& kind, const std::vector<std::s
   nlohmann::json j = train::settings_object(kind, settings, "schedule");
   if (!lrs.empty()) {
     TB_CHECK(!j.contains("lr"), "[schedule] give the base LR either with --lr or with --set lr=");
+    // As every optimizer's lr (PyTorch: "Invalid learning rate"): a preview of a negative or
+    // non-finite one shows a schedule no run can have.
+    for (const double lr : lrs)
+      TB_CHECK(std::isfinite(lr) && lr >= 0,
+               "[schedule] --lr: expected a finite number >= 0, found ", lr);
     j["lr"] = lrs.size() == 1 ? nlohmann::json(lrs[0]) : nlohmann::json(lrs);
   }
   return run(j, steps);

@@ -468,6 +468,12 @@ TrainResult Trainer::loop() {
   TrainResult r;
   State& s = *s_;
   const std::int64_t first_step = s.step;  // > 0 after resume_from()
+  // A stop past the last step is never met: said, not silently ignored (the total is known only
+  // now, once the data is read, when the run counts epochs).
+  if (stop_at_ > total_steps_)
+    emit_event("warning", "the stop at step " + std::to_string(stop_at_) +
+                              " is past the run's last step, " + std::to_string(total_steps_) +
+                              ": it trains to its end");
   s.model->train();
   const std::int64_t eval_every =
       config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();

@@ -397,6 +397,24 @@ TEST(Trainer, APlateauRunStoppedAndResumedEqualsAnUninterruptedOne) {
   EXPECT_EQ(resumed, Losses(full.begin() + 7, full.end()));
 }
 
+// A stop past the run's last step is never met: the run trains to its end, and says so.
+TEST(Trainer, AStopPastTheLastStepIsSaid) {
+  auto cfg = blobs_config();
+  cfg.run.steps = 10;
+  train::Trainer t(cfg);
+  t.set_stop_at(50);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  const auto r = t.run();
+  EXPECT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+  EXPECT_EQ(r.steps, 10);
+  EXPECT_NE(std::find(rec->events.begin(), rec->events.end(),
+                      "warning: the stop at step 50 is past the run's last step, 10: it trains "
+                      "to its end"),
+            rec->events.end())
+      << ::testing::PrintToString(rec->events);
+}
+
 TEST(Trainer, CancelFromAnotherThread) {
   train::Trainer t(blobs_config());
   auto rec = std::make_shared<Recorder>();
