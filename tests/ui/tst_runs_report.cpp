@@ -136,6 +136,30 @@ class TestRunsReport : public QObject {
     QVERIFY2(loss.upper >= 2.0, qPrintable(QString::number(loss.upper)));
   }
 
+  void theEvalPlotKeepsItsPlaceAndSaysWhatItWaitsFor() {
+    // Before any run and during a run's first steps, the eval plot is shown beside the loss
+    // plot with a note (hidden, it left a hole there); the note goes with the first evaluation.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    ui::MetricPlot* eval = panel.plots()[ui::PlotsPanel::EvalMetric];
+    panel.replotAll();
+    QVERIFY(eval->isVisible());
+    QVERIFY(eval->showsEmptyText());
+    QVERIFY(!panel.plots()[ui::PlotsPanel::Loss]->showsEmptyText());  // only where it is set
+    QVERIFY(!panel.plots()[ui::PlotsPanel::LossScale]->isVisible());
+    panel.addRun(1, QStringLiteral("run"), ui::runColor(0));
+    panel.appendSteps(1, {loggedStep(1, 0.01, {{"loss", 2.0}})});
+    panel.replotAll();
+    QVERIFY(eval->isVisible());
+    QVERIFY(eval->showsEmptyText());
+    panel.appendSteps(1, {loggedStep(2, 0.01, {{"loss", 1.5}, {"eval.accuracy", 0.5}})});
+    panel.replotAll();
+    QVERIFY(eval->isVisible());
+    QVERIFY(!eval->showsEmptyText());
+  }
+
   void aRunOfOneLoggedStepShowsItsPoints() {
     // A line through one point draws nothing: a run with a single logged step showed empty LR,
     // throughput and gradient-norm plots. Its lone points get markers, dropped at the second.

@@ -124,6 +124,13 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     menu.exec(m_plot->mapToGlobal(pos));
   });
   connect(m_plot, &QCustomPlot::afterLayout, this, &MetricPlot::fitTicks);
+  m_emptyText = new QCPItemText(m_plot);
+  m_emptyText->position->setType(QCPItemPosition::ptAxisRectRatio);
+  m_emptyText->position->setCoords(0.5, 0.5);
+  m_emptyText->setPositionAlignment(Qt::AlignCenter);
+  m_emptyText->setColor(palette().color(QPalette::Disabled, QPalette::WindowText));
+  m_emptyText->setText(QString());  // (QCPItemText starts as "text")
+  m_emptyText->setVisible(false);
   m_replotTimer.setSingleShot(true);  // started by scheduleReplot with the interval it needs
   connect(&m_replotTimer, &QTimer::timeout, this, &MetricPlot::replotNow);
 }
@@ -549,9 +556,19 @@ void MetricPlot::setLivePaced(bool paced) {
   if (!paced && m_livePending) scheduleReplot(Redraw::LiveData);
 }
 
+void MetricPlot::setEmptyText(const QString& text) {
+  m_emptyText->setText(text);
+  scheduleReplot();
+}
+
+bool MetricPlot::showsEmptyText() const {
+  return m_emptyText->visible();
+}
+
 void MetricPlot::replotNow() {
   m_replotTimer.stop();
   m_livePending = false;
+  m_emptyText->setVisible(!m_emptyText->text().isEmpty() && !hasData());
   // The redraw's cost is this thread's CPU time, not wall time: on a machine busy training, the
   // GUI thread waits for a CPU, and wall time would stretch the interval for no saving.
   const double cpuStart = threadCpuMs();

@@ -18,6 +18,7 @@
 
 class QCustomPlot;
 class QCPGraph;
+class QCPItemText;
 class QCPTextElement;
 class QCPLayoutGrid;
 class QMouseEvent;
@@ -88,6 +89,11 @@ class MetricPlot : public QWidget {
   void setRobustYRange(bool robust);
   /// Smoothing weight in [0, 1) (0 = off, the raw series is drawn normally).
   void setSmoothing(double weight);
+  /// A grey note in the middle of the axes while no curve has a point ("" for none): what the
+  /// plot will show, rather than bare axes.
+  void setEmptyText(const QString& text);
+  /// Whether the last redraw showed the empty text (tests).
+  bool showsEmptyText() const;
   /// Resets zoom and pan to show everything (also on double-click).
   void resetView();
   /// Redraws now (normally coalesced on a timer).
@@ -192,9 +198,10 @@ class MetricPlot : public QWidget {
   bool m_following = false;  // followXRange() is moving the axis
   std::optional<XRange> m_linkedX;
   bool m_inRedecimate = false;
-  bool m_stale = false;        // data changed while hidden
-  bool m_livePaced = false;    // setLivePaced()
-  bool m_livePending = false;  // new points not drawn yet
+  bool m_stale = false;                // data changed while hidden
+  QCPItemText* m_emptyText = nullptr;  // setEmptyText()
+  bool m_livePaced = false;            // setLivePaced()
+  bool m_livePending = false;          // new points not drawn yet
   double m_lastRedrawMs = 0.0;
   QTimer m_replotTimer;
 };

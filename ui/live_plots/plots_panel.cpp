@@ -227,6 +227,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     });
     p->setLivePaced(linkedX());
   }
+  m_plots[EvalMetric]->setEmptyText(tr("no evaluation yet (eval.interval)"));
   updateVisibility();
 }
 
@@ -484,9 +485,10 @@ void PlotsPanel::replotAll() {
 }
 
 void PlotsPanel::updateVisibility() {
-  // Plots that only some runs have (eval metric, loss scale) stay hidden until they have data.
-  for (int i : {EvalMetric, LossScale})
-    m_plots[i]->setVisible(m_plots[i]->hasData());
+  // The loss scale, which only float16 runs have, stays hidden until it has data (it is last:
+  // nothing moves when it appears). The eval plot stays in its place, saying what it waits for:
+  // hidden, it left a hole beside the loss plot until a run's first evaluation.
+  m_plots[LossScale]->setVisible(m_plots[LossScale]->hasData());
   const bool bars = m_runs.size() > 1;
   m_plots[StepTime]->setVisible(!bars);
   m_stepBars->setVisible(bars);
