@@ -311,9 +311,8 @@ int cmd_run(tb::api::RunRequest req) {
       timespec now{};
       clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
       const long long ns = static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-      const long long first = first_stop_ns.load();
-      if (first == 0) {
-        first_stop_ns.store(ns);
+      long long first = 0;
+      if (first_stop_ns.compare_exchange_strong(first, ns)) {
         cancel_requested.store(true);
         static const char said[] =
             "\nstopping after this step, with a checkpoint (the same signal again quits at once)\n";
@@ -321,10 +320,15 @@ int cmd_run(tb::api::RunRequest req) {
       } else if (ns - first >= kRepeatWindowNs) {
         std::signal(sig, SIG_DFL);
         std::raise(sig);  // delivered when this handler returns: the default action
+      } else {
+        static const char again[] = "(already stopping after this step)\n";
+        (void)!write(STDERR_FILENO, again, sizeof again - 1);
       }
       errno = saved_errno;
     };
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);  // the one handler runs for either, never nested
+    sigaddset(&sa.sa_mask, SIGTERM);
     sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM}) {
       struct sigaction old = {};
@@ -1036,10 +1040,11 @@ int cli_main(int argc, char** argv) {
   }
 
   try {
-    // A malformed TB_NUM_THREADS is an error here, before a run is created (it failed the run).
+    // A malformed TB_NUM_THREADS is an error here, before a run is created (it failed the
+    // run); commands that only read the store do not need it.
     if (threads > 0) {
       tb::api::set_num_threads(threads);
-    } else {
+    } else if (run->parsed() || launch->parsed() || sweep->parsed() || demo->parsed()) {
       (void)tb::api::num_threads();
     }
     const auto choice = tb::api::set_gemm_backend(gemm);
@@ -1063,8 +1068,13 @@ int cli_main(int argc, char** argv) {
     if (const std::string note = tb::api::openblas_note();
         !note.empty() && tb::api::current_gemm_backend() == "openblas")
       std::cerr << "warning: " << note << "\n";
+    // (Not for commands that write their result to a file and only say so on stdout: weights,
+    // a TensorBoard export, a tokenizer; a sweep's table by --show or --dry-run is its result.)
+    const bool sweep_table_only = sweep->parsed() && (sweep_dry || !sweep_show.empty());
     stdout_is_the_result =
-        !(demo->parsed() || run->parsed() || launch->parsed() || sweep->parsed());
+        sweep_table_only || !(demo->parsed() || run->parsed() || launch->parsed() ||
+                              sweep->parsed() || weights->parsed() || tok_train->parsed() ||
+                              (exp->parsed() && export_format == "tensorboard"));
     if (demo->parsed()) return tb::api::run_demo(std::cout, seed, steps);
     if (dispatch->parsed()) {
       if (!dispatch_device.empty()) return cmd_dispatch_device(dispatch_device, op_filter);

@@ -334,7 +334,7 @@ int default_num_threads() {
              text, "'; unset it to use every CPU this process may run on");
     return value;
   }
-  return affinity_cpu_count();
+  return std::min(affinity_cpu_count(), kMaxNumThreads);  // (a machine of more CPUs)
 }
 
 void set_num_threads(int n) {

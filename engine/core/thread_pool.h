@@ -36,9 +36,9 @@ int num_threads();
 void set_num_threads(int n);
 
 /// The default thread count: env TB_NUM_THREADS when set (an integer in [1, kMaxNumThreads],
-/// else tb::ValueError),
-/// otherwise the number of CPUs this process may run on (sched_getaffinity). Reads the
-/// environment on every call; does not change the current setting.
+/// else tb::ValueError), otherwise the number of CPUs this process may run on
+/// (sched_getaffinity; at most kMaxNumThreads). Reads the environment on every call; does not
+/// change the current setting.
 int default_num_threads();
 
 /// True while the calling thread runs a chunk of a parallel_for (or is a pool worker). Nested

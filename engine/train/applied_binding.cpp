@@ -1,6 +1,8 @@
 // AppliedBinding (see applied_binding.h).
 #include "engine/train/applied_binding.h"
 
+#include <algorithm>
+
 #include "engine/core/error.h"
 
 namespace tb::train::detail {
@@ -10,7 +12,8 @@ AppliedBinding::AppliedBinding(const numa::SlotBinding& b, const std::vector<int
     : loader_(loader) {
   const std::vector<int>& cpus = b.cpus.cpus();
   affinity_.emplace(b.cpus);
-  threads_.emplace(static_cast<int>(cpus.size()));  // no oversubscription
+  // No oversubscription (within the engine's most: a slot of more CPUs runs 1024 threads).
+  threads_.emplace(static_cast<int>(std::min<std::size_t>(cpus.size(), core::kMaxNumThreads)));
   previous_pin_ = core::pin_workers(cpus);
   pinned_ = true;
   loader_.pin_workers(cpus);

@@ -78,8 +78,17 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
   std::filesystem::path target = path;
   {
     std::error_code ec;
-    // Followed link by link: the file a link names may not exist yet (weakly_canonical would
-    // then stop at the link itself).
+    // What the path is, as the kernel resolves it (/dev/stdout on a pipe is a FIFO)...
+    const auto st = std::filesystem::status(path, ec);
+    TB_CHECK(st.type() == std::filesystem::file_type::not_found ||
+                 st.type() == std::filesystem::file_type::regular ||
+                 st.type() == std::filesystem::file_type::none,
+             "[safetensors] cannot write ", path.string(), ": it is ",
+             st.type() == std::filesystem::file_type::directory ? "a folder"
+                                                                : "a device, FIFO or socket",
+             ", not a file (give a file's path)");
+    // ... and the name to replace, followed link by link: the file a link names may not exist
+    // yet (weakly_canonical would then stop at the link itself).
     for (int hops = 0; std::filesystem::is_symlink(std::filesystem::symlink_status(target, ec));
          ++hops) {
       TB_CHECK(hops < 40, "[safetensors] cannot write ", path.string(),
@@ -89,14 +98,6 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
                ": the symbolic link cannot be read (", ec.message(), ")");
       target = next.is_absolute() ? next : target.parent_path() / next;
     }
-    const auto st = std::filesystem::status(target, ec);
-    TB_CHECK(st.type() == std::filesystem::file_type::not_found ||
-                 st.type() == std::filesystem::file_type::regular ||
-                 st.type() == std::filesystem::file_type::none,
-             "[safetensors] cannot write ", path.string(), ": it is ",
-             st.type() == std::filesystem::file_type::directory ? "a folder"
-                                                                : "a device, FIFO or socket",
-             ", not a file (give a file's path)");
   }
   const std::filesystem::path tmp = target.string() + ".tmp";
   const std::filesystem::path folder =

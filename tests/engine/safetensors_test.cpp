@@ -249,6 +249,18 @@ TEST_F(Safetensors, ALinkIsWrittenThroughAndADeviceOrFifoRefused) {
             }).find("it is a device, FIFO or socket"),
             std::string::npos);
   EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+  // /dev/stdout on a pipe: a link to "pipe:[N]" that only the kernel resolves.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const fs::path proc = "/proc/self/fd/" + std::to_string(fds[1]);
+  if (fs::exists(fs::path("/proc/self/fd"))) {
+    EXPECT_NE(error_of([&] {
+                train::save_safetensors(proc, {{"x", t}});
+              }).find("it is a device, FIFO or socket"),
+              std::string::npos);
+  }
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 // A disk that fills up mid-write (a 64 KiB file-size limit, in a child process): a clear error

@@ -250,8 +250,9 @@ void PlotsPanel::startLiveTick() {
   bool pending = false;
   for (auto* p : m_plots) {
     pending |= p->livePending();
-    if (p->isVisible())
-      interval = std::max(interval, MetricPlot::liveRedrawIntervalMs(p->lastRedrawMs(), cpus));
+    // Every plot's interval, shown or not: a hidden tab's plots (each redraw then only marks
+    // them stale) must not tick at the 100 ms floor.
+    interval = std::max(interval, MetricPlot::liveRedrawIntervalMs(p->lastRedrawMs(), cpus));
   }
   if (pending) m_liveTick.start(std::max(interval, MetricPlot::kMinLiveIntervalMs));
 }
