@@ -3,10 +3,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +176,36 @@ std::string hex32(std::uint32_t v) {
                                       "(--db PATH) or move this file away."));
 }
 
+// The first 100 bytes of `path` (SQLite's header), read through SQLite's own file layer; the count
+// read. Never by opening the file ourselves: closing any descriptor of a file drops every POSIX
+// lock this process holds on it, so a store this process has open (the GUI's reader, an
+// in-process run's writer) would lose its locks. Another process closing the store then took
+// itself for the last connection, checkpointed and deleted the WAL the writer was still
+// appending to, and every later commit of the run was lost (https://sqlite.org/howtocorrupt.html,
+// 2.2). SQLite's unix layer keeps such descriptors open until the process's locks are gone.
+std::size_t read_header_through_sqlite(const std::filesystem::path& path,
+                                       unsigned char (&header)[100]) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  struct Close {
+    sqlite3* db;
+    ~Close() { sqlite3_close_v2(db); }
+  } close{db};
+  if (rc != SQLITE_OK)
+    throw StoreError(str_cat("[store] ", path.string(), ": cannot be read (",
+                             db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc), ")"));
+  sqlite3_file* f = nullptr;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+      f == nullptr || f->pMethods == nullptr)
+    throw StoreError(str_cat("[store] ", path.string(), ": cannot be read"));
+  // A short read fills the rest with zeros and says so; the caller compares with the file size.
+  const int read = f->pMethods->xRead(f, header, static_cast<int>(sizeof header), 0);
+  if (read != SQLITE_OK && read != SQLITE_IOERR_SHORT_READ)
+    throw StoreError(
+        str_cat("[store] ", path.string(), ": cannot be read (", sqlite3_errstr(read), ")"));
+  return sizeof header;
+}
+
 // What an existing file holds, read without modifying it (but for rolling back the hot journal of
 // a transaction whose process was killed, which any SQLite writer would do).
 struct Inspection {
@@ -212,16 +242,17 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
 
   unsigned char header[100] = {};
   {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw StoreError(str_cat("[store] ", file, ": cannot be read"));
-    in.read(reinterpret_cast<char*>(header), sizeof(header));
-    if (in.gcount() < 16 || std::string_view(reinterpret_cast<const char*>(header), 16) !=
-                                std::string_view(kSqliteMagic, 16)) {
+    const auto length = std::filesystem::file_size(path, ec);
+    if (ec) throw StoreError(str_cat("[store] ", file, ": cannot read its size: ", ec.message()));
+    const std::size_t got = read_header_through_sqlite(path, header);
+    const std::size_t n = std::min<std::uintmax_t>(got, length);
+    if (n < 16 || std::string_view(reinterpret_cast<const char*>(header), 16) !=
+                      std::string_view(kSqliteMagic, 16)) {
       reject(file,
              "is not a TrainBench run database (not an SQLite file: it does not start with "
              "'SQLite format 3')");
     }
-    if (in.gcount() < 100) reject(file, "is a truncated SQLite file (shorter than its header)");
+    if (n < 100) reject(file, "is a truncated SQLite file (shorter than its header)");
   }
   const std::uint32_t header_app_id = be32(header + 68);
   if (header_app_id != 0 && header_app_id != static_cast<std::uint32_t>(kApplicationId)) {

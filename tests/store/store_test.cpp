@@ -1,5 +1,6 @@
 // Tests of the SQLite run store (engine/store): schema, migrations and refusals, the writer
 // thread, live reads, crash detection (including a real kill -9), status changes and export.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -1270,6 +1271,69 @@ TEST_F(StoreTest, TensorBoardExportOnAFullDiskLeavesNoPartialFile) {
   EXPECT_EQ(message.rfind("[export] cannot write " + dir.string() + "/events.out.tfevents.", 0), 0u)
       << message;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), {}), 0) << "a partial file was left";
+}
+
+// Opening the store again in a process that writes to it (the GUI's reader and an in-process
+// run's writer; a run that records a checkpoint) must keep that process's SQLite locks. Reading the
+// file's header with a descriptor of our own and closing it dropped them (POSIX locks are per
+// process): another process closing the store then took itself for the last connection,
+// checkpointed and deleted the WAL the writer was still appending to, and every later commit of
+// the run was lost (a GUI run's metrics stopped at the first `trainbench-cli runs`).
+TEST_F(StoreTest, OpeningTheStoreAgainKeepsTheWritersLocks) {
+  // As the GUI: its reader stays open; a run started in-process opens the store again (its header
+  // inspected) and writes through a connection of its own.
+  auto reader = RunStore::open(db());
+  std::int64_t run = 0;
+  {
+    auto store = RunStore::open(db());
+    run = store.create_run({.name = "locks"});
+  }
+  RunWriter w(db(), run);
+  for (std::int64_t s = 1; s <= 100; ++s)
+    w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s)}});
+  w.flush();
+  (void)RunStore::open(db());  // and once more while it writes (a checkpoint recorded)
+  // This process still holds SQLite's shared lock on the file (bytes from 2^30 + 2; see
+  // https://sqlite.org/lockingv3.html): another process asking for a write lock there is told so.
+  {
+    const pid_t probe = fork();
+    ASSERT_GE(probe, 0);
+    if (probe == 0) {
+      const int fd = ::open(db().c_str(), O_RDONLY);
+      struct flock want = {};
+      want.l_type = F_WRLCK;
+      want.l_whence = SEEK_SET;
+      want.l_start = (1LL << 30) + 2;
+      want.l_len = 510;
+      const bool held = fd >= 0 && ::fcntl(fd, F_GETLK, &want) == 0 && want.l_type != F_UNLCK;
+      _exit(held ? 0 : 1);
+    }
+    int probed = 0;
+    ASSERT_EQ(waitpid(probe, &probed, 0), probe);
+    EXPECT_TRUE(WIFEXITED(probed) && WEXITSTATUS(probed) == 0)
+        << "this process lost its shared lock on the store";
+  }
+  // Another process opens and closes it.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // as `trainbench-cli runs` does
+    int rc = 0;
+    try {
+      auto other = RunStore::open(db());
+      rc = other.list_runs().empty() ? 1 : 0;
+    } catch (const std::exception&) {
+      rc = 2;
+    }
+    _exit(rc);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  EXPECT_TRUE(fs::exists(db().string() + "-wal")) << "the other process deleted the writer's WAL";
+  for (std::int64_t s = 101; s <= 200; ++s)
+    w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s)}});
+  w.close();
+  EXPECT_EQ(RunStore::open(db()).series(run, "loss").size(), 200u) << "commits were lost";
 }
 
 TEST_F(StoreTest, ProcessStartTimeIdentifiesThisProcess) {
