@@ -7,15 +7,25 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QImage>
+#include <QSocketNotifier>
 #include <QStandardPaths>
 #include <QTextStream>
 #include <QTimer>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 
 #include "engine/api/workbench_api.h"
 #include "ui/main_window/main_window.h"
@@ -140,12 +150,73 @@ int exportSweepReport(const QString& db, const QString& name, const QString& out
   return rc;
 }
 
+// Ctrl-C or SIGTERM at the window (its terminal, a logout, a supervisor) ends the program as
+// closing it does, without the question: the runs it trains stop after their step with a
+// checkpoint, the layout is saved. Before, the default action killed it and its runs were found
+// crashed. The handler only writes the signal's number to a pipe the event loop reads (the
+// self-pipe of https://doc.qt.io/qt-6/unix-signals.html). Qt's threads start with the signals
+// blocked and the training threads block them (a handler run inside a oneDNN kernel corrupted
+// the CLI's heap), so it runs on the GUI thread or on a thread a library started before main().
+// Once the loop has ended, a repeat within kRepeatWindowNs counts as the same request (timeout
+// signals a process and then its group) and any later one quits at once.
+constexpr long long kRepeatWindowNs = 500'000'000;
+std::atomic<long long> g_first_stop_ns{0};
+static_assert(std::atomic<long long>::is_always_lock_free);
+int g_stop_pipe[2] = {-1, -1};
+
+void stopHandler(int sig) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(sig);
+  (void)!write(g_stop_pipe[1], &byte, 1);
+  errno = saved;
+}
+
+long long monotonicNs() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  return static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+sigset_t stopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old = {};
+    // One the program was started ignoring (SIGINT of a job started with & from a script) stays
+    // ignored.
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, sig);
+  }
+  return set;
+}
+
+// After the event loop: a repeat of the stop signal within the window is ignored, a later one
+// takes the default action.
+void afterStopHandler(int sig) {
+  if (monotonicNs() - g_first_stop_ns.load() < kRepeatWindowNs) return;
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);  // delivered when this handler returns
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (wantsOffscreen(argc, argv) && std::getenv("QT_QPA_PLATFORM") == nullptr)
+  const bool offscreen = wantsOffscreen(argc, argv);
+  if (offscreen && std::getenv("QT_QPA_PLATFORM") == nullptr)
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
+  // Blocked while QApplication starts its threads, which inherit the mask (see above).
+  const sigset_t stop = stopSignals();
+  if (!offscreen) pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   QApplication app(argc, argv);
+  if (!offscreen && pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) == 0) {
+    struct sigaction sa = {};
+    sa.sa_handler = stopHandler;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM})
+      if (sigismember(&stop, sig)) sigaction(sig, &sa, nullptr);
+  }
+  if (!offscreen) pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
   QApplication::setApplicationName(QStringLiteral("TrainBench"));
   QApplication::setOrganizationName(QStringLiteral("TrainBench"));
   QApplication::setApplicationVersion(QStringLiteral(TB_VERSION));
@@ -233,6 +304,24 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  int stopSignal = 0;
+  const int stopFd = g_stop_pipe[0];
+  std::unique_ptr<QSocketNotifier> stopNotifier;
+  if (stopFd >= 0) {
+    stopNotifier = std::make_unique<QSocketNotifier>(stopFd, QSocketNotifier::Read);
+    QObject::connect(stopNotifier.get(), &QSocketNotifier::activated, &app, [&] {
+      unsigned char sig = 0;
+      while (read(stopFd, &sig, 1) == 1) {
+        if (stopSignal != 0) continue;  // quitting already
+        stopSignal = sig;
+        g_first_stop_ns.store(monotonicNs());
+        QTextStream(stderr) << "trainbench: " << strsignal(stopSignal)
+                            << ": quitting; the runs training here stop after their step, with a "
+                               "checkpoint (the same signal again quits at once)\n";
+        QCoreApplication::exit(128 + stopSignal);  // as a shell reports a process it signalled
+      }
+    });
+  }
   window->show();
   if (!scripted) window->warnIfNoStore();
   if (parser.isSet(sweepOpt)) window->showSweep(parser.value(sweepOpt));
@@ -249,12 +338,25 @@ int main(int argc, char** argv) {
     });
   }
   const int rc = QApplication::exec();
-  // The windows still open (exit() from --screenshot) are deleted here: their destructors cancel
-  // what still trains.
+  // While the windows below cancel their runs: a stop signal now quits at once, as before the
+  // window was there, except a repeat of the one that ended the loop.
+  stopNotifier.reset();
+  if (stopFd >= 0) {
+    struct sigaction sa = {};
+    sa.sa_handler = stopSignal != 0 ? afterStopHandler : SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGINT, SIGTERM})
+      if (sigismember(&stop, sig)) sigaction(sig, &sa, nullptr);
+  }
+  // The windows still open (exit() from --screenshot, a stop signal) are deleted here: their
+  // destructors cancel what still trains.
   // (Collected first: deleting a window deletes its menus, which are top-level widgets too.)
   QList<tb::ui::MainWindow*> open;
   for (QWidget* w : QApplication::topLevelWidgets())
     if (auto* main_window = qobject_cast<tb::ui::MainWindow*>(w)) open.append(main_window);
+  if (stopSignal != 0)
+    for (auto* w : open)
+      w->saveLayout();
   qDeleteAll(open);
   return rc;
 }

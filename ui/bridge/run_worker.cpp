@@ -2,6 +2,9 @@
 
 #include <QMetaObject>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <exception>
 
 namespace tb::ui {
@@ -55,6 +58,14 @@ std::vector<api::StepMetrics> RunWorker::takeMetrics() {
 }
 
 void RunWorker::runThread() {
+  // The program's stop signals (Ctrl-C, SIGTERM) are handled on the GUI thread, never on this
+  // one or the kernel, loader and store threads it starts (they inherit this mask): a handler
+  // run on a thread inside a oneDNN kernel corrupted the heap.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   api::TrainRequest req;
   req.config_text = m_configText.toStdString();
   req.source = m_source.toStdString();

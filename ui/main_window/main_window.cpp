@@ -938,12 +938,16 @@ void MainWindow::closeEvent(QCloseEvent* event) {
       return;
     }
   }
-  QSettings settings;
-  settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
-  settings.setValue(QStringLiteral("window/state"), saveState());
+  saveLayout();
   for (auto& w : m_workers)
     if (w) w->cancel();
   event->accept();
+}
+
+void MainWindow::saveLayout() {
+  QSettings settings;
+  settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  settings.setValue(QStringLiteral("window/state"), saveState());
 }
 
 }  // namespace tb::ui

@@ -115,6 +115,9 @@ class MainWindow : public QMainWindow {
   TopologyView* topologyView() const { return m_topology; }
   /// In-process runs still going (plus launched processes).
   int activeRuns() const;
+  /// Saves the window's geometry and dock layout for the next start (on close; on a stop
+  /// signal, which ends the program without closing it).
+  void saveLayout();
   /// Queue mode: run queued configs as separate `trainbench-cli` processes, each bound to its
   /// CPU slot by `binding` (the same launcher as `trainbench-cli launch`), instead of in-process.
   void setQueueAsProcesses(bool processes, const QString& binding = QStringLiteral("node"));
