@@ -824,6 +824,42 @@ class TestRunsReport : public QObject {
     }
   }
 
+  void xLabelsBetweenTwoYAxesStayApart() {
+    // The Compare tab's LR plot: Muon's LR on the left axis, AdamW's on the right, steps 10-300,
+    // the axis rect ~55 px wide between them — "100", "200" and "300" read "1002003300".
+    ui::MetricPlot plot(QStringLiteral("Learning rate"), QStringLiteral("Muon lr"));
+    plot.ensureCurve(QStringLiteral("m"), QStringLiteral("#2 LR muon.0"), Qt::blue);
+    plot.ensureCurve(QStringLiteral("a"), QStringLiteral("#1 LR adamw.0 (right)"), Qt::red,
+                     Qt::DashLine, false, true);
+    std::vector<double> step, wall, muon, adamw;
+    for (int i = 10; i <= 300; i += 10) {  // run.log_interval = 10
+      step.push_back(i);
+      wall.push_back(i * 0.01);
+      muon.push_back(0.02 * (1.0 - i / 600.0));
+      adamw.push_back(0.001 * (1.0 - i / 600.0));
+    }
+    plot.append(QStringLiteral("m"), step, wall, muon);
+    plot.append(QStringLiteral("a"), step, wall, adamw);
+    plot.setYAxisLabels(QStringLiteral("Muon lr"), QStringLiteral("AdamW lr"));
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    for (const int width : {400, 240, 200}) {
+      plot.resize(width, 220);
+      QTest::qWait(20);
+      for (int i = 0; i < 4; ++i) {  // the counts fitted to the layout, then to the drawn labels
+        plot.replotNow();
+        plot.plot()->replot(QCustomPlot::rpImmediateRefresh);
+      }
+      const QCPAxis* x = plot.plot()->xAxis;
+      const QString where = QStringLiteral("%1 px wide (axis rect %2 px): ")
+                                .arg(width)
+                                .arg(plot.plot()->axisRect()->width());
+      QVERIFY2(!x->tickVector().isEmpty(), qPrintable(where));
+      QVERIFY2(test::crowdedTickLabels(x).isEmpty(),
+               qPrintable(where + test::crowdedTickLabels(x)));
+    }
+  }
+
   void aRunWithoutLoggedStepsShowsNoStepsNotZero() {
     // A run that failed before its first step: the report and compare say "–", as `runs` says
     // "-", not "0 steps".

@@ -124,6 +124,8 @@ MetricPlot::MetricPlot(const QString& title, const QString& yLabel, QWidget* par
     menu.exec(m_plot->mapToGlobal(pos));
   });
   connect(m_plot, &QCustomPlot::afterLayout, this, &MetricPlot::fitTicks);
+  connect(m_plot, &QCustomPlot::afterReplot, this,
+          [this] { m_xTicksDrawn = m_plot->xAxis->ticker()->tickCount(); });
   m_emptyText = new QCPItemText(m_plot);
   m_emptyText->position->setType(QCPItemPosition::ptAxisRectRatio);
   m_emptyText->position->setCoords(0.5, 0.5);
@@ -609,7 +611,27 @@ void MetricPlot::fitTicks() {
   const int w = m_plot->axisRect()->width();
   if (h <= 0 || w <= 0) return;
   const int n = std::clamp(h / 30, 2, 5);
-  const int nx = std::clamp(w / 75, 2, 5);
+  // Long labels on a narrow axis may still touch at that count ("100", "200" and "300" in 55 px
+  // between the LR plot's two y axes read "1002003300"): then one fewer, for this width, as the
+  // last draw shows them.
+  if (w != m_xCapWidth) {
+    m_xCapWidth = w;
+    m_xCap = 5;
+  }
+  int nx = std::min(std::clamp(w / 75, 2, 5), m_xCap);
+  if (nx > 1 && m_xTicksDrawn == nx && m_plot->xAxis->ticker()->tickCount() == nx) {
+    const QCPAxis* x = m_plot->xAxis;
+    const QFontMetrics fm(x->tickLabelFont());
+    const QVector<double> ticks = x->tickVector();
+    const QVector<QString> labels = x->tickVectorLabels();
+    for (int i = 1; i < ticks.size() && i < labels.size(); ++i) {
+      const double gap = std::abs(x->coordToPixel(ticks[i]) - x->coordToPixel(ticks[i - 1]));
+      if (gap < (fm.horizontalAdvance(labels[i]) + fm.horizontalAdvance(labels[i - 1])) / 2.0 + 6) {
+        m_xCap = nx = nx - 1;
+        break;
+      }
+    }
+  }
   bool changed = false;
   for (QCPAxis* axis : {m_plot->yAxis, m_plot->yAxis2, m_plot->xAxis}) {
     const int want = axis == m_plot->xAxis ? nx : n;

@@ -203,6 +203,9 @@ class MetricPlot : public QWidget {
   bool m_livePaced = false;            // setLivePaced()
   bool m_livePending = false;          // new points not drawn yet
   double m_lastRedrawMs = 0.0;
+  int m_xCapWidth = -1;    // fitTicks(): the axis width m_xCap was found for
+  int m_xCap = 5;          // the most x labels that did not touch at that width
+  int m_xTicksDrawn = -1;  // the x tick count of the last draw (its labels' positions)
   QTimer m_replotTimer;
 };
 
