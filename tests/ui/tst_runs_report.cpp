@@ -687,11 +687,16 @@ class TestRunsReport : public QObject {
     api::StoreReader store(db.toStdString());
     ui::CompareView view;
     view.resize(700, 700);
-    view.setRuns(&store, {muon, adamw});
+    view.setRuns(&store, {adamw, muon});
     view.show();
     QVERIFY(QTest::qWaitForWindowExposed(&view));
     QTableWidget* summary = view.summaryTable();
     QCOMPARE(summary->columnCount(), 2);
+    // Selected newest first, listed and coloured by run id, as in the Live tab and a report: run
+    // `muon` (the older) first and in the first colour.
+    QCOMPARE(summary->horizontalHeaderItem(0)->text(), QStringLiteral("#%1").arg(muon));
+    QCOMPARE(summary->horizontalHeaderItem(1)->text(), QStringLiteral("#%1").arg(adamw));
+    QCOMPARE(ui::inRunOrder({adamw, muon, adamw}), (QList<qint64>{muon, adamw}));
     QVERIFY2(summary->horizontalHeader()->length() <= summary->viewport()->width(),
              qPrintable(QStringLiteral("%1 > %2")
                             .arg(summary->horizontalHeader()->length())
@@ -730,6 +735,18 @@ class TestRunsReport : public QObject {
     QVERIFY(!diff->isRowHidden(foldRow + 1));
     view.setSectionExpanded(QStringLiteral("optimizer.muon"), false);
     QVERIFY(diff->isRowHidden(foldRow + 1));
+    // Every run's value in view beside the keys (the widest key row filled the table, and the
+    // values sat behind it): the columns fit the table, each value column readable — also beside
+    // the plots, where the table is narrow.
+    view.resize(1200, 700);
+    QTRY_COMPARE(view.splitter()->orientation(), Qt::Horizontal);
+    QTRY_VERIFY2(diff->horizontalHeader()->length() <= diff->viewport()->width(),
+                 qPrintable(QStringLiteral("%1 > %2")
+                                .arg(diff->horizontalHeader()->length())
+                                .arg(diff->viewport()->width())));
+    for (int c = 1; c < diff->columnCount(); ++c)
+      QVERIFY2(diff->columnWidth(c) >= 60, qPrintable(QString::number(diff->columnWidth(c))));
+    view.resize(700, 700);
 
     // The step times as one stacked bar per run (mean ms per phase), not ten lines.
     ui::PlotsPanel* plots = view.plots();

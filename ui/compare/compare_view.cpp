@@ -85,6 +85,9 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
         hidden = hidden && m_diff->isRowHidden(r);
     setSectionExpanded(folded, hidden);
   });
+  m_diff->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_diff->setWordWrap(false);
+  m_diff->viewport()->installEventFilter(this);  // fitDiffColumns() follows its width
   sideLayout->addWidget(m_diff, 1);
   m_split->addWidget(m_plots);
   m_split->addWidget(side);
@@ -123,6 +126,8 @@ QWidget* CompareView::visibleArea() const {
 
 bool CompareView::eventFilter(QObject* watched, QEvent* event) {
   if (watched == visibleArea() && event->type() == QEvent::Resize) arrange();
+  if (m_diff != nullptr && watched == m_diff->viewport() && event->type() == QEvent::Resize)
+    fitDiffColumns();
   return QWidget::eventFilter(watched, event);
 }
 
@@ -176,7 +181,8 @@ void CompareView::arrange() {
   }
 }
 
-void CompareView::setRuns(const api::StoreReader* store, const QList<qint64>& ids) {
+void CompareView::setRuns(const api::StoreReader* store, const QList<qint64>& selected) {
+  const QList<qint64> ids = inRunOrder(selected);
   m_store = store;
   m_ids = ids;
   m_plots->clearRuns();
@@ -221,8 +227,11 @@ void CompareView::fillDiff(const std::vector<api::ConfigDiffRow>& diff) {
   auto addRow = [&](const QStringList& cells) {
     const int r = m_diff->rowCount();
     m_diff->insertRow(r);
-    for (int c = 0; c < cells.size(); ++c)
-      m_diff->setItem(r, c, new QTableWidgetItem(cells[c]));
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      item->setToolTip(cells[c].trimmed());  // whole, where the column elides it
+      m_diff->setItem(r, c, item);
+    }
     return r;
   };
   // Sections in key order; within one, the keys every run has, then those some runs lack.
@@ -274,7 +283,23 @@ void CompareView::fillDiff(const std::vector<api::ConfigDiffRow>& diff) {
       m_diff->setRowHidden(r, true);
     }
   }
-  m_diff->resizeColumnsToContents();
+  fitDiffColumns();
+}
+
+void CompareView::fitDiffColumns() {
+  const int runs = m_diff->columnCount() - 1;
+  if (runs < 1) return;
+  QHeaderView* header = m_diff->horizontalHeader();
+  const int width = m_diff->viewport()->width();
+  // (Hidden rows and the spanned section titles count too: a folded key is as long when shown.)
+  int key = m_diff->fontMetrics().horizontalAdvance(m_diff->horizontalHeaderItem(0)->text()) + 24;
+  for (int r = 0; r < m_diff->rowCount(); ++r)
+    if (const QTableWidgetItem* item = m_diff->item(r, 0); item && m_diff->columnSpan(r, 0) == 1)
+      key = std::max(key, m_diff->fontMetrics().horizontalAdvance(item->text()) + 12);
+  header->setSectionResizeMode(0, QHeaderView::Interactive);
+  header->resizeSection(0, std::min(key, width * 45 / 100));
+  for (int c = 1; c <= runs; ++c)
+    header->setSectionResizeMode(c, QHeaderView::Stretch);
 }
 
 void CompareView::setSectionExpanded(const QString& section, bool expanded) {

@@ -75,6 +75,9 @@ class CompareView : public QWidget {
   void watchViewport();
   void fillSummary();
   void fillDiff(const std::vector<api::ConfigDiffRow>& diff);
+  // The diff's key column as wide as its keys but at most 45 % of the table; the runs' values
+  // share the rest (elided, whole in their tooltips), so every run's value is in view.
+  void fitDiffColumns();
 
   const api::StoreReader* m_store = nullptr;
   QList<qint64> m_ids;

@@ -37,6 +37,12 @@ QString curveId(qint64 runId, const MetricRoute& r, const QString& key) {
 
 }  // namespace
 
+QList<qint64> inRunOrder(QList<qint64> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 QColor runColor(int index) {
   static const QColor colors[] = {
       QColor(31, 119, 180),  QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),

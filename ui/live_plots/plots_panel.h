@@ -29,6 +29,10 @@ class MetricPlot;
 
 /// The colour of the i-th run (a qualitative palette that reads on light and dark backgrounds).
 QColor runColor(int index);
+/// `ids` in ascending order: every view of a set of runs (Live, Compare, a report) lists them and
+/// hands out runColor() in this order, so a run keeps its colour from one view to the next
+/// (they followed the runs table's sort and selection order).
+QList<qint64> inRunOrder(QList<qint64> ids);
 
 /// Where a metric goes: the plot's index in PlotsPanel::plots() (-1 = not plotted), and how.
 struct MetricRoute {

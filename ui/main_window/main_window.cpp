@@ -645,7 +645,8 @@ void MainWindow::updateSamples() {
   }
 }
 
-void MainWindow::showRunsLive(const QList<qint64>& ids) {
+void MainWindow::showRunsLive(const QList<qint64>& selected) {
+  const QList<qint64> ids = inRunOrder(selected);
   api::StoreReader* store = m_runsModel->store();
   if (!store) return;
   m_live->clearRuns();

@@ -173,9 +173,10 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
   return rows;
 }
 
-Report buildReport(const api::StoreReader& store, const QList<qint64>& ids,
+Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
                    const ReportOptions& options) {
-  if (ids.isEmpty()) throw std::invalid_argument("[report] no runs given");
+  if (given.isEmpty()) throw std::invalid_argument("[report] no runs given");
+  const QList<qint64> ids = inRunOrder(given);  // the colours of the GUI's views
   const auto summaries = summarizeRuns(store, ids, options.target);
   QStringList idText;
   for (qint64 id : ids)
