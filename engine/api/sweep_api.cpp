@@ -60,8 +60,13 @@ SweepPreview preview_of(const train::SweepPlan& plan) {
   p.stopping = plan.spec.early_stopping.method;
   p.rungs = plan.spec.early_stopping.steps;
   p.reduction_factor = plan.spec.early_stopping.reduction_factor;
-  for (const auto& param : plan.spec.parameters)
+  for (const auto& param : plan.spec.parameters) {
     p.keys.push_back(param.key);
+    p.parameters.push_back({param.key, param.distribution, param.values, param.min, param.max});
+  }
+  p.random_trials = plan.spec.trials;
+  p.seeds = plan.spec.seeds;
+  p.base_toml = plan.base_toml;
   for (const auto& t : plan.trials) {
     if (t.point == static_cast<std::int64_t>(p.points.size())) p.points.push_back(t.assignment);
     SweepTrialRow r;

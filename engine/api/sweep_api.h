@@ -22,6 +22,14 @@ struct SweepTrialRow {
   std::string values;      ///< "optimizer.kind="muon", optimizer.muon.lr=0.02"
 };
 
+/// One swept key as the [sweep.parameters] table gives it.
+struct SweepParameterSpec {
+  std::string key;                  ///< dotted config key
+  std::string distribution;         ///< values, uniform, log_uniform or int_uniform
+  std::vector<std::string> values;  ///< values: each as TOML text ("0.01", "\"muon\"")
+  double min = 0, max = 0;          ///< the distributions' range
+};
+
 /// A planned sweep.
 struct SweepPreview {
   std::string name;                   ///< sweep name (runs are tagged "sweep:NAME")
@@ -35,6 +43,12 @@ struct SweepPreview {
   std::vector<std::string> keys;      ///< the swept keys, sorted
   /// Each point's values: (key, TOML value text), only the keys that apply to it.
   std::vector<std::vector<std::pair<std::string, std::string>>> points;
+  // As the config says them (planned from a config, not from the store): what a sweep editor
+  // opens.
+  std::vector<SweepParameterSpec> parameters;  ///< in key order
+  std::int64_t random_trials = 0;              ///< random: points drawn
+  std::vector<std::int64_t> seeds;             ///< replicates; empty: the config's seed
+  std::string base_toml;                       ///< the run config without [sweep]
 };
 
 /// Plans the sweep of CONFIG (with --set `overrides` on its run config); errors name the key.

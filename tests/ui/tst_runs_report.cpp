@@ -37,6 +37,7 @@
 
 #include <qcustomplot.h>
 
+#include "engine/api/sweep_api.h"
 #include "engine/api/workbench_api.h"
 #include "tests/engine/test_util.h"
 #include "tests/ui/plot_test_util.h"
@@ -48,6 +49,7 @@
 #include "ui/report/report.h"
 #include "ui/run_config/config_editor.h"
 #include "ui/runs/runs_model.h"
+#include "ui/sweeps/sweep_editor.h"
 
 using namespace tb;
 
@@ -134,6 +136,36 @@ class TestRunsReport : public QObject {
     QVERIFY2(time.upper > 0.95 && time.upper < 1.5, qPrintable(QString::number(time.upper)));
     const QCPRange loss = panel.plots()[ui::PlotsPanel::Loss]->plot()->yAxis->range();
     QVERIFY2(loss.upper >= 2.0, qPrintable(QString::number(loss.upper)));
+  }
+
+  void aSweepConfigOpensOnTheSweepPage() {
+    // The shipped sweep config (a run config with a [sweep] table, as trainbench-cli sweep
+    // takes it) was refused as a run config ("unknown section 'sweep'"). It opens: the run config
+    // in the form, the [sweep] on the Sweep page, which plans the same trials as the file.
+    const QString path =
+        QStringLiteral(TB_SOURCE_DIR "/resources/configs/sweeps/fmnist-mlp-sweep.toml");
+    QFile f(path);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const std::string fileText = QString::fromUtf8(f.readAll()).toStdString();
+    const api::SweepPreview want = api::preview_sweep_text(fileText, "fmnist-mlp-sweep.toml");
+    QTemporaryDir dir;
+    ui::MainWindow window(dir.filePath(QStringLiteral("runs.sqlite")));
+    QString error;
+    QVERIFY2(window.openConfig(path, /*quiet=*/true, &error), qPrintable(error));
+    QVERIFY(window.configEditor()->validateNow());
+    QCOMPARE(window.sweepEditor()->parameters()->rowCount(),
+             static_cast<int>(want.parameters.size()));
+    QCOMPARE(window.sweepEditor()->check(), static_cast<int>(want.trials.size()));
+    const std::string again =
+        (window.configEditor()->toToml() + QLatin1Char('\n') + window.sweepEditor()->sweepToml())
+            .toStdString();
+    const api::SweepPreview got = api::preview_sweep_text(again, "editor");
+    QCOMPARE(got.name, want.name);
+    QCOMPARE(got.stopping, want.stopping);
+    QCOMPARE(got.rungs, want.rungs);
+    QCOMPARE(got.trials.size(), want.trials.size());
+    for (std::size_t i = 0; i < want.trials.size(); ++i)
+      QCOMPARE(got.trials[i].values, want.trials[i].values);
   }
 
   void theEvalPlotKeepsItsPlaceAndSaysWhatItWaitsFor() {

@@ -40,6 +40,7 @@
 #include <exception>
 
 #include "engine/api/launch_api.h"
+#include "engine/api/sweep_api.h"
 
 #include "ui/bridge/run_worker.h"
 #include "ui/common/vertical_scroll_area.h"
@@ -425,6 +426,27 @@ bool MainWindow::openConfig(const QString& path, bool quiet, QString* error) {
   if (!f.open(QIODevice::ReadOnly))
     return fail(tr("[config] %1: cannot open (%2)").arg(path, f.errorString()));
   const QString text = QString::fromUtf8(f.readAll());
+  // A sweep config (a run config with a [sweep] table, as trainbench-cli sweep takes it): the
+  // run config into the form, the [sweep] onto the Sweep page (it was refused as a run config).
+  static const QRegularExpression sweepTable(
+      QStringLiteral("(^|\\n)[ \\t]*\\[[ \\t]*sweep[ \\t]*[\\].]"));
+  if (sweepTable.match(text).hasMatch()) {
+    api::SweepPreview sweep;
+    try {
+      sweep = api::preview_sweep_text(text.toStdString(), QFileInfo(path).fileName().toStdString());
+    } catch (const std::exception& e) {
+      return fail(QString::fromStdString(e.what()));
+    }
+    if (!m_editor->setToml(QString::fromStdString(sweep.base_toml), QFileInfo(path).fileName()))
+      return fail(m_editor->errorText());
+    loadSweep(sweep);
+    m_configPath = path;
+    QSettings().setValue(QStringLiteral("config/last"), path);
+    log(QStringLiteral("info"), tr("opened %1: sweep %2 (%3 trials) on the Sweep page")
+                                    .arg(path, QString::fromStdString(sweep.name))
+                                    .arg(sweep.trials.size()));
+    return true;
+  }
   if (!m_editor->setToml(text, QFileInfo(path).fileName()))
     return fail(m_editor->errorText() +
                 tr("\n\nThe file's text is in the TOML tab: fix it there and press \"Apply TOML "
@@ -433,6 +455,37 @@ bool MainWindow::openConfig(const QString& path, bool quiet, QString* error) {
   QSettings().setValue(QStringLiteral("config/last"), path);
   log(QStringLiteral("info"), tr("opened %1").arg(path));
   return true;
+}
+
+void MainWindow::loadSweep(const api::SweepPreview& sweep) {
+  m_sweepEditor->setName(QString::fromStdString(sweep.name));
+  m_sweepEditor->clearParameters();
+  for (const auto& param : sweep.parameters) {
+    QStringList values;
+    for (const auto& v : param.values) {
+      QString text = QString::fromStdString(v);
+      // The editor's list takes bare words for strings ("muon, adamw").
+      if (text.size() >= 2 && text.startsWith(QLatin1Char('"')) && text.endsWith(QLatin1Char('"')))
+        text = text.mid(1, text.size() - 2);
+      values << text;
+    }
+    m_sweepEditor->addParameter(QString::fromStdString(param.key),
+                                values.join(QStringLiteral(", ")),
+                                QString::fromStdString(param.distribution), param.min, param.max);
+  }
+  QStringList seeds;
+  for (const auto s : sweep.seeds)
+    seeds << QString::number(s);
+  m_sweepEditor->setPlan(QString::fromStdString(sweep.method),
+                         static_cast<int>(sweep.random_trials), seeds.join(QStringLiteral(", ")),
+                         QString::fromStdString(sweep.metric), QString::fromStdString(sweep.goal));
+  QStringList rungs;
+  for (const auto r : sweep.rungs)
+    rungs << QString::number(r);
+  m_sweepEditor->setEarlyStopping(QString::fromStdString(sweep.stopping),
+                                  rungs.join(QStringLiteral(", ")), sweep.reduction_factor);
+  m_sweepEditor->check();
+  m_editor->showPage(m_sweepEditor);
 }
 
 void MainWindow::saveConfigAs() {

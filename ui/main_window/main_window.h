@@ -30,6 +30,10 @@ class QTabWidget;
 class QProcess;
 class QSplitter;
 
+namespace tb::api {
+struct SweepPreview;
+}
+
 namespace tb::ui {
 
 class CompareView;
@@ -118,6 +122,8 @@ class MainWindow : public QMainWindow {
   /// Saves the window's geometry and dock layout for the next start (on close; on a stop
   /// signal, which ends the program without closing it).
   void saveLayout();
+  /// Puts a planned sweep's [sweep] table on the config editor's Sweep page and shows it.
+  void loadSweep(const api::SweepPreview& sweep);
   /// Queue mode: run queued configs as separate `trainbench-cli` processes, each bound to its
   /// CPU slot by `binding` (the same launcher as `trainbench-cli launch`), instead of in-process.
   void setQueueAsProcesses(bool processes, const QString& binding = QStringLiteral("node"));
