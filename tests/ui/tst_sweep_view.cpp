@@ -5,6 +5,7 @@
 #include <QtTest>
 
 #include <QComboBox>
+#include <QLabel>
 #include <QMap>
 #include <QProcess>
 #include <QPushButton>
@@ -322,6 +323,13 @@ class TestSweepView : public QObject {
     QVERIFY(e != nullptr);
     e->setName(QStringLiteral("gui-sweep"));
     e->clearParameters();
+    // No key yet: nothing to run, and a hint in the normal colour rather than an error in red.
+    QCOMPARE(e->check(), -1);
+    auto* status = e->findChild<QLabel*>(QStringLiteral("sweepStatus"));
+    QVERIFY(status != nullptr);
+    QVERIFY2(
+        status->styleSheet().isEmpty() && status->text().startsWith(QStringLiteral("Add a key")),
+        qPrintable(status->text()));
     e->addParameter(QStringLiteral("optimizer.lr"), QStringLiteral("0.01, 0.02"));
     e->addParameter(QStringLiteral("optimizer.kind"), QStringLiteral("adamw, muon"));
     e->setPlan(QStringLiteral("grid"), 1, QStringLiteral("3"), QStringLiteral("eval.accuracy"),

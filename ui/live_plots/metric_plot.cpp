@@ -559,7 +559,7 @@ void MetricPlot::setLivePaced(bool paced) {
 }
 
 void MetricPlot::setEmptyText(const QString& text) {
-  m_emptyText->setText(text);
+  m_emptyTextWhole = text;
   scheduleReplot();
 }
 
@@ -570,7 +570,11 @@ bool MetricPlot::showsEmptyText() const {
 void MetricPlot::replotNow() {
   m_replotTimer.stop();
   m_livePending = false;
-  m_emptyText->setVisible(!m_emptyText->text().isEmpty() && !hasData());
+  // Elided to the axes (a compare pane's plot is ~120 px across).
+  m_emptyText->setText(QFontMetrics(m_emptyText->font())
+                           .elidedText(m_emptyTextWhole, Qt::ElideRight,
+                                       std::max(0, m_plot->axisRect()->width() - 8)));
+  m_emptyText->setVisible(!m_emptyTextWhole.isEmpty() && !hasData());
   // The redraw's cost is this thread's CPU time, not wall time: on a machine busy training, the
   // GUI thread waits for a CPU, and wall time would stretch the interval for no saving.
   const double cpuStart = threadCpuMs();

@@ -200,8 +200,9 @@ class MetricPlot : public QWidget {
   bool m_inRedecimate = false;
   bool m_stale = false;                // data changed while hidden
   QCPItemText* m_emptyText = nullptr;  // setEmptyText()
-  bool m_livePaced = false;            // setLivePaced()
-  bool m_livePending = false;          // new points not drawn yet
+  QString m_emptyTextWhole;
+  bool m_livePaced = false;    // setLivePaced()
+  bool m_livePending = false;  // new points not drawn yet
   double m_lastRedrawMs = 0.0;
   int m_xCapWidth = -1;    // fitTicks(): the axis width m_xCap was found for
   int m_xCap = 5;          // the most x labels that did not touch at that width

@@ -233,7 +233,7 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
     });
     p->setLivePaced(linkedX());
   }
-  m_plots[EvalMetric]->setEmptyText(tr("no evaluation yet (eval.interval)"));
+  m_plots[EvalMetric]->setEmptyText(tr("no evaluation yet"));
   updateVisibility();
 }
 

@@ -166,6 +166,7 @@ SweepEditor::SweepEditor(std::function<QString()> runConfig, QWidget* parent)
   launch->addWidget(m_run);
 
   m_status = new QLabel(this);
+  m_status->setObjectName(QStringLiteral("sweepStatus"));
   m_status->setWordWrap(true);
   m_status->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
@@ -305,6 +306,17 @@ int SweepEditor::check() {
   const bool stopping = m_stopping->currentText() != QLatin1String("none");
   m_rungs->setEnabled(stopping);
   m_factor->setEnabled(m_stopping->currentText() == QLatin1String("successive_halving"));
+  // No key to vary yet (a fresh page): what to do, not an error in red before anything was done.
+  bool anyKey = false;
+  for (int r = 0; r < m_params->rowCount() && !anyKey; ++r)
+    anyKey = !cellText(m_params, r, Key).isEmpty();
+  if (!anyKey) {
+    m_error = tr("[sweep] no key to vary yet");
+    m_status->setStyleSheet(QString());
+    m_status->setText(tr("Add a key to vary (Add key), or Muon vs AdamW × LR for an example."));
+    m_run->setEnabled(false);
+    return -1;
+  }
   try {
     const auto plan = api::preview_sweep_text(
         (m_runConfig() + QStringLiteral("\n") + sweepToml()).toStdString(), "sweep editor");
