@@ -873,6 +873,27 @@ class TestRunsReport : public QObject {
     }
   }
 
+  void aLegendRefitsItsColumnsWhenThePlotIsResized() {
+    // The legend's columns followed only redraws of new points: a finished run's step-time plot
+    // laid out narrow at first kept one column of four rows at 430 px, pushing the plots below
+    // out of view on a laptop screen. A resize alone now refits them.
+    ui::MetricPlot plot(QStringLiteral("Step time"), QStringLiteral("ms"));
+    for (const char* phase : {"data", "forward", "backward", "optimizer"}) {
+      plot.ensureCurve(QLatin1String(phase), QLatin1String(phase), Qt::blue);
+      plot.append(QLatin1String(phase), {1, 2, 3}, {0.1, 0.2, 0.3}, {1, 2, 3});
+    }
+    plot.resize(210, 400);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    plot.replotNow();
+    const int narrow = plot.legendColumns();
+    plot.resize(600, 400);
+    QTRY_VERIFY2(plot.legendColumns() > narrow,
+                 qPrintable(QStringLiteral("%1 columns at 210 px, %2 at 600 px")
+                                .arg(narrow)
+                                .arg(plot.legendColumns())));
+  }
+
   void xLabelsBetweenTwoYAxesStayApart() {
     // The Compare tab's LR plot: Muon's LR on the left axis, AdamW's on the right, steps 10-300,
     // the axis rect ~55 px wide between them — "100", "200" and "300" read "1002003300".

@@ -595,7 +595,7 @@ int MetricPlot::legendColumns() const {
 
 void MetricPlot::fitLegend() {
   // Two columns when two whole names fit beside each other, with 48 px for the plot's margins.
-  fitLegendColumns(m_plot->legend, m_plot->width() - 48, 2);
+  fitLegendColumns(m_plot->legend, width() - 48, 2);  // (the chart fills this widget)
   // Tall enough for the legend's rows beside the title, the axis labels and a usable axis rect:
   // squeezed below that, QCustomPlot drew a four-entry legend's rows over one another.
   const int legend =
@@ -644,6 +644,14 @@ void MetricPlot::fitTicks() {
     changed = true;
   }
   if (changed) m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MetricPlot::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  const int columns = legendColumns();
+  const int least = minimumHeight();
+  fitLegend();
+  if (legendColumns() != columns || minimumHeight() != least) scheduleReplot();
 }
 
 void MetricPlot::showEvent(QShowEvent* event) {

@@ -167,6 +167,9 @@ class MetricPlot : public QWidget {
   void changeEvent(QEvent* event) override;
   /// Paints what changed while hidden.
   void showEvent(QShowEvent* event) override;
+  /// Fits the legend's columns to the new width (they stayed as the last redraw of new points
+  /// left them: a step-time legend of one column at 430 px pushed the plots below out of view).
+  void resizeEvent(QResizeEvent* event) override;
 
  private:
   void applyPalette();
