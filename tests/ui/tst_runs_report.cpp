@@ -873,6 +873,29 @@ class TestRunsReport : public QObject {
     }
   }
 
+  void tokensPerSecondGetTheirOwnAxis() {
+    // A language model's throughput: tokens/s (64x samples/s at context 64) on the right-hand
+    // axis, so the samples/s curve is not a flat line at zero under it.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.addRun(1, QStringLiteral("lm"), ui::runColor(0));
+    std::vector<api::StepMetrics> steps;
+    for (std::int64_t s = 1; s <= 20; ++s)
+      steps.push_back(loggedStep(
+          s, 0.01,
+          {{"loss", 3.0}, {"samples_per_s", 200.0 + s}, {"tokens_per_s", 64 * (200.0 + s)}}));
+    panel.appendSteps(1, steps);
+    panel.replotAll();
+    ui::MetricPlot* throughput = panel.plots()[ui::PlotsPanel::Throughput];
+    int left = 0, right = 0;
+    for (const auto& [id, c] : throughput->curves())
+      (c.right ? right : left) += 1;
+    QCOMPARE(left, 1);
+    QCOMPARE(right, 1);
+    QCOMPARE(throughput->plot()->yAxis2->label(), QStringLiteral("tokens/s"));
+    QVERIFY(throughput->plot()->yAxis->range().upper < 1000);  // scaled to the samples/s
+  }
+
   void aLegendRefitsItsColumnsWhenThePlotIsResized() {
     // The legend's columns followed only redraws of new points: a finished run's step-time plot
     // laid out narrow at first kept one column of four rows at 430 px, pushing the plots below

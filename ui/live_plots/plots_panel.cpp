@@ -350,6 +350,13 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
     right = muon && !key.startsWith(QLatin1String("lr.muon"));
     if (right) label += tr(" (right)");
   }
+  // A language model logs tokens/s beside samples/s, context-length times larger: on one axis
+  // the samples/s read as a flat line at zero. Tokens/s get the right-hand axis.
+  if (r.plot == Throughput && key == QLatin1String(api::metric::kTokensPerS)) {
+    right = true;
+    label += tr(" (right)");
+    p->setYAxisLabels(tr("samples/s"), tr("tokens/s"));
+  }
   p->ensureCurve(id, label, color, r.style, r.points, right);
   p->append(id, step, wall, value);
   s.lastStep[key] = step.back();
