@@ -197,6 +197,16 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   m_parallel->yAxis->setVisible(false);
   m_parallel->axisRect()->setAutoMargins(QCP::msNone);
   m_parallel->axisRect()->setMargins(QMargins(10, 10, 10, 10));
+  // What the colours say, under the axes (the plot has no legend: a line per trial).
+  QFont caption = font();
+  caption.setPointSizeF(caption.pointSizeF() * 0.85);
+  m_parallelCaption = new QCPTextElement(m_parallel, QString(), caption);
+  QColor captionColor = palette().color(QPalette::WindowText);
+  captionColor.setAlpha(170);
+  m_parallelCaption->setTextColor(captionColor);
+  m_parallelCaption->setMinimumSize(1, 0);  // its text sets no least width for the plot
+  m_parallel->plotLayout()->addElement(1, 0, m_parallelCaption);
+  m_parallel->plotLayout()->setRowStretchFactor(1, 0.001);
   auto* plots = new QSplitter(Qt::Horizontal, this);
   plots->addWidget(m_curvePlot);
   plots->addWidget(m_parallel);
@@ -635,6 +645,9 @@ void SweepView::fillParallel() {
     }
     if (ax.missing) text(x, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
   }
+  m_parallelCaption->setText(
+      tr("a line per trial; its best %1: blue best, red worst")
+          .arg(QString::fromStdString(m_result.plan.metric)));
   plot->xAxis->setRange(-0.02, static_cast<double>(axes.size()) - 0.98);
   plot->yAxis->setRange(-0.2, m_parallelStaggered ? 1.25 : 1.16);
   plot->replot(QCustomPlot::rpQueuedReplot);  // also called from a resize, before it is done

@@ -18,6 +18,7 @@
 
 class QComboBox;
 class QCustomPlot;
+class QCPTextElement;
 class QLineEdit;
 class QLabel;
 class QPushButton;
@@ -125,8 +126,9 @@ class SweepView : public QWidget {
   void placeLegend();
   QCustomPlot* m_curvePlot = nullptr;
   QCustomPlot* m_parallel = nullptr;
-  QStringList m_parallelTitles;  // the axis titles, whole
-  QStringList m_parallelShown;   // and as drawn
+  QCPTextElement* m_parallelCaption = nullptr;  // what the colours say
+  QStringList m_parallelTitles;                 // the axis titles, whole
+  QStringList m_parallelShown;                  // and as drawn
   QFont m_parallelTitleFont;
   bool m_parallelStaggered = false;  // titles on two rows, alternating
   int m_parallelFitWidth = 0;        // fitParallelTo()'s width; 0: the widget's
