@@ -27,7 +27,8 @@ struct SweepParameterSpec {
   std::string key;                  ///< dotted config key
   std::string distribution;         ///< values, uniform, log_uniform or int_uniform
   std::vector<std::string> values;  ///< values: each as TOML text ("0.01", "\"muon\"")
-  double min = 0, max = 0;          ///< the distributions' range
+  double min = 0;                   ///< the distributions' lower end
+  double max = 0;                   ///< and upper end
 };
 
 /// A planned sweep.

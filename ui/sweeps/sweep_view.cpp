@@ -645,9 +645,8 @@ void SweepView::fillParallel() {
     }
     if (ax.missing) text(x, -0.12, tr("n/a"), Qt::AlignLeft | Qt::AlignVCenter);
   }
-  m_parallelCaption->setText(
-      tr("a line per trial; its best %1: blue best, red worst")
-          .arg(QString::fromStdString(m_result.plan.metric)));
+  m_parallelCaption->setText(tr("a line per trial; its best %1: blue best, red worst")
+                                 .arg(QString::fromStdString(m_result.plan.metric)));
   plot->xAxis->setRange(-0.02, static_cast<double>(axes.size()) - 0.98);
   plot->yAxis->setRange(-0.2, m_parallelStaggered ? 1.25 : 1.16);
   plot->replot(QCustomPlot::rpQueuedReplot);  // also called from a resize, before it is done
