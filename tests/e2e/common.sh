@@ -9,6 +9,8 @@
 #   e2e_sweep_config SRC NAME "RUNGS"    # $tmp/es.toml: tests/data/sweep_grid.toml named NAME,
 #                                        # successive halving at RUNGS ("5000, 10000")
 #   sweep_table < OUTPUT                 # a sweep's table rows without their run ids
+#   e2e_wait_for PID LOG REGEX           # until LOG has a line matching REGEX (at most 120 s, or
+#                                        # until PID ends); status 0 when it has
 #
 # fail MESSAGE prints "FAIL: NAME: MESSAGE" and exits 1; ctest's FAIL_REGULAR_EXPRESSION catches
 # it, and each script ends with its own "PASS: NAME: ..." line.
@@ -53,4 +55,15 @@ e2e_sweep_config() {
 # The run ids differ between a sweep and its resumed twin; everything else must not.
 sweep_table() {
   sed -n '/^point /,/^trial configs/p' | grep '^p[0-9]' | sed 's#\([0-9]/[0-9]\) *[0-9,]* *#\1 #'
+}
+
+# A run's first logged step (its data loaded, its kernels running) and the like.
+e2e_wait_for() {
+  local pid=$1 log=$2 pattern=$3
+  for _ in $(seq 1200); do
+    grep -q "$pattern" "$log" 2>/dev/null && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "$pattern" "$log" 2>/dev/null
 }

@@ -14,12 +14,7 @@ e2e_tmpdir
 "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.epochs=20 --set run.log_interval=100 \
   >"$tmp/run.log" 2>&1 &
 pid=$!
-# Until the first step is logged (the data loaded, the kernels running), at most 120 s.
-for _ in $(seq 1200); do
-  grep -q "step " "$tmp/run.log" 2>/dev/null && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
+e2e_wait_for "$pid" "$tmp/run.log" "^step [0-9]"
 for _ in $(seq 400); do
   kill -USR2 "$pid" 2>/dev/null
   kill -USR2 "$pid" 2>/dev/null

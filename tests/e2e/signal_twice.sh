@@ -30,11 +30,7 @@ for gap in 0.02 0.02 0.005; do
   "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.epochs=20 --set run.log_interval=50 \
     >"$tmp/run$round.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1200); do
-    grep -q "^step [0-9]" "$tmp/run$round.log" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  e2e_wait_for "$pid" "$tmp/run$round.log" "^step [0-9]"
   kill -TERM "$pid" 2>/dev/null
   sleep "$gap"
   kill -TERM "$pid" 2>/dev/null

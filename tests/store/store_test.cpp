@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -956,6 +957,35 @@ std::int64_t expect_consistent_prefix(const fs::path& db, int keys) {
   return k;
 }
 
+// Runs `body` in a child process and returns what it threw ("(no error)" if nothing). `body`
+// calls limit_file_size() where its writes start to count: a full disk, as RLIMIT_FSIZE makes
+// every write past `bytes` fail (SIGXFSZ ignored, so with EFBIG rather than a kill). The soft
+// limit is lifted again to write the message back.
+void limit_file_size(rlim_t bytes) {
+  signal(SIGXFSZ, SIG_IGN);
+  const rlimit lim{bytes, RLIM_INFINITY};
+  setrlimit(RLIMIT_FSIZE, &lim);
+}
+
+std::string error_in_child(const fs::path& msg_file, const std::function<void()>& body) {
+  const pid_t child = fork();
+  if (child < 0) return "(fork failed)";
+  if (child == 0) {
+    std::string message = "(no error)";
+    try {
+      body();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    limit_file_size(RLIM_INFINITY);
+    std::ofstream(msg_file) << message;
+    _exit(0);
+  }
+  int wstatus = 0;
+  if (waitpid(child, &wstatus, 0) != child || !WIFEXITED(wstatus)) return "(the child died)";
+  return read_bytes(msg_file);
+}
+
 // Disk full (the file-size limit of the process, RLIMIT_FSIZE, makes every write past 1 MiB
 // fail as a full disk would): the writer reports a clear error to the producer, and what was
 // committed before stays, consistent; the run reads as crashed once its process is gone.
@@ -964,32 +994,16 @@ TEST_F(StoreTest, DiskFullIsReportedAndCommittedStepsSurvive) {
     auto store = RunStore::open(db());
     store.create_run({.name = "disk-full"});
   }
-  const fs::path msg_file = dir_ / "message.txt";
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails with EFBIG instead of killing
-    const rlimit lim{1 << 20, 1 << 20};
-    setrlimit(RLIMIT_FSIZE, &lim);
-    std::string message = "(no error)";
-    try {
-      WriterOptions o;
-      o.commit_interval = std::chrono::milliseconds(10);
-      RunWriter w(db(), 1, o);
-      for (std::int64_t s = 0; s < 10'000'000; ++s) {
-        w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s + 1)}, {"lr", 0.01}});
-        if (s % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    } catch (const std::exception& e) {
-      message = e.what();
+  const std::string message = error_in_child(dir_ / "message.txt", [&] {
+    limit_file_size(1 << 20);
+    WriterOptions o;
+    o.commit_interval = std::chrono::milliseconds(10);
+    RunWriter w(db(), 1, o);
+    for (std::int64_t s = 0; s < 10'000'000; ++s) {
+      w.log_metrics(s, {{"loss", 1.0 / static_cast<double>(s + 1)}, {"lr", 0.01}});
+      if (s % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::ofstream(msg_file) << message;
-    _exit(0);
-  }
-  int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
-  ASSERT_TRUE(WIFEXITED(wstatus));
-  const std::string message = read_bytes(msg_file);
+  });
   EXPECT_NE(message.find("full"), std::string::npos) << message;
   EXPECT_NE(message.find("run 1"), std::string::npos) << message;
   const std::int64_t k = expect_consistent_prefix(db(), 2);
@@ -1245,29 +1259,11 @@ TEST_F(StoreTest, TensorBoardExportOnAFullDiskLeavesNoPartialFile) {
   }
   const auto dir = db().parent_path() / "tb-full";
   fs::create_directories(dir);
-  const fs::path msg_file = dir_ / "message.txt";
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    std::string message = "(no error)";
-    try {
-      auto store = RunStore::open(db());
-      signal(SIGXFSZ, SIG_IGN);  // a write past the limit fails with EFBIG instead of killing
-      const rlimit lim{4 << 10, 4 << 10};
-      setrlimit(RLIMIT_FSIZE, &lim);
-      tb::store::write_tensorboard(store, run, dir);
-    } catch (const std::exception& e) {
-      message = e.what();
-    }
-    const rlimit none{RLIM_INFINITY, RLIM_INFINITY};
-    setrlimit(RLIMIT_FSIZE, &none);
-    std::ofstream(msg_file) << message;
-    _exit(0);
-  }
-  int wstatus = 0;
-  ASSERT_EQ(waitpid(child, &wstatus, 0), child);
-  ASSERT_TRUE(WIFEXITED(wstatus));
-  const std::string message = read_bytes(msg_file);
+  const std::string message = error_in_child(dir_ / "message.txt", [&] {
+    auto store = RunStore::open(db());
+    limit_file_size(4 << 10);
+    tb::store::write_tensorboard(store, run, dir);
+  });
   EXPECT_EQ(message.rfind("[export] cannot write " + dir.string() + "/events.out.tfevents.", 0), 0u)
       << message;
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), {}), 0) << "a partial file was left";
