@@ -138,6 +138,34 @@ class TestRunsReport : public QObject {
     QVERIFY2(loss.upper >= 2.0, qPrintable(QString::number(loss.upper)));
   }
 
+  void noPdfPageIsLeftBlank() {
+    // A two-run report's config diff ended at the foot of page 2 and page 3 came out blank: the
+    // table's bottom margin went onto the next page, and the plots' page break then began
+    // another. Tables of every length up to two pages, each followed by the plots' break.
+    auto blank = [](const QImage& page) {
+      for (int y = 0; y < page.height(); ++y)
+        for (int x = 0; x < page.width(); ++x)
+          if (qGray(page.pixel(x, y)) < 200) return false;
+      return true;
+    };
+    for (int rows = 20; rows <= 70; ++rows) {
+      ui::Report report;
+      QString html = ui::reportHtmlHead(QStringLiteral("pages")) +
+                     QStringLiteral("<h2>Config differences</h2>\n<table class=\"diff\">\n");
+      for (int i = 0; i < rows; ++i)
+        html += QStringLiteral("<tr><td>optimizer.key_%1</td><td>%1</td><td>-</td></tr>\n").arg(i);
+      html += QStringLiteral("</table>\n") + ui::pdfPageBreak() +
+              QStringLiteral("<h2>Plots</h2>\n<p>a plot</p>\n</body>\n</html>\n");
+      report.htmlWithResources = html;
+      const QList<QImage> pages = ui::pdfPageImages(report, 0.25);
+      for (int p = 0; p < pages.size(); ++p)
+        QVERIFY2(!blank(pages[p]), qPrintable(QStringLiteral("%1 rows: page %2 of %3 is blank")
+                                                  .arg(rows)
+                                                  .arg(p + 1)
+                                                  .arg(pages.size())));
+    }
+  }
+
   void aSweepConfigOpensOnTheSweepPage() {
     // The shipped sweep config (a run config with a [sweep] table, as trainbench-cli sweep
     // takes it) was refused as a run config ("unknown section 'sweep'"). It opens: the run config

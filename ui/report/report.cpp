@@ -89,7 +89,7 @@ QString reportHtmlHead(const QString& title) {
              "<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
              "<meta charset=\"utf-8\" />\n<title>%1</title>\n<style>\n"
              "body{font-family:sans-serif;margin:2em;max-width:1000px}"
-             "table{border-collapse:collapse;margin:0.5em 0}"
+             "table{border-collapse:collapse;margin:0.5em 0 0 0}"
              "th,td{border:1px solid #bbb;padding:3px 8px;text-align:left;font-size:90%}"
              "th{background:#eee}pre{background:#f6f6f6;padding:0.6em;font-size:85%}"
              ".meta{color:#666}figure{margin:1em 0}figcaption{color:#444}\n"
@@ -367,10 +367,19 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
   // The PDF's: the summary by run, and the plots and configs each from a new page.
   const int summaryStart = static_cast<int>(body.indexOf(QStringLiteral("<h2>Summary</h2>")));
   const QString pdfBody = body.left(summaryStart) + pdfSummary + body.mid(summaryEnd);
-  report.htmlWithResources =
-      head + pdfBody + QStringLiteral("<h2 style=\"page-break-before: always\">Plots</h2>\n") +
-      plotsHtmlRes + pdfConfigsHtml + tail;
+  report.htmlWithResources = head + pdfBody + pdfPageBreak() + QStringLiteral("<h2>Plots</h2>\n") +
+                             plotsHtmlRes + pdfConfigsHtml + tail;
   return report;
+}
+
+QString pdfPageBreak() {
+  // A paragraph of its own, 1 px high, that starts the next page; the heading follows it. A break
+  // on the heading itself left a page blank when a table ended at the foot of the page before:
+  // the empty block Qt keeps after a table went onto the next page, and the heading's break then
+  // began yet another.
+  return QStringLiteral(
+      "<p style=\"page-break-before: always; margin: 0; font-size: 1px; line-height: 1px\">"
+      "&#8203;</p>\n");
 }
 
 QSizeF pdfTextArea() {
@@ -403,9 +412,8 @@ double pdfPlotHeight() {
   setUpPdfDocument(probe);
   auto fits = [&probe](int height) {
     const QString fig = pdfFigure(0, QStringLiteral("Probe"), 100, height);
-    probe.setHtml(QStringLiteral("<p>before</p>\n<h2 style=\"page-break-before: always\">Plots"
-                                 "</h2>\n") +
-                  fig + fig);
+    probe.setHtml(QStringLiteral("<p>before</p>\n") + pdfPageBreak() +
+                  QStringLiteral("<h2>Plots</h2>\n") + fig + fig);
     return probe.pageCount() == 2;
   };
   int lo = 50;                                        // fits on any sane page

@@ -95,6 +95,8 @@ QString writeReport(const Report& report, const QString& path);
 
 /// The PDF's text area in points: landscape A4 (842 × 595 pt) less 15 mm margins.
 QSizeF pdfTextArea();
+/// The HTML that starts a new page of a PDF report (reports and sweep reports alike).
+QString pdfPageBreak();
 
 /// The height in points of a plot in the PDF, measured so that two plots with their captions
 /// (and the "Plots" heading above the first pair) fill one page of pdfTextArea().
