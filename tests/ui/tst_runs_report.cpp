@@ -166,6 +166,54 @@ class TestRunsReport : public QObject {
     }
   }
 
+  void noPdfPageEndsWithAHeadingAndLongTablesRepeatTheirHeader() {
+    // A report's "Config differences" heading stood alone at a page's foot, its table on the next
+    // page, and a diff longer than a page went on without its header row. Paragraphs of every
+    // count put the heading at each height of the page; the diff is two pages long.
+    for (int lines = 20; lines <= 45; ++lines) {
+      ui::Report report;
+      QString html = ui::reportHtmlHead(QStringLiteral("pages"));
+      for (int i = 0; i < lines; ++i)
+        html += QStringLiteral("<p>line %1</p>\n").arg(i);
+      html += QStringLiteral(
+          "<h2>Config differences</h2>\n<table class=\"diff\">\n"
+          "<thead><tr><th>key</th><th>run 1</th></tr></thead>\n");
+      for (int i = 0; i < 90; ++i)
+        html += QStringLiteral("<tr><td>optimizer.key_%1</td><td>%1</td></tr>\n").arg(i);
+      html += QStringLiteral("</table>\n");
+      for (int i = 0; i < lines; ++i)
+        html += QStringLiteral("<p>after %1</p>\n").arg(i);
+      html += QStringLiteral(
+          "<h3>run 1</h3>\n<pre>a = 1\nb = 2\nc = 3\nd = 4</pre>\n</body>\n</html>\n");
+      report.htmlWithResources = html;
+      const auto doc = ui::pdfDocument(report);
+      const double pageHeight = doc->pageSize().height();
+      auto pageOf = [&](const QTextBlock& b) {
+        return static_cast<int>(doc->documentLayout()->blockBoundingRect(b).top() / pageHeight);
+      };
+      // Each heading has its first three lines of text on its page: a table's header and two
+      // rows, or three lines of a <pre> (a block each; a row's cells share their top).
+      for (QTextBlock b = doc->begin(); b.isValid(); b = b.next()) {
+        if (b.blockFormat().headingLevel() == 0) continue;
+        const std::vector<double> tops = ui::firstLineTops(*doc, b, 3);
+        QCOMPARE(tops.size(), std::size_t{3});
+        for (double top : tops)
+          QVERIFY2(static_cast<int>(top / pageHeight) == pageOf(b),
+                   qPrintable(QStringLiteral("%1 lines: '%2' on page %3, a line of its text on %4")
+                                  .arg(lines)
+                                  .arg(b.text())
+                                  .arg(pageOf(b) + 1)
+                                  .arg(static_cast<int>(top / pageHeight) + 1)));
+      }
+      QTextTable* table = nullptr;
+      for (QTextBlock b = doc->begin(); b.isValid() && !table; b = b.next())
+        table = QTextCursor(b).currentTable();
+      QVERIFY(table);
+      QCOMPARE(table->format().headerRowCount(), 1);
+      QVERIFY(doc->pageCount() >= 3);
+    }
+  }
+
   void aSweepConfigOpensOnTheSweepPage() {
     // The shipped sweep config (a run config with a [sweep] table, as trainbench-cli sweep
     // takes it) was refused as a run config ("unknown section 'sweep'"). It opens: the run config

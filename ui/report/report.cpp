@@ -1,6 +1,7 @@
 #include "ui/report/report.h"
 #include "engine/api/metrics.h"
 
+#include <QAbstractTextDocumentLayout>
 #include <QBuffer>
 #include <QDateTime>
 #include <QFile>
@@ -10,6 +11,8 @@
 #include <QPageSize>
 #include <QPainter>
 #include <QPrinter>
+#include <QTextBlock>
+#include <QTextCursor>
 #include <QTextDocument>
 #include <QUrl>
 
@@ -218,10 +221,10 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
   // numbers squeezed words to three letters a line on a page).
   QString pdfSummary = QStringLiteral(
       "<h2>Summary</h2>\n<table class=\"summary\" width=\"100%\" cellpadding=\"3\">\n"
-      "<tr><th></th>");
+      "<thead><tr><th></th>");
   for (const auto& r : summaries)
     pdfSummary += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
-  pdfSummary += QStringLiteral("</tr>\n");
+  pdfSummary += QStringLiteral("</tr></thead>\n");
   auto pdfRow = [&](const QString& label, auto cell) {
     pdfSummary += QStringLiteral("<tr><th>%1</th>").arg(htmlEscape(label));
     for (const auto& r : summaries)
@@ -254,10 +257,10 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
   const int summaryEnd = static_cast<int>(body.size());
   // Mean step time per phase.
   body += QStringLiteral(
-      "<h2>Mean step time per phase (ms)</h2>\n<table class=\"phases\">\n<tr><th>run</th>");
+      "<h2>Mean step time per phase (ms)</h2>\n<table class=\"phases\">\n<thead><tr><th>run</th>");
   for (const auto& [phase, key] : kPhases)
     body += QStringLiteral("<th>%1</th>").arg(htmlEscape(phase));
-  body += QStringLiteral("</tr>\n");
+  body += QStringLiteral("</tr></thead>\n");
   for (const auto& r : summaries) {
     body += QStringLiteral("<tr><td>%1 %2</td>").arg(r.id).arg(htmlEscape(r.name));
     for (const auto& [phase, key] : kPhases) {
@@ -280,10 +283,11 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
     if (diff.empty()) {
       body += QStringLiteral("<p>The configs are equal.</p>\n");
     } else {
-      body += QStringLiteral("<table class=\"diff\">\n<tr><th>key</th>");
+      // <thead>: a diff longer than a page repeats its header row on each page of the PDF.
+      body += QStringLiteral("<table class=\"diff\">\n<thead><tr><th>key</th>");
       for (const auto& r : summaries)
         body += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
-      body += QStringLiteral("</tr>\n");
+      body += QStringLiteral("</tr></thead>\n");
       for (const auto& row : diff) {
         body += QStringLiteral("<tr class=\"diffrow\"><td>%1</td>")
                     .arg(htmlEscape(QString::fromStdString(row.key)));
@@ -433,7 +437,61 @@ std::unique_ptr<QTextDocument> pdfDocument(const Report& report) {
                      images[i]);
   setUpPdfDocument(*doc);
   doc->setHtml(report.htmlWithResources);
+  keepHeadingsWithTheirText(*doc);
   return doc;
+}
+
+std::vector<double> firstLineTops(QTextDocument& doc, const QTextBlock& heading, int count) {
+  std::vector<double> tops;
+  doc.pageCount();  // lays out the whole document: blockBoundingRect does not
+  QAbstractTextDocumentLayout* layout = doc.documentLayout();
+  for (QTextBlock n = heading.next();
+       n.isValid() && n.blockFormat().headingLevel() == 0 && static_cast<int>(tops.size()) < count;
+       n = n.next()) {
+    const QRectF r = layout->blockBoundingRect(n);
+    if (r.height() < 2.0) continue;  // the empty block Qt puts around a table, a page break
+    const QTextLayout* lines = n.layout();
+    for (int i = 0; i < lines->lineCount(); ++i) {
+      // blockBoundingRect's top is the layout's position; a line's y is relative to it.
+      const double top = r.top() + lines->lineAt(i).y();
+      if (std::find(tops.begin(), tops.end(), top) != tops.end()) continue;
+      if (static_cast<int>(tops.size()) == count) break;
+      tops.push_back(top);
+    }
+  }
+  std::sort(tops.begin(), tops.end());
+  return tops;
+}
+
+int keepHeadingsWithTheirText(QTextDocument& doc) {
+  // Qt's rich text has no "page-break-after: avoid" (QTextFormat::PageBreakFlag knows only
+  // "always"), so this does what it would: lay the pages out, and move a heading to the top of
+  // the next page when the first lines of what it heads (three lines of a paragraph or a
+  // config's <pre>, a table's header row and two rows) do not all begin on its page. One heading
+  // at a time, from the top, since each move shifts what follows.
+  constexpr int kLinesKept = 3;
+  const double pageHeight = doc.pageSize().height();
+  if (pageHeight <= 0) return 0;
+  QAbstractTextDocumentLayout* layout = doc.documentLayout();
+  auto pageOf = [&](const QTextBlock& b) {
+    return static_cast<int>(layout->blockBoundingRect(b).top() / pageHeight);
+  };
+  int moved = 0;
+  for (QTextBlock b = doc.begin(); b.isValid(); b = b.next()) {
+    if (b.blockFormat().headingLevel() == 0) continue;
+    doc.pageCount();  // lays out what the last move changed: blockBoundingRect does not
+    const double headingTop = layout->blockBoundingRect(b).top();
+    if (headingTop - pageOf(b) * pageHeight < 1.0) continue;  // already heads its page
+    // The tops of the first kLinesKept lines after the heading (a table row's cells share one).
+    const std::vector<double> tops = firstLineTops(doc, b, kLinesKept);
+    if (tops.empty() || static_cast<int>(tops.back() / pageHeight) <= pageOf(b)) continue;
+    QTextBlockFormat format = b.blockFormat();
+    if (format.pageBreakPolicy() & QTextFormat::PageBreak_AlwaysBefore) continue;
+    format.setPageBreakPolicy(format.pageBreakPolicy() | QTextFormat::PageBreak_AlwaysBefore);
+    QTextCursor(b).setBlockFormat(format);
+    ++moved;
+  }
+  return moved;
 }
 
 QList<QImage> pdfPageImages(const Report& report, double pixelsPerPoint) {

@@ -9,6 +9,7 @@
 #include <QSizeF>
 #include <QString>
 #include <QStringList>
+#include <QTextBlock>
 #include <QTextDocument>
 
 #include <memory>
@@ -106,6 +107,15 @@ double pdfPlotHeight();
 /// with one column per run, plots at the full text width (the step time one run per plot), the
 /// plots and the configs starting on pages of their own.
 std::unique_ptr<QTextDocument> pdfDocument(const Report& report);
+
+/// Moves each heading of `doc` (laid out in pages) whose first three lines of text (a table's
+/// header and two rows) do not all begin on its page to the top of the next page, so that no page
+/// ends with a heading alone. Returns how many it moved.
+int keepHeadingsWithTheirText(QTextDocument& doc);
+
+/// The tops (document coordinates) of the first `count` lines of text after `heading` up to the
+/// next heading, in order: a table row's cells count once.
+std::vector<double> firstLineTops(QTextDocument& doc, const QTextBlock& heading, int count);
 
 /// Images of the PDF's pages (`pixelsPerPoint` = 1 for 72 dpi), white pages as printed: to look
 /// at a report's layout without a PDF viewer (trainbench --export-report FILE.pdf --pages DIR).

@@ -66,8 +66,9 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
               .arg(htmlEscape(stopping));
 
   body += QStringLiteral(
-      "<h2>Points, best first</h2>\n<table class=\"points\">\n<tr><th>point</th><th>mean</th>"
-      "<th>sd</th><th>finished</th><th>stopped</th><th>runs</th><th>values</th></tr>\n");
+      "<h2>Points, best first</h2>\n<table "
+      "class=\"points\">\n<thead><tr><th>point</th><th>mean</th>"
+      "<th>sd</th><th>finished</th><th>stopped</th><th>runs</th><th>values</th></tr></thead>\n");
   for (const auto& p : sweep.points) {
     QStringList runs;
     for (auto id : p.run_ids)
@@ -128,8 +129,9 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
                 .arg(QString::fromStdString(plan.metric)));
 
   QString trials = QStringLiteral(
-      "<h2>Trials</h2>\n<table class=\"trials\">\n<tr><th>trial</th><th>point</th><th>seed</th>"
-      "<th>status</th><th>best</th><th>steps</th><th>run</th></tr>\n");
+      "<h2>Trials</h2>\n<table "
+      "class=\"trials\">\n<thead><tr><th>trial</th><th>point</th><th>seed</th>"
+      "<th>status</th><th>best</th><th>steps</th><th>run</th></tr></thead>\n");
   for (const auto& t : sweep.trials) {
     QString status = QString::fromStdString(t.status.empty() ? "not started" : t.status);
     if (t.stopped) status = QStringLiteral("stopped at %1").arg(*t.stopped);
@@ -171,10 +173,8 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   const QString tail = QStringLiteral("</body>\n</html>\n");
   report.html =
       head + body + QStringLiteral("<h2>Plots</h2>\n") + plotsHtml + trials + configs + tail;
-  report.htmlWithResources =
-      head + body + QStringLiteral("<h2 style=\"page-break-before: always\">Plots</h2>\n") +
-      plotsHtmlRes + QStringLiteral("<div style=\"page-break-before: always\"></div>\n") + trials +
-      configs + tail;
+  report.htmlWithResources = head + body + pdfPageBreak() + QStringLiteral("<h2>Plots</h2>\n") +
+                             plotsHtmlRes + pdfPageBreak() + trials + configs + tail;
   return report;
 }
 
