@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
+#include "engine/api/workbench_api.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/dist/process_group.h"
@@ -134,6 +135,8 @@ struct Start {
   train::RunConfig config;
   std::int64_t run_id = 0;
   std::filesystem::path checkpoint;  // resume only
+  // A resume: the stored config, and the effective one it runs with (init_from still set).
+  std::string stored_config, resumed_config;
   std::string store_id;
   std::string store_name;  // the file name, for folder names and messages
 };
@@ -182,6 +185,8 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   // As a new run's (a stored one's are already absolute; a config file's relative paths are
   // read from this folder, as they always were).
   train::make_paths_absolute(s.config);
+  s.stored_config = stored.config;
+  s.resumed_config = train::to_toml(s.config);
   // The checkpoint replaces the weights init_from would load: not read again (it may be gone).
   s.config.run.init_from.clear();
   // A data.path (or tokenizer model) that is not there is a config error naming the key, as for
@@ -362,11 +367,22 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   } catch (const std::exception& e) {
     return fail(e);
   }
+  // What this resume changes in the stored config: "key: old -> new" each.
+  std::vector<std::string> changed;
+  if (resuming)
+    for (const ConfigDiffRow& row : api::config_diff({start.stored_config, start.resumed_config}))
+      changed.push_back(row.key + ": " + row.values[0] + " -> " + row.values[1]);
   std::unique_ptr<store::RunWriter> writer;
   try {
     store::WriterOptions wo;
     // What the store holds past the checkpoint is a timeline this resume replaces.
     if (resuming) wo.resume_after = out.from_step;
+    // The keys a resume may change (name, tags, threads, checkpointing; the trainer refused the
+    // others) are stored with it: the stored config describes what runs, and a later resume
+    // without --set continues with them.
+    if (resuming && !changed.empty())
+      wo.relabel = store::WriterOptions::Relabel{start.config.run.name, start.config.run.tags,
+                                                 start.resumed_config};
     writer = std::make_unique<store::RunWriter>(db, start.run_id, wo);
   } catch (const std::exception& e) {
     return fail(e);
@@ -390,6 +406,11 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
               "resume replaces: " +
               std::to_string(ws.removed_points) + " metric points, " +
               std::to_string(ws.removed_checkpoints) + " checkpoint records";
+        if (!changed.empty()) {
+          text += "; with changed settings, now stored with the run: ";
+          for (std::size_t i = 0; i < changed.size(); ++i)
+            text += (i ? ", " : "") + changed[i];
+        }
         store_sink->on_event("info", text);
       }
       if (observer.on_start) observer.on_start(start.run_id, out.description);

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/store/database.h"
 #include "engine/store/process_info.h"
@@ -24,5 +27,11 @@ void insert_event(Connection& db, std::int64_t run, double time, EventLevel leve
 /// and the message. Adds an event describing the change. Call inside a transaction.
 void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_view message,
                    double time, const ProcessIdentity* writer = nullptr);
+
+/// The runs table's tags column: a JSON array of strings.
+std::string tags_to_json(const std::vector<std::string>& tags);
+
+/// Throws ValueError naming `db` unless `name` is one line of text (no control character).
+void check_run_name(const std::filesystem::path& db, std::string_view name);
 
 }  // namespace tb::store::detail

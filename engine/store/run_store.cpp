@@ -104,11 +104,30 @@ void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_v
 
 }  // namespace detail
 
-namespace {
+namespace detail {
 
 std::string tags_to_json(const std::vector<std::string>& tags) {
   return nlohmann::json(tags).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
+
+// A name is one line of text: a newline or tab in it would break the runs table, the CSV and the
+// report around it.
+void check_run_name(const std::filesystem::path& db, std::string_view name) {
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", c);
+      throw ValueError(str_cat("[store] ", db.string(), ": a run name is one line of text; '",
+                               name.substr(0, i), "...' holds the control character ", hex,
+                               " at byte ", i));
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
 
 std::vector<std::string> tags_from_json(const std::string& text) {
   try {
@@ -233,34 +252,17 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
   return changed;
 }
 
-namespace {
-// A name is one line of text: a newline or tab in it would break the runs table, the CSV and the
-// report around it.
-void check_run_name(const std::filesystem::path& db, std::string_view name) {
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02x", c);
-      throw ValueError(str_cat("[store] ", db.string(), ": a run name is one line of text; '",
-                               name.substr(0, i), "...' holds the control character ", hex,
-                               " at byte ", i));
-    }
-  }
-}
-}  // namespace
-
 std::int64_t RunStore::create_run(const NewRun& run) {
   if (run.name.empty()) {
     throw ValueError(str_cat("[store] ", path_.string(), ": a run needs a non-empty name"));
   }
-  check_run_name(path_, run.name);
+  detail::check_run_name(path_, run.name);
   detail::Statement st = db_->prepare(
       "INSERT INTO runs (name, tags, status, created_at, config, config_format, seed, host, "
       "cpu_info, gpu_info, engine_version, sweep_id, sweep_trial, sweep_point, writer_pid, "
       "writer_host, writer_start_time) "
       "VALUES (?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  st.bind(1, run.name).bind(2, tags_to_json(run.tags)).bind(3, unix_now());
+  st.bind(1, run.name).bind(2, detail::tags_to_json(run.tags)).bind(3, unix_now());
   st.bind(4, run.config).bind(5, run.config_format);
   if (run.seed) {
     st.bind(6, static_cast<std::int64_t>(*run.seed));
@@ -316,7 +318,7 @@ void RunStore::rename_run(std::int64_t run, std::string_view name) {
   if (name.empty()) {
     throw ValueError(str_cat("[store] ", path_.string(), ": run ", run, ": empty name"));
   }
-  check_run_name(path_, name);
+  detail::check_run_name(path_, name);
   require_run(run);
   detail::Statement st = db_->prepare("UPDATE runs SET name = ? WHERE id = ?");
   st.bind(1, name).bind(2, run);
@@ -326,7 +328,7 @@ void RunStore::rename_run(std::int64_t run, std::string_view name) {
 void RunStore::set_tags(std::int64_t run, const std::vector<std::string>& tags) {
   require_run(run);
   detail::Statement st = db_->prepare("UPDATE runs SET tags = ? WHERE id = ?");
-  st.bind(1, tags_to_json(tags)).bind(2, run);
+  st.bind(1, detail::tags_to_json(tags)).bind(2, run);
   st.run();
 }
 

@@ -76,6 +76,15 @@ RunWriter::RunWriter(const std::filesystem::path& db, std::int64_t run, WriterOp
           .bind(2, after)
           .run();
     }
+    if (options_.relabel) {
+      detail::check_run_name(db_.file(), options_.relabel->name);
+      db_.prepare("UPDATE runs SET name = ?2, tags = ?3, config = ?4 WHERE id = ?1")
+          .bind(1, run_)
+          .bind(2, options_.relabel->name)
+          .bind(3, detail::tags_to_json(options_.relabel->tags))
+          .bind(4, options_.relabel->config)
+          .run();
+    }
     detail::change_status(db_, run_, RunStatus::kRunning, "", wall_now(), &me_);
     stamp_heartbeat();
     tx.commit();

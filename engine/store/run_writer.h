@@ -61,6 +61,16 @@ struct WriterOptions {
   /// `SummaryWriter(purge_step=...)` hides a crashed run's events from the restart step on. The
   /// run's last step becomes at most this. Empty for a new run.
   std::optional<std::int64_t> resume_after;
+  /// A resumed run's name, tags and config when they changed (a resume may rename the run, retag
+  /// it, or change its threads or checkpointing): stored when the writer takes the run, in the
+  /// same transaction, so that the stored config goes on describing what runs. The name is
+  /// checked as RunStore::rename_run checks it.
+  struct Relabel {
+    std::string name;               ///< the run's name
+    std::vector<std::string> tags;  ///< its tags
+    std::string config;             ///< its effective config (TOML)
+  };
+  std::optional<Relabel> relabel;  ///< empty: the stored ones stay
 };
 
 /// How long a run's writer on another host may stay silent (no commit, no heartbeat) before

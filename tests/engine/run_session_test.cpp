@@ -512,6 +512,57 @@ TEST(RunResume, AStoreMovedWithItsCheckpointsResumesAndThreadsMayChange) {
   EXPECT_EQ(cks.back().path.rfind(second.string(), 0), 0u) << cks.back().path;
 }
 
+// The keys a resume may change (name, tags, checkpointing) are stored with the run: `show` then
+// describes what ran, and a later resume without --set keeps them. They were used for the rest
+// of the run but the store kept the old ones, so the next resume silently went back.
+TEST(RunResume, TheSettingsAResumeChangesAreStoredWithTheRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec first = spec_for(db);
+  first.stop_at = 2;
+  const auto cut = api::execute_run(first);
+  ASSERT_TRUE(cut.stopped_as_asked) << cut.message;
+  const std::string before = store::RunStore::open(db).get_run(cut.run_id).config;
+
+  // A resume that changes nothing rewrites nothing.
+  api::RunSpec same = spec_for(db);
+  same.config_text.clear();
+  same.resume = cut.run_id;
+  same.stop_at = 4;
+  ASSERT_TRUE(api::execute_run(same).stopped_as_asked);
+  EXPECT_EQ(store::RunStore::open(db).get_run(cut.run_id).config, before);
+
+  api::RunSpec renamed = same;
+  renamed.overrides = {"run.name=renamed", "run.tags=[\"x\"]", "checkpoint.keep=3"};
+  renamed.stop_at = 6;
+  ASSERT_TRUE(api::execute_run(renamed).stopped_as_asked);
+  {
+    auto st = store::RunStore::open(db);
+    const store::RunDetails d = st.get_run(cut.run_id);
+    EXPECT_EQ(d.summary.name, "renamed");
+    EXPECT_EQ(d.summary.tags, std::vector<std::string>{"x"});
+    EXPECT_NE(d.config.find("keep = 3"), std::string::npos) << d.config;
+    EXPECT_NE(d.config.find("name = \"renamed\""), std::string::npos) << d.config;
+    bool said = false;
+    for (const auto& e : st.events(cut.run_id))
+      said = said || (e.text.find("with changed settings") != std::string::npos &&
+                      e.text.find("checkpoint.keep: 1 -> 3") != std::string::npos);
+    EXPECT_TRUE(said) << "no event lists the changed settings";
+  }
+  // A resume without --set goes on with them: three checkpoint folders kept, not one (the store
+  // lists the pruned ones too).
+  api::RunSpec rest = same;
+  rest.stop_at = 0;
+  const auto done = api::execute_run(rest);
+  EXPECT_EQ(done.status, "finished") << done.message;
+  auto st = store::RunStore::open(db);
+  EXPECT_EQ(st.get_run(cut.run_id).summary.name, "renamed");
+  std::string kept;
+  for (const auto& c : st.checkpoints(cut.run_id))
+    if (fs::exists(c.path)) kept += std::to_string(c.step) + " ";
+  EXPECT_EQ(kept, "4 6 8 ");
+}
+
 // A resume given the config file again, with a relative path in it, is the same run (the stored
 // config holds the path absolute; the file's is read from this folder as a new run's was).
 TEST(RunResume, TheSameConfigFileWithARelativePathResumes) {
