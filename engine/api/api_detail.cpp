@@ -195,17 +195,32 @@ std::map<std::string, std::string> flatten_toml(const std::string& text) {
   return out;
 }
 
-void check_new_run(const train::RunConfig& c, const std::string& source) {
+std::string from_set(const std::vector<std::string>& overrides, const std::string& key) {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    const auto eq = it->find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = it->substr(0, eq);
+    k.erase(0, k.find_first_not_of(" \t"));
+    k.erase(k.find_last_not_of(" \t") + 1);
+    if (key == k || key.rfind(k + ".", 0) == 0) return " (from --set " + *it + ")";
+  }
+  return {};
+}
+
+void check_new_run(const train::RunConfig& c, const std::string& source,
+                   const std::vector<std::string>& overrides) {
   const std::string at = "[config] " + (source.empty() ? std::string() : source + ": ");
   // A name is one line (a newline split its row of the runs table). Checked for new runs only:
   // a run stored before the rule still resumes, samples and exports under its name.
   for (const char ch : c.run.name)
     TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, at,
              "run.name: a run name is one line of text, without control characters (a "
-             "newline, a tab)");
+             "newline, a tab)",
+             from_set(overrides, "run.name"));
   // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
   const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
-  TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why);
+  TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why,
+           from_set(overrides, "run.device"));
   // A one-cycle schedule shorter than run.steps would fail at its end, or (as the trainer checks
   // it) at set-up after the run was stored: said here instead. Counted in epochs, the steps are
   // known once the data is read, and the trainer checks it then.
@@ -220,15 +235,18 @@ void check_new_run(const train::RunConfig& c, const std::string& source) {
       throw ValueError(at + what);
     }
   }
-  check_run_files(c, source);
+  check_run_files(c, source, overrides);
 }
 
-void check_run_files(const train::RunConfig& c, const std::string& source) {
+void check_run_files(const train::RunConfig& c, const std::string& source,
+                     const std::vector<std::string>& overrides) {
   const std::string at = "[config] " + (source.empty() ? std::string() : source + ": ");
   // A key that names one file (not a folder of data) refuses a folder, a FIFO or a device: reading
   // one would fail later with a vaguer error, or block forever.
-  const auto need = [&at](const std::string& path, const std::string& key, bool one_file) {
+  const auto need = [&at, &overrides](const std::string& path, const std::string& key,
+                                      bool one_file) {
     if (path.empty()) return;
+    const std::string set = from_set(overrides, key);
     std::filesystem::path p(path);
     if (p.filename().string().find_first_of("*?[") != std::string::npos)
       p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
@@ -237,12 +255,13 @@ void check_run_files(const train::RunConfig& c, const std::string& source) {
     TB_CHECK(std::filesystem::exists(st), at, key, ": ", p.string(), ": ",
              ec && ec != std::errc::no_such_file_or_directory
                  ? ec.message()
-                 : std::string("no such file or folder"));
+                 : std::string("no such file or folder"),
+             set);
     if (!one_file) return;
     TB_CHECK(!std::filesystem::is_directory(st), at, key, ": ", p.string(),
-             " is a folder; name a file");
+             " is a folder; name a file", set);
     TB_CHECK(std::filesystem::is_regular_file(st), at, key, ": ", p.string(),
-             " is not a regular file");
+             " is not a regular file", set);
   };
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);

@@ -98,11 +98,18 @@ std::optional<std::int64_t> run_steps(const train::RunConfig& config);
 /// code 1) and leaves no failed run in the store. What is in the files is checked when they are
 /// read. A pattern (the tokens kind's "fineweb_train_*.bin") is checked by its folder; the
 /// tokenizer file only when the tokenizer reads one.
-void check_new_run(const train::RunConfig& c, const std::string& source);
+/// A key set by one of `overrides` ("key.path=value", as given to --set) gets the reader's
+/// "(from --set key=value)" after its message.
+void check_new_run(const train::RunConfig& c, const std::string& source,
+                   const std::vector<std::string>& overrides = {});
 
 /// The files check_new_run checks (data.path, run.init_from, the tokenizer model), alone: a
 /// resumed run's, before its data is read.
-void check_run_files(const train::RunConfig& c, const std::string& source);
+void check_run_files(const train::RunConfig& c, const std::string& source,
+                     const std::vector<std::string>& overrides = {});
+
+/// " (from --set K=V)" for the last of `overrides` that set `key` or a table holding it, else "".
+std::string from_set(const std::vector<std::string>& overrides, const std::string& key);
 
 /// The schedule of a parsed run config (see preview_run_config()).
 ScheduleTable preview_config(const train::RunConfig& config, int steps,

@@ -138,7 +138,7 @@ std::vector<LaunchedProcess> launch_runs(
     // As `run` checks a new run's files and device: the children start in this folder.
     train::RunConfig c = train::load_run_config(path, req.overrides);
     train::make_paths_absolute(c);
-    detail::check_new_run(c, path);
+    detail::check_new_run(c, path, req.overrides);
   }
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);

@@ -151,7 +151,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   if (!spec.resume) {
     s.config = train::parse_run_config(spec.config_text, spec.source, spec.overrides);
     train::make_paths_absolute(s.config);
-    detail::check_new_run(s.config, spec.source);
+    detail::check_new_run(s.config, spec.source, spec.overrides);
     store::NewRun nr;
     nr.name = s.config.run.name;
     nr.tags = s.config.run.tags;
@@ -191,7 +191,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.config.run.init_from.clear();
   // A data.path (or tokenizer model) that is not there is a config error naming the key, as for
   // a new run, not the loader's "cannot open" once the data is read.
-  detail::check_run_files(s.config, source);
+  detail::check_run_files(s.config, source, spec.overrides);
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {
@@ -277,6 +277,7 @@ RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::Pro
     return out;
   }
   std::unique_ptr<train::Trainer> trainer;
+  std::int64_t stop_at = 0;
   try {
     train::RunConfig config =
         train::parse_run_config(start.at("config").get<std::string>(), "rank 0's effective config");
@@ -284,6 +285,10 @@ RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::Pro
     trainer = std::make_unique<train::Trainer>(config, std::filesystem::path(), group);
     trainer->set_checkpoint_owner(start.at("owner_key").get<std::string>(),
                                   start.at("owner").get<std::string>());
+    // Rank 0's --stop-at, so that every rank ends after the same step: a rank that went on
+    // alone waited in the next step's gradient exchange for one that had left it.
+    stop_at = start.value("stop_at", std::int64_t{0});
+    trainer->set_stop_at(stop_at);
     const std::string checkpoint = start.value("checkpoint", std::string());
     if (!checkpoint.empty()) {
       trainer->resume_from(checkpoint);
@@ -303,6 +308,8 @@ RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::Pro
   }
   out.status = train::outcome_name(r.outcome);
   out.message = r.message;
+  out.stopped_as_asked =
+      r.outcome == train::RunOutcome::kCancelled && stop_at > 0 && r.steps == stop_at;
   return out;
 }
 
@@ -350,7 +357,8 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
                                 {"config", train::to_toml(start.config)},
                                 {"owner_key", owner_key},
                                 {"owner", owner},
-                                {"checkpoint", start.checkpoint.string()}};
+                                {"checkpoint", start.checkpoint.string()},
+                                {"stop_at", spec.stop_at}};
       group->broadcast_string(j.dump(), 0, "the run's start");
       place_rank(config, group);
     }

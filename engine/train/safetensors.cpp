@@ -48,7 +48,9 @@ const char* dtype_name(ScalarType t, const std::string& tensor) {
 
 void save_safetensors(const std::filesystem::path& path, const TensorList& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::ordered_json header;
+  // An object even when empty: a file of no tensors (the state of SGD without momentum) was
+  // written with the header "null", which no reader takes.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> host;
   std::set<std::string> names;
@@ -187,6 +189,10 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   in.read(text.data(), static_cast<std::streamsize>(n));
   if (!in.good()) bad(path, "read error in the header");
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+  // "null": a file of no tensors as earlier builds wrote it (SGD without momentum's
+  // optimizer state in every checkpoint): read as the empty file it stands for.
+  if (!header.is_discarded() && header.is_null() && file_size - 8 - n == 0)
+    header = nlohmann::json::object();
   if (header.is_discarded() || !header.is_object()) bad(path, "the header is not a JSON object");
   const std::uint64_t data_size = file_size - 8 - n;
 

@@ -17,7 +17,8 @@
 #                run is failed, naming rank 1.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
 #                failed naming rank 1.
-#   cancel       SIGUSR1 to mpirun: every rank stops after the same step, the run is cancelled.
+#   cancel       SIGUSR1 to mpirun: every rank stops after the same step, the run is cancelled;
+#                run --stop-at N given to every rank stops each after step N.
 #   resume       a 2-rank run (distributed Muon, dropout) killed after its first checkpoint and resumed with
 #                `launch --ddp --resume` logs the losses of the uninterrupted 2-rank run, bit for
 #                bit.
@@ -267,6 +268,28 @@ case $mode in
     [ "$(grep -a -c -E '^(rank 1: )?run 1 cancelled at step' "$tmp/cancel.log")" -eq 2 ] ||
       fail "cancel: both ranks should say cancelled: $(grep -a 'run 1' "$tmp/cancel.log")"
     echo "cancel: ${row#*cancelled}, both ranks at the same step, $((t1 - t0)) s"
+    # run --stop-at on every rank (as mpirun or torchrun starts it): each rank stops after that
+    # step. Only rank 0 used to: rank 1 went on into the next step's exchange and the job died
+    # of heap corruption, the run crashed without a checkpoint.
+    db=$tmp/stop-at.sqlite
+    port=$(free_port)
+    pids=()
+    for r in 1 0; do
+      RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port "$cli" --db "$db" run "$config" --set threads=1 \
+        --set distributed.backend='"mpi"' --set distributed.world_size=2 --set run.steps=30 \
+        --stop-at 5 > "$tmp/stop-at-$r.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do
+      wait "$p" || fail "stop-at: a rank failed: $(tail -n 3 "$tmp"/stop-at-*.log)"
+    done
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *cancelled*"at step 5"*) ;;
+      *) fail "stop-at: run 1 did not stop at step 5: $row" ;;
+    esac
+    echo "stop-at: both ranks stopped after step 5"
     ;;
   resume)
     sets=(--set threads=1 --set run.steps=6000 --set run.log_interval=100 --set eval.interval=2000

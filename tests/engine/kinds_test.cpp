@@ -1,11 +1,15 @@
 // One entry per kind drives every generic check, as PyTorch's optim_db does for its optimizers
 // (torch/testing/_internal/common_optimizers.py): each registered optimizer and model kind is
 // built from its defaults, and optimizers step, skip parameters without gradients and resume
-// from a state_dict bit for bit; every field's default passes its own check; every kind's
-// config round-trips through the effective config.
+// from a state_dict and from a checkpoint on disk bit for bit; every field's default passes its own
+// check; every kind's config round-trips through the effective config.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd/autograd.h"
@@ -18,6 +22,8 @@
 #include "engine/sched/scheduler_registry.h"
 #include "engine/train/config_schema.h"
 #include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
+#include "tests/engine/test_util.h"
 
 namespace {
 
@@ -85,6 +91,46 @@ TEST_P(OptimizerKinds, StepsSkipsParametersWithoutGradientsAndResumes) {
   EXPECT_EQ(opt->step_count(), 1);
   // Resuming from a state_dict equals the uninterrupted run, bit for bit.
   EXPECT_EQ(run_kind(GetParam(), 6, 3), run_kind(GetParam(), 6, -1));
+}
+
+// Each step's loss of a short run of the kind's defaults on blobs, from `resume` if given.
+struct LossSink : tb::train::MetricSink {
+  std::mutex mu;
+  std::vector<std::pair<std::int64_t, double>> losses;
+  void on_metrics(std::int64_t step, const tb::train::Metrics& m) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [k, v] : m)
+      if (k == "loss") losses.emplace_back(step, v);
+  }
+};
+
+std::vector<std::pair<std::int64_t, double>> trained(const std::string& kind,
+                                                     const std::filesystem::path& checkpoints,
+                                                     const std::filesystem::path& resume) {
+  auto c = tb::train::parse_run_config(
+      "[run]\nsteps = 6\nseed = 2\nlog_interval = 1\n[model]\nkind = \"mlp\"\ninput = 16\nhidden = "
+      "[8]\n"
+      "classes = 4\n[data]\nkind = \"synthetic-blobs\"\nbatch_size = 16\nworkers = 0\n"
+      "[optimizer]\nkind = \"" +
+          kind + "\"\n[checkpoint]\ninterval = 3\n",
+      "kinds");
+  tb::train::Trainer t(c, checkpoints);
+  auto sink = std::make_shared<LossSink>();
+  t.add_sink(sink);
+  if (!resume.empty()) t.resume_from(resume);
+  const auto r = t.run();
+  EXPECT_EQ(r.outcome, tb::train::RunOutcome::kFinished) << kind << ": " << r.message;
+  return sink->losses;
+}
+
+// Through the files a checkpoint writes: SGD without momentum (no state) wrote an optimizer file
+// no reader took, and its runs never resumed.
+TEST_P(OptimizerKinds, ResumesFromACheckpointOnDiskBitForBit) {
+  tb::test::TempDir dir("tb_kinds_" + GetParam());
+  const auto full = trained(GetParam(), dir.path(), {});
+  ASSERT_EQ(full.size(), 6u);
+  const auto rest = trained(GetParam(), {}, dir.path() / "step-00000003");
+  EXPECT_EQ(rest, decltype(full)(full.begin() + 3, full.end())) << GetParam();
 }
 
 TEST_P(OptimizerKinds, ConfigRoundTripsThroughTheEffectiveConfig) {

@@ -198,7 +198,7 @@ TEST(RunLifecycle, ARefusedResumeSaysWhatToDoInstead) {
   moved.overrides = {"data.path=" + missing.string()};
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(moved); }),
             "[config] run 1's stored config: data.path: " + missing.string() +
-                ": no such file or folder");
+                ": no such file or folder (from --set data.path=" + missing.string() + ")");
   for (const std::int64_t id : {1, 2})
     EXPECT_EQ(store::RunStore::open(a).get_run(id).summary.status, store::RunStatus::kCancelled);
 }
@@ -654,6 +654,16 @@ TEST(RunLifecycle, ADeviceThisMachineCannotUseCreatesNoRun) {
                        "openreg:7"),
             std::string::npos)
       << error;
+  // Set by --set, it says so, as the config reader's messages do; so do the files it names.
+  EXPECT_NE(error.find("(from --set run.device=\"openreg:7\")"), std::string::npos) << error;
+  spec.overrides = {"data.path=" + (dir.path() / "nowhere").string()};
+  const std::string path = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_NE(path.find("nowhere: no such file or folder (from --set data.path="), std::string::npos)
+      << path;
+  spec.overrides = {"run.init_from=" + dir.path().string()};
+  const std::string folder = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_NE(folder.find("is a folder; name a file (from --set run.init_from="), std::string::npos)
+      << folder;
   EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 

@@ -123,6 +123,21 @@ TEST_F(Safetensors, ReadsAHandWrittenFile) {
   EXPECT_EQ(f.metadata.at("who"), "hand");
 }
 
+// A file of no tensors and no metadata (the optimizer state of SGD without momentum, in every
+// checkpoint) had the header "null" and could not be read back: such a run never resumed. Its
+// header is "{}" now, and a "null" one written before reads as the empty file it stands for.
+TEST_F(Safetensors, AFileOfNoTensorsRoundTrips) {
+  const fs::path p = dir_ / "empty.safetensors";
+  train::save_safetensors(p, {});
+  std::string bytes(fs::file_size(p), '\0');
+  std::ifstream(p, std::ios::binary).read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_EQ(nlohmann::json::parse(bytes.substr(8)), nlohmann::json::object()) << bytes.substr(8);
+  EXPECT_TRUE(train::load_safetensors(p).tensors.empty());
+  EXPECT_TRUE(train::load_safetensors(raw("null", "")).tensors.empty());
+  EXPECT_NE(load_error(raw("null", "xy")).find("the header is not a JSON object"),
+            std::string::npos);
+}
+
 TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
   const std::string ok8(8, '\0');
   auto has = [&](const fs::path& p, const std::string& what) {
