@@ -107,6 +107,11 @@ DatasetKind cifar_kind(CifarVariant v) {
     s.classes = cifar_classes(v, d);
     return s;
   };
+  k.path_required = v == CifarVariant::kCifar100
+                        ? "the cifar-100-binary folder of CIFAR-100's binary version (from "
+                          "https://www.cs.toronto.edu/~kriz/cifar.html)"
+                        : "the cifar-10-batches-bin folder of CIFAR-10's binary version (from "
+                          "https://www.cs.toronto.edu/~kriz/cifar.html)";
   k.fields = augment_fields();
   if (v == CifarVariant::kCifar100)
     k.fields.push_back(core::FieldSpec("labels", core::FieldType::kString, "fine",
@@ -170,6 +175,7 @@ DatasetKind image_folder_kind() {
       "a folder of PNG/JPEG images, one subfolder per class (torchvision's ImageFolder layout), "
       "decoded once and resized to data.size";
   k.task = core::kTaskClassification;
+  k.path_required = "a folder with one subfolder of images per class";
   k.fields = {FieldSpec("size", FieldType::kAny, std::vector<std::int64_t>{32, 32},
                         "[height, width] every image is resized to (antialiased bilinear, as "
                         "torchvision's Resize); one number: square")
@@ -346,6 +352,7 @@ DatasetKind tokens_kind() {
       "token files, memory-mapped: llm.c .bin shards or nanoGPT's raw uint16 train.bin "
       "(data.path: a file or a pattern such as fineweb_train_*.bin)";
   k.task = core::kTaskLanguageModel;
+  k.path_required = "a token file, or a pattern such as data/fineweb_train_*.bin";
   k.fields = {
       FieldSpec("val_path", FieldType::kString, "",
                 "validation token file or pattern; \"\" = the last val_fraction of data.path"),

@@ -34,6 +34,9 @@ struct DatasetKind {
   std::string help;                     ///< one line for the GUI and the reference
   std::string task;                     ///< core::kTaskClassification or kTaskLanguageModel
   std::vector<core::FieldSpec> fields;  ///< keys of its own, after the shared ones
+  /// What data.path must name when the kind has no default location ("" = it has one: an empty
+  /// data.path is then that default). An empty data.path is a config error saying this.
+  std::string path_required;
   /// What its samples look like, from the [data] table (no file is read).
   std::function<core::DataShape(const nlohmann::json&)> shape;
   /// Loads or makes the splits; `seed` is run.seed (synthetic data is drawn from it).

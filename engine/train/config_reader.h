@@ -319,6 +319,13 @@ class Section {
                (path_.empty() ? std::string("known at the top: ") : "'" + path_ + "' takes ") +
                core::join_or(known_);
       }
+      // A kind set by --set keeps the file's other keys of the table, written for its old kind
+      // (as Ctx::fail says it for a field of the kind).
+      if (!path_.empty() && !ctx_.override_text(full))
+        if (const std::string* kind = ctx_.override_text(path("kind")))
+          msg += " (" + path("kind") + " = " + *kind + " is from --set; the file's other " + path_ +
+                 " keys stay: to replace the whole table, --set '" + path_ +
+                 "={ kind = ..., ... }')";
       ctx_.fail_at(full, msg + ctx_.origin(full));
     }
   }

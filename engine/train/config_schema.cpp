@@ -54,7 +54,8 @@ std::vector<SectionSchema> make_fixed_sections() {
       {"data",
        {FieldSpec("path", FieldType::kString, "",
                   "folder, file or (tokens) file pattern; \"\" = the kind's default location "
-                  "(Debian's dataset-fashion-mnist, fortunes)"),
+                  "(Debian's dataset-fashion-mnist, fortunes; cifar-10, cifar-100, image-folder "
+                  "and tokens have none and need it)"),
         FieldSpec("batch_size", FieldType::kInt, 128, "samples per step").at_least(1),
         FieldSpec("workers", FieldType::kInt, 1, "loader threads (0 = in the run thread)")
             .at_least(0),

@@ -110,6 +110,9 @@ void read_data(Section& s, DataSection& d) {
   s.check_range("val_fraction", d.val_fraction, 0.0, 1.0, true, true);
   s.read("normalize", d.normalize);
   const auto entry = data::dataset_registry().at(d.kind);
+  if (d.path.empty() && !entry->path_required.empty())
+    s.ctx().fail(s.path("path"),
+                 "is required for data.kind = \"" + d.kind + "\": " + entry->path_required);
   d.extra = core::default_values(entry->fields);
   for (const auto& f : entry->fields)
     s.read_field(f, d.extra);
@@ -266,6 +269,10 @@ json read_scheduler(const Ctx& ctx, const toml::node* n) {
 void read_amp(Section& s, AmpSection& a) {
   s.read("enabled", a.enabled);
   s.read("dtype", a.dtype);
+  // float32 is autocast off, not a dtype of it (a near spelling would suggest fp16).
+  if (a.dtype == "fp32" || a.dtype == "float32" || a.dtype == "f32")
+    s.ctx().fail("amp.dtype", "expected \"bf16\" or \"fp16\", found \"" + a.dtype +
+                                  "\"; for float32 throughout, set amp.enabled = false");
   s.check_enum("dtype", a.dtype, {"bf16", "fp16"});
   // fp16 needs loss scaling in practice: grad_scaler defaults to true with fp16.
   a.grad_scaler = a.dtype == "fp16";
@@ -477,7 +484,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     s.read("timeout_s", c.distributed.timeout_s);
     if (!(c.distributed.timeout_s > 0))
       s.ctx().fail("distributed.timeout_s", "expected a number of seconds > 0, found " +
-                                                std::to_string(c.distributed.timeout_s));
+                                                fmt_double(c.distributed.timeout_s));
     s.read("bucket_mb", c.distributed.bucket_mb);
     if (!(c.distributed.bucket_mb > 0))
       s.ctx().fail("distributed.bucket_mb",

@@ -208,6 +208,18 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
   EXPECT_THAT(error_of("[binding]\ncpus = \"3-1\"\n"), HasSubstr("runs backwards"));
   EXPECT_THAT(error_of("[binding]\ncpus = \" \"\n"), HasSubstr("binding.cpus"));
   EXPECT_EQ(parse_run_config("[binding]\ncpus = \"0-1,4\"\n", "run.toml").binding.cpus, "0-1,4");
+  EXPECT_THAT(error_of("[amp]\ndtype = \"fp32\"\n"),
+              HasSubstr("amp.dtype: expected \"bf16\" or \"fp16\", found \"fp32\"; for float32 "
+                        "throughout, set amp.enabled = false"));
+  // A kind without a default location needs data.path: said with the config, not as a failed
+  // run once the loader finds "" missing.
+  EXPECT_THAT(error_of("[data]\nkind = \"tokens\"\n[model]\nkind = \"gpt\"\n"),
+              HasSubstr("data.path: is required for data.kind = \"tokens\": a token file"));
+  EXPECT_THAT(error_of("[data]\nkind = \"cifar-10\"\n[model]\ninput = 3072\n"),
+              HasSubstr("data.path: is required for data.kind = \"cifar-10\": the "
+                        "cifar-10-batches-bin folder"));
+  EXPECT_THAT(error_of("[data]\nkind = \"image-folder\"\n"),
+              HasSubstr("data.path: is required for data.kind = \"image-folder\""));
   const std::string folder = "[data]\nkind = \"image-folder\"\npath = \"imgs\"\n";
   EXPECT_THAT(error_of(folder + "channels = 2\n"),
               HasSubstr("data.channels: expected 1 (grey) or 3 (RGB), found 2"));
@@ -403,6 +415,14 @@ TEST(RunConfigTest, BadOverrides) {
   EXPECT_THAT(changed, HasSubstr("(scheduler.kind = one_cycle is from --set; the file's other "
                                  "scheduler keys stay: to replace the whole table, --set "
                                  "'scheduler={ kind = ..., ... }')"));
+  // Likewise a key of the file's table that the new kind does not take.
+  EXPECT_THAT(
+      error_of("[model]\nkind = \"mlp\"\nactivation = \"relu\"\n", {"model.kind=qwen-tiny"}),
+      HasSubstr("unknown key 'model.activation'; 'model' takes kind, vocab"));
+  EXPECT_THAT(
+      error_of("[model]\nkind = \"mlp\"\nactivation = \"relu\"\n", {"model.kind=qwen-tiny"}),
+      HasSubstr("(model.kind = qwen-tiny is from --set; the file's other model keys stay: "
+                "to replace the whole table, --set 'model={ kind = ..., ... }')"));
   // Which works.
   EXPECT_EQ(parse_run_config(cosine, "run.toml",
                              {"scheduler={ kind = \"one_cycle\", max_lr = 0.1, total_steps = 10 }"})
