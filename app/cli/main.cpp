@@ -139,6 +139,9 @@ int cmd_devices() {
     std::cout << std::left << std::setw(11) << d.name << std::setw(13)
               << (d.available ? "available" : "unavailable") << d.detail << "\n";
   }
+  for (const auto& b : tb::api::distributed_backends())
+    std::cout << std::left << std::setw(11) << b.name << std::setw(13)
+              << (b.built ? "built" : "not built") << b.detail << "\n";
   const tb::api::CpuKernelLevel level = tb::api::cpu_kernel_level();
   auto join = [](const std::vector<std::string>& v) {
     std::string s;
@@ -254,9 +257,16 @@ int cmd_run(tb::api::RunRequest req) {
     else if (eta >= 120)
       line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta / 60) << " min";
     else
-      line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta) << " s";
-    for (const auto& [k, v] : p.eval)
-      line << "  " << k << " " << std::setprecision(4) << v;
+      line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(std::ceil(eta)) << " s";
+    // Four significant digits as the loss has them (0.834, 1, 2.784), whole numbers from 10^4 on
+    // (a perplexity of 52360, not 5.236e+04).
+    for (const auto& [k, v] : p.eval) {
+      line << "  " << k << " ";
+      if (std::isfinite(v) && std::fabs(v) >= 1e4)
+        line << std::fixed << std::setprecision(0) << v;
+      else
+        line << std::defaultfloat << std::setprecision(4) << v;
+    }
     if (tty) {
       const int width = 30;
       const auto filled = static_cast<int>(width * p.step / std::max<std::int64_t>(1, p.total));
@@ -581,6 +591,19 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     for (const auto& t : plan.trials)
       std::cout << "  " << std::right << std::setw(index_width) << t.index << "  "
                 << tb::api::pad_right(t.name, name_width) << "  " << t.values << "\n";
+    // The run itself would be refused: say so now, with what to do instead.
+    std::vector<tb::api::SweepRow> stored;
+    try {
+      stored = tb::api::list_sweeps(db_path);
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): no store yet, no clash
+    }
+    for (const auto& row : stored)
+      if (row.name == plan.name)
+        std::cout << "note: the store already has a sweep '" << plan.name << "' (" << row.status
+                  << ", " << row.finished << " of " << row.trials
+                  << " trials finished): running this config would be refused; continue that one "
+                     "with --resume "
+                  << plan.name << ", or give this one another sweep.name\n";
     return 0;
   }
   req.program = this_program("sweep");
@@ -692,8 +715,10 @@ int cli_main(int argc, char** argv) {
   auto* demo = app.add_subcommand("demo", "run the headless demo and print what it did");
   std::uint64_t seed = 0;
   int steps = 200;
-  demo->add_option("--seed", seed, "random seed");
-  demo->add_option("--steps", steps, "gradient-descent steps")->check(CLI::Range(1, 1000000));
+  demo->add_option("--seed", seed, "random seed")->capture_default_str();
+  demo->add_option("--steps", steps, "gradient-descent steps")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
 
   auto* dispatch = app.add_subcommand("dispatch", "print the dispatcher's kernel table");
   std::string op_filter;
@@ -803,7 +828,7 @@ int cli_main(int argc, char** argv) {
       ->add_option("--lr", sched_lrs,
                    "base learning rate (default 0.1); repeat for several param groups")
       ->allow_extra_args(false);
-  schedule->add_option("--steps", sched_steps, "scheduler steps to print")
+  schedule->add_option("--steps", sched_steps, "scheduler steps to print (default 20)")
       ->check(CLI::Range(0, 10000000));
   schedule->add_flag("--momentum", sched_momentum,
                      "also print the momentum (or beta1 with --set optimizer=adam)");
@@ -944,7 +969,9 @@ int cli_main(int argc, char** argv) {
       tokenizer->add_subcommand("train", "train a SentencePiece model on a text file or folder");
   tb::api::TokenizerTrainRequest tok_req;
   tok_train->add_option("text", tok_req.text, "text file or folder (default: Debian's fortunes)");
-  tok_train->add_option("-o,--output", tok_req.output, "model prefix: writes PREFIX.model")
+  tok_train
+      ->add_option("-o,--output", tok_req.output,
+                   "model prefix: writes PREFIX.model and PREFIX.vocab")
       ->required();
   tok_train->add_option("--vocab-size", tok_req.vocab_size, "pieces")->capture_default_str();
   tok_train->add_option("--model-type", tok_req.model_type, "unigram, bpe, char or word")

@@ -79,7 +79,8 @@ int run_demo(std::ostream& out, std::uint64_t seed, int steps) {
   const double t_gemm = time_it([&] { g = ops::mm(a, a.t()); });
   const double t_syrk = time_it([&] { s = ops::syrk(a); });
   const double diff = ops::max(ops::abs(ops::sub(g, s))).item();
-  out << "\nX·Xᵀ for X of 512x1024 (float32, " << num_threads() << " threads, GEMM backend "
+  out << "\nX·Xᵀ for X of 512x1024 (float32, " << num_threads()
+      << (num_threads() == 1 ? " thread" : " threads") << ", GEMM backend "
       << current_gemm_backend() << "):\n"
       << std::fixed << std::setprecision(2) << "  gemm " << t_gemm * 1e3 << " ms, syrk "
       << t_syrk * 1e3 << " ms (" << t_gemm / t_syrk << "x), max |difference| " << std::scientific

@@ -1,6 +1,11 @@
 // Implementation of the engine facade.
 #include "engine/api/engine_api.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/capability.h"
 #include "engine/backends/cuda/cuda_status.h"
@@ -10,6 +15,7 @@
 #include "engine/core/math_mode.h"
 #include "engine/core/thread_pool.h"
 #include "engine/dispatch/dispatcher.h"
+#include "engine/dist/process_group.h"
 
 namespace tb::api {
 
@@ -29,10 +35,52 @@ CpuKernelLevel cpu_kernel_level() {
   return out;
 }
 
+namespace {
+
+// The first executable `program` on PATH, or "".
+std::string on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<DistributedBackendInfo> distributed_backends() {
+  std::vector<DistributedBackendInfo> out;
+  DistributedBackendInfo mpi{"mpi", dist::mpi_available(), ""};
+  if (mpi.built) {
+    const std::string mpirun = on_path("mpirun");
+    mpi.detail = "Open MPI, CPU ranks (trainbench-cli launch --ddp); " +
+                 (mpirun.empty() ? std::string("mpirun is not on PATH (Debian's openmpi-bin)")
+                                 : "mpirun: " + mpirun);
+  } else {
+    mpi.detail =
+        "not in this build (install Debian's libopenmpi-dev and openmpi-bin, then "
+        "configure again)";
+  }
+  out.push_back(mpi);
+  DistributedBackendInfo nccl{"nccl", dist::nccl_available(), ""};
+  nccl.detail = nccl.built ? "NCCL, one CUDA GPU per rank (libnccl is loaded when a run uses it)"
+                           : "not in this build (needs the CUDA toolkit with NCCL at configure "
+                             "time)";
+  out.push_back(nccl);
+  return out;
+}
+
 std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
-  std::string cpu_detail = std::to_string(core::num_threads()) + " kernel threads, kernels " +
-                           cpu_kernel_level().level + ", GEMM " +
+  std::string cpu_detail = std::to_string(core::num_threads()) +
+                           (core::num_threads() == 1 ? " kernel thread" : " kernel threads") +
+                           ", kernels " + cpu_kernel_level().level + ", GEMM " +
                            std::string(cpu::gemm_backend_name(cpu::current_gemm_backend())) + " (" +
                            cpu::gemm_libraries() + ")";
   out.push_back({"cpu", true, cpu_detail});

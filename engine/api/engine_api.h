@@ -32,6 +32,15 @@ CpuKernelLevel cpu_kernel_level();
 /// then the openreg devices ("openreg:N").
 std::vector<DeviceInfo> list_devices();
 
+/// A data-parallel backend (distributed.backend) and whether this build has it.
+struct DistributedBackendInfo {
+  std::string name;    ///< "mpi", "nccl"
+  bool built = false;  ///< compiled into this build
+  std::string detail;  ///< what it runs over and needs here; how to get it when not built
+};
+/// The data-parallel backends: "mpi", then "nccl".
+std::vector<DistributedBackendInfo> distributed_backends();
+
 /// One (op, dispatch key) entry of the dispatcher's computed table.
 struct DispatchRow {
   std::string op;      ///< operator name

@@ -261,6 +261,9 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
 
 std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
   TB_CHECK(ids.size() >= 2, "[compare] give at least two run ids, got ", ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      TB_CHECK(ids[i] != ids[j], "[compare] run ", ids[i], " is given twice; give each run once");
   auto st = detail::existing_store(db_path);
   std::vector<store::RunDetails> runs;
   std::vector<std::map<std::string, std::string>> configs;
@@ -380,11 +383,14 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
   rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
   const auto model = nn::build_model(config.model, &gen);
   (void)train::load_weights(*model, dir / "model.safetensors");
-  train::save_weights(*model, out, layout);
+  const train::WeightsSaved saved = train::save_weights(*model, out, layout);
   std::ostringstream os;
-  os << "wrote " << out << ": " << model->state_dict().size() << " tensors ("
-     << model->num_parameters() << " parameters) of run " << run_id << " (" << from << "), layout "
-     << layout << "\n";
+  os << "wrote " << out << ": " << saved.tensors << " tensors, " << saved.elements << " values";
+  // A tied head written as its own tensor, or a padded table cut to the vocabulary, makes the
+  // file's count differ from the model's.
+  if (saved.elements != model->num_parameters())
+    os << " (the model's " << model->num_parameters() << " parameters in layout " << layout << ")";
+  os << " of run " << run_id << " (" << from << "), layout " << layout << "\n";
   return os.str();
 }
 

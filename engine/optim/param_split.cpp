@@ -95,20 +95,27 @@ ParamSplit split_params(const nn::Module& model, const std::vector<SplitOverride
 }
 
 std::string ParamSplit::str() const {
-  std::size_t w = 4;
-  for (const auto& r : table)
+  auto shape_of = [](const SplitRow& r) {
+    std::ostringstream shape;
+    shape << core::DimVector(core::IntList(r.shape.data(), r.shape.size()));
+    return shape.str();
+  };
+  // Columns as wide as their longest entry (a conv filter's [64, 32, 3, 3] ran into the next).
+  std::size_t w = 4, sw = 12;
+  for (const auto& r : table) {
     w = std::max(w, r.name.size());
+    sw = std::max(sw, shape_of(r).size());
+  }
   std::ostringstream os;
   std::int64_t n_muon = 0, n_adamw = 0;
   for (const auto& r : table) {
-    std::ostringstream shape;
-    shape << core::DimVector(core::IntList(r.shape.data(), r.shape.size()));
     std::int64_t numel = 1;
     for (auto s : r.shape)
       numel *= s;
     (r.optimizer == "muon" ? n_muon : n_adamw) += numel;
-    os << std::left << std::setw(static_cast<int>(w) + 2) << r.name << std::setw(14) << shape.str()
-       << std::setw(7) << r.optimizer << r.reason << "\n";
+    os << std::left << std::setw(static_cast<int>(w) + 2) << r.name
+       << std::setw(static_cast<int>(sw) + 2) << shape_of(r) << std::setw(7) << r.optimizer
+       << r.reason << "\n";
   }
   auto tensors = [](std::size_t n) {
     return std::to_string(n) + (n == 1 ? " tensor" : " tensors");

@@ -172,8 +172,8 @@ void Trainer::report_ranks() {
   const std::string mine = s_->binding.bound ? "CPUs " + s_->binding.cpus.to_string() : "unbound";
   const std::vector<std::string> all = g.all_gather_strings(mine, "every rank's binding");
   std::ostringstream os;
-  os << "data-parallel: " << g.size() << " ranks over " << g.backend() << ", "
-     << config_.data.batch_size << " samples per rank and step ("
+  os << "data-parallel: " << g.size() << (g.size() == 1 ? " rank over " : " ranks over ")
+     << g.backend() << ", " << config_.data.batch_size << " samples per rank and step ("
      << config_.data.batch_size * g.size() << " global)";
   for (int r = 0; r < g.size(); ++r)
     os << "; " << g.describe_rank(r) << " " << all[static_cast<std::size_t>(r)];
@@ -390,13 +390,17 @@ bool Trainer::skip_nonfinite_step(double loss_value, TrainResult& r) {
   // The 1st, 2nd, 4th, 8th, ... skip in a row are reported: a run that has diverged for good
   // says so in a few lines, not in run.max_nonfinite identical ones.
   const std::int64_t k = s.nonfinite_in_row;
-  if ((k & (k - 1)) == 0)
+  // The step does not count: its number stays, and the next batch tries it again.
+  if ((k & (k - 1)) == 0) {
+    const std::string value = std::isnan(loss_value) ? "nan" : loss_value > 0 ? "inf" : "-inf";
     emit_event("warning",
-               "step " + std::to_string(s.step + 1) + ": non-finite loss (" +
-                   std::to_string(loss_value) + "), step skipped" +
+               "step " + std::to_string(s.step + 1) + ": non-finite loss (" + value +
+                   "), step skipped" +
                    (k > 1 ? " (" + std::to_string(k) + " in a row; the run stops at " +
                                 std::to_string(config_.run.max_nonfinite) + ", run.max_nonfinite)"
-                          : std::string()));
+                          : std::string()) +
+                   "; the next batch tries step " + std::to_string(s.step + 1) + " again");
+  }
   if (s.nonfinite_in_row < config_.run.max_nonfinite) return false;
   r.outcome = RunOutcome::kDiverged;
   r.message = "diverged: " + std::to_string(s.nonfinite_in_row) +

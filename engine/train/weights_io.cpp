@@ -93,8 +93,8 @@ WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
   return out;
 }
 
-void save_weights(const nn::Model& model, const std::filesystem::path& file,
-                  const std::string& layout) {
+WeightsSaved save_weights(const nn::Model& model, const std::filesystem::path& file,
+                          const std::string& layout) {
   TB_CHECK(layout == "trainbench" || layout == "hf-gpt2", "[weights] layout '", layout,
            "' is not one of ", kWeightsLayouts);
   const auto* gpt = dynamic_cast<const nn::Gpt*>(&model);
@@ -118,6 +118,11 @@ void save_weights(const nn::Model& model, const std::filesystem::path& file,
     out.emplace_back("lm_head.weight", head.contiguous().clone());
   }
   save_safetensors(file, out, meta);
+  WeightsSaved saved;
+  saved.tensors = static_cast<std::int64_t>(out.size());
+  for (const auto& [name, t] : out)
+    saved.elements += t.numel();
+  return saved;
 }
 
 }  // namespace tb::train

@@ -38,7 +38,13 @@ inline constexpr const char* kWeightsLayouts = "trainbench, hf-gpt2";
 /// state_dict has it; "hf-gpt2" (gpt models only): transformers' GPT2LMHeadModel state_dict —
 /// Conv1D weights as [in, out], the table cut to `vocab` rows, lm_head.weight. Throws
 /// tb::ValueError for an unknown layout or hf-gpt2 with another model kind.
-void save_weights(const nn::Model& model, const std::filesystem::path& file,
-                  const std::string& layout = "trainbench");
+/// Returns what the file holds: its tensors and their elements (a tied head counted again, the
+/// table cut to vocab rows), which may differ from the model's.
+struct WeightsSaved {
+  std::int64_t tensors = 0;   ///< tensors in the file
+  std::int64_t elements = 0;  ///< their elements, summed
+};
+WeightsSaved save_weights(const nn::Model& model, const std::filesystem::path& file,
+                          const std::string& layout = "trainbench");
 
 }  // namespace tb::train

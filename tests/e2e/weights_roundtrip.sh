@@ -21,7 +21,7 @@ last_eval() {  # the last eval.accuracy / eval.loss / eval.perplexity values `sh
 "$cli" --db "$db" run "$config" --set run.steps=40 --set eval.batches=4 \
   --set eval.interval=40 >/dev/null 2>&1 || fail "the first run failed"
 out=$("$cli" --db "$db" weights 1 -o "$tmp/mlp.safetensors" 2>&1) || fail "weights: $out"
-case $out in *"wrote $tmp/mlp.safetensors: 6 tensors (269322 parameters) of run 1"*) ;;
+case $out in *"wrote $tmp/mlp.safetensors: 6 tensors, 269322 values of run 1"*) ;;
   *) fail "unexpected weights output: $out" ;; esac
 "$cli" --db "$db" run "$config" --set run.steps=1 --set eval.batches=4 --set eval.interval=1 \
   --set optimizer.lr=0 --set optimizer.weight_decay=0 --set run.seed=9 \

@@ -281,11 +281,18 @@ TEST(GptWeights, HuggingFaceLayoutRoundTripsAndFillsAPaddedTable) {
   gen.manual_seed(1);
   nn::Gpt a(tiny_gpt(0), &gen);
   const auto hf = tmp.path() / "hf.safetensors";
-  tb::train::save_weights(a, hf, "hf-gpt2");
+  const tb::train::WeightsSaved saved = tb::train::save_weights(a, hf, "hf-gpt2");
   const auto file = tb::train::load_safetensors(hf);
   std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& [name, t] : file.tensors)
+  std::int64_t elements = 0;
+  for (const auto& [name, t] : file.tensors) {
     shapes[name] = t.sizes().vec();
+    elements += t.numel();
+  }
+  // What it says it wrote is what the file holds (lm_head.weight too), not the model's counts.
+  EXPECT_EQ(saved.tensors, static_cast<std::int64_t>(file.tensors.size()));
+  EXPECT_EQ(saved.elements, elements);
+  EXPECT_EQ(saved.tensors, static_cast<std::int64_t>(a.state_dict().size()) + 1);
   // GPT2LMHeadModel's state_dict: Conv1D weights [in, out], lm_head.weight.
   EXPECT_EQ(shapes.at("transformer.h.0.attn.c_attn.weight"), (std::vector<std::int64_t>{8, 24}));
   EXPECT_EQ(shapes.at("transformer.h.1.mlp.c_fc.weight"), (std::vector<std::int64_t>{8, 32}));
