@@ -6,11 +6,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
+#include "engine/api/engine_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
@@ -265,6 +267,20 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
   return dist::make_process_group(o);
 }
 
+// What decides a CPU run's float32 products beyond its config (Trainer::set_numerics): the GEMM
+// library, and OpenBLAS's thread count (its blocking, so its sums, follow it; oneDNN's are the
+// same at every count, the user guide's "bit for bit at any threads"). "" off the CPU.
+std::function<std::string()> numerics_of(const train::RunConfig& c) {
+  if (core::Device::parse(c.run.device).type() != core::DeviceType::CPU) return {};
+  return [] {
+    const std::string gemm = current_gemm_backend();
+    if (gemm == "onednn") return std::string("GEMM onednn");
+    const int threads = num_threads();  // as the run's threads or binding sized the pool
+    return "GEMM " + gemm + " at " + std::to_string(threads) +
+           (threads == 1 ? " thread" : " threads");
+  };
+}
+
 // A rank other than 0: no store; the config, checkpoint and owner come from rank 0.
 RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::ProcessGroup>& group) {
   RunOutcomeInfo out;
@@ -289,6 +305,7 @@ RunOutcomeInfo execute_rank(const RunSpec& spec, const std::shared_ptr<dist::Pro
     // alone waited in the next step's gradient exchange for one that had left it.
     stop_at = start.value("stop_at", std::int64_t{0});
     trainer->set_stop_at(stop_at);
+    trainer->set_numerics(numerics_of(config));
     const std::string checkpoint = start.value("checkpoint", std::string());
     if (!checkpoint.empty()) {
       trainer->resume_from(checkpoint);
@@ -368,6 +385,7 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
         group);
     trainer->set_checkpoint_owner(owner_key, owner);
     trainer->set_stop_at(spec.stop_at);
+    trainer->set_numerics(numerics_of(config));
     if (resuming) {
       trainer->resume_from(start.checkpoint);
       out.from_step = trainer->steps_done();

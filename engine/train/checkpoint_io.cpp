@@ -50,6 +50,29 @@ std::vector<std::uint8_t> unhex(const std::string& s) {
   return out;
 }
 
+// The keys that say where a run's data is: data.path, and the kind's data.val_path and
+// data.tokenizer_model when it has them.
+std::vector<std::string> data_path_keys(const RunConfig& c) {
+  std::vector<std::string> keys = {"data.path"};
+  for (const char* k : {"val_path", "tokenizer_model"})
+    if (c.data.extra.is_object() && c.data.extra.contains(k) && c.data.extra.at(k).is_string())
+      keys.push_back(std::string("data.") + k);
+  return keys;
+}
+
+std::string data_path(const RunConfig& c, const std::string& key) {
+  if (key == "data.path") return c.data.path;
+  return c.data.extra.at(key.substr(5)).get<std::string>();
+}
+
+void set_data_path(RunConfig& c, const std::string& key, const std::string& value) {
+  if (key == "data.path") {
+    c.data.path = value;
+  } else {
+    c.data.extra[key.substr(5)] = value;
+  }
+}
+
 // Where two configs written by to_toml differ, for the message of a refused resume: up to three
 // "section.key: A in the checkpoint, B now".
 std::string config_differences(const std::string& stored, const std::string& now) {
@@ -77,10 +100,16 @@ std::string config_differences(const std::string& stored, const std::string& now
     names.insert(k);
   for (const auto& [k, v] : b)
     names.insert(k);
+  // A kind first (optimizer.kind adamw vs muon): it explains the keys that differ with it,
+  // which were listed before it in key order and hid it among "and 25 more".
+  std::vector<std::string> ordered(names.begin(), names.end());
+  std::stable_partition(ordered.begin(), ordered.end(), [](const std::string& k) {
+    return k == "kind" || (k.size() > 5 && k.compare(k.size() - 5, 5, ".kind") == 0);
+  });
   std::string out;
   int shown = 0;
   int more = 0;
-  for (const std::string& k : names) {
+  for (const std::string& k : ordered) {
     const auto x = a.find(k);
     const auto y = b.find(k);
     const std::string was = x == a.end() ? "(none)" : x->second;
@@ -206,6 +235,7 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& fina
   state["skipped"] = s.skipped;
   state["nonfinite_in_row"] = s.nonfinite_in_row;
   state["config"] = to_toml(config_);
+  if (numerics_) state["numerics"] = numerics_();
   state["owner"] = {{"key", owner_key_}, {"description", owner_description_}};
   nlohmann::json opts = nlohmann::json::array();
   for (std::size_t i = 0; i < s.opts.size(); ++i) {
@@ -318,6 +348,10 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
     c.run.log_interval = 1;
     c.run.init_from.clear();
     if (c.run.device.rfind("cuda", 0) != 0) c.amp.tf32 = false;
+    // Where the data is (a store moved to another machine finds it elsewhere): the loader's
+    // state checks the sample count, and the run warns that the rest is taken on trust.
+    for (const std::string& k : data_path_keys(c))
+      set_data_path(c, k, "");
     return to_toml(c);
   };
   bool same = state.at("config") == to_toml(config_);
@@ -326,9 +360,24 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   std::string then = state.at("config").get<std::string>(), now = to_toml(config_);
   if (!same) {
     try {
-      then = same_run(parse_run_config(then, "checkpoint"));
+      const RunConfig was = parse_run_config(then, "checkpoint");
+      then = same_run(was);
       now = same_run(config_);
       same = then == now;
+      if (same) {
+        RunConfig now_abs = config_;
+        make_paths_absolute(now_abs);
+        RunConfig was_abs = was;
+        make_paths_absolute(was_abs);
+        for (const std::string& k : data_path_keys(now_abs)) {
+          const std::string a = data_path(was_abs, k), b = data_path(now_abs, k);
+          if (a != b)
+            s.setup_warnings.push_back(
+                k + " is " + (b.empty() ? std::string("\"\" (the default)") : b) +
+                " where the checkpoint's run read " + (a.empty() ? "\"\" (the default)" : a) +
+                ": the run continues on it, bit for bit only if it holds the same data");
+        }
+      }
     } catch (const ValueError&) {  // not a config this build reads: not the same run
     }
   }
@@ -339,7 +388,8 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
                      "; resume with that config (only where the run is placed and how it is "
                      "logged and saved may change: binding, threads, data.workers, "
                      "checkpoint.interval, checkpoint.keep, run.name, run.tags, "
-                     "run.log_interval)");
+                     "run.log_interval, and where the data is: data.path, data.val_path, "
+                     "data.tokenizer_model)");
   }
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
@@ -400,6 +450,9 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   s.skipped = state.at("skipped").get<std::int64_t>();
   s.nonfinite_in_row = state.at("nonfinite_in_row").get<std::int64_t>();
   if (s.ddp) release_unowned_state();  // distributed Muon keeps its own matrices' momentum only
+  resumed_numerics_ = state.contains("numerics") && state.at("numerics").is_string()
+                          ? state.at("numerics").get<std::string>()
+                          : std::string();
   emit_event("info", "resumed from " + dir.string() + " at step " + std::to_string(s.step));
 }
 

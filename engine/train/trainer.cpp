@@ -359,6 +359,17 @@ TrainResult Trainer::run() {
         emit_event(n.substr(0, colon), n.substr(colon + 2));
       }
     }
+    // Another GEMM library (or OpenBLAS at another thread count) rounds products differently:
+    // the resumed run goes on correctly, but not bit for bit as the user guide promises.
+    if (numerics_ && !resumed_numerics_.empty()) {
+      const std::string now = numerics_();
+      if (now != resumed_numerics_)
+        emit_event("warning", "the checkpoint was written computing with " + resumed_numerics_ +
+                                  ", this process computes with " + now +
+                                  ": the continuation may differ from an uninterrupted run in "
+                                  "the last bits (resume with the same --gemm-backend, and with "
+                                  "OpenBLAS the same threads, for bit for bit)");
+    }
     if (s_->ddp) report_ranks();
     r = loop();
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -113,6 +114,12 @@ class Trainer {
   /// trials at an early-stopping rung (`trainbench-cli run --stop-at`). A step at or after the
   /// last one changes nothing. Call before run().
   void set_stop_at(std::int64_t step) { stop_at_ = step; }
+  /// What decides this process's float32 products beyond the config (the GEMM library, and its
+  /// thread count where that changes the bits: "GEMM onednn", "GEMM openblas at 2 threads"),
+  /// asked when a checkpoint is written (into it) and when run() starts (after the binding sized
+  /// the kernel pool): a run resumed from a checkpoint that says otherwise warns that its
+  /// continuation is not bit for bit. Call before run().
+  void set_numerics(std::function<std::string()> numerics) { numerics_ = std::move(numerics); }
   /// Holds the loop before its next step until resume(). Thread-safe.
   void pause();
   /// Releases pause(). Thread-safe.
@@ -163,7 +170,9 @@ class Trainer {
   std::unique_ptr<State> s_;
   std::vector<std::shared_ptr<MetricSink>> sinks_;
   std::int64_t total_steps_ = 0;
-  std::int64_t stop_at_ = 0;  // set_stop_at
+  std::int64_t stop_at_ = 0;               // set_stop_at
+  std::function<std::string()> numerics_;  // set_numerics
+  std::string resumed_numerics_;           // the checkpoint's, after resume_from()
   std::atomic<bool> cancel_{false};
   std::mutex pause_mutex_;
   std::condition_variable pause_cv_;

@@ -142,7 +142,92 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
             std::string::npos)
       << refused;  // the key that differs is named, with both values
   EXPECT_NE(refused.find(" in the checkpoint, 0.5 now)"), std::string::npos) << refused;
+  // Another optimizer kind is named first, before the keys that differ with it (in key order it
+  // came after them, hidden among "and N more").
+  auto sgd = cfg;
+  sgd.optimizer.main = tb::train::OptimizerSettings("sgd");
+  sgd.optimizer.main.set("lr", 0.1);
+  sgd.optimizer.main.set("momentum", 0.5);
+  train::Trainer u(sgd);
+  const std::string kind = error_of([&] { u.resume_from(dir / "step-00000012"); });
+  EXPECT_NE(kind.find("another config (optimizer.kind: \"adamw\" in the checkpoint, \"sgd\" now;"),
+            std::string::npos)
+      << kind;
   fs::remove_all(dir);
+}
+
+// A checkpoint says what computed its products (Trainer::set_numerics: the GEMM library, and
+// OpenBLAS's threads); a resume under other numerics warns that it is not bit for bit (another
+// --gemm-backend gave other values from the next step on, silently).
+TEST(Trainer, AResumeUnderOtherNumericsSaysItIsNotBitForBit) {
+  const tb::test::TempDir dir("tb_trainer_numerics");
+  auto cfg = blobs_config();
+  cfg.run.steps = 6;
+  cfg.checkpoint.interval = 3;
+  {
+    train::Trainer t(cfg, dir.path());
+    t.set_numerics([] { return std::string("GEMM openblas at 2 threads"); });
+    ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  }
+  auto warnings = [&](const std::string& now) {
+    train::Trainer t(cfg);
+    auto rec = std::make_shared<Recorder>();
+    t.add_sink(rec);
+    t.set_numerics([now] { return now; });
+    t.resume_from(dir.path() / "step-00000003");
+    EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+    std::vector<std::string> out;
+    for (const auto& e : rec->events)
+      if (e.rfind("warning: ", 0) == 0) out.push_back(e);
+    return out;
+  };
+  EXPECT_TRUE(warnings("GEMM openblas at 2 threads").empty());
+  const auto other = warnings("GEMM onednn");
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_NE(other[0].find("the checkpoint was written computing with GEMM openblas at 2 threads, "
+                          "this process computes with GEMM onednn: the continuation may differ"),
+            std::string::npos)
+      << other[0];
+}
+
+// A store moved to a machine that keeps the data elsewhere resumes with the new data.path (it was
+// refused as another config), bit for bit, warning that this holds only for the same data; data
+// of another size is refused by the loader's state.
+TEST(Trainer, AResumeMayReadItsDataFromAnotherPath) {
+  const tb::test::TempDir dir("tb_trainer_moved_data");
+  std::string text;
+  for (int i = 0; i < 200; ++i)
+    text += "line " + std::to_string(i * 7919 % 1000) + " of the corpus\n";
+  const fs::path a = dir.path() / "a.txt", b = dir.path() / "b.txt", c = dir.path() / "c.txt";
+  std::ofstream(a) << text;
+  std::ofstream(b) << text;
+  std::ofstream(c) << text << text;
+  auto config = [&](const fs::path& data) {
+    return train::parse_run_config(
+        "[run]\nsteps = 6\nlog_interval = 1\n[model]\nkind = \"qwen-tiny\"\nd_model = 16\n"
+        "n_layers = 1\nn_heads = 2\ncontext_length = 16\n[data]\nkind = \"text\"\npath = \"" +
+            data.string() +
+            "\"\ncontext_length = 16\nbatch_size = 4\nworkers = 0\n[optimizer]\nkind = "
+            "\"adamw\"\n[checkpoint]\ninterval = 3\n",
+        "moved");
+  };
+  const fs::path ck = dir.path() / "ck";
+  const auto full = run_losses(config(a), ck);
+  ASSERT_EQ(full.size(), 6u);
+  train::Trainer t(config(b));
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  t.resume_from(ck / "step-00000003");
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  EXPECT_EQ(rec->losses, decltype(full)(full.begin() + 3, full.end()));
+  bool warned = false;
+  for (const auto& e : rec->events)
+    warned = warned || e.find("warning: data.path is " + b.string() +
+                              " where the checkpoint's run read " + a.string()) == 0;
+  EXPECT_TRUE(warned) << ::testing::PrintToString(rec->events);
+  train::Trainer bigger(config(c));
+  EXPECT_NE(error_of([&] { bigger.resume_from(ck / "step-00000003"); }).find("samples"),
+            std::string::npos);
 }
 
 // A checkpoint appears under its name only when whole: written into a hidden ".partial" sibling,
