@@ -218,8 +218,17 @@ class TestSweepView : public QObject {
     // Steps to a target every run reaches at its first evaluation (step 10).
     view.setTarget(100.0);
     QCOMPARE(view.trialsTable()->rowCount(), 8);
-    for (int r = 0; r < 8; ++r)
+    for (int r = 0; r < 8; ++r) {
       QCOMPARE(view.trialsTable()->item(r, 6)->text(), QStringLiteral("10"));
+      // Its time in three significant digits: these trials reach it in well under 0.05 s, which
+      // one decimal showed as "0.0".
+      const QString seconds = view.trialsTable()->item(r, 7)->text();
+      QVERIFY2(seconds.toDouble() > 0 || seconds == QStringLiteral("0"), qPrintable(seconds));
+    }
+    // One no run reaches says so, as Compare does (it was left blank).
+    view.setTarget(-1.0);
+    for (int r = 0; r < 8; ++r)
+      QCOMPARE(view.trialsTable()->item(r, 6)->text(), QStringLiteral("not reached"));
 
     // "Open best config" hands the best trial's config to whoever listens.
     QSignalSpy opened(&view, &ui::SweepView::openConfig);

@@ -756,10 +756,14 @@ void SweepView::fillTrialTargets() {
     if (ok && t.run && m_store) {
       try {
         const api::Series s = m_store->series(*t.run, m_result.plan.metric);
+        // As Compare says it; a trial with no value of the metric yet stays blank.
+        if (!s.value.empty()) steps = tr("not reached");
         for (std::size_t i = 0; i < s.value.size(); ++i)
           if (reaches(s.value[i], target, max)) {
             steps = QString::number(static_cast<qint64>(s.step[i]));
-            seconds = QString::number(s.wall_s[i], 'f', 1);
+            // Three significant digits: a short trial reaches it in hundredths of a second,
+            // which one decimal showed as "0.0".
+            seconds = QString::number(s.wall_s[i], 'g', 3);
             break;
           }
       } catch (const std::exception&) {  // deleted meanwhile: left blank
