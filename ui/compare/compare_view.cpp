@@ -6,9 +6,11 @@
 #include <QDoubleSpinBox>
 #include <QEvent>
 #include <QFont>
+#include <QFontMetrics>
 #include <QHeaderView>
 #include <QLabel>
 #include <QResizeEvent>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -69,6 +71,10 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   m_summary->horizontalHeader()->setTextElideMode(Qt::ElideRight);
   m_summary->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   m_summary->setWordWrap(false);  // "2.6908e-06" elided, never broken over two lines
+  // The row names give way to the values (fitSummaryColumns), elided, whole in their tooltips.
+  m_summary->verticalHeader()->setTextElideMode(Qt::ElideRight);
+  m_summary->installEventFilter(this);
+  m_summary->viewport()->installEventFilter(this);  // and as its scroll bar comes and goes
   sideLayout->addWidget(m_summary, 1);
   sideLayout->addWidget(new QLabel(tr("Config differences (only keys that differ)"), side));
   m_diff = new QTableWidget(side);
@@ -128,6 +134,9 @@ bool CompareView::eventFilter(QObject* watched, QEvent* event) {
   if (watched == visibleArea() && event->type() == QEvent::Resize) arrange();
   if (m_diff != nullptr && watched == m_diff->viewport() && event->type() == QEvent::Resize)
     fitDiffColumns();
+  if (m_summary != nullptr && (watched == m_summary || watched == m_summary->viewport()) &&
+      event->type() == QEvent::Resize)
+    fitSummaryColumns();
   return QWidget::eventFilter(watched, event);
 }
 
@@ -149,7 +158,10 @@ void CompareView::arrange() {
   const QMargins m = layout()->contentsMargins();
   const int across = width() - m.left() - m.right() - m_split->handleWidth();
   const int plotsLeast = m_plots->minimumSizeHint().width();
-  const int sideLeast = std::max(kSideComfort, m_side->minimumSizeHint().width());
+  // (At the row names' full width: that they give way to the values is no reason to squeeze
+  // the summary beside the plots.)
+  const int sideLeast =
+      std::max(kSideComfort, m_side->minimumSizeHint().width() + m_summaryNamesGiven);
   const bool wide = across >= plotsLeast + sideLeast;
   // Stacked in a scroll area: the plots as tall as its viewport less a strip where the target
   // row shows that more follows. Elsewhere (a window of its own) at their least height: a
@@ -302,6 +314,53 @@ void CompareView::fitDiffColumns() {
     header->setSectionResizeMode(c, QHeaderView::Stretch);
 }
 
+void CompareView::fitSummaryColumns() {
+  const int runs = m_summary->columnCount();
+  if (runs < 1) return;
+  QHeaderView* rowNames = m_summary->verticalHeader();
+  const QFontMetrics fm = m_summary->fontMetrics();
+  const QFontMetrics headFm = rowNames->fontMetrics();
+  int names = 0;
+  for (int r = 0; r < m_summary->rowCount(); ++r)
+    if (const QTableWidgetItem* item = m_summary->verticalHeaderItem(r))
+      names = std::max(names, headFm.horizontalAdvance(item->text()) + 16);
+  // (The style's margins too: the header's own width, whatever width it was given.)
+  {
+    const int min = rowNames->minimumWidth(), max = rowNames->maximumWidth();
+    rowNames->setMinimumWidth(0);
+    rowNames->setMaximumWidth(QWIDGETSIZE_MAX);
+    names = std::max(names, rowNames->sizeHint().width());
+    rowNames->setMinimumWidth(min);
+    rowNames->setMaximumWidth(max);
+  }
+  // The widest value (a run's "#3" too), with the cell's margins, in each of the columns, which
+  // share the width equally.
+  int widest = 0;
+  for (int c = 0; c < runs; ++c) {
+    if (m_summary->horizontalHeaderItem(c))
+      widest =
+          std::max(widest, headFm.horizontalAdvance(m_summary->horizontalHeaderItem(c)->text()));
+    for (int r = 0; r < m_summary->rowCount(); ++r)
+      if (const QTableWidgetItem* item = m_summary->item(r, c))
+        widest = std::max(widest, fm.horizontalAdvance(item->text()));
+  }
+  const int values = runs * (widest + 12);
+  const int scroll =
+      m_summary->verticalScrollBar()->isVisible() ? m_summary->verticalScrollBar()->width() : 0;
+  const int total = m_summary->width() - 2 * m_summary->frameWidth() - scroll;
+  // Values whole where the names can give way (down to a third of the width): "finis…" beside a
+  // 150 px "best eval loss" read worse than "best eval l…" beside "finished".
+  const int width = std::clamp(total - values, std::min(names, total / 3), names);
+  m_summaryNamesGiven = names - std::max(width, 0);
+  if (m_summaryNamesGiven <= 0) {  // room for them all: the header's own width, as before
+    rowNames->setMinimumWidth(0);
+    rowNames->setMaximumWidth(QWIDGETSIZE_MAX);
+    m_summaryNamesGiven = 0;
+  } else if (rowNames->width() != std::max(width, 0)) {
+    rowNames->setFixedWidth(std::max(width, 0));
+  }
+}
+
 void CompareView::setSectionExpanded(const QString& section, bool expanded) {
   for (int r = 0; r < m_diff->rowCount(); ++r)
     if (m_diff->item(r, 0) && m_diff->item(r, 0)->data(kFoldedUnderRole).toString() == section)
@@ -347,6 +406,8 @@ void CompareView::fillSummary() {
   m_summary->setRowCount(static_cast<int>(labels.size()));
   m_summary->setColumnCount(static_cast<int>(rows.size()));
   m_summary->setVerticalHeaderLabels(labels);
+  for (int r = 0; r < static_cast<int>(labels.size()); ++r)
+    m_summary->verticalHeaderItem(r)->setToolTip(labels[r]);  // whole, where it is elided
   // "#3" as the plots' legends name the runs; the name in the tooltip.
   QStringList headers;
   for (const auto& r : rows)
@@ -384,6 +445,7 @@ void CompareView::fillSummary() {
       m_summary->setItem(i, c, item);
     }
   }
+  fitSummaryColumns();
 }
 
 }  // namespace tb::ui

@@ -78,6 +78,10 @@ class CompareView : public QWidget {
   // The diff's key column as wide as its keys but at most 45 % of the table; the runs' values
   // share the rest (elided, whole in their tooltips), so every run's value is in view.
   void fitDiffColumns();
+  // The summary's row names as wide as they need, or narrower (elided) where the runs' values
+  // would not fit whole beside them.
+  void fitSummaryColumns();
+  int m_summaryNamesGiven = 0;  // px the row names gave way by (fitSummaryColumns)
 
   const api::StoreReader* m_store = nullptr;
   QList<qint64> m_ids;
