@@ -92,8 +92,8 @@ int writeReportFiles(const QString& db, const QString& out, const QString& pages
         return 1;
       }
       const QList<QImage> pages = tb::ui::pdfPageImages(report, 1.5);
-      // page-01.png ...: numbered to as many digits as the last page's, so that they sort.
-      const int digits = static_cast<int>(QString::number(pages.size()).size());
+      // page-01.png ...: two digits at least, as many as the last page's, so that they sort.
+      const int digits = std::max(2, static_cast<int>(QString::number(pages.size()).size()));
       for (int i = 0; i < pages.size(); ++i) {
         const QString file = QDir(pagesDir).filePath(
             QStringLiteral("page-%1.png").arg(i + 1, digits, 10, QLatin1Char('0')));

@@ -1,5 +1,9 @@
 #include "engine/api/api_detail.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <algorithm>
 
 #include <ctime>
@@ -193,6 +197,23 @@ std::map<std::string, std::string> flatten_toml(const std::string& text) {
   for (auto& [k, v] : flatten_toml_ordered(text))
     out[k] = v;
   return out;
+}
+
+bool executable(const std::filesystem::path& p) {
+  return !p.empty() && ::access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
+}
+
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return {};
+  const std::string dirs = path;
+  for (std::size_t at = 0; at <= dirs.size();) {
+    const std::size_t colon = std::min(dirs.find(':', at), dirs.size());
+    const std::filesystem::path c = std::filesystem::path(dirs.substr(at, colon - at)) / program;
+    if (colon > at && executable(c)) return c.string();
+    at = colon + 1;
+  }
+  return {};
 }
 
 std::string from_set(const std::vector<std::string>& overrides, const std::string& key) {

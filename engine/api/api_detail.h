@@ -108,6 +108,12 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
 void check_run_files(const train::RunConfig& c, const std::string& source,
                      const std::vector<std::string>& overrides = {});
 
+/// Whether `p` is a regular file this process may execute.
+bool executable(const std::filesystem::path& p);
+
+/// The first executable `program` in the PATH's folders (empty entries skipped), or "".
+std::string find_on_path(const std::string& program);
+
 /// " (from --set K=V)" for the last of `overrides` that set `key` or a table holding it, else "".
 std::string from_set(const std::vector<std::string>& overrides, const std::string& key);
 

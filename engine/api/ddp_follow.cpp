@@ -32,10 +32,6 @@ namespace tb::api::detail {
 
 namespace {
 
-bool executable(const std::filesystem::path& p) {
-  return !p.empty() && access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
-}
-
 // What runs the ranks: $TB_CLI, else trainbench-cli beside this program (installed: bin/; the
 // build tree: app/gui -> app/cli), else on the PATH.
 std::string find_cli() {
@@ -50,16 +46,7 @@ std::string find_cli() {
                           self.parent_path().parent_path() / "cli" / "trainbench-cli"})
       if (executable(c)) return c.string();
   }
-  if (const char* path = std::getenv("PATH")) {
-    std::string dirs = path;
-    for (std::size_t at = 0; at <= dirs.size();) {
-      const std::size_t colon = std::min(dirs.find(':', at), dirs.size());
-      const std::filesystem::path c =
-          std::filesystem::path(dirs.substr(at, colon - at)) / "trainbench-cli";
-      if (colon > at && executable(c)) return c.string();
-      at = colon + 1;
-    }
-  }
+  if (std::string c = find_on_path("trainbench-cli"); !c.empty()) return c;
   throw ValueError(
       "[run] a distributed run needs trainbench-cli to start its ranks; it is neither beside "
       "this program nor on the PATH (set TB_CLI to its path)");

@@ -1,11 +1,7 @@
 // Implementation of the engine facade.
 #include "engine/api/engine_api.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <cstdlib>
-
+#include "engine/api/api_detail.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/capability.h"
 #include "engine/backends/cuda/cuda_status.h"
@@ -35,30 +31,11 @@ CpuKernelLevel cpu_kernel_level() {
   return out;
 }
 
-namespace {
-
-// The first executable `program` on PATH, or "".
-std::string on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  std::size_t start = 0;
-  while (start <= dirs.size()) {
-    const std::size_t end = std::min(dirs.find(':', start), dirs.size());
-    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
-    const std::string candidate = dir + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = end + 1;
-  }
-  return {};
-}
-
-}  // namespace
-
 std::vector<DistributedBackendInfo> distributed_backends() {
   std::vector<DistributedBackendInfo> out;
   DistributedBackendInfo mpi{"mpi", dist::mpi_available(), ""};
   if (mpi.built) {
-    const std::string mpirun = on_path("mpirun");
+    const std::string mpirun = detail::find_on_path("mpirun");
     mpi.detail = "Open MPI, CPU ranks (trainbench-cli launch --ddp); " +
                  (mpirun.empty() ? std::string("mpirun is not on PATH (Debian's openmpi-bin)")
                                  : "mpirun: " + mpirun);

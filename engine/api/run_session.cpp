@@ -137,8 +137,11 @@ struct Start {
   train::RunConfig config;
   std::int64_t run_id = 0;
   std::filesystem::path checkpoint;  // resume only
-  // A resume: the stored config, and the effective one it runs with (init_from still set).
+  // A resume: the stored config as this build writes it (one from an older build may lack keys
+  // added since: not a change), the effective one it runs with (init_from still set), and
+  // whether its name and tags differ from the stored config's.
   std::string stored_config, resumed_config;
+  bool renamed = false, retagged = false;
   std::string store_id;
   std::string store_name;  // the file name, for folder names and messages
 };
@@ -187,13 +190,37 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   // As a new run's (a stored one's are already absolute; a config file's relative paths are
   // read from this folder, as they always were).
   train::make_paths_absolute(s.config);
-  s.stored_config = stored.config;
   s.resumed_config = train::to_toml(s.config);
+  try {
+    train::RunConfig was = train::parse_run_config(stored.config, source);
+    train::make_paths_absolute(was);
+    s.stored_config = train::to_toml(was);
+    s.renamed = was.run.name != s.config.run.name;
+    s.retagged = was.run.tags != s.config.run.tags;
+  } catch (const std::exception&) {  // unreadable: the resume's own parse said why, or will
+    s.stored_config = stored.config;
+  }
+  // A new name is one line, as a new run's (checked here, before other ranks are told to
+  // start; a stored one from before the rule is left alone).
+  if (s.renamed)
+    for (const char ch : s.config.run.name)
+      TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, "[config] ", source,
+               ": run.name: a run name is one line of text, without control characters (a "
+               "newline, a tab)",
+               detail::from_set(spec.overrides, "run.name"));
   // The checkpoint replaces the weights init_from would load: not read again (it may be gone).
   s.config.run.init_from.clear();
   // A data.path (or tokenizer model) that is not there is a config error naming the key, as for
   // a new run, not the loader's "cannot open" once the data is read.
-  detail::check_run_files(s.config, source, spec.overrides);
+  try {
+    detail::check_run_files(s.config, source, spec.overrides);
+  } catch (const ValueError& e) {
+    // Data that moved (a store copied to another machine) may be named anew on resume.
+    throw ValueError(std::string(e.what()) +
+                     "; if the data moved, name its new place: run --resume " +
+                     std::to_string(s.run_id) + " --set data.path=... (or data.val_path, " +
+                     "data.tokenizer_model)");
+  }
   if (!spec.resume_checkpoint.empty()) {
     s.checkpoint = spec.resume_checkpoint;
   } else {
@@ -268,13 +295,14 @@ std::shared_ptr<dist::ProcessGroup> make_group(const RunSpec& spec) {
 }
 
 // What decides a CPU run's float32 products beyond its config (Trainer::set_numerics): the GEMM
-// library, and OpenBLAS's thread count (its blocking, so its sums, follow it; oneDNN's are the
-// same at every count, the user guide's "bit for bit at any threads"). "" off the CPU.
+// library, and OpenBLAS's thread count (its blocking, so its sums, follow it; oneDNN's and the
+// reference kernels' are the same at every count). None off the CPU. A data-parallel run's
+// checkpoint holds rank 0's, which each rank compares with its own.
 std::function<std::string()> numerics_of(const train::RunConfig& c) {
   if (core::Device::parse(c.run.device).type() != core::DeviceType::CPU) return {};
   return [] {
     const std::string gemm = current_gemm_backend();
-    if (gemm == "onednn") return std::string("GEMM onednn");
+    if (gemm != "openblas") return "GEMM " + gemm;  // oneDNN's and our own sums ignore threads
     const int threads = num_threads();  // as the run's threads or binding sized the pool
     return "GEMM " + gemm + " at " + std::to_string(threads) +
            (threads == 1 ? " thread" : " threads");
@@ -403,12 +431,17 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
     store::WriterOptions wo;
     // What the store holds past the checkpoint is a timeline this resume replaces.
     if (resuming) wo.resume_after = out.from_step;
-    // The keys a resume may change (name, tags, threads, checkpointing; the trainer refused the
-    // others) are stored with it: the stored config describes what runs, and a later resume
-    // without --set continues with them.
-    if (resuming && !changed.empty())
-      wo.relabel = store::WriterOptions::Relabel{start.config.run.name, start.config.run.tags,
-                                                 start.resumed_config};
+    // The keys a resume may change (name, tags, threads, checkpointing, where the data is; the
+    // trainer refused the others) are stored with it: the stored config describes what runs,
+    // and a later resume without --set continues with them. A name or tags set in the GUI since
+    // stay unless the resume changed them.
+    if (resuming && !changed.empty()) {
+      store::WriterOptions::Relabel relabel;
+      relabel.config = start.resumed_config;
+      if (start.renamed) relabel.name = start.config.run.name;
+      if (start.retagged) relabel.tags = start.config.run.tags;
+      wo.relabel = std::move(relabel);
+    }
     writer = std::make_unique<store::RunWriter>(db, start.run_id, wo);
   } catch (const std::exception& e) {
     return fail(e);

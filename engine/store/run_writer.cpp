@@ -77,13 +77,20 @@ RunWriter::RunWriter(const std::filesystem::path& db, std::int64_t run, WriterOp
           .run();
     }
     if (options_.relabel) {
-      detail::check_run_name(db_.file(), options_.relabel->name);
-      db_.prepare("UPDATE runs SET name = ?2, tags = ?3, config = ?4 WHERE id = ?1")
+      const WriterOptions::Relabel& r = *options_.relabel;
+      db_.prepare("UPDATE runs SET config = ?2 WHERE id = ?1")
           .bind(1, run_)
-          .bind(2, options_.relabel->name)
-          .bind(3, detail::tags_to_json(options_.relabel->tags))
-          .bind(4, options_.relabel->config)
+          .bind(2, r.config)
           .run();
+      if (r.name) {
+        detail::check_run_name(db_.file(), *r.name);
+        db_.prepare("UPDATE runs SET name = ?2 WHERE id = ?1").bind(1, run_).bind(2, *r.name).run();
+      }
+      if (r.tags)
+        db_.prepare("UPDATE runs SET tags = ?2 WHERE id = ?1")
+            .bind(1, run_)
+            .bind(2, detail::tags_to_json(*r.tags))
+            .run();
     }
     detail::change_status(db_, run_, RunStatus::kRunning, "", wall_now(), &me_);
     stamp_heartbeat();

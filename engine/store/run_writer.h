@@ -61,14 +61,15 @@ struct WriterOptions {
   /// `SummaryWriter(purge_step=...)` hides a crashed run's events from the restart step on. The
   /// run's last step becomes at most this. Empty for a new run.
   std::optional<std::int64_t> resume_after;
-  /// A resumed run's name, tags and config when they changed (a resume may rename the run, retag
-  /// it, or change its threads or checkpointing): stored when the writer takes the run, in the
-  /// same transaction, so that the stored config goes on describing what runs. The name is
-  /// checked as RunStore::rename_run checks it.
+  /// A resumed run's config when the resume changed it (its name, tags, threads, checkpointing,
+  /// where its data is), and its name and tags when those changed: stored when the writer takes
+  /// the run, in the same transaction, so that the stored config goes on describing what runs. A
+  /// name or tags given otherwise (RunStore::rename_run, the GUI) are kept unless the resume
+  /// changed them. The name is checked as RunStore::rename_run checks it.
   struct Relabel {
-    std::string name;               ///< the run's name
-    std::vector<std::string> tags;  ///< its tags
-    std::string config;             ///< its effective config (TOML)
+    std::optional<std::string> name;               ///< the run's name, if the resume changed it
+    std::optional<std::vector<std::string>> tags;  ///< its tags, if changed
+    std::string config;                            ///< its effective config (TOML)
   };
   std::optional<Relabel> relabel;  ///< empty: the stored ones stay
 };

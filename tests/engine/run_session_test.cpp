@@ -198,7 +198,9 @@ TEST(RunLifecycle, ARefusedResumeSaysWhatToDoInstead) {
   moved.overrides = {"data.path=" + missing.string()};
   EXPECT_EQ(tb::test::error_of([&] { api::execute_run(moved); }),
             "[config] run 1's stored config: data.path: " + missing.string() +
-                ": no such file or folder (from --set data.path=" + missing.string() + ")");
+                ": no such file or folder (from --set data.path=" + missing.string() +
+                "); if the data moved, name its new place: run --resume 1 --set data.path=... (or "
+                "data.val_path, data.tokenizer_model)");
   for (const std::int64_t id : {1, 2})
     EXPECT_EQ(store::RunStore::open(a).get_run(id).summary.status, store::RunStatus::kCancelled);
 }
@@ -549,6 +551,21 @@ TEST(RunResume, TheSettingsAResumeChangesAreStoredWithTheRun) {
                       e.text.find("checkpoint.keep: 1 -> 3") != std::string::npos);
     EXPECT_TRUE(said) << "no event lists the changed settings";
   }
+  // A name given in the GUI since (the runs table's rename) stays through a resume that changes
+  // another key; a new name with a control character is refused before anything starts.
+  store::RunStore::open(db).rename_run(cut.run_id, "from the GUI");
+  api::RunSpec threads = same;
+  threads.overrides = {"threads=1"};
+  threads.stop_at = 7;
+  ASSERT_TRUE(api::execute_run(threads).stopped_as_asked);
+  EXPECT_EQ(store::RunStore::open(db).get_run(cut.run_id).summary.name, "from the GUI");
+  api::RunSpec tab = same;
+  tab.overrides = {"run.name=\"a\\tb\""};
+  EXPECT_NE(tb::test::error_of([&] { (void)api::execute_run(tab); })
+                .find("run.name: a run name is one line of text, without control characters (a "
+                      "newline, a tab) (from --set run.name="),
+            std::string::npos);
+  EXPECT_EQ(store::RunStore::open(db).get_run(cut.run_id).summary.name, "from the GUI");
   // A resume without --set goes on with them: three checkpoint folders kept, not one (the store
   // lists the pruned ones too).
   api::RunSpec rest = same;
@@ -556,11 +573,11 @@ TEST(RunResume, TheSettingsAResumeChangesAreStoredWithTheRun) {
   const auto done = api::execute_run(rest);
   EXPECT_EQ(done.status, "finished") << done.message;
   auto st = store::RunStore::open(db);
-  EXPECT_EQ(st.get_run(cut.run_id).summary.name, "renamed");
+  EXPECT_EQ(st.get_run(cut.run_id).summary.name, "from the GUI");
   std::string kept;
   for (const auto& c : st.checkpoints(cut.run_id))
     if (fs::exists(c.path)) kept += std::to_string(c.step) + " ";
-  EXPECT_EQ(kept, "4 6 8 ");
+  EXPECT_EQ(kept, "6 7 8 ");
 }
 
 // A resume given the config file again, with a relative path in it, is the same run (the stored

@@ -184,7 +184,8 @@ class TestRunsReport : public QObject {
       for (int i = 0; i < lines; ++i)
         html += QStringLiteral("<p>after %1</p>\n").arg(i);
       html += QStringLiteral(
-          "<h3>run 1</h3>\n<pre>a = 1\nb = 2\nc = 3\nd = 4</pre>\n</body>\n</html>\n");
+          "<h2>Configs</h2>\n<h3>run 1</h3>\n<pre>a = 1\nb = 2\nc = 3\nd = 4</pre>\n</body>\n"
+          "</html>\n");
       report.htmlWithResources = html;
       const auto doc = ui::pdfDocument(report);
       const double pageHeight = doc->pageSize().height();
@@ -195,6 +196,20 @@ class TestRunsReport : public QObject {
       // rows, or three lines of a <pre> (a block each; a row's cells share their top).
       for (QTextBlock b = doc->begin(); b.isValid(); b = b.next()) {
         if (b.blockFormat().headingLevel() == 0) continue;
+        // The block after it (text, or a heading right under it) begins on its page, measured
+        // here apart from firstLineTops.
+        QTextBlock next = b.next();
+        while (next.isValid() && doc->documentLayout()->blockBoundingRect(next).height() < 2.0)
+          next = next.next();
+        QVERIFY(next.isValid());
+        QVERIFY2(pageOf(next) == pageOf(b),
+                 qPrintable(QStringLiteral("%1 lines: '%2' on page %3, '%4' on page %5")
+                                .arg(lines)
+                                .arg(b.text())
+                                .arg(pageOf(b) + 1)
+                                .arg(next.text())
+                                .arg(pageOf(next) + 1)));
+        if (next.blockFormat().headingLevel() > 0) continue;  // that heading's lines follow
         const std::vector<double> tops = ui::firstLineTops(*doc, b, 3);
         QCOMPARE(tops.size(), std::size_t{3});
         for (double top : tops)

@@ -356,7 +356,7 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
     }
   }
   QString configsHtml = QStringLiteral("<h2>Configs</h2>\n");
-  QString pdfConfigsHtml = QStringLiteral("<h2 style=\"page-break-before: always\">Configs</h2>\n");
+  QString pdfConfigsHtml = pdfPageBreak() + QStringLiteral("<h2>Configs</h2>\n");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const QString one = QStringLiteral("<h3>run %1 %2</h3>\n<pre>%3</pre>\n")
                             .arg(summaries[i].id)
@@ -445,8 +445,8 @@ std::vector<double> firstLineTops(QTextDocument& doc, const QTextBlock& heading,
   std::vector<double> tops;
   doc.pageCount();  // lays out the whole document: blockBoundingRect does not
   QAbstractTextDocumentLayout* layout = doc.documentLayout();
-  for (QTextBlock n = heading.next();
-       n.isValid() && n.blockFormat().headingLevel() == 0 && static_cast<int>(tops.size()) < count;
+  // (A heading right under it counts: "Configs" over "run 1" over its config.)
+  for (QTextBlock n = heading.next(); n.isValid() && static_cast<int>(tops.size()) < count;
        n = n.next()) {
     const QRectF r = layout->blockBoundingRect(n);
     if (r.height() < 2.0) continue;  // the empty block Qt puts around a table, a page break
@@ -485,6 +485,13 @@ int keepHeadingsWithTheirText(QTextDocument& doc) {
     // The tops of the first kLinesKept lines after the heading (a table row's cells share one).
     const std::vector<double> tops = firstLineTops(doc, b, kLinesKept);
     if (tops.empty() || static_cast<int>(tops.back() / pageHeight) <= pageOf(b)) continue;
+    // A heading right above this one ("Configs of the best points" over "p1 (...)") goes with
+    // it: moved alone, this one would leave that one at the page's foot.
+    for (QTextBlock prev = b.previous(); prev.isValid(); prev = prev.previous()) {
+      if (layout->blockBoundingRect(prev).height() < 2.0) continue;  // a page break, a gap
+      if (prev.blockFormat().headingLevel() == 0 || pageOf(prev) != pageOf(b)) break;
+      b = prev;
+    }
     QTextBlockFormat format = b.blockFormat();
     if (format.pageBreakPolicy() & QTextFormat::PageBreak_AlwaysBefore) continue;
     format.setPageBreakPolicy(format.pageBreakPolicy() | QTextFormat::PageBreak_AlwaysBefore);

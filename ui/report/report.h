@@ -113,8 +113,8 @@ std::unique_ptr<QTextDocument> pdfDocument(const Report& report);
 /// ends with a heading alone. Returns how many it moved.
 int keepHeadingsWithTheirText(QTextDocument& doc);
 
-/// The tops (document coordinates) of the first `count` lines of text after `heading` up to the
-/// next heading, in order: a table row's cells count once.
+/// The tops (document coordinates) of the first `count` lines of text after `heading` (a heading
+/// right under it among them), in order: a table row's cells count once.
 std::vector<double> firstLineTops(QTextDocument& doc, const QTextBlock& heading, int count);
 
 /// Images of the PDF's pages (`pixelsPerPoint` = 1 for 72 dpi), white pages as printed: to look
