@@ -1,5 +1,6 @@
 #include "engine/api/api_detail.h"
 
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -269,8 +270,11 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
     if (path.empty()) return;
     const std::string set = from_set(overrides, key);
     std::filesystem::path p(path);
-    if (p.filename().string().find_first_of("*?[") != std::string::npos)
-      p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    const std::string pattern = p.filename().string();
+    const bool matching = pattern.find_first_of("*?[") != std::string::npos;
+    if (matching) p = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+    TB_CHECK(p.string().find_first_of("*?[") == std::string::npos || !matching, at, key, ": ", path,
+             ": a pattern matches file names only, not folder names", set);
     std::error_code ec;
     const auto st = std::filesystem::status(p, ec);
     TB_CHECK(std::filesystem::exists(st), at, key, ": ", p.string(), ": ",
@@ -278,6 +282,15 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
                  ? ec.message()
                  : std::string("no such file or folder"),
              set);
+    if (matching) {  // a pattern that matches nothing is said now, not once the run exists
+      bool any = false;
+      for (std::filesystem::directory_iterator it(p, ec), end; !any && !ec && it != end;
+           it.increment(ec))
+        any = it->is_regular_file(ec) &&
+              ::fnmatch(pattern.c_str(), it->path().filename().c_str(), 0) == 0;
+      TB_CHECK(any, at, key, ": no file in ", p.string(), " matches ", pattern, set);
+      return;
+    }
     if (!one_file) return;
     TB_CHECK(!std::filesystem::is_directory(st), at, key, ": ", p.string(),
              " is a folder; name a file", set);
@@ -287,6 +300,8 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);
   const nlohmann::json& d = c.data.extra;
+  if (d.is_object() && d.contains("val_path") && d["val_path"].is_string())
+    need(d["val_path"].get<std::string>(), "data.val_path", false);
   if (d.is_object() && d.contains("tokenizer_model") && d["tokenizer_model"].is_string() &&
       d.contains("tokenizer") && d["tokenizer"].is_string() && d["tokenizer"] != "bytes" &&
       d["tokenizer"] != "ids")

@@ -1,6 +1,6 @@
-// PNG through libpng's simplified API (no setjmp: errors come back as png_image.message); JPEG
-// through libjpeg's classic API with a setjmp error handler kept inside one C-style function that
-// owns only plain memory, so that no C++ object is skipped by its longjmp.
+// PNG and JPEG through libpng's and libjpeg's classic APIs, each with a setjmp error handler kept
+// inside one C-style function that owns only plain memory, so that no C++ object is skipped by
+// its longjmp.
 #include "engine/data/image_decode.h"
 
 #include <png.h>
@@ -75,37 +75,123 @@ std::vector<std::uint8_t> to_channels(const std::uint8_t* in, std::size_t pixels
   return out;
 }
 
+// What the setjmp function reports: plain data only.
+struct PngResult {
+  int ok = 0;
+  int size_error = 0;
+  unsigned width = 0, height = 0;
+  unsigned char* pixels = nullptr;  // malloc'd, height × width × 3
+  char message[256] = {};
+};
+
+struct PngSource {
+  const unsigned char* data;
+  std::size_t size;
+  std::size_t at;
+};
+
+extern "C" void png_read_memory(png_structp png, png_bytep out, std::size_t n) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (n > src->size - src->at) png_error(png, "read beyond end of data");
+  std::memcpy(out, src->data + src->at, n);
+  src->at += n;
+}
+
+extern "C" void png_error_exit(png_structp png, png_const_charp message) {
+  auto* result = static_cast<PngResult*>(png_get_error_ptr(png));
+  std::snprintf(result->message, sizeof(result->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+// Warnings (a bad CRC in an ancillary chunk, an unknown chunk) are kept quiet, as PIL keeps them.
+extern "C" void png_warning_quiet(png_structp, png_const_charp) {}
+
+// The whole decode between setjmp and the last libpng call: no C++ object lives here. libpng's
+// classic API, not its simplified one: that one converts to sRGB from the file's gAMA (and takes
+// a 16-bit file without colour information for linear light, raising 0x8080 to 186), where PIL
+// and so torchvision's loader ignore the gamma and keep the stored values.
+void decode_png_raw(const unsigned char* data, std::size_t size, PngResult* result) {
+  PngSource src{data, size, 0};
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, result, png_error_exit, png_warning_quiet);
+  if (png == nullptr) {
+    std::snprintf(result->message, sizeof(result->message), "out of memory");
+    return;
+  }
+  png_infop info = png_create_info_struct(png);
+  unsigned char* volatile pixels = nullptr;
+  png_bytep* volatile rows = nullptr;
+  if (info == nullptr) {
+    std::snprintf(result->message, sizeof(result->message), "out of memory");
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    std::free(pixels);
+    std::free(rows);
+    return;
+  }
+  png_set_read_fn(png, &src, png_read_memory);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);  // sizes are checked below, as for JPEG
+  png_read_info(png, info);
+  png_uint_32 w = 0, h = 0;
+  int depth = 0, color = 0;
+  png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
+  result->width = w;
+  result->height = h;
+  const auto wi = static_cast<std::int64_t>(w);
+  const auto hi = static_cast<std::int64_t>(h);
+  if (wi == 0 || hi == 0 || wi > kMaxImagePixels / hi ||
+      wi * hi > (std::int64_t{16} << 20) + 1100 * static_cast<std::int64_t>(size)) {
+    result->size_error = 1;
+    png_destroy_read_struct(&png, &info, nullptr);
+    return;
+  }
+  // 8-bit RGB as PIL's convert("RGB") makes it: 16-bit samples by their high byte (PIL's
+  // "RGB;16B" unpacking), palettes and 1/2/4-bit grey expanded, grey copied to R, G and B, alpha
+  // dropped without compositing (a transparent pixel keeps its stored colour); gAMA, cHRM, sRGB
+  // and iCCP are not applied.
+  if (depth == 16) png_set_strip_16(png);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+  if ((color & PNG_COLOR_MASK_ALPHA) != 0) png_set_strip_alpha(png);
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const std::size_t row = png_get_rowbytes(png, info);
+  if (row != static_cast<std::size_t>(w) * 3) png_error(png, "unexpected row size after expansion");
+  pixels = static_cast<unsigned char*>(std::malloc(row * h));
+  rows = static_cast<png_bytep*>(std::malloc(sizeof(png_bytep) * h));
+  if (pixels == nullptr || rows == nullptr) png_error(png, "out of memory");
+  for (png_uint_32 y = 0; y < h; ++y)
+    rows[y] = pixels + row * y;
+  png_read_image(png, rows);
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  std::free(rows);
+  result->pixels = pixels;
+  result->ok = 1;
+}
+
 DecodedImage decode_png(std::span<const std::uint8_t> bytes, std::int64_t channels,
                         const std::string& name) {
-  png_image image;
-  std::memset(&image, 0, sizeof(image));
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size())) {
-    const std::string why = image.message;
-    png_image_free(&image);
-    throw ValueError("[image] " + name + ": truncated or corrupt PNG (libpng: " + why + ")");
-  }
+  PngResult r;
+  decode_png_raw(bytes.data(), bytes.size(), &r);
+  if (r.size_error) check_size(r.width, r.height, bytes.size(), name);  // throws with the sizes
+  TB_CHECK(r.ok, "[image] ", name, ": truncated or corrupt PNG (libpng: ", r.message, ")");
+  DecodedImage out;
+  out.width = r.width;
+  out.height = r.height;
+  out.channels = channels;
   try {
-    check_size(image.width, image.height, bytes.size(), name);
+    out.pixels =
+        to_channels(r.pixels, static_cast<std::size_t>(out.width * out.height), 3, channels);
   } catch (...) {
-    png_image_free(&image);
+    std::free(r.pixels);
     throw;
   }
-  // Read as 8-bit RGBA (no compositing: libpng's would blend transparent pixels onto black, and
-  // its grey is a linear-light mix), then convert as PIL does.
-  image.format = PNG_FORMAT_RGBA;
-  std::vector<std::uint8_t> rgba(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, rgba.data(), 0, nullptr)) {
-    const std::string why = image.message;
-    png_image_free(&image);
-    throw ValueError("[image] " + name + ": truncated or corrupt PNG (libpng: " + why + ")");
-  }
-  DecodedImage out;
-  out.width = image.width;
-  out.height = image.height;
-  out.channels = channels;
-  out.pixels =
-      to_channels(rgba.data(), static_cast<std::size_t>(out.width * out.height), 4, channels);
+  std::free(r.pixels);
   return out;
 }
 

@@ -102,16 +102,36 @@ std::vector<std::string> image_folder_classes(const std::filesystem::path& dir) 
   return classes;
 }
 
-std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir) {
+std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir,
+                                                      std::vector<std::filesystem::path>* skipped) {
+  // As torchvision's ImageFolder finds them (datasets/folder.py, make_dataset: os.walk with
+  // followlinks, sorted): subfolders too, each folder's files in name order before the
+  // subfolders' (here: by folder, then name). Hidden files and folders are left out.
   std::error_code ec;
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(class_dir, ec)) {
+  std::vector<std::pair<std::filesystem::path, std::string>> found;  // (folder, name)
+  std::filesystem::recursive_directory_iterator it(
+      class_dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::filesystem::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
-    if (!name.empty() && name[0] != '.' && e.is_regular_file(ec) && image_extension(e.path()))
-      files.push_back(e.path());
+    if (name.empty() || name[0] == '.') {
+      if (e.is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (it.depth() > 32) it.disable_recursion_pending();  // a link loop
+    if (e.is_directory(ec)) continue;
+    if (e.is_regular_file(ec) && image_extension(e.path())) {
+      found.emplace_back(e.path().parent_path(), name);
+    } else if (skipped != nullptr) {
+      skipped->push_back(e.path());  // another kind of file, a dangling link, a FIFO
+    }
   }
   TB_CHECK(!ec, "[image-folder] ", class_dir.string(), ": cannot be listed: ", ec.message());
-  std::sort(files.begin(), files.end());
+  std::sort(found.begin(), found.end());
+  std::vector<std::filesystem::path> files;
+  files.reserve(found.size());
+  for (const auto& [folder, name] : found)
+    files.push_back(folder / name);
   return files;
 }
 
@@ -125,10 +145,13 @@ ImageFolderSplits load_image_folder(const ImageFolderOptions& o) {
   const auto classes = static_cast<std::int64_t>(s.classes.size());
   std::vector<Item> train, val;
   for (std::int64_t c = 0; c < classes; ++c) {
-    const auto files = image_folder_files(o.dir / s.classes[static_cast<std::size_t>(c)]);
+    const auto files =
+        image_folder_files(o.dir / s.classes[static_cast<std::size_t>(c)], &s.skipped);
     TB_CHECK(!files.empty(), "[image-folder] ",
              (o.dir / s.classes[static_cast<std::size_t>(c)]).string(), " (class ",
-             s.classes[static_cast<std::size_t>(c)], ") has no .png or .jpg images");
+             s.classes[static_cast<std::size_t>(c)],
+             ") has no .png, .jpg or .jpeg images, in it or its subfolders");
+    s.per_class.push_back(static_cast<std::int64_t>(files.size()));
     std::size_t held = 0;
     if (o.val_dir.empty()) {
       TB_CHECK(o.val_fraction > 0.0 && o.val_fraction < 1.0,
@@ -149,7 +172,8 @@ ImageFolderSplits load_image_folder(const ImageFolderOptions& o) {
              val_classes.size(), " class folders that are not those of ", o.dir.string(), " (",
              s.classes.size(), "); data.val_path must hold the same classes");
     for (std::int64_t c = 0; c < classes; ++c)
-      for (const auto& f : image_folder_files(o.val_dir / s.classes[static_cast<std::size_t>(c)]))
+      for (const auto& f :
+           image_folder_files(o.val_dir / s.classes[static_cast<std::size_t>(c)], &s.skipped))
         val.push_back({f, c});
     TB_CHECK(!val.empty(), "[image-folder] ", o.val_dir.string(), " has no images");
   }

@@ -36,15 +36,20 @@ struct ImageFolderOptions {
 /// folder when it cannot be read or has no subfolder.
 std::vector<std::string> image_folder_classes(const std::filesystem::path& dir);
 
-/// The image files of one class folder (.png, .jpg, .jpeg in any case; others and hidden files
-/// are skipped), sorted by name.
-std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir);
+/// The image files of one class folder and its subfolders (.png, .jpg, .jpeg in any case; hidden
+/// files and folders are left out), as torchvision's ImageFolder orders them: each folder's files
+/// by name, before those of its subfolders. Other files (another format, a dangling link) are
+/// added to `skipped` when given.
+std::vector<std::filesystem::path> image_folder_files(
+    const std::filesystem::path& class_dir, std::vector<std::filesystem::path>* skipped = nullptr);
 
 /// An image folder's two splits and its classes.
 struct ImageFolderSplits {
-  std::shared_ptr<ImageDataset> train;  ///< training images (augmented when asked)
-  std::shared_ptr<ImageDataset> eval;   ///< validation images
-  std::vector<std::string> classes;     ///< label i is classes[i]
+  std::shared_ptr<ImageDataset> train;         ///< training images (augmented when asked)
+  std::shared_ptr<ImageDataset> eval;          ///< validation images
+  std::vector<std::string> classes;            ///< label i is classes[i]
+  std::vector<std::int64_t> per_class;         ///< images of data.path per class (both splits)
+  std::vector<std::filesystem::path> skipped;  ///< files left out: not .png, .jpg or .jpeg
 };
 
 /// Loads the splits. Errors (tb::ValueError) name the folder or file: no class folders, a class

@@ -216,6 +216,31 @@ DatasetKind image_folder_kind() {
     DataSplits s;
     s.train = loaded.train;
     s.eval = loaded.eval;
+    std::string note = "image-folder " + o.dir.string() + ": " +
+                       std::to_string(loaded.classes.size()) + " classes, " +
+                       std::to_string(loaded.train->size()) + " images to train, " +
+                       std::to_string(loaded.eval->size()) + " to validate";
+    // Images per class, the first 10 of them: a class much smaller than the rest shows.
+    for (std::size_t c = 0; c < loaded.classes.size() && c < loaded.per_class.size(); ++c) {
+      if (c == 10) {
+        note += ", ...";
+        break;
+      }
+      note +=
+          (c == 0 ? " (" : ", ") + loaded.classes[c] + " " + std::to_string(loaded.per_class[c]);
+    }
+    if (!loaded.per_class.empty()) note += ")";
+    s.notes.push_back(note);
+    if (!loaded.skipped.empty()) {
+      std::string skipped =
+          "image-folder: left out " + std::to_string(loaded.skipped.size()) +
+          (loaded.skipped.size() == 1 ? " file that is not a .png, .jpg or .jpeg image ("
+                                      : " files that are not .png, .jpg or .jpeg images (");
+      for (std::size_t i = 0; i < loaded.skipped.size() && i < 5; ++i)
+        skipped += (i ? ", " : "") + loaded.skipped[i].string();
+      skipped += loaded.skipped.size() > 5 ? ", ...)" : ")";
+      s.notes.push_back(skipped);
+    }
     return s;
   };
   // Counted from the folder listing, without decoding an image (previews need only this).
@@ -343,6 +368,29 @@ std::shared_ptr<const Tokenizer> tokens_tokenizer(const nlohmann::json& d) {
   return t;
 }
 
+// "tokens data.path 'fineweb_train_*.bin': 3 files (2 llm.c, 1 raw uint16), 300000000 tokens
+// (a.bin, b.bin, c.bin)": what a path or pattern matched.
+std::string token_note(const std::string& key, const TokenStream& stream) {
+  std::int64_t llmc = 0, raw = 0;
+  for (const auto& f : stream.files)
+    (f->layout().offset > 0 ? llmc : raw) += 1;
+  std::string note = "tokens " + key + " '" + stream.source +
+                     "': " + std::to_string(stream.files.size()) +
+                     (stream.files.size() == 1 ? " file" : " files");
+  if (llmc > 0 && raw > 0)
+    note += " (" + std::to_string(llmc) + " llm.c, " + std::to_string(raw) + " raw uint16)";
+  else
+    note += llmc > 0 ? " (llm.c)" : " (raw)";
+  note += ", " + std::to_string(stream.size) + " tokens";
+  if (stream.files.size() > 1) {
+    note += " (";
+    for (std::size_t i = 0; i < stream.files.size() && i < 5; ++i)
+      note += (i ? ", " : "") + stream.files[i]->path().filename().string();
+    note += stream.files.size() > 5 ? ", ...)" : ")";
+  }
+  return note;
+}
+
 DatasetKind tokens_kind() {
   using core::FieldSpec;
   using core::FieldType;
@@ -384,6 +432,7 @@ DatasetKind tokens_kind() {
     o.vocab = d.value("vocab", std::int64_t{50257});
     TokenStream train = open_token_stream(path_of(d), format);
     DataSplits s;
+    s.notes.push_back(token_note("data.path", train));  // before the stream moves
     if (val_path.empty()) {
       o.val_fraction = d.value("val_fraction", 0.1);
       TB_CHECK(o.val_fraction > 0.0,
@@ -394,9 +443,17 @@ DatasetKind tokens_kind() {
       o.sampling = TextSampling::kSequential;
       s.eval = std::make_shared<TokenDataset>(std::move(train), o);
     } else {
-      s.train = std::make_shared<TokenDataset>(std::move(train), o);
+      TokenStream val = open_token_stream(val_path, format);
+      for (const auto& v : val.files)
+        for (const auto& t : train.files)
+          if (std::filesystem::equivalent(v->path(), t->path()))
+            s.warnings.push_back("tokens: " + v->path().string() +
+                                 " is a validation file (data.val_path) and a training file "
+                                 "(data.path): the evaluation reads tokens the run trains on");
+      s.notes.push_back(token_note("data.val_path", val));
+      s.train = std::make_shared<TokenDataset>(train, o);
       o.sampling = TextSampling::kSequential;
-      s.eval = std::make_shared<TokenDataset>(open_token_stream(val_path, format), o);
+      s.eval = std::make_shared<TokenDataset>(std::move(val), o);
     }
     return s;
   };

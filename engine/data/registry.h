@@ -24,6 +24,12 @@ namespace tb::data {
 struct DataSplits {
   std::shared_ptr<Dataset> train;  ///< what the loader draws batches from
   std::shared_ptr<Dataset> eval;   ///< what evaluation reads in order
+  /// What was read, for the run's events: the files a pattern matched, images per class, files
+  /// left out.
+  std::vector<std::string> notes;
+  /// What looks wrong but is allowed, for the run's warnings (a validation file that is also
+  /// one of the training files).
+  std::vector<std::string> warnings;
 };
 
 /// One data kind. Its factory and shape get the whole [data] table as JSON: the loader keys

@@ -346,6 +346,8 @@ TrainResult Trainer::run() {
   // their own); the process-wide setting again afterwards.
   const core::ScopedThreadAllowTf32 tf32(config_.amp.tf32);
   try {
+    for (const auto& n : s_->setup_notes)
+      emit_event("info", n);
     for (const auto& w : s_->setup_warnings)
       emit_event("warning", w);
     if (!s_->binding_warning.empty())

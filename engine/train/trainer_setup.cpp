@@ -97,6 +97,10 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   const DataSection& d = c.data;
   const auto kind = data::dataset_registry().at(d.kind);
   data::DataSplits splits = kind->make(data_settings(d), c.run.seed);
+  for (auto& n : splits.notes)
+    s.setup_notes.push_back(std::move(n));
+  for (auto& w : splits.warnings)
+    s.setup_warnings.push_back(std::move(w));
   s.train_set = std::move(splits.train);
   s.eval_set = std::move(splits.eval);
   s.language_model = kind->task == core::kTaskLanguageModel;

@@ -47,6 +47,7 @@ struct Trainer::State {
   std::vector<int> binding_nodes;               ///< NUMA nodes of the bound CPUs
   std::string binding_warning;                  ///< a failed binding that fell back to unbound
   std::vector<std::string> setup_warnings;      ///< emitted when the run starts
+  std::vector<std::string> setup_notes;         ///< what the data read, info when it starts
   bool placement_reported = false;              ///< the memory placement event was emitted
   core::Device device;                          ///< run.device
   std::int64_t step = 0;                        ///< optimizer steps done

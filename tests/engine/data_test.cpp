@@ -31,6 +31,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/fashion_mnist.h"
 #include "engine/data/idx.h"
+#include "engine/data/registry.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/text_dataset.h"
 #include "engine/data/token_file.h"
@@ -642,6 +643,29 @@ TEST(DataTokens, LlmcAndNanoGptFilesReadAsOneStream) {
     EXPECT_GE(in[k], 100);
     EXPECT_LT(tg[k], 115);  // the train half: tokens 100..114
   }
+}
+
+// A pattern's files are said in the run's notes (a mix of formats, how many tokens), and a
+// validation file that is also a training file is a warning: the run evaluates on its own data.
+TEST(DataTokens, WhatAPatternMatchedIsSaidAndAValidationFileInTrainingWarns) {
+  TempDir tmp;
+  write_plain(tmp.path() / "shard_000.bin", llmc_bytes(iota_tokens(100)));
+  write_plain(tmp.path() / "shard_001.bin", uint16_bytes(iota_tokens(100, 10)));
+  const auto kind = dataset_registry().at("tokens");
+  nlohmann::json d = {{"path", (tmp.path() / "shard_*.bin").string()},
+                      {"val_path", (tmp.path() / "shard_001.bin").string()},
+                      {"context_length", 8},
+                      {"vocab", 512}};
+  const DataSplits s = kind->make(d, 0);
+  ASSERT_EQ(s.notes.size(), 2u);
+  EXPECT_CONTAINS(s.notes[0],
+                  "shard_*.bin': 2 files (1 llm.c, 1 raw uint16), 200 tokens "
+                  "(shard_000.bin, shard_001.bin)");
+  EXPECT_CONTAINS(s.notes[1], "tokens data.val_path '");
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_CONTAINS(s.warnings[0],
+                  "shard_001.bin is a validation file (data.val_path) and a "
+                  "training file (data.path)");
 }
 
 TEST(DataTokens, BadFilesNameTheFileTheOffsetAndWhatWasExpected) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <jpeglib.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
 #include "engine/data/image_decode.h"
@@ -150,6 +151,67 @@ TEST(ImageDecode, GreyAndAlphaAreConvertedAsPilConvertsThem) {
             (std::vector<std::uint8_t>{200, 100, 50, 200, 100, 50, 200, 100, 50}));
   EXPECT_EQ(decode_image_file(dir.path() / "a.png", 1).pixels,
             (std::vector<std::uint8_t>{124, 124, 124}));
+}
+
+// A PNG written chunk by chunk: IHDR of w x h at `depth` bits and colour type `color`, the
+// `extra` chunks (type, data) after it, the rows (each with its filter byte 0) in one IDAT.
+std::vector<std::uint8_t> raw_png(int w, int h, int depth, int color,
+                                  const std::vector<std::uint8_t>& rows,
+                                  const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::vector<std::uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto be32 = [](std::string& s, std::uint32_t v) {
+    for (int i = 3; i >= 0; --i)
+      s += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto chunk = [&](const std::string& type, const std::string& data) {
+    std::string c;
+    be32(c, static_cast<std::uint32_t>(data.size()));
+    const std::string body = type + data;
+    c += body;
+    be32(c, static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()),
+                                             static_cast<uInt>(body.size()))));
+    out.insert(out.end(), c.begin(), c.end());
+  };
+  std::string ihdr;
+  be32(ihdr, static_cast<std::uint32_t>(w));
+  be32(ihdr, static_cast<std::uint32_t>(h));
+  ihdr += {static_cast<char>(depth), static_cast<char>(color), 0, 0, 0};
+  chunk("IHDR", ihdr);
+  for (const auto& [type, data] : extra)
+    chunk(type, data);
+  uLongf n = compressBound(static_cast<uLong>(rows.size()));
+  std::string z(n, '\0');
+  compress(reinterpret_cast<Bytef*>(z.data()), &n, rows.data(), static_cast<uLong>(rows.size()));
+  z.resize(n);
+  chunk("IDAT", z);
+  chunk("IEND", "");
+  return out;
+}
+
+// 16-bit samples become their high byte and a gAMA chunk is not applied, as PIL (and so
+// torchvision's loader) reads them. libpng's simplified API took a 16-bit file without colour
+// information for linear light and sRGB-encoded it (0x8080 read as 186, not 128), and applied a
+// gAMA of 1.0 to 8-bit files too (10, 128, 250 read as 59, 186, 253).
+TEST(ImageDecode, SixteenBitAndGammaPngsKeepTheirStoredValues) {
+  const std::vector<std::uint8_t> rgb16 = {0, 0x0A, 0x0A, 0x80, 0x80, 0xFA, 0xFA};
+  EXPECT_EQ(decode_image(raw_png(1, 1, 16, 2, rgb16, {}), 3, "rgb16").pixels,
+            (std::vector<std::uint8_t>{10, 128, 250}));
+  const std::vector<std::uint8_t> grey16 = {0, 0x80, 0x80};
+  EXPECT_EQ(decode_image(raw_png(1, 1, 16, 0, grey16, {}), 1, "grey16").pixels,
+            (std::vector<std::uint8_t>{128}));
+  EXPECT_EQ(decode_image(raw_png(1, 1, 16, 0, grey16, {}), 3, "grey16").pixels,
+            (std::vector<std::uint8_t>{128, 128, 128}));
+  const std::string gamma_one = {0, 0x01, static_cast<char>(0x86), static_cast<char>(0xA0)};
+  const std::vector<std::uint8_t> rgb8 = {0, 10, 128, 250};
+  EXPECT_EQ(decode_image(raw_png(1, 1, 8, 2, rgb8, {{"gAMA", gamma_one}}), 3, "gamma").pixels,
+            (std::vector<std::uint8_t>{10, 128, 250}));
+  // 16-bit RGBA keeps the colour's high bytes; 1-bit grey expands to 0 and 255.
+  const std::vector<std::uint8_t> rgba16 = {0, 0x0A, 0x0A, 0x80, 0x80, 0xFA, 0xFA, 0, 0};
+  EXPECT_EQ(decode_image(raw_png(1, 1, 16, 6, rgba16, {}), 3, "rgba16").pixels,
+            (std::vector<std::uint8_t>{10, 128, 250}));
+  const std::vector<std::uint8_t> bits = {0, 0x80};
+  EXPECT_EQ(decode_image(raw_png(2, 1, 1, 0, bits, {}), 1, "bits").pixels,
+            (std::vector<std::uint8_t>{255, 0}));
 }
 
 TEST(ImageDecode, BadFilesAreNamedWithWhatIsWrong) {
@@ -304,6 +366,36 @@ TEST(ImageFolder, ClassesSplitsAndNormalisation) {
                   "data.val_path must hold the same classes");
 }
 
+// Subfolders of a class are read as torchvision's ImageFolder reads them (os.walk: a folder's
+// files by name, then its subfolders'), where they were skipped without a word; other files are
+// left out and said so in the run's notes, with the images per class.
+TEST(ImageFolder, SubfoldersAreReadAndWhatIsLeftOutIsSaid) {
+  const tb::test::TempDir dir("tb_image_folder_nested");
+  for (const char* c : {"cat", "dog"}) {
+    fs::create_directories(dir.path() / c / "more");
+    fs::create_directories(dir.path() / c / ".hidden");
+    for (const char* f : {"b.png", "z.png", "more/a.png", ".hidden/h.png"})
+      write_png(dir.path() / c / f, 4, 4, pattern(4, 4, 3));
+  }
+  std::ofstream(dir.path() / "cat" / "anim.gif") << "GIF89a";
+  std::vector<fs::path> skipped;
+  const auto files = image_folder_files(dir.path() / "cat", &skipped);
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files[0].filename(), "b.png");
+  EXPECT_EQ(files[1].filename(), "z.png");
+  EXPECT_EQ(files[2], dir.path() / "cat" / "more" / "a.png");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].filename(), "anim.gif");
+  const auto kind = dataset_registry().at("image-folder");
+  nlohmann::json d = {{"path", dir.path().string()}, {"size", 4}, {"val_fraction", 0.34}};
+  const DataSplits splits = kind->make(d, 0);
+  EXPECT_EQ(splits.train->size() + splits.eval->size(), 6);
+  ASSERT_EQ(splits.notes.size(), 2u);
+  EXPECT_CONTAINS(splits.notes[0], ": 2 classes, 4 images to train, 2 to validate (cat 3, dog 3)");
+  EXPECT_CONTAINS(splits.notes[1], "left out 1 file that is not a .png, .jpg or .jpeg image (");
+  EXPECT_CONTAINS(splits.notes[1], "anim.gif)");
+}
+
 TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
   const tb::test::TempDir dir("tb_image_folder_bad");
   ImageFolderOptions o;
@@ -316,7 +408,8 @@ TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
   write_png(dir.path() / "a" / "1.png", 4, 4, pattern(4, 4, 0));
   write_png(dir.path() / "a" / "2.png", 4, 4, pattern(4, 4, 1));
   o.val_fraction = 0.5;
-  EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }), "(class b) has no .png or .jpg images");
+  EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }),
+                  "(class b) has no .png, .jpg or .jpeg images, in it or its subfolders");
   write_png(dir.path() / "b" / "1.png", 4, 4, pattern(4, 4, 2));
   std::ofstream(dir.path() / "b" / "2.png") << "GIF89a, really";
   EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }),

@@ -681,6 +681,21 @@ TEST(RunLifecycle, ADeviceThisMachineCannotUseCreatesNoRun) {
   const std::string folder = tb::test::error_of([&] { (void)api::execute_run(spec); });
   EXPECT_NE(folder.find("is a folder; name a file (from --set run.init_from="), std::string::npos)
       << folder;
+  // A token pattern that matches nothing, and a validation path that is not there, likewise
+  // (they failed the run once it was created).
+  spec.overrides = {"data.kind=tokens", "model.kind=gpt", "model={ kind = \"gpt\" }",
+                    "data.path=" + (dir.path() / "shard_*.bin").string()};
+  const std::string none = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_NE(none.find("data.path: no file in " + dir.path().string() + " matches shard_*.bin"),
+            std::string::npos)
+      << none;
+  std::ofstream(dir.path() / "shard_0.bin") << "x";
+  spec.overrides.push_back("data.val_path=" + (dir.path() / "val.bin").string());
+  const std::string val = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_NE(val.find("data.val_path: " + (dir.path() / "val.bin").string() +
+                     ": no such file or folder (from --set data.val_path="),
+            std::string::npos)
+      << val;
   EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 
