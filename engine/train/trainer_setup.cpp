@@ -131,7 +131,9 @@ void setup_model(const RunConfig& c, Trainer::State& s) {
   s.model = nn::build_model(c.model, &s.gen);
   // Pretrained weights replace the initialisation (the generator has drawn it all the same, so
   // the data order and dropout do not depend on whether weights are loaded).
-  if (!c.run.init_from.empty()) (void)load_weights(*s.model, c.run.init_from);
+  if (!c.run.init_from.empty())
+    for (auto& w : load_weights(*s.model, c.run.init_from).warnings)
+      s.setup_warnings.push_back("run.init_from: " + std::move(w));
   // Data-parallel: every rank initialises from the same seed; rank 0's weights are broadcast
   // anyway, so the replicas start equal whatever the initialisation did.
   if (s.ddp) s.ddp->broadcast_model(*s.model);

@@ -1,6 +1,8 @@
 #include "engine/train/weights_io.h"
 
+#include <cstring>
 #include <map>
+#include <set>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
@@ -21,33 +23,74 @@ bool is_conv1d_weight(const std::string& name) {
          ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
 }
 
-// A file's GPT-2 tensors under our names: "transformer." prefixed, masks and lm_head skipped,
-// Conv1D weights transposed, the table padded to the model's rows.
+// A name without the prefixes that wrappers add when a state_dict is saved from them:
+// torch.compile's "_orig_mod." and DistributedDataParallel's "module." (nanoGPT's train.py strips
+// the first when it resumes; a checkpoint saved from a wrapped model has them).
+std::string unwrapped(std::string name) {
+  for (bool again = true; again;) {
+    again = false;
+    for (const std::string prefix : {"_orig_mod.", "module."})
+      if (name.rfind(prefix, 0) == 0) {
+        name.erase(0, prefix.size());
+        again = true;
+      }
+  }
+  return name;
+}
+
+// A file's GPT-2 tensors under our names: "transformer." prefixed where the model has that name,
+// masks and lm_head skipped, Conv1D weights transposed, the table padded to the model's rows, the
+// position table cut to the model's context.
 nn::NamedTensors map_gpt2(const nn::Gpt& gpt, const SafetensorsFile& f, WeightsLoad& out) {
+  std::set<std::string> known;
+  for (const auto& [name, t] : gpt.state_dict())
+    known.insert(name);
   std::map<std::string, core::Tensor> by_name;
-  for (const auto& [name, t] : f.tensors) {
-    std::string ours = name.rfind("transformer.", 0) == 0 ? name : "transformer." + name;
+  core::Tensor file_head;
+  for (const auto& [stored, t] : f.tensors) {
+    const std::string name = unwrapped(stored);
+    // transformers' GPT2Model names have no "transformer." prefix; a name the model does not have
+    // either way is left as the file wrote it, so that the error names it as the file does.
+    const std::string ours = name.rfind("transformer.", 0) == 0 || known.count(name) != 0 ||
+                                     known.count("transformer." + name) == 0
+                                 ? name
+                                 : "transformer." + name;
     if (ends_with(name, ".attn.bias") && t.dim() == 4) {
-      out.ignored.push_back(name + " (causal mask)");
+      out.ignored.push_back(stored + " (causal mask)");
       continue;
     }
     if (ends_with(name, ".attn.masked_bias")) {
-      out.ignored.push_back(name + " (causal mask)");
+      out.ignored.push_back(stored + " (causal mask)");
       continue;
     }
     if (name == "lm_head.weight") {
-      out.ignored.push_back(name + " (tied to transformer.wte.weight)");
+      out.ignored.push_back(stored + " (tied to transformer.wte.weight)");
+      file_head = t;
       continue;
     }
-    by_name.emplace(std::move(ours), t);
+    by_name.emplace(ours, t);
   }
-  // Conv1D or Linear: c_attn is [C, 3C] in the one, [3C, C] in the other.
-  const std::int64_t c = gpt.gpt_config().d_model;
+  // Conv1D or Linear, from the file's own shapes: c_attn is [C, 3C] in the one, [3C, C] in the
+  // other (whatever the model's C: a mismatch is then named in the file's layout).
   bool conv1d = false;
   if (const auto it = by_name.find("transformer.h.0.attn.c_attn.weight");
       it != by_name.end() && it->second.dim() == 2)
-    conv1d = it->second.size(0) == c && it->second.size(1) == 3 * c;
+    conv1d = it->second.size(1) == 3 * it->second.size(0);
   out.layout = conv1d ? "gpt2 (Conv1D [in, out] weights, transposed)" : "gpt2 (Linear weights)";
+  // A head that is not the table: this model ties them, so the file's head is not what it uses.
+  if (file_head.defined()) {
+    const auto wte = by_name.find("transformer.wte.weight");
+    const bool same = wte != by_name.end() &&
+                      wte->second.sizes().vec() == file_head.sizes().vec() &&
+                      wte->second.dtype() == file_head.dtype() &&
+                      std::memcmp(wte->second.contiguous().data_ptr(),
+                                  file_head.contiguous().data_ptr(), file_head.nbytes()) == 0;
+    if (!same)
+      out.warnings.push_back(
+          "lm_head.weight differs from transformer.wte.weight: a gpt ties its output head to "
+          "the token table (as GPT-2), so the file's own head is not used and the model is not "
+          "the file's");
+  }
   nn::NamedTensors state;
   for (auto& [name, t] : by_name) {
     core::Tensor v = t;
@@ -59,6 +102,16 @@ nn::NamedTensors map_gpt2(const nn::Gpt& gpt, const SafetensorsFile& f, WeightsL
       core::Tensor head = full.narrow(0, 0, v.size(0));
       ops::copy_(head, v);
       v = full;
+    }
+    const std::int64_t context = gpt.gpt_config().context_length;
+    if (name == "transformer.wpe.weight" && v.dim() == 2 && v.size(0) > context &&
+        v.size(1) == gpt.wte().size(1)) {
+      // A shorter context than the file's (GPT-2's 1024): its first positions, as nanoGPT's
+      // crop_block_size does.
+      out.warnings.push_back("transformer.wpe.weight: the first " + std::to_string(context) +
+                             " of the file's " + std::to_string(v.size(0)) +
+                             " positions (model.context_length = " + std::to_string(context) + ")");
+      v = v.narrow(0, 0, context).contiguous();
     }
     state.emplace_back(name, v);
   }
@@ -81,7 +134,7 @@ WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
   } else {
     out.layout = "trainbench";
     for (const auto& [name, t] : f.tensors)
-      state.emplace_back(name, t);
+      state.emplace_back(unwrapped(name), t);
   }
   try {
     autograd::NoGradGuard no_grad;

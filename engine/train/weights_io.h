@@ -17,7 +17,9 @@ struct WeightsLoad {
   /// "trainbench", "gpt2 (Conv1D [in, out] weights, transposed)" or "gpt2 (Linear weights)".
   std::string layout;
   std::vector<std::string> ignored;  ///< file tensors not used (GPT-2's attention masks, lm_head)
-  std::int64_t tensors = 0;          ///< tensors loaded
+  /// What the model takes differently from the file: an untied head dropped, positions cut.
+  std::vector<std::string> warnings;
+  std::int64_t tensors = 0;  ///< tensors loaded
 };
 
 /// Initialises every parameter and persistent buffer of `model` from the safetensors `file`

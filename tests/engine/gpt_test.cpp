@@ -6,6 +6,8 @@
 // "transformer." prefix, causal-mask buffers) in and out, and errors naming the tensor.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -398,6 +400,66 @@ TEST(GptWeights, MissingOrMisshapedTensorsAreNamedAndNothingChanges) {
   EXPECT_NE(error_of([&] {
               tb::train::save_weights(cnn, hf, "onnx");
             }).find("[weights] layout 'onnx' is not one of trainbench, hf-gpt2"),
+            std::string::npos);
+}
+
+// Files as users have them: saved from torch.compile's or DDP's wrapper ("_orig_mod.",
+// "module."), with a head fine-tuned apart from the table, at a longer context than the model's,
+// or with a tensor the model lacks (named as the file names it).
+TEST(GptWeights, WrappedNamesUntiedHeadsLongerContextsAndStrangersAreSaid) {
+  tb::test::TempDir tmp("tb_gpt_weights_users");
+  tb::rng::CpuGenerator gen;
+  gen.manual_seed(5);
+  nn::GptConfig longer = tiny_gpt(0);
+  longer.context_length = 16;
+  nn::Gpt a(longer, &gen);
+  const auto own = tmp.path() / "own.safetensors";
+  tb::train::save_weights(a, own);
+  const auto file = tb::train::load_safetensors(own);
+  auto rewrite = [&](const std::string& out, const std::function<void(tb::train::TensorList&)>& f) {
+    tb::train::TensorList list(file.tensors.begin(), file.tensors.end());
+    f(list);
+    tb::train::save_safetensors(tmp.path() / out, list);
+    return tmp.path() / out;
+  };
+  // torch.compile's prefix, and the model at 8 positions of the file's 16: its first 8, said.
+  const auto compiled = rewrite("compiled.safetensors", [](tb::train::TensorList& l) {
+    for (auto& [name, t] : l)
+      name = "_orig_mod." + name;
+  });
+  nn::Gpt b(tiny_gpt(0));
+  const auto loaded = tb::train::load_weights(b, compiled);
+  ASSERT_EQ(loaded.warnings.size(), 1u);
+  EXPECT_NE(loaded.warnings[0].find("transformer.wpe.weight: the first 8 of the file's 16 "
+                                    "positions (model.context_length = 8)"),
+            std::string::npos)
+      << loaded.warnings[0];
+  const auto wpe = b.state_dict();
+  for (const auto& [name, t] : wpe) {
+    if (name != "transformer.wpe.weight") continue;
+    for (const auto& [fname, ft] : file.tensors) {
+      if (fname != name) continue;
+      EXPECT_EQ(t.to_vector<float>(), ft.narrow(0, 0, 8).contiguous().to_vector<float>());
+    }
+  }
+  // An untied head: loaded, and said not to be the model's.
+  const auto untied = rewrite("untied.safetensors", [](tb::train::TensorList& l) {
+    for (auto& [name, t] : l)
+      if (name == "lm_head.weight") t = tb::ops::add(t, 1.0);
+  });
+  nn::Gpt c(longer);
+  const auto head = tb::train::load_weights(c, untied);
+  ASSERT_EQ(head.warnings.size(), 1u);
+  EXPECT_NE(head.warnings[0].find("lm_head.weight differs from transformer.wte.weight"),
+            std::string::npos);
+  EXPECT_TRUE(tb::train::load_weights(c, own).warnings.empty());  // tied: nothing to say
+  // A tensor the model lacks is named as the file names it.
+  const auto stranger = rewrite("stranger.safetensors", [](tb::train::TensorList& l) {
+    l.emplace_back("foo.weight", tb::ops::zeros({2}));
+  });
+  EXPECT_NE(error_of([&] {
+              tb::train::load_weights(c, stranger);
+            }).find("Unexpected key(s) in state_dict: \"foo.weight\""),
             std::string::npos);
 }
 
