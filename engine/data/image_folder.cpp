@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -86,10 +87,11 @@ std::shared_ptr<ImageDataset> dataset_of(const std::vector<Item>& items,
 
 }  // namespace
 
-std::vector<std::string> image_folder_classes(const std::filesystem::path& dir) {
+std::vector<std::string> image_folder_classes(const std::filesystem::path& dir,
+                                              const std::string& key) {
   std::error_code ec;
   TB_CHECK(std::filesystem::is_directory(dir, ec), "[image-folder] ", dir.string(),
-           " is not a folder (data.path: a folder with one subfolder of images per class)");
+           " is not a folder (", key, ": a folder with one subfolder of images per class)");
   std::vector<std::string> classes;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -167,10 +169,25 @@ ImageFolderSplits load_image_folder(const ImageFolderOptions& o) {
       (i + held < files.size() ? train : val).push_back({files[i], c});
   }
   if (!o.val_dir.empty()) {
-    const auto val_classes = image_folder_classes(o.val_dir);
-    TB_CHECK(val_classes == s.classes, "[image-folder] ", o.val_dir.string(), " has ",
-             val_classes.size(), " class folders that are not those of ", o.dir.string(), " (",
-             s.classes.size(), "); data.val_path must hold the same classes");
+    const auto val_classes = image_folder_classes(o.val_dir, "data.val_path");
+    if (val_classes != s.classes) {
+      // Which ones: a class missing from one side or the other (a renamed folder shows as both).
+      std::vector<std::string> only_train, only_val;
+      std::set_difference(s.classes.begin(), s.classes.end(), val_classes.begin(),
+                          val_classes.end(), std::back_inserter(only_train));
+      std::set_difference(val_classes.begin(), val_classes.end(), s.classes.begin(),
+                          s.classes.end(), std::back_inserter(only_val));
+      auto list = [](const std::vector<std::string>& v) {
+        std::string out;
+        for (std::size_t i = 0; i < v.size() && i < 8; ++i)
+          out += (i ? ", " : "") + v[i];
+        return v.size() > 8 ? out + ", ..." : out;
+      };
+      throw ValueError("[image-folder] " + o.val_dir.string() +
+                       ": data.val_path must hold the same class folders as " + o.dir.string() +
+                       (only_train.empty() ? "" : "; missing: " + list(only_train)) +
+                       (only_val.empty() ? "" : "; not in data.path: " + list(only_val)));
+    }
     for (std::int64_t c = 0; c < classes; ++c)
       for (const auto& f :
            image_folder_files(o.val_dir / s.classes[static_cast<std::size_t>(c)], &s.skipped))

@@ -34,7 +34,8 @@ struct ImageFolderOptions {
 
 /// The class names of an image folder: its subfolders, sorted. Throws tb::ValueError naming the
 /// folder when it cannot be read or has no subfolder.
-std::vector<std::string> image_folder_classes(const std::filesystem::path& dir);
+std::vector<std::string> image_folder_classes(const std::filesystem::path& dir,
+                                              const std::string& key = "data.path");
 
 /// The image files of one class folder and its subfolders (.png, .jpg, .jpeg in any case; hidden
 /// files and folders are left out), as torchvision's ImageFolder orders them: each folder's files

@@ -183,7 +183,7 @@ DatasetKind image_folder_kind() {
               FieldSpec("channels", FieldType::kInt, 3, "1 (grey) or 3 (RGB)")
                   .at_least(1)
                   .at_most(3)
-                  .documented_as("int", "1 or 3"),
+                  .documented_as("integer", "1 or 3"),
               FieldSpec("val_path", FieldType::kString, "",
                         "validation folder with the same class subfolders; \"\" = the last "
                         "val_fraction of each class of data.path (by file name)")};

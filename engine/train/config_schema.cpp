@@ -64,8 +64,9 @@ std::vector<SectionSchema> make_fixed_sections() {
         FieldSpec("context_length", FieldType::kInt, 64, "text, tokens: tokens per sample")
             .at_least(1),
         FieldSpec("val_fraction", FieldType::kFloat, 0.1,
-                  "text, tokens: share of the corpus, at its end, held out for evaluation "
-                  "(tokens: when data.val_path is empty)")
+                  "text, tokens, image-folder: share held out for evaluation (text, tokens: "
+                  "the corpus's end; image-folder: each class's last files by name; when "
+                  "data.val_path is empty)")
             .above(0)
             .below(1),
         FieldSpec("normalize", FieldType::kBool, true,

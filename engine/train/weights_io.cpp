@@ -1,5 +1,6 @@
 #include "engine/train/weights_io.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -135,6 +136,16 @@ WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
     out.layout = "trainbench";
     for (const auto& [name, t] : f.tensors)
       state.emplace_back(unwrapped(name), t);
+  }
+  // A NaN or inf in the weights (a file saved from a run that had diverged) is said with the
+  // tensor's name: training from it would only diverge. x * 0 sums to NaN exactly when some x is
+  // not finite.
+  for (const auto& [name, t] : state) {
+    if (!core::is_floating_point(t.dtype()) || t.numel() == 0) continue;
+    autograd::NoGradGuard no_grad;
+    const double probe = ops::sum(ops::mul(t.to(core::ScalarType::Float64), 0.0)).item();
+    TB_CHECK(!std::isnan(probe), "[init_from] ", file.string(), ": ", name,
+             " holds NaN or infinite values; these weights cannot start a run");
   }
   try {
     autograd::NoGradGuard no_grad;

@@ -461,6 +461,15 @@ TEST(GptWeights, WrappedNamesUntiedHeadsLongerContextsAndStrangersAreSaid) {
               tb::train::load_weights(c, stranger);
             }).find("Unexpected key(s) in state_dict: \"foo.weight\""),
             std::string::npos);
+  // Weights with a NaN (saved from a diverged run) are refused, naming the tensor.
+  const auto nan = rewrite("nan.safetensors", [](tb::train::TensorList& l) {
+    for (auto& [name, t] : l)
+      if (name == "transformer.h.1.mlp.c_fc.weight") t = tb::ops::div(t, 0.0);
+  });
+  EXPECT_NE(error_of([&] {
+              tb::train::load_weights(c, nan);
+            }).find(": transformer.h.1.mlp.c_fc.weight holds NaN or infinite values"),
+            std::string::npos);
 }
 
 TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {

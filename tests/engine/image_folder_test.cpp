@@ -363,7 +363,11 @@ TEST(ImageFolder, ClassesSplitsAndNormalisation) {
   write_png(val.path() / "cat" / "v.png", 8, 6, pattern(8, 6, 1));
   o.val_dir = val.path();
   EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }),
-                  "data.val_path must hold the same classes");
+                  ": data.val_path must hold the same class folders as " + dir.path().string() +
+                      "; missing: dog");
+  fs::create_directories(val.path() / "dogs");  // a renamed folder: both sides named
+  EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }),
+                  "; missing: dog; not in data.path: dogs");
 }
 
 // Subfolders of a class are read as torchvision's ImageFolder reads them (os.walk: a folder's

@@ -647,11 +647,16 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
       tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
       "[config] <editor>: run.init_from: " + dir.path().string() + " is a folder; name a file");
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
-  // A pattern of token shards is checked by its folder (here there, without shards: the run is
-  // created and fails when the data is read), and a tokenizer file only when one is used.
+  // A pattern of token shards must match a file (what is in it is checked when it is read: a
+  // bad one fails the created run), and a tokenizer file is checked only when one is used.
   req.config_text =
       "[model]\nkind = \"qwen-tiny\"\nvocab = 50257\n[data]\nkind = \"tokens\"\npath = \"" +
       (dir.path() / "shard_*.bin").string() + "\"\ntokenizer_model = \"/nonexistent/vocab.json\"\n";
+  EXPECT_EQ(
+      tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+      "[config] <editor>: data.path: no file in " + dir.path().string() + " matches shard_*.bin");
+  EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
+  std::ofstream(dir.path() / "shard_0.bin") << "not tokens";
   const auto shards = api::start_training(req, nullptr, nullptr);
   EXPECT_EQ(shards.status, "failed");
   EXPECT_FALSE(contains(shards.message, "[config]")) << shards.message;
