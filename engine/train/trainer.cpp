@@ -391,8 +391,26 @@ TrainResult Trainer::run() {
 }
 
 bool Trainer::wait_while_paused() {
-  std::unique_lock<std::mutex> lock(pause_mutex_);
-  pause_cv_.wait(lock, [&] { return !paused_ || cancel_.load(); });
+  bool held = false;
+  {
+    std::lock_guard<std::mutex> lock(pause_mutex_);
+    held = paused_ && !cancel_.load();
+  }
+  // A pause is an event of the run (kept with it, shown by `show` and the GUI's events): the
+  // run's status stays running meanwhile, and its steps stop.
+  const auto since = std::chrono::steady_clock::now();
+  if (held) emit_event("info", "paused after step " + std::to_string(s_->step));
+  {
+    std::unique_lock<std::mutex> lock(pause_mutex_);
+    pause_cv_.wait(lock, [&] { return !paused_ || cancel_.load(); });
+  }
+  if (held && !cancel_.load()) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    std::ostringstream text;
+    text << "resumed after " << std::fixed << std::setprecision(1) << seconds << " s paused";
+    emit_event("info", text.str());
+  }
   return !cancel_;
 }
 
@@ -465,6 +483,16 @@ void Trainer::release_unowned_state() {
 bool Trainer::hold_with_ranks() {
   // Data-parallel pause: every rank holds until no rank asks for it any longer, exchanging the
   // requests a few times a second so that no rank's collective deadline runs out meanwhile.
+  emit_event("info", "paused after step " + std::to_string(s_->step) + " (every rank holds)");
+  const auto since = std::chrono::steady_clock::now();
+  auto resumed = [&] {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    std::ostringstream text;
+    text << "resumed after " << std::fixed << std::setprecision(1) << seconds << " s paused";
+    emit_event("info", text.str());
+    return true;
+  };
   for (;;) {
     bool pause = false;
     bool cancel = false;
@@ -477,7 +505,7 @@ bool Trainer::hold_with_ranks() {
     }
     const auto [any_pause, any_cancel] = s_->ddp->pause_round(pause && !cancel, cancel);
     if (any_cancel) return false;
-    if (!any_pause) return true;
+    if (!any_pause) return resumed();
   }
 }
 

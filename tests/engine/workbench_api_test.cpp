@@ -575,6 +575,16 @@ TEST(WorkbenchRun, PauseHoldsTheRunUntilResumeOrCancel) {
       EXPECT_EQ(out.status, "finished") << out.message;
       EXPECT_EQ(last.load(), 20);
     }
+    // The pause is kept with the run's events (its status stayed running meanwhile).
+    const std::vector<std::string> texts = api::StoreReader(req.db_path).events(out.run_id);
+    EXPECT_TRUE(std::any_of(texts.begin(), texts.end(), [](const std::string& t) {
+      return t.find("info: paused after step 3") != std::string::npos;
+    })) << ::testing::PrintToString(texts);
+    const bool resumed = std::any_of(texts.begin(), texts.end(), [](const std::string& t) {
+      return t.find("info: resumed after ") != std::string::npos &&
+             t.find(" s paused") != std::string::npos;
+    });
+    EXPECT_EQ(resumed, !cancel) << ::testing::PrintToString(texts);
   }
 }
 
