@@ -840,7 +840,8 @@ int cli_main(int argc, char** argv) {
           [](std::string& path) -> std::string {
             return path.empty() ? "is empty: give a file (or leave --db out for the default)" : "";
           },
-          "FILE"));
+          ""))
+      ->type_name("PATH");
   auto* run = app.add_subcommand("run", "train a model from a TOML run config into the store");
   std::string run_config;
   std::vector<std::string> run_overrides;

@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,9 +202,24 @@ void afterStopHandler(int sig) {
   std::raise(sig);  // delivered when this handler returns
 }
 
+// Without XDG_RUNTIME_DIR (a headless shell, a container, su) Qt prints "QStandardPaths:
+// XDG_RUNTIME_DIR not set, defaulting to ..." as the first line of every command, --help
+// included, and then uses /tmp/runtime-USER itself. That folder is set here instead, made as Qt
+// makes it (this user's, mode 0700), so that nothing is printed; one that is not so is left to Qt.
+void quietRuntimeDir() {
+  if (std::getenv("XDG_RUNTIME_DIR") != nullptr) return;
+  const std::string dir = "/tmp/runtime-" + std::to_string(getuid());
+  (void)mkdir(dir.c_str(), 0700);
+  struct stat st = {};
+  if (stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid() &&
+      (st.st_mode & 0777) == 0700)
+    setenv("XDG_RUNTIME_DIR", dir.c_str(), 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  quietRuntimeDir();
   const bool offscreen = wantsOffscreen(argc, argv);
   if (offscreen && std::getenv("QT_QPA_PLATFORM") == nullptr)
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
