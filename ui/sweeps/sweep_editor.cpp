@@ -102,8 +102,13 @@ SweepEditor::SweepEditor(std::function<QString()> runConfig, QWidget* parent)
   form->setColumnStretch(3, 1);
 
   m_params = new QTableWidget(0, ParamColumns, this);
+  // "values" alone: "values, comma-separated" was cut to "ues, comma-separa" at the dock's
+  // default width; how to write them is in the column's tooltip.
   m_params->setHorizontalHeaderLabels(
-      {tr("key"), tr("distribution"), tr("values, comma-separated"), tr("min"), tr("max")});
+      {tr("key"), tr("distribution"), tr("values"), tr("min"), tr("max")});
+  m_params->horizontalHeaderItem(Values)->setToolTip(
+      tr("The values to try, comma-separated (0.01, 0.02 or muon, adamw); the random method "
+         "draws from them, or from min..max with a distribution"));
   m_params->verticalHeader()->setVisible(false);
   m_params->horizontalHeader()->setSectionResizeMode(Values, QHeaderView::Stretch);
   m_params->setColumnWidth(Key, 125);
