@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -107,6 +108,21 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
 /// resumed run's, before its data is read.
 void check_run_files(const train::RunConfig& c, const std::string& source,
                      const std::vector<std::string>& overrides = {});
+
+/// An early-stopping rung's decision (sweeps): the points ranked best first, those to stop, and
+/// the rule as the note says it.
+struct RungDecision {
+  std::vector<std::pair<double, std::int64_t>> ranked;  ///< (mean at the rung, point)
+  std::set<std::int64_t> stop;                          ///< points whose trials stop here
+  std::string rule;                                     ///< "keep the best 2 of 3", ...
+};
+/// Ranks `ranked` ((score, point): a trial without a value counts as the worst) for goal
+/// max or min and applies `stopping` ("successive_halving": keep the best
+/// ceil(n / reduction_factor) of the n points; "median": stop those worse than the median);
+/// the points of `lost_a_seed` (a seed failed while others go on) are stopped whatever the rule.
+RungDecision rung_decision(std::vector<std::pair<double, std::int64_t>> ranked,
+                           const std::set<std::int64_t>& lost_a_seed, const std::string& stopping,
+                           double reduction_factor, bool max);
 
 /// Whether `p` is a regular file this process may execute.
 bool executable(const std::filesystem::path& p);

@@ -224,6 +224,38 @@ std::string number(double v) {
   return os.str();
 }
 
+}  // namespace
+
+detail::RungDecision detail::rung_decision(std::vector<std::pair<double, std::int64_t>> ranked,
+                                           const std::set<std::int64_t>& lost_a_seed,
+                                           const std::string& stopping, double reduction_factor,
+                                           bool max) {
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
+    return max ? a.first > b.first : a.first < b.first;
+  });
+  RungDecision d;
+  const std::size_t n = ranked.size();
+  d.stop.insert(lost_a_seed.begin(), lost_a_seed.end());
+  if (stopping == "successive_halving") {
+    const auto keep = static_cast<std::size_t>(
+        std::max(1.0, std::ceil(static_cast<double>(n) / reduction_factor)));
+    for (std::size_t i = keep; i < n; ++i)
+      d.stop.insert(ranked[i].second);
+    d.rule = "keep the best " + std::to_string(keep) + " of " + std::to_string(n);
+  } else if (n > 0) {  // median: worse than the median of the points' scores
+    const double median =
+        n % 2 == 1 ? ranked[n / 2].first : (ranked[n / 2 - 1].first + ranked[n / 2].first) / 2;
+    for (const auto& [score, point] : ranked)
+      if (max ? score < median : score > median) d.stop.insert(point);
+    d.rule = "stop those worse than the median " + number(median);
+  }
+  if (!lost_a_seed.empty()) d.rule += "; a point that lost a seed is stopped";
+  d.ranked = std::move(ranked);
+  return d;
+}
+
+namespace {
+
 // Early stopping at rung `step`: ranks the points that reached it (those not stopped at an earlier
 // rung, so that taking the decision again after a resume gives the same one) by their seeds' mean
 // metric there (a missing or NaN value ranks last), and records the worse points' trials as
@@ -258,7 +290,14 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
           "trial " + std::to_string(t.trial) + " " + std::string(store::to_string(*t.run_status));
     values[t.point].push_back(v && !std::isnan(*v) ? *v : worst);
   }
+  // A point whose trials all ended ranks last (it takes one of the places that stop; the note
+  // lists it as ended). One that lost a seed among live ones is stopped whatever the rule says:
+  // an unstable setting (its live seeds went on to diverge too).
   std::vector<std::pair<double, std::int64_t>> ranked;  // (score, point), best first
+  std::set<std::int64_t> lost_a_seed;
+  for (const auto& t : trials)
+    if (ended(t) && live.count(t.point) && !(t.stopped_step && *t.stopped_step < step))
+      lost_a_seed.insert(t.point);
   for (const auto& [point, vs] : values) {
     double sum = 0;
     for (double v : vs)
@@ -270,25 +309,11 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
     const auto why = why_worst.find(point);
     return why != why_worst.end() ? why->second : std::string("no value");
   };
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const auto& a, const auto& b) {
-    return max ? a.first > b.first : a.first < b.first;
-  });
-  const std::size_t n = ranked.size();
-  std::set<std::int64_t> stop;
-  std::string rule;
-  if (plan.stopping == "successive_halving") {
-    const auto keep = static_cast<std::size_t>(
-        std::max(1.0, std::ceil(static_cast<double>(n) / plan.reduction_factor)));
-    for (std::size_t i = keep; i < n; ++i)
-      stop.insert(ranked[i].second);
-    rule = "keep the best " + std::to_string(keep) + " of " + std::to_string(n);
-  } else {  // median: worse than the median of the points' scores
-    const double median =
-        n % 2 == 1 ? ranked[n / 2].first : (ranked[n / 2 - 1].first + ranked[n / 2].first) / 2;
-    for (const auto& [score, point] : ranked)
-      if (max ? score < median : score > median) stop.insert(point);
-    rule = "stop those worse than the median " + number(median);
-  }
+  detail::RungDecision decision = detail::rung_decision(std::move(ranked), lost_a_seed,
+                                                        plan.stopping, plan.reduction_factor, max);
+  ranked = decision.ranked;
+  const std::set<std::int64_t>& stop = decision.stop;
+  const std::string& rule = decision.rule;
   std::string kept_text, stopped_text, ended_text;
   std::map<std::int64_t, double> score_of;
   for (const auto& [score, point] : ranked) {
@@ -599,11 +624,20 @@ SweepResult detail::sweep_table(store::RunStore& st, const std::string& name) {
     if (row.stopped && !at_stop[point].empty()) row.stopped_value = mean_of(at_stop[point]);
     out.points.push_back(row);
   }
-  // Finished points by mean, then stopped ones (the later the stop, the better; then by their
-  // value there), the rest last.
-  auto rank = [](const SweepPointRow& r) { return r.mean ? 0 : r.stopped ? 1 : 2; };
+  rank_sweep_points(out.points, max);
+  out.trial_dir = (st.path().parent_path() / "sweeps" / out.plan.name).string();
+  return out;
+}
+
+void rank_sweep_points(std::vector<SweepPointRow>& points, bool max) {
+  // Points whose every trial finished by mean, then those that lost a seed (failed or diverged:
+  // their mean is of the seeds left, and an unstable setting is not the best one), then stopped
+  // ones (the later the stop, the better; then by their value there), the rest last.
+  auto rank = [](const SweepPointRow& r) {
+    return r.mean ? (r.finished == r.runs ? 0 : 1) : r.stopped ? 2 : 3;
+  };
   std::stable_sort(
-      out.points.begin(), out.points.end(), [&](const SweepPointRow& a, const SweepPointRow& b) {
+      points.begin(), points.end(), [&](const SweepPointRow& a, const SweepPointRow& b) {
         if (rank(a) != rank(b)) return rank(a) < rank(b);
         if (a.mean && b.mean) return max ? *a.mean > *b.mean : *a.mean < *b.mean;
         if (a.stopped && b.stopped && *a.stopped != *b.stopped) return *a.stopped > *b.stopped;
@@ -613,8 +647,6 @@ SweepResult detail::sweep_table(store::RunStore& st, const std::string& name) {
           return max ? *a.stopped_value > *b.stopped_value : *a.stopped_value < *b.stopped_value;
         return false;
       });
-  out.trial_dir = (st.path().parent_path() / "sweeps" / out.plan.name).string();
-  return out;
 }
 
 std::vector<SweepRow> list_sweeps(const std::string& db_path) {

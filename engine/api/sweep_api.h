@@ -148,6 +148,12 @@ SweepResult run_sweep(const SweepRequest& request,
 /// The table of stored sweep `name` (an unknown name is an error listing the store's sweeps).
 SweepResult sweep_table(const std::string& name, const std::string& db_path);
 
+/// Orders a sweep's points as its table lists them: those whose every trial finished by mean
+/// (best first for `max` or min), then those that lost a seed (failed or diverged) by the mean of
+/// the seeds left, then points stopped early (later stops first, then by their value there), the
+/// rest last.
+void rank_sweep_points(std::vector<SweepPointRow>& points, bool max);
+
 /// One line of the sweeps list.
 struct SweepRow {
   std::int64_t id = 0;        ///< sweep id

@@ -100,9 +100,13 @@ SweepParameter parameter_of(const Where& w, const std::string& key, const toml::
            "'" + p.distribution + "' is not uniform, log_uniform or int_uniform");
   p.min = number_of(w, at + ".min", t->get("min"));
   p.max = number_of(w, at + ".max", t->get("max"));
+  if (std::isnan(p.min) || std::isnan(p.max)) w.fail(at, "min and max must be numbers, not nan");
   if (!(p.min <= p.max)) w.fail(at, "min must be <= max");
   if (p.distribution == "log_uniform" && !(p.min > 0))
     w.fail(at + ".min", "log_uniform needs min > 0");
+  // Whole bounds: 8.2..8.7 holds no integer, and drew 8, below its min.
+  if (p.distribution == "int_uniform" && (p.min != std::floor(p.min) || p.max != std::floor(p.max)))
+    w.fail(at, "int_uniform needs whole numbers for min and max");
   return p;
 }
 
@@ -138,6 +142,12 @@ EarlyStopping early_stopping_of(const Where& w, const toml::node& n) {
            "'" + e.method + "' is not none, successive_halving or median");
   if (e.method != "none" && e.steps.empty())
     w.fail("sweep.early_stopping.steps", "name the steps at which the points are compared");
+  // Steps without a method (or with "none") would stop nothing, without a word.
+  if (e.method == "none" && !e.steps.empty())
+    w.fail("sweep.early_stopping.method",
+           "is none (the default) but steps are given: set successive_halving or median");
+  if (e.method != "successive_halving" && t->contains("reduction_factor"))
+    w.fail("sweep.early_stopping.reduction_factor", "is for method = \"successive_halving\"");
   return e;
 }
 
@@ -244,7 +254,35 @@ SweepSpec spec_of(const Where& w, const toml::table& t) {
   if (s.goal != "min" && s.goal != "max")
     w.fail("sweep.goal", "'" + s.goal + "' is not min or max");
   check_metric(w, s.metric);
+  // The name names the store's sweep and its folder of trial configs and logs beside the store.
+  if (s.name.empty()) w.fail("sweep.name", "is empty; give the sweep a name");
+  for (const char ch : s.name)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f || ch == '/' || ch == '\\')
+      w.fail("sweep.name", "'" + s.name +
+                               "' holds a slash or a control character; a sweep's name is one "
+                               "line that names a folder");
+  if (s.name == "." || s.name == "..") w.fail("sweep.name", "'" + s.name + "' names no folder");
   if (s.parameters.empty()) w.fail("sweep.parameters", "name at least one key to sweep");
+  // Keys the sweep sets itself for every trial: a swept value would be replaced without a word
+  // (the table then showing values that never ran).
+  for (const auto& p : s.parameters) {
+    const std::string at = "sweep.parameters.'" + p.key + "'";
+    if (p.key == "run.seed")
+      w.fail(at,
+             "each trial's seed comes from sweep.seeds (seeds = [1, 2, 3]: every point with "
+             "each); sweep seeds there");
+    if (p.key == "run.name" || p.key == "run.tags")
+      w.fail(at, "the sweep names and tags each trial's run itself ('NAME pP sS', sweep:NAME)");
+    if (p.key == "binding" || p.key.rfind("binding.", 0) == 0)
+      w.fail(at, "where trials run is the sweep command's own --binding, not a swept value");
+  }
+  // Settings another method or no early stopping would ignore are mistakes, not silence.
+  if (s.method == "grid" && t.contains("trials"))
+    w.fail("sweep.trials", "is for method = \"random\"; a grid runs every combination");
+  if (s.method == "grid" && t.contains("sampler_seed"))
+    w.fail("sweep.sampler_seed", "is for method = \"random\"; a grid draws nothing");
+  if (t.contains("seeds") && s.seeds.empty())
+    w.fail("sweep.seeds", "is empty; give at least one seed, or leave it out for seed 1");
   if (s.method == "random" && s.trials <= 0) w.fail("sweep.trials", "random needs trials >= 1");
   if (s.method == "grid") {
     for (const auto& p : s.parameters)

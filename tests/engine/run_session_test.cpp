@@ -11,7 +11,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -823,3 +825,57 @@ TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
     }
   }
 }
+
+namespace {
+
+// A rung's decision on hand-made scores: 4 points, one of which lost a seed (ranks where its
+// mean puts it, but stops whatever the rule says) and one whose trials all ended (the worst
+// score: it takes one of the places that stop).
+TEST(SweepRungs, APointThatLostASeedStopsAndAnEndedOneTakesALosingPlace) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<double, std::int64_t>> scores = {
+      {0.30, 0}, {0.10, 1}, {0.20, 2}, {inf, 3}};
+  // Successive halving, factor 2: keep 2 of 4; p1 lost a seed (its live seed's 0.10 leads).
+  auto sh = api::detail::rung_decision(scores, {1}, "successive_halving", 2.0, /*max=*/false);
+  EXPECT_EQ(sh.rule, "keep the best 2 of 4; a point that lost a seed is stopped");
+  EXPECT_EQ(sh.ranked.front().second, 1);
+  EXPECT_EQ(sh.stop, (std::set<std::int64_t>{0, 1, 3}));  // p2 alone goes on
+  // Without the lost seed: the best two go on, the ended point is among those stopped.
+  auto plain = api::detail::rung_decision(scores, {}, "successive_halving", 2.0, false);
+  EXPECT_EQ(plain.stop, (std::set<std::int64_t>{0, 3}));
+  // Median of the four (0.25): worse ones stop, and a point that lost a seed stops too.
+  auto median = api::detail::rung_decision(scores, {2}, "median", 2.0, false);
+  EXPECT_EQ(median.stop, (std::set<std::int64_t>{0, 2, 3}));
+  // Goal max: the order turns around.
+  auto up = api::detail::rung_decision({{0.9, 0}, {0.8, 1}}, {}, "successive_halving", 2.0, true);
+  EXPECT_EQ(up.stop, (std::set<std::int64_t>{1}));
+}
+
+// The table's best point is one whose every seed finished: a point whose other seed diverged
+// (its mean of the seed left looked best) follows the whole ones, then the stopped ones.
+TEST(SweepRungs, AWholePointOutranksOneThatLostASeed) {
+  std::vector<api::SweepPointRow> points(4);
+  points[0].point = 0;  // both seeds finished, 1.6
+  points[0].runs = 2;
+  points[0].finished = 2;
+  points[0].mean = 1.6;
+  points[1].point = 1;  // one seed diverged; the other's 0.9 looked best
+  points[1].runs = 2;
+  points[1].finished = 1;
+  points[1].mean = 0.9;
+  points[2].point = 2;  // stopped early
+  points[2].runs = 2;
+  points[2].stopped = 10;
+  points[2].stopped_value = 0.5;
+  points[3].point = 3;  // both finished, 2.0
+  points[3].runs = 2;
+  points[3].finished = 2;
+  points[3].mean = 2.0;
+  api::rank_sweep_points(points, /*max=*/false);
+  std::vector<std::int64_t> order;
+  for (const auto& p : points)
+    order.push_back(p.point);
+  EXPECT_EQ(order, (std::vector<std::int64_t>{0, 3, 1, 2}));
+}
+
+}  // namespace

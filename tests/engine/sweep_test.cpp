@@ -138,6 +138,30 @@ TEST(Sweep, ErrorsNameTheKey) {
       error_of("[sweep]\nmethod = \"random\"\ntrials = 2\n[sweep.parameters]\n\"optimizer.lr\" = "
                "{ distribution = \"log_uniform\", min = 0.0, max = 0.2 }\n"),
       "sweep.parameters.'optimizer.lr'.min: log_uniform needs min > 0");
+  EXPECT_CONTAINS(
+      error_of("[sweep]\nmethod = \"random\"\ntrials = 2\n[sweep.parameters]\n\"data.batch_size\" "
+               "= { distribution = \"int_uniform\", min = 8.2, max = 8.7 }\n"),
+      "sweep.parameters.'data.batch_size': int_uniform needs whole numbers for min and max");
+  // Keys the sweep sets for every trial itself: a swept value was replaced without a word, the
+  // table showing seeds and bindings that never ran.
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"run.seed\" = [5, 6]\n"),
+                  "sweep.parameters.'run.seed': each trial's seed comes from sweep.seeds");
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"binding.mode\" = [\"none\"]\n"),
+                  "sweep.parameters.'binding.mode': where trials run is the sweep command's own "
+                  "--binding");
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"run.name\" = [\"a\"]\n"),
+                  "sweep.parameters.'run.name': the sweep names and tags each trial's run itself");
+  // A name that is a folder beside the store: no slash, no control character, not empty.
+  EXPECT_CONTAINS(error_of("[sweep]\nname = \"../../evil\"\n[sweep.parameters]\n\"run.steps\" = "
+                           "[1]\n"),
+                  "sweep.name: '../../evil' holds a slash or a control character");
+  EXPECT_CONTAINS(error_of("[sweep]\nname = \"\"\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+                  "sweep.name: is empty");
+  // Settings the method would ignore.
+  EXPECT_CONTAINS(error_of("[sweep]\ntrials = 5\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+                  "sweep.trials: is for method = \"random\"");
+  EXPECT_CONTAINS(error_of("[sweep]\nseeds = []\n[sweep.parameters]\n\"run.steps\" = [1]\n"),
+                  "sweep.seeds: is empty");
   // A key no point reads: named, with the config reader's reason.
   const std::string lrr = error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n");
   EXPECT_CONTAINS(lrr, "sweep.parameters.'optimizer.lrr': applies to no point");
@@ -184,6 +208,11 @@ TEST(Sweep, EarlyStoppingIsReadAndCheckedKeyByKey) {
       "sweep.early_stopping.reduction_factor: must be > 1");
   EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [5]\nrungs = 2\n"),
                   "sweep.early_stopping.rungs: unknown key");
+  // Settings that would stop nothing, or that the method ignores.
+  EXPECT_CONTAINS(error_of(es + "steps = [5]\n"),
+                  "sweep.early_stopping.method: is none (the default) but steps are given");
+  EXPECT_CONTAINS(error_of(es + "method = \"median\"\nsteps = [5]\nreduction_factor = 3\n"),
+                  "sweep.early_stopping.reduction_factor: is for method = \"successive_halving\"");
 }
 
 // A rung must come before the end of the runs (20 steps here): at or after it the points would be
