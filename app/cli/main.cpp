@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -467,6 +468,9 @@ void print_sweep_table(const tb::api::SweepResult& r) {
   }
 }
 
+// The trial processes a sweep runs now (0: a free place), for its signal handler.
+std::array<std::atomic<int>, 256> sweep_trial_pids{};
+
 // The processes `launch` started, for its SIGTERM handler to pass the signal on to.
 std::vector<int> launched_pids;
 std::atomic<std::size_t> launched_count{0};
@@ -622,6 +626,11 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
       (void)!write(STDERR_FILENO, said, std::strlen(said));
+      // Passed on to the trials running now: sent to this process alone (kill PID, a
+      // supervisor) they went on training unsupervised to their end. From the terminal they got
+      // it too, and a run takes a repeat within half a second as the same request.
+      for (auto& pid : sweep_trial_pids)
+        if (const int p = pid.load(); p > 0) kill(p, sig);
       std::signal(sig, SIG_DFL);
       std::raise(sig);  // the default action: the exit status says which signal
     };
@@ -636,6 +645,11 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       req,
       [](const tb::api::SweepTrialEvent& e) {
         const auto& t = e.trial;
+        // The trials running now, for the signal handler above.
+        for (auto& pid : sweep_trial_pids) {
+          int expected = e.exit_code ? e.pid : 0;
+          if (pid.compare_exchange_strong(expected, e.exit_code ? 0 : e.pid)) break;
+        }
         if (!e.exit_code) {
           std::cout << "trial " << t.index << " (" << t.name << "): pid " << e.pid << ", "
                     << (e.cpus.empty() ? std::string("unbound") : "CPUs " + e.cpus) << ", "
