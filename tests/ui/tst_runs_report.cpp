@@ -815,6 +815,28 @@ class TestRunsReport : public QObject {
     QVERIFY(QTest::qWaitForWindowExposed(&view));
     QTableWidget* summary = view.summaryTable();
     QCOMPARE(summary->columnCount(), 2);
+    {
+      // Muon's optimizer time holds its Newton–Schulz: the summary's optimizer is the rest, as
+      // the stacked plot draws it (the two were added twice); a target metric a run does not
+      // log is "n/a", not "not reached".
+      auto mean = [&](const char* key) {
+        const api::Series s = store.series(muon, key);
+        double sum = 0;
+        for (double v : s.value)
+          sum += v;
+        return sum / static_cast<double>(s.value.size());
+      };
+      const auto rows = ui::summarizeRuns(store, {muon}, ui::Target{});
+      double optimizer = -1;
+      for (const auto& [phase, v] : rows[0].meanPhaseMs)
+        if (phase == QStringLiteral("optimizer")) optimizer = v;
+      QVERIFY(std::abs(optimizer - (mean("time.optimizer_ms") - mean("time.newton_schulz_ms"))) <
+              1e-9);
+      QVERIFY(rows[0].logsTarget);
+      const auto none =
+          ui::summarizeRuns(store, {muon}, ui::Target{QStringLiteral("eval.perplexity"), 5});
+      QVERIFY(!none[0].logsTarget);
+    }
     // Selected newest first, listed and coloured by run id, as in the Live tab and a report: run
     // `muon` (the older) first and in the first colour.
     QCOMPARE(summary->horizontalHeaderItem(0)->text(), QStringLiteral("#%1").arg(muon));

@@ -431,7 +431,9 @@ void CompareView::fillSummary() {
         opt(r.bestEvalLoss),
         opt(r.bestAccuracy),
         opt(r.bestPerplexity),
-        r.stepsToTarget ? QString::number(*r.stepsToTarget) : tr("not reached"),
+        r.stepsToTarget ? QString::number(*r.stepsToTarget)
+        : r.logsTarget  ? tr("not reached")
+                        : tr("n/a"),
         r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–")};
     for (const auto& p : phases) {
       QString cell = QStringLiteral("–");

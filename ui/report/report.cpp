@@ -153,6 +153,7 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
     row.bestAccuracy = it->best_accuracy;
     row.bestPerplexity = it->best_perplexity;
     const api::Series t = store.series(id, target.metric.toStdString());
+    row.logsTarget = !t.value.empty();
     const bool higherIsBetter = target.metric.contains(QLatin1String("accuracy"));
     for (std::size_t i = 0; i < t.value.size(); ++i) {
       const double v = t.value[i];
@@ -171,6 +172,14 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
                           static_cast<double>(s.value.size());
       row.meanPhaseMs.append({phase, mean});
     }
+    // Muon's Newton–Schulz is part of the optimizer's time: the optimizer column is the rest, as
+    // the stacked step-time plot draws it, so that the phases add up to the step.
+    double ns = -1;
+    for (const auto& [phase, v] : row.meanPhaseMs)
+      if (phase == QStringLiteral("Newton–Schulz")) ns = v;
+    if (ns >= 0)
+      for (auto& [phase, v] : row.meanPhaseMs)
+        if (phase == QStringLiteral("optimizer")) v = std::max(0.0, v - ns);
     rows.push_back(std::move(row));
   }
   return rows;
@@ -213,7 +222,8 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
             .arg(r.duration ? QString::number(*r.duration, 'f', 1) : QStringLiteral("–"))
             .arg(num(r.finalLoss), num(r.bestEvalLoss), num(r.bestAccuracy), num(r.bestPerplexity))
             .arg(r.stepsToTarget ? QString::number(*r.stepsToTarget)
-                                 : QStringLiteral("not reached"))
+                 : r.logsTarget  ? QStringLiteral("not reached")
+                                 : QStringLiteral("n/a"))
             .arg(r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–"));
   }
   body += QStringLiteral("</table>\n");
@@ -248,7 +258,8 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
   pdfRow(QStringLiteral("steps to %1 %2").arg(options.target.metric).arg(options.target.value),
          [](const RunSummaryRow& r) {
            return r.stepsToTarget ? QString::number(*r.stepsToTarget)
-                                  : QStringLiteral("not reached");
+                  : r.logsTarget  ? QStringLiteral("not reached")
+                                  : QStringLiteral("n/a");
          });
   pdfRow(QStringLiteral("time to target (s)"), [](const RunSummaryRow& r) {
     return r.timeToTarget ? QString::number(*r.timeToTarget, 'f', 1) : QStringLiteral("–");
@@ -271,7 +282,9 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
     }
     body += QStringLiteral("</tr>\n");
   }
-  body += QStringLiteral("</table>\n");
+  body += QStringLiteral(
+      "</table>\n<p class=\"meta\">optimizer: without Muon's Newton–Schulz, which has its own "
+      "column; the phases add up to the step.</p>\n");
 
   // Config diff.
   std::vector<std::string> configs;

@@ -45,18 +45,20 @@ struct Target {
 
 /// One run's summary line.
 struct RunSummaryRow {
-  qint64 id = 0;                              ///< run id
-  QString name;                               ///< name
-  QString status;                             ///< status
-  std::optional<qint64> steps;                ///< newest step; none before the first
-  std::optional<double> duration;             ///< seconds from start to end (or now)
-  std::optional<double> finalLoss;            ///< last train loss
-  std::optional<double> bestEvalLoss;         ///< min eval.loss
-  std::optional<double> bestAccuracy;         ///< max eval.accuracy
-  std::optional<double> bestPerplexity;       ///< min eval.perplexity
-  std::optional<qint64> stepsToTarget;        ///< first step reaching the target
-  std::optional<double> timeToTarget;         ///< wall seconds to it
-  QList<QPair<QString, double>> meanPhaseMs;  ///< phase -> mean ms (data, forward, ...)
+  qint64 id = 0;                         ///< run id
+  QString name;                          ///< name
+  QString status;                        ///< status
+  std::optional<qint64> steps;           ///< newest step; none before the first
+  std::optional<double> duration;        ///< seconds from start to end (or now)
+  std::optional<double> finalLoss;       ///< last train loss
+  std::optional<double> bestEvalLoss;    ///< min eval.loss
+  std::optional<double> bestAccuracy;    ///< max eval.accuracy
+  std::optional<double> bestPerplexity;  ///< min eval.perplexity
+  std::optional<qint64> stepsToTarget;   ///< first step reaching the target
+  bool logsTarget = false;               ///< whether the run logs the target's metric
+  std::optional<double> timeToTarget;    ///< wall seconds to it
+  /// phase -> mean ms (data, forward, ...; optimizer without Newton–Schulz, which is its own)
+  QList<QPair<QString, double>> meanPhaseMs;
 };
 
 /// The step phases of RunSummaryRow::meanPhaseMs, in the order tables show them (data, forward,
