@@ -363,6 +363,32 @@ class TestRunsReport : public QObject {
                                         .arg(firstApart)));
   }
 
+  void accuracyAndPerplexityEachGetAnAxis() {
+    // A classifier compared with a language model: accuracies (0.8) and perplexity (22) on one
+    // axis flattened the accuracies to zero. With both, perplexity takes the right-hand axis;
+    // a language model alone keeps the left one.
+    ui::PlotsPanel panel;
+    panel.resize(1200, 800);
+    panel.show();
+    panel.addRun(1, QStringLiteral("lm"), ui::runColor(0));
+    panel.appendSteps(1, {loggedStep(10, 0.01, {{"loss", 3.0}, {"eval.perplexity", 22.0}}),
+                          loggedStep(20, 0.01, {{"loss", 2.9}, {"eval.perplexity", 21.0}})});
+    panel.replotAll();
+    ui::MetricPlot* eval = panel.plots()[ui::PlotsPanel::EvalMetric];
+    for (const auto& [id, c] : eval->curves())
+      QVERIFY2(!c.right, qPrintable(c.label));
+    QCOMPARE(eval->plot()->yAxis->label(), QStringLiteral("perplexity"));
+    panel.addRun(2, QStringLiteral("mlp"), ui::runColor(1));
+    panel.appendSteps(2, {loggedStep(10, 0.01, {{"loss", 0.5}, {"eval.accuracy", 0.81}}),
+                          loggedStep(20, 0.01, {{"loss", 0.4}, {"eval.accuracy", 0.86}})});
+    panel.replotAll();
+    for (const auto& [id, c] : eval->curves())
+      QCOMPARE(c.right, id.endsWith(QLatin1String("eval.perplexity")));
+    QCOMPARE(eval->plot()->yAxis->label(), QStringLiteral("accuracy"));
+    QCOMPARE(eval->plot()->yAxis2->label(), QStringLiteral("perplexity"));
+    QVERIFY(eval->plot()->yAxis->range().upper < 1.5);  // the accuracies fill the left axis
+  }
+
   void muonAndAdamwLearningRatesEachGetAnAxis() {
     // Muon's LR (0.02) and AdamW's (3e-4, here decaying) on one linear axis: AdamW's would be a
     // flat line at zero. With a Muon curve present, AdamW's curves move to the right-hand axis,

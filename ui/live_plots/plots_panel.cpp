@@ -350,6 +350,10 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
     right = muon && !key.startsWith(QLatin1String("lr.muon"));
     if (right) label += tr(" (right)");
   }
+  if (r.plot == EvalMetric) {
+    right = placeEvalCurves(key);
+    if (right) label += tr(" (right)");
+  }
   // A language model logs tokens/s beside samples/s, context-length times larger: on one axis
   // the samples/s read as a flat line at zero. Tokens/s get the right-hand axis.
   if (r.plot == Throughput && key == QLatin1String(api::metric::kTokensPerS)) {
@@ -362,6 +366,43 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   s.lastStep[key] = step.back();
   s.lastWall[key] = wall.back();
   if (!p->isVisible() && !isHidden()) updateVisibility();
+}
+
+bool PlotsPanel::placeEvalCurves(const QString& key) {
+  // A classifier's accuracy (0..1) beside a language model's perplexity (tens or more): on one
+  // axis the accuracies read as a line at zero. With both in the plot, perplexity curves get the
+  // right-hand axis; alone, either kind keeps the left one.
+  MetricPlot* p = m_plots[EvalMetric];
+  auto keyOf = [](const QString& id) { return id.section(QLatin1Char('/'), 2); };
+  auto perplexity = [](const QString& k) { return k.endsWith(QLatin1String(".perplexity")); };
+  bool anyAccuracy = !perplexity(key), anyPerplexity = perplexity(key);
+  for (const auto& [id, c] : p->curves()) {
+    anyAccuracy |= !perplexity(keyOf(id));
+    anyPerplexity |= perplexity(keyOf(id));
+  }
+  const bool split = anyAccuracy && anyPerplexity;
+  const QString onRight = tr(" (right)");
+  struct Move {
+    QString id, label;
+    QColor color;
+    Qt::PenStyle style;
+    bool points, right;
+  };
+  std::vector<Move> moves;  // collected first: ensureCurve rebuilds the graphs
+  for (const auto& [id, c] : p->curves()) {
+    const bool right = split && perplexity(keyOf(id));
+    if (right == c.right) continue;
+    QString label = c.label;
+    if (right)
+      label += onRight;
+    else if (label.endsWith(onRight))
+      label.chop(onRight.size());
+    moves.push_back({id, label, c.color, c.style, c.points, right});
+  }
+  for (const auto& m : moves)
+    p->ensureCurve(m.id, m.label, m.color, m.style, m.points, m.right);
+  p->setYAxisLabels(split || !anyPerplexity ? tr("accuracy") : tr("perplexity"), tr("perplexity"));
+  return split && perplexity(key);
 }
 
 bool PlotsPanel::placeLrCurves(const QString& key) {

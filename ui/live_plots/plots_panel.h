@@ -129,6 +129,9 @@ class PlotsPanel : public QWidget {
   // Puts the LR plot's AdamW curves on the right-hand axis while a Muon curve (or `key`, about
   // to be added) is in it, and back on the left when none is; whether one is.
   bool placeLrCurves(const QString& key);
+  // Puts the eval plot's perplexity curves on the right-hand axis while an accuracy curve (or
+  // `key`) is in it too, and back on the left when not; whether `key` goes on the right.
+  bool placeEvalCurves(const QString& key);
   void updateVisibility();
   // liveData: the linked range grew with a run's new points (a live redraw, within each
   // plot's budget), not a change the user made.
