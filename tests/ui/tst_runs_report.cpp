@@ -281,6 +281,20 @@ class TestRunsReport : public QObject {
     panel.replotAll();
     QVERIFY(eval->isVisible());
     QVERIFY(!eval->showsEmptyText());
+    // The next run, before its first evaluation: the plot starts again on its steps, not on the
+    // previous run's ranges (steps 1-2, accuracies around 0.5) with "no evaluation yet" on top.
+    panel.clearRuns();
+    panel.addRun(2, QStringLiteral("next"), ui::runColor(0));
+    std::vector<api::StepMetrics> steps;
+    for (std::int64_t s = 1; s <= 400; ++s)
+      steps.push_back(loggedStep(s, 0.01, {{"loss", 1.0}}));
+    panel.appendSteps(2, steps);
+    panel.replotAll();
+    QVERIFY(eval->showsEmptyText());
+    QCOMPARE(eval->plot()->yAxis->range().lower, 0.0);
+    QCOMPARE(eval->plot()->yAxis->range().upper, 1.0);
+    QVERIFY2(eval->plot()->xAxis->range().upper > 390,
+             qPrintable(QString::number(eval->plot()->xAxis->range().upper)));
   }
 
   void aRunOfOneLoggedStepShowsItsPoints() {

@@ -437,6 +437,18 @@ void MetricPlot::redecimate() {
   m_inRedecimate = true;
   const std::optional<XRange> extent = dataXRange();
   if (!extent) {
+    // Nothing to draw (a new run before its first evaluation): the axes start again, on the
+    // linked plots' steps, not on the ranges of the run shown before.
+    if (!m_userView) {
+      if (m_linkedX && m_linkedX->upper > m_linkedX->lower) {
+        const double pad = kXPad * (m_linkedX->upper - m_linkedX->lower);
+        m_plot->xAxis->setRange(m_linkedX->lower - pad, m_linkedX->upper + pad);
+      } else {
+        m_plot->xAxis->setRange(0, 5);
+      }
+      m_plot->yAxis->setRange(0, 1);
+      m_plot->yAxis2->setRange(0, 1);
+    }
     m_inRedecimate = false;
     return;
   }
