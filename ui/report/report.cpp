@@ -236,10 +236,15 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
     pdfSummary += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
   pdfSummary += QStringLiteral("</tr></thead>\n");
   auto pdfRow = [&](const QString& label, auto cell) {
-    pdfSummary += QStringLiteral("<tr><th>%1</th>").arg(htmlEscape(label));
-    for (const auto& r : summaries)
-      pdfSummary += QStringLiteral("<td>%1</td>").arg(cell(r));
-    pdfSummary += QStringLiteral("</tr>\n");
+    // A row no run has a value in (best perplexity in a report of classifiers) is left out.
+    QString cells;
+    bool any = false;
+    for (const auto& r : summaries) {
+      const QString c = cell(r);
+      any = any || (c != QStringLiteral("–") && c != QStringLiteral("n/a"));
+      cells += QStringLiteral("<td>%1</td>").arg(c);
+    }
+    if (any) pdfSummary += QStringLiteral("<tr><th>%1</th>%2</tr>\n").arg(htmlEscape(label), cells);
   };
   pdfRow(QStringLiteral("status"), [](const RunSummaryRow& r) { return htmlEscape(r.status); });
   pdfRow(QStringLiteral("steps"), [](const RunSummaryRow& r) {
@@ -297,7 +302,9 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
       body += QStringLiteral("<p>The configs are equal.</p>\n");
     } else {
       // <thead>: a diff longer than a page repeats its header row on each page of the PDF.
-      body += QStringLiteral("<table class=\"diff\">\n<thead><tr><th>key</th>");
+      // The key column a third of the width: narrower, Qt broke keys mid-word
+      // (optimizer.adamw.amsgr|ad) to give the values room.
+      body += QStringLiteral("<table class=\"diff\">\n<thead><tr><th width=\"33%\">key</th>");
       for (const auto& r : summaries)
         body += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
       body += QStringLiteral("</tr></thead>\n");
