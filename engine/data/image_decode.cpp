@@ -75,6 +75,22 @@ std::vector<std::uint8_t> to_channels(const std::uint8_t* in, std::size_t pixels
   return out;
 }
 
+// A decoder's malloc'd RGB rows (freed here) as `channels` channels.
+DecodedImage from_rgb(unsigned char* rgb, unsigned width, unsigned height, std::int64_t channels) {
+  DecodedImage out;
+  out.width = width;
+  out.height = height;
+  out.channels = channels;
+  try {
+    out.pixels = to_channels(rgb, static_cast<std::size_t>(out.width * out.height), 3, channels);
+  } catch (...) {
+    std::free(rgb);
+    throw;
+  }
+  std::free(rgb);
+  return out;
+}
+
 // What the setjmp function reports: plain data only.
 struct PngResult {
   int ok = 0;
@@ -180,19 +196,7 @@ DecodedImage decode_png(std::span<const std::uint8_t> bytes, std::int64_t channe
   decode_png_raw(bytes.data(), bytes.size(), &r);
   if (r.size_error) check_size(r.width, r.height, bytes.size(), name);  // throws with the sizes
   TB_CHECK(r.ok, "[image] ", name, ": truncated or corrupt PNG (libpng: ", r.message, ")");
-  DecodedImage out;
-  out.width = r.width;
-  out.height = r.height;
-  out.channels = channels;
-  try {
-    out.pixels =
-        to_channels(r.pixels, static_cast<std::size_t>(out.width * out.height), 3, channels);
-  } catch (...) {
-    std::free(r.pixels);
-    throw;
-  }
-  std::free(r.pixels);
-  return out;
+  return from_rgb(r.pixels, r.width, r.height, channels);
 }
 
 // libjpeg's error manager, extended with the place to jump back to.
@@ -278,19 +282,7 @@ DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, std::int64_t chann
   decode_jpeg_raw(bytes.data(), static_cast<unsigned long>(bytes.size()), &r);
   if (r.size_error) check_size(r.width, r.height, bytes.size(), name);  // throws with the sizes
   TB_CHECK(r.ok, "[image] ", name, ": truncated or corrupt JPEG (libjpeg: ", r.message, ")");
-  DecodedImage out;
-  out.width = r.width;
-  out.height = r.height;
-  out.channels = channels;
-  try {
-    out.pixels =
-        to_channels(r.pixels, static_cast<std::size_t>(out.width * out.height), 3, channels);
-  } catch (...) {
-    std::free(r.pixels);
-    throw;
-  }
-  std::free(r.pixels);
-  return out;
+  return from_rgb(r.pixels, r.width, r.height, channels);
 }
 
 // PIL's bilinear filter (Pillow src/libImaging/Resample.c): for each output index, the weights of

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include <qcustomplot.h>
@@ -368,6 +369,29 @@ void PlotsPanel::appendPoints(qint64 runId, const QString& key, const std::vecto
   if (!p->isVisible() && !isHidden()) updateVisibility();
 }
 
+void PlotsPanel::moveCurves(MetricPlot* p, const std::function<bool(const QString&)>& onRight) {
+  const QString suffix = tr(" (right)");
+  struct Move {
+    QString id, label;
+    QColor color;
+    Qt::PenStyle style;
+    bool points, right;
+  };
+  std::vector<Move> moves;  // collected first: ensureCurve rebuilds the graphs
+  for (const auto& [id, c] : p->curves()) {
+    const bool right = onRight(id.section(QLatin1Char('/'), 2));
+    if (right == c.right) continue;
+    QString label = c.label;
+    if (right)
+      label += suffix;
+    else if (label.endsWith(suffix))
+      label.chop(suffix.size());
+    moves.push_back({id, label, c.color, c.style, c.points, right});
+  }
+  for (const auto& m : moves)
+    p->ensureCurve(m.id, m.label, m.color, m.style, m.points, m.right);
+}
+
 bool PlotsPanel::placeEvalCurves(const QString& key) {
   // A classifier's accuracy (0..1) beside a language model's perplexity (tens or more): on one
   // axis the accuracies read as a line at zero. With both in the plot, perplexity curves get the
@@ -381,26 +405,7 @@ bool PlotsPanel::placeEvalCurves(const QString& key) {
     anyPerplexity |= perplexity(keyOf(id));
   }
   const bool split = anyAccuracy && anyPerplexity;
-  const QString onRight = tr(" (right)");
-  struct Move {
-    QString id, label;
-    QColor color;
-    Qt::PenStyle style;
-    bool points, right;
-  };
-  std::vector<Move> moves;  // collected first: ensureCurve rebuilds the graphs
-  for (const auto& [id, c] : p->curves()) {
-    const bool right = split && perplexity(keyOf(id));
-    if (right == c.right) continue;
-    QString label = c.label;
-    if (right)
-      label += onRight;
-    else if (label.endsWith(onRight))
-      label.chop(onRight.size());
-    moves.push_back({id, label, c.color, c.style, c.points, right});
-  }
-  for (const auto& m : moves)
-    p->ensureCurve(m.id, m.label, m.color, m.style, m.points, m.right);
+  moveCurves(p, [&](const QString& k) { return split && perplexity(k); });
   p->setYAxisLabels(split || !anyPerplexity ? tr("accuracy") : tr("perplexity"), tr("perplexity"));
   return split && perplexity(key);
 }
@@ -415,31 +420,14 @@ bool PlotsPanel::placeLrCurves(const QString& key) {
   bool muon = key.startsWith(muonPrefix);
   for (const auto& [id, c] : p->curves())
     muon |= keyOf(id).startsWith(muonPrefix);
-  const QString onRight = tr(" (right)");
-  struct Move {
-    QString id, label;
-    QColor color;
-    Qt::PenStyle style;
-    bool points, right;
-  };
-  std::vector<Move> moves;  // collected first: ensureCurve rebuilds the graphs
   bool onlyAdamw = !key.startsWith(muonPrefix) && !key.isEmpty()
                        ? key.startsWith(QLatin1String("lr.adamw"))
                        : true;
-  for (const auto& [id, c] : p->curves()) {
-    const QString k = keyOf(id);
+  moveCurves(p, [&](const QString& k) {
     const bool right = muon && !k.startsWith(muonPrefix);
     if (right) onlyAdamw &= k.startsWith(QLatin1String("lr.adamw"));
-    if (right == c.right) continue;
-    QString label = c.label;
-    if (right)
-      label += onRight;
-    else if (label.endsWith(onRight))
-      label.chop(onRight.size());
-    moves.push_back({id, label, c.color, c.style, c.points, right});
-  }
-  for (const auto& m : moves)
-    p->ensureCurve(m.id, m.label, m.color, m.style, m.points, m.right);
+    return right;
+  });
   p->setYAxisLabels(muon ? tr("Muon lr") : tr("lr"),
                     onlyAdamw ? tr("AdamW lr") : tr("lr (other optimizers)"));
   return muon;

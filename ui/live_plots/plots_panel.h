@@ -10,6 +10,8 @@
 #include <QTimer>
 #include <QWidget>
 
+#include <functional>
+
 #include <map>
 #include <utility>
 #include <vector>
@@ -132,6 +134,9 @@ class PlotsPanel : public QWidget {
   // Puts the eval plot's perplexity curves on the right-hand axis while an accuracy curve (or
   // `key`) is in it too, and back on the left when not; whether `key` goes on the right.
   bool placeEvalCurves(const QString& key);
+  // Puts each curve of `p` on the right-hand axis when onRight(its metric key) says so, and
+  // back on the left otherwise, with " (right)" after its label while there.
+  static void moveCurves(MetricPlot* p, const std::function<bool(const QString&)>& onRight);
   void updateVisibility();
   // liveData: the linked range grew with a run's new points (a live redraw, within each
   // plot's budget), not a change the user made.
