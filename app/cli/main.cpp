@@ -468,6 +468,9 @@ void print_sweep_table(const tb::api::SweepResult& r) {
   }
 }
 
+// `launch --ddp`'s mpirun, for its signal handler.
+std::atomic<int> ddp_mpirun_pid{0};
+
 // The trial processes a sweep runs now (0: a free place), for its signal handler.
 std::array<std::atomic<int>, 256> sweep_trial_pids{};
 
@@ -1133,7 +1136,21 @@ int cli_main(int argc, char** argv) {
         at = comma + 1;
       }
       if (launch_req.ddp) {
+        // SIGTERM, SIGUSR1 and SIGUSR2 sent to this process alone are passed on to mpirun, which
+        // forwards them to every rank (SIGUSR1 stops after the step, SIGUSR2 pauses, SIGTERM
+        // ends the job): by default they ended only this process, and the job ran on. Ctrl-C
+        // reaches mpirun from the terminal itself.
+        {
+          struct sigaction sa = {};
+          sa.sa_handler = [](int sig) {
+            if (const int pid = ddp_mpirun_pid.load(); pid > 0) kill(pid, sig);
+          };
+          sigemptyset(&sa.sa_mask);
+          for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
+            sigaction(sig, &sa, nullptr);
+        }
         const int rc = tb::api::launch_ddp(launch_req, [](int pid, const tb::api::DdpLaunch& plan) {
+          ddp_mpirun_pid.store(pid);
           for (const auto& note : plan.notes)
             std::cout << "note: " << note << "\n";
           std::cout << "mpirun pid " << pid << ":";

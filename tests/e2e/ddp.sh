@@ -290,6 +290,31 @@ case $mode in
       *) fail "stop-at: run 1 did not stop at step 5: $row" ;;
     esac
     echo "stop-at: both ranks stopped after step 5"
+    # SIGUSR1 sent to `launch --ddp` itself is passed on to mpirun (it ended only the launcher,
+    # and the job ran on to its end).
+    db=$tmp/launcher.sqlite
+    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
+      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/launcher.log" 2>&1 &
+    launcher=$!
+    for i in $(seq 1 100); do
+      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
+      sleep 0.2
+    done
+    kill -USR1 "$launcher"
+    deadline=$((SECONDS + 30))
+    while kill -0 "$launcher" 2> /dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    if kill -0 "$launcher" 2> /dev/null; then
+      pkill -f "mpirun .*$db"
+      fail "launcher: launch --ddp still runs 30 s after SIGUSR1"
+    fi
+    wait "$launcher"
+    pkill -f "mpirun .*$db"  # (a launcher that died of the signal left its job running)
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *cancelled*"cancelled at step"*) ;;
+      *) fail "launcher: SIGUSR1 to launch --ddp did not cancel the run: $row" ;;
+    esac
+    echo "launcher: SIGUSR1 to launch --ddp cancelled the run"
     ;;
   resume)
     sets=(--set threads=1 --set run.steps=6000 --set run.log_interval=100 --set eval.interval=2000
