@@ -57,6 +57,18 @@ losses() {
              END { for (i = 0; i < n; i++) print v[order[i]] }'
 }
 
+# start_endless_job DB LOG: a 2-rank job of run.steps = 10^8 through `launch --ddp` in the
+# background (its pid in $launcher, its output in LOG), once its run is running in DB.
+start_endless_job() {
+  "$cli" --db "$1" launch --ddp --nproc 2 "$config" --set threads=1 \
+    --set run.steps=100000000 --set run.log_interval=50 > "$2" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 100); do
+    "$cli" --db "$1" runs 2> /dev/null | grep -q ' running ' && break
+    sleep 0.2
+  done
+}
+
 # compare NAME A B RTOL: the same number of losses, each pair within RTOL (0 = identical text).
 compare() {
   local name=$1 a=$2 b=$3 rtol=$4
@@ -246,13 +258,7 @@ case $mode in
   cancel)
     # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.
     db=$tmp/cancel.sqlite
-    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
-      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/cancel.log" 2>&1 &
-    launcher=$!
-    for i in $(seq 1 100); do
-      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
-      sleep 0.2
-    done
+    start_endless_job "$db" "$tmp/cancel.log"
     mpirun_pid=$(pgrep -f "mpirun .*$db" | head -1)
     [ -n "$mpirun_pid" ] || fail "cancel: no mpirun for the job: $(tail -3 "$tmp/cancel.log")"
     kill -USR1 "$mpirun_pid"
@@ -293,13 +299,7 @@ case $mode in
     # SIGUSR1 sent to `launch --ddp` itself is passed on to mpirun (it ended only the launcher,
     # and the job ran on to its end).
     db=$tmp/launcher.sqlite
-    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
-      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/launcher.log" 2>&1 &
-    launcher=$!
-    for i in $(seq 1 100); do
-      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
-      sleep 0.2
-    done
+    start_endless_job "$db" "$tmp/launcher.log"
     kill -USR1 "$launcher"
     deadline=$((SECONDS + 30))
     while kill -0 "$launcher" 2> /dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
@@ -325,7 +325,7 @@ case $mode in
     db=$tmp/cut/cut.sqlite
     "$cli" --db "$db" launch --ddp --nproc 2 "$muon" "${sets[@]}" > "$tmp/cut.log" 2>&1 &
     launcher=$!
-    for i in $(seq 1 300); do
+    for _ in $(seq 1 300); do
       [ -n "$(find "$tmp/cut/checkpoints" -maxdepth 3 -name 'step-00001000' 2> /dev/null)" ] && break
       sleep 0.05
     done
