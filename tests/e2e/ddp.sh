@@ -133,8 +133,8 @@ lose_rank() {
   local sig=$1 limit=$2 timeout=$3 db=$tmp/lost.sqlite
   "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
     --set run.log_interval=50 --set distributed.timeout_s="$timeout" > "$tmp/lost.log" 2>&1 &
-  local launcher=$! pid="" i
-  for i in $(seq 1 100); do
+  local launcher=$! pid=""
+  for _ in $(seq 1 100); do
     pid=$(rank_pid "$db" 1)
     [ -n "$pid" ] && "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
     sleep 0.2
