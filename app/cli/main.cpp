@@ -615,35 +615,58 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
   }
   req.program = this_program("sweep");
   req.db_path = db_path;
-  // Ctrl-C (or SIGTERM) ends the sweep as before — its trials, which get the terminal's signal
-  // too, stop after their step with a checkpoint — but says how to continue it first.
+  // The first Ctrl-C (or SIGTERM) stops the sweep: it is passed on to the trials running (sent
+  // to this process alone — kill PID, a supervisor — they would train on unsupervised to their
+  // end; from the terminal they got it too, and a run takes a repeat within half a second as the
+  // same request), which stop after their step with a checkpoint; no further trial starts, and
+  // the sweep waits for them and says how to continue it. A repeat within kRepeatWindowNs is
+  // that one again (supervisors signal the process, then its group); a later one is passed on
+  // (the trials quit at once) and ends this process at once.
+  static std::atomic<int> stop_signal{0};
   {
     const std::string name = req.resume.empty()
                                  ? tb::api::preview_sweep(req.config_path, req.overrides).name
                                  : req.resume;
     static char said[640];
     std::snprintf(said, sizeof said,
-                  "\nsweep %s interrupted: its trials stop after their current step; "
-                  "trainbench-cli sweep --resume %s continues it\n",
+                  "\nsweep %s stopping: its trials stop after their current step, with a "
+                  "checkpoint (the same signal again quits at once); trainbench-cli sweep "
+                  "--resume %s continues it\n",
                   name.c_str(), name.c_str());
+    static std::atomic<long long> first_stop_ns{0};
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
-      (void)!write(STDERR_FILENO, said, std::strlen(said));
-      // Passed on to the trials running now: sent to this process alone (kill PID, a
-      // supervisor) they went on training unsupervised to their end. From the terminal they got
-      // it too, and a run takes a repeat within half a second as the same request.
-      for (auto& pid : sweep_trial_pids)
-        if (const int p = pid.load(); p > 0) kill(p, sig);
-      std::signal(sig, SIG_DFL);
-      std::raise(sig);  // the default action: the exit status says which signal
+      constexpr long long kRepeatWindowNs = 500'000'000;
+      const int saved_errno = errno;
+      timespec now{};
+      clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+      const long long ns = static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+      long long first = 0;
+      const bool first_time = first_stop_ns.compare_exchange_strong(first, ns);
+      if (first_time || ns - first >= kRepeatWindowNs) {
+        for (auto& pid : sweep_trial_pids)
+          if (const int p = pid.load(); p > 0) kill(p, sig);
+      }
+      if (first_time) {
+        stop_signal.store(sig);
+        (void)!write(STDERR_FILENO, said, std::strlen(said));
+      } else if (ns - first >= kRepeatWindowNs) {
+        std::signal(sig, SIG_DFL);
+        std::raise(sig);  // the default action: the exit status says which signal
+      }
+      errno = saved_errno;
     };
     sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT);  // the one handler runs for either, never nested
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM}) {
       struct sigaction old = {};
       if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
       sigaction(sig, &sa, nullptr);
     }
   }
+  req.stop_requested = [] { return stop_signal.load() != 0; };
   const auto result = tb::api::run_sweep(
       req,
       [](const tb::api::SweepTrialEvent& e) {
@@ -670,6 +693,17 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       });
   print_sweep_table(result);
   std::cout << "trial configs: " << result.trial_dir << "\n";
+  if (result.status == "interrupted") {
+    std::cerr << "sweep " << result.plan.name
+              << " interrupted: trainbench-cli sweep --resume " << result.plan.name
+              << " continues it\n";
+    std::cout.flush();
+    // Ends as the signal would have ended it: the exit status says which (130 for Ctrl-C).
+    const int sig = stop_signal.load();
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return 128 + sig;
+  }
   if (result.failed > 0) {
     std::cerr << "error: " << result.failed << " trial(s) failed\n";
     return 2;

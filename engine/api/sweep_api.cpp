@@ -144,6 +144,17 @@ SweepPreview preview_of(const store::SweepRecord& rec,
   return p;
 }
 
+// The last "error: ..." line a process wrote to its log, without the prefix ("" without one).
+std::string last_error(const std::string& log) {
+  std::ifstream in(log);
+  std::string line, error;
+  while (std::getline(in, line))
+    if (line.rfind("error: ", 0) == 0) error = line.substr(7);
+  constexpr std::size_t kMax = 400;
+  if (error.size() > kMax) error = error.substr(0, kMax) + "...";
+  return error;
+}
+
 void write_file(const std::filesystem::path& file, const std::string& text) {
   std::ofstream f(file, std::ios::binary | std::ios::trunc);
   f << text;
@@ -259,9 +270,11 @@ namespace {
 // Early stopping at rung `step`: ranks the points that reached it (those not stopped at an earlier
 // rung, so that taking the decision again after a resume gives the same one) by their seeds' mean
 // metric there (a missing or NaN value ranks last), and records the worse points' trials as
-// stopped. Returns a line saying what was kept and stopped.
+// stopped. `errors`: trials whose process ended with an error before the rung, without a result
+// (a resume refused: trial -> "exit code 1"); they have ended as failed runs have. Returns a line
+// saying what was kept and stopped.
 std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPreview& plan,
-                   std::int64_t step) {
+                   std::int64_t step, const std::map<std::int64_t, std::string>& errors) {
   const bool max = plan.goal == "max";
   const double worst =
       max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
@@ -270,8 +283,9 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   // it takes a place among the points that stop, but it is not recorded as stopped. One failed
   // seed of a point whose others go on makes the point's mean the worst: an unstable setting is
   // stopped.
-  auto ended = [](const store::SweepTrialRecord& t) {
-    return t.run_status == store::RunStatus::kFailed || t.run_status == store::RunStatus::kDiverged;
+  auto ended = [&](const store::SweepTrialRecord& t) {
+    return t.run_status == store::RunStatus::kFailed ||
+           t.run_status == store::RunStatus::kDiverged || errors.count(t.trial) > 0;
   };
   std::map<std::int64_t, std::vector<double>> values;  // point -> its trials' values
   std::map<std::int64_t, std::string> why_worst;       // point -> a trial's end that ranks it last
@@ -285,9 +299,12 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
     const bool there =
         t.run_status == store::RunStatus::kFinished || (t.last_step && *t.last_step >= step);
     if (t.run_id && there) v = value_at(st, *t.run_id, plan.metric, step);
-    if (ended(t) && !(v && !std::isnan(*v)))
-      why_worst[t.point] =
-          "trial " + std::to_string(t.trial) + " " + std::string(store::to_string(*t.run_status));
+    if (ended(t) && !(v && !std::isnan(*v))) {
+      const auto error = errors.find(t.trial);
+      why_worst[t.point] = "trial " + std::to_string(t.trial) + " " +
+                           (error != errors.end() ? "error, " + error->second
+                                                  : std::string(store::to_string(*t.run_status)));
+    }
     values[t.point].push_back(v && !std::isnan(*v) ? *v : worst);
   }
   // A point whose trials all ended ranks last (it takes one of the places that stop; the note
@@ -360,7 +377,12 @@ std::string SweepTrialEvent::outcome() const {
   if (exit_code && *exit_code == 0)
     return stop_at > 0 ? "at step " + std::to_string(stop_at) : std::string("finished");
   std::string out;
-  if (run > 0) {
+  if (!error.empty()) {
+    // The process refused to start or continue the run: its status and message are from before.
+    out = error + ", ";
+    if (run > 0 && (run_status == "cancelled" || run_status == "crashed"))
+      out += "run " + std::to_string(run) + " stays " + run_status + ", ";
+  } else if (run > 0) {
     out = "run " + std::to_string(run) + " " + run_status;
     // The message often starts with the status ("diverged: ..."): say it once.
     std::string why = run_message;
@@ -441,6 +463,20 @@ SweepResult run_sweep(const SweepRequest& request,
     for (const auto& t : stored)
       write_file(file_of(t.trial), t.config);
 
+    // Trials whose process ended with an error and no result (a resume refused, a data file gone:
+    // exit code 1) in this invocation: they fail, as a failed run does — ranked last at a rung,
+    // not recorded as stopped there, and not started again (it would end the same way) until the
+    // sweep is resumed.
+    std::map<std::int64_t, std::string> errors;
+    // A stop asked for (Ctrl-C): the trials running were told to stop after their step; once they
+    // have ended, the sweep ends as it stands, to be resumed — no decision is taken on them.
+    auto stop_requested = [&] { return request.stop_requested && request.stop_requested(); };
+    auto interrupted = [&] {
+      SweepResult r = sweep_table(preview.name, request.db_path);
+      r.status = "interrupted";
+      r.trial_dir = dir.string();
+      return r;
+    };
     // Stages: to each rung (early stopping), then to the end.
     std::vector<std::int64_t> targets;
     if (preview.stopping != "none") targets = preview.rungs;
@@ -452,7 +488,7 @@ SweepResult run_sweep(const SweepRequest& request,
       std::vector<Job> jobs;
       for (std::size_t i = 0; i < trials.size(); ++i) {
         const auto& t = trials[i];
-        if (t.stopped_step || reached(st, t, target)) continue;
+        if (t.stopped_step || errors.count(t.trial) || reached(st, t, target)) continue;
         const bool can_resume = t.run_id && t.run_status &&
                                 (*t.run_status == store::RunStatus::kCancelled ||
                                  *t.run_status == store::RunStatus::kCrashed) &&
@@ -461,6 +497,7 @@ SweepResult run_sweep(const SweepRequest& request,
       }
       const auto n = static_cast<std::int64_t>(jobs.size());
       for (std::int64_t first = 0; first < n; first += request.parallel) {
+        if (stop_requested()) return interrupted();
         const std::int64_t count = std::min<std::int64_t>(request.parallel, n - first);
         LaunchRequest lr;
         lr.program = request.program;
@@ -502,6 +539,7 @@ SweepResult run_sweep(const SweepRequest& request,
         for (const auto& p : procs) {
           SweepTrialEvent e = event_of(p.slot, p);
           e.exit_code = p.exit_code;
+          if (p.exit_code == 1) e.error = last_error(e.log);
           // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
           // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
@@ -518,11 +556,15 @@ SweepResult run_sweep(const SweepRequest& request,
           // trial, as a failed or diverged run does; it would fail again.
           const bool killed = p.exit_code < 0 || p.exit_code >= 128;
           const bool cancelled = p.exit_code == 2 && t.run_status == store::RunStatus::kCancelled;
-          if (!reached(st, t, target) && (killed || cancelled))
+          if (reached(st, t, target)) continue;
+          if (killed || cancelled)
             unfinished.push_back("trial " + std::to_string(t.trial) + " (" + e.trial.name +
                                  (killed ? ", killed: exit code " : ", cancelled: exit code ") +
                                  std::to_string(p.exit_code) + ", see " + e.log + ")");
+          else
+            errors[t.trial] = "exit code " + std::to_string(p.exit_code);
         }
+        if (stop_requested()) return interrupted();
       }
       // A trial without a result is not the worst of its rung: no decision (and no table) is
       // taken on it. The sweep stops here; --resume runs those trials again.
@@ -531,7 +573,7 @@ SweepResult run_sweep(const SweepRequest& request,
                " without a result: ", join(unfinished, "; "), "; trainbench-cli sweep --resume ",
                preview.name, " runs them again");
       if (target > 0) {
-        const std::string note = decide(st, sweep_id, preview, target);
+        const std::string note = decide(st, sweep_id, preview, target, errors);
         if (on_note) on_note(note);
       }
     }

@@ -74,6 +74,11 @@ struct SweepRequest {
   /// newest checkpoint (or start again without one), trials never started start, and early
   /// stopping's decisions are taken again from the stored metrics (the same ones).
   std::string resume;
+  /// Asked before each group of trials starts and after it ends: once true (Ctrl-C; the caller
+  /// passes the signal on to the trials running, which stop after their step with a checkpoint),
+  /// no further trial starts, and run_sweep returns status "interrupted" when the running ones
+  /// have ended, leaving the sweep to `resume`. Unset: never.
+  std::function<bool()> stop_requested;
 };
 
 /// One process of a sweep starting or ending.
@@ -88,8 +93,12 @@ struct SweepTrialEvent {
   std::int64_t run = 0;          ///< when it ended: its stored run (0: none was made)
   std::string run_status;        ///< when it ended: that run's status ("diverged", ...)
   std::string run_message;       ///< when it ended: why that run ended, or ""
-  /// The ended trial in one line: "finished", "at step N", or its run's status and message with
-  /// the exit code and log ("run 12 diverged (...), exit code 2, see LOG").
+  /// When it ended with exit code 1 (a config or file error: the run was not started or not
+  /// continued): the error its log ends with, or "".
+  std::string error;
+  /// The ended trial in one line: "finished", "at step N", its run's status and message with
+  /// the exit code and log ("run 12 diverged (...), exit code 2, see LOG"), or its error ("[config]
+  /// ...: ..., run 12 stays cancelled, exit code 1, see LOG").
   std::string outcome() const;
 };
 

@@ -1,6 +1,8 @@
 // Sweeps in the run store (see sweeps.h).
 #include "engine/store/sweeps.h"
 
+#include <algorithm>
+
 #include <sqlite3.h>
 
 #include "engine/core/error.h"
@@ -46,6 +48,10 @@ SweepRecord read_sweep(const detail::Statement& st) {
   r.finished = st.int64(16);
   r.stopped = st.int64(17);
   r.failed = st.int64(18);
+  // A finished sweep's every trial finished, was stopped early or failed — also one whose process
+  // ended with an error before its run started or continued (its newest run, if any, is still
+  // cancelled or crashed).
+  if (r.status == "finished") r.failed = std::max(r.failed, r.trials - r.finished - r.stopped);
   return r;
 }
 

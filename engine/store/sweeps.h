@@ -53,7 +53,9 @@ struct SweepRecord {
   std::int64_t runs = 0;           ///< runs made for them (resumed runs count once)
   std::int64_t finished = 0;       ///< of those, finished
   std::int64_t stopped = 0;        ///< trials stopped early
-  std::int64_t failed = 0;         ///< trials whose newest run failed or diverged
+  /// Trials whose newest run failed or diverged; in a finished sweep also those whose process
+  /// ended with an error before their run started or continued.
+  std::int64_t failed = 0;
 };
 
 /// A stored trial with its newest run.

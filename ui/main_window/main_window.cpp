@@ -667,6 +667,7 @@ void MainWindow::startSweep(const SweepLaunch& launch) {
             m_sweeps->refresh();
           });
   m_pendingSweep = launch.name;
+  m_sweepName = launch.name;
   m_sweepProcess->start(cli,
                         {QStringLiteral("--db"), m_dbPath, QStringLiteral("sweep"), file.fileName(),
                          QStringLiteral("--parallel"), QString::number(launch.parallel),
@@ -983,11 +984,18 @@ MainWindow* MainWindow::openStore(const QString& path, QString* error) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
-  if (activeRuns() > 0) {
-    const auto answer = QMessageBox::question(
-        this, tr("Quit"),
-        tr("%n run(s) are still training. Cancel them and quit?", nullptr, activeRuns()));
-    if (answer != QMessageBox::Yes) {
+  const bool sweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
+  if (activeRuns() > 0 || sweeping) {
+    const QString runs =
+        tr("%n run(s) are still training. Cancel them and quit?", nullptr, activeRuns());
+    const QString sweep =
+        tr("Sweep %1 is running. Stop it and quit? Its trials stop after their step, with a "
+           "checkpoint; trainbench-cli sweep --resume %1 continues it.")
+            .arg(m_sweepName);
+    const QString text = !sweeping            ? runs
+                         : activeRuns() == 0 ? sweep
+                                              : runs + QStringLiteral("\n\n") + sweep;
+    if (QMessageBox::question(this, tr("Quit"), text) != QMessageBox::Yes) {
       event->ignore();
       return;
     }
@@ -995,6 +1003,15 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   saveLayout();
   for (auto& w : m_workers)
     if (w) w->cancel();
+  // The sweep process is ours (QProcess would kill it, and its trials would train on without
+  // it): SIGTERM stops it as Ctrl-C does — its trials stop after their step and it waits for
+  // them.
+  if (QProcess* process = m_sweepProcess; process && sweeping) {
+    process->terminate();
+    QApplication::setOverrideCursor(Qt::WaitCursor);
+    if (!process->waitForFinished(kSweepStopWaitMs)) process->kill();
+    QApplication::restoreOverrideCursor();
+  }
   event->accept();
 }
 

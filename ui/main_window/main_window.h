@@ -168,6 +168,9 @@ class MainWindow : public QMainWindow {
   SweepEditor* m_sweepEditor = nullptr;
   QProcess* m_sweepProcess = nullptr;  // the sweep started from the editor, while it runs
   QString m_pendingSweep;              // its name, until the Sweeps tab shows it
+  QString m_sweepName;                 // its name
+  // How long closing the window waits for its sweep to stop its trials (then it is killed).
+  static constexpr int kSweepStopWaitMs = 60000;
   RunsModel* m_runsModel = nullptr;
   RunsView* m_runsView = nullptr;
   TopologyView* m_topology = nullptr;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# e2e.sweep_trial_error: a sweep stopped with SIGTERM waits for its trials to stop after their
+# step (each cancelled with a checkpoint) before it ends — it used to end at once, its trials
+# still writing, so that an immediate `sweep --resume` was refused — and says how to continue.
+# Then one trial's checkpoint is damaged: on `sweep --resume` its process refuses to continue
+# (exit code 1). That trial has failed: its line gives the error, the rung lists its point as
+# ended (before, it ranked last and was recorded as "stopped early", and the sweep said 0 failed),
+# the sweep exits 2, and `sweeps` counts it failed.
+#   tests/e2e/sweep_trial_error.sh TRAINBENCH_CLI SOURCE_DIR
+set -u
+# shellcheck source-path=SCRIPTDIR
+. "$(dirname "$0")/common.sh"
+e2e_start sweep_trial_error "CLI SOURCE_DIR" 2 2 "$@"
+cli=$1 src=$2
+e2e_tmpdir
+db=$tmp/runs.sqlite
+# Four points, one seed each; successive halving at step 10000 keeps two of them.
+e2e_sweep_config "$src" err 10000
+sed -i 's/^seeds = .*/seeds = [1]/' "$config"
+setsid "$cli" --db "$db" sweep "$config" --parallel 2 --set run.steps=20000 \
+  --set checkpoint.interval=100 --set eval.interval=1000 --set run.log_interval=50 \
+  > "$tmp/cut.txt" 2>&1 &
+sweep=$!
+for _ in $(seq 1 1500); do
+  "$cli" --db "$db" runs 2>/dev/null | awk '$5 == "running" && $8 >= 300 {n++} END {exit n < 2}' &&
+    break
+  kill -0 "$sweep" 2>/dev/null || fail "the sweep ended early: $(tail -3 "$tmp/cut.txt")"
+  sleep 0.02
+done
+kill -TERM "$sweep"
+wait "$sweep"
+rc=$?
+cat "$tmp/cut.txt"
+[ "$rc" = 143 ] || fail "the sweep stopped by SIGTERM exited with $rc, not 143 (128 + SIGTERM)"
+# It waited for its trials: none is left running.
+runs=$("$cli" --db "$db" runs)
+echo "$runs"
+echo "$runs" | grep -q ' running ' && fail "the sweep ended before its trials had stopped"
+[ "$(echo "$runs" | grep -c 'cancelled at step .* with a checkpoint')" = 2 ] ||
+  fail "the two running trials were not cancelled with a checkpoint"
+grep -q '^sweep err interrupted: trainbench-cli sweep --resume err continues it$' "$tmp/cut.txt" ||
+  fail "the sweep did not say how to continue"
+"$cli" --db "$db" sweeps | grep -Eq '^1 +err +interrupted ' || fail "the sweep is not interrupted"
+
+# Damage trial 0's newest checkpoint: its resume is refused.
+run=$(echo "$runs" | awk '$2 == "err" && $3 == "p0" {print $1}')
+[ -n "$run" ] || fail "no run for trial 0"
+newest=$(find "$tmp" -type d -path "*/run-$run/step-*" | sort | tail -1)
+[ -f "$newest/model.safetensors" ] || fail "no checkpoint for run $run"
+truncate -s 100 "$newest/model.safetensors"
+out=$("$cli" --db "$db" sweep --resume err --parallel 2 2>&1)
+rc=$?
+echo "$out"
+[ "$rc" = 2 ] || fail "the sweep with a failed trial exited with $rc, not 2"
+echo "$out" | grep -q "^trial 0 (err p0 s1): \[safetensors\] .*model.safetensors: truncated: .*, run $run stays cancelled, exit code 1, see .*trial-0.log$" ||
+  fail "trial 0's line does not give its error"
+echo "$out" | grep -Eq '^early stopping at step 10000 \(eval.loss, keep the best 2 of 4\): kept p[123] [^;]*, p[123] [^;]*; stopped p[123] [^;]*; ended p0 \(trial 0 error, exit code 1\)$' ||
+  fail "the rung does not list the failed trial's point as ended"
+echo "$out" | grep -q '^error: 1 trial(s) failed$' || fail "the sweep did not say a trial failed"
+"$cli" --db "$db" sweeps | grep -Eq '^1 +err +finished .* 4 \(2, 1, 1\)$' ||
+  fail "sweeps does not count the trial failed: $("$cli" --db "$db" sweeps)"
+echo "PASS: sweep_trial_error: the stopped sweep waited for its trials; the refused resume failed its trial"
