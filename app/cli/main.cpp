@@ -694,9 +694,8 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
   print_sweep_table(result);
   std::cout << "trial configs: " << result.trial_dir << "\n";
   if (result.status == "interrupted") {
-    std::cerr << "sweep " << result.plan.name
-              << " interrupted: trainbench-cli sweep --resume " << result.plan.name
-              << " continues it\n";
+    std::cerr << "sweep " << result.plan.name << " interrupted: trainbench-cli sweep --resume "
+              << result.plan.name << " continues it\n";
     std::cout.flush();
     // Ends as the signal would have ended it: the exit status says which (130 for Ctrl-C).
     const int sig = stop_signal.load();

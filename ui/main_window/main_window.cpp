@@ -992,9 +992,9 @@ void MainWindow::closeEvent(QCloseEvent* event) {
         tr("Sweep %1 is running. Stop it and quit? Its trials stop after their step, with a "
            "checkpoint; trainbench-cli sweep --resume %1 continues it.")
             .arg(m_sweepName);
-    const QString text = !sweeping            ? runs
+    const QString text = !sweeping           ? runs
                          : activeRuns() == 0 ? sweep
-                                              : runs + QStringLiteral("\n\n") + sweep;
+                                             : runs + QStringLiteral("\n\n") + sweep;
     if (QMessageBox::question(this, tr("Quit"), text) != QMessageBox::Yes) {
       event->ignore();
       return;
