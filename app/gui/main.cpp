@@ -80,7 +80,8 @@ int writeReportFiles(const QString& db, const QString& out, const QString& pages
     return 2;
   }
   try {
-    tb::api::StoreReader store(db.toStdString());
+    // A report reads a store: a mistyped --db is an error, not a new empty store.
+    const tb::api::StoreReader store = tb::api::StoreReader::existing(db.toStdString());
     const tb::ui::Report report = build(store);
     const QString e = tb::ui::writeReport(report, out);
     if (!e.isEmpty()) {

@@ -367,6 +367,10 @@ struct StoreReader::Impl {
 
 StoreReader::StoreReader(const std::string& db_path)
     : impl_(std::make_unique<Impl>(Impl{store::RunStore::open(detail::store_path(db_path)), {}})) {}
+StoreReader::StoreReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreReader StoreReader::existing(const std::string& db_path) {
+  return StoreReader(std::make_unique<Impl>(Impl{detail::existing_store(db_path), {}}));
+}
 StoreReader::~StoreReader() = default;
 StoreReader::StoreReader(StoreReader&&) noexcept = default;
 StoreReader& StoreReader::operator=(StoreReader&&) noexcept = default;

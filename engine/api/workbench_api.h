@@ -194,6 +194,9 @@ class StoreReader {
  public:
   /// Opens `db_path` ("" = the default store), creating it when absent.
   explicit StoreReader(const std::string& db_path = "");
+  /// Opens `db_path` ("" = the default store) only when a run store is there: a mistyped path
+  /// throws tb::ValueError ("[store] PATH: no run store there ...") and creates nothing.
+  static StoreReader existing(const std::string& db_path);
   /// Closes the connection.
   ~StoreReader();
   /// Takes over `other`'s connection.
@@ -229,6 +232,7 @@ class StoreReader {
 
  private:
   struct Impl;
+  explicit StoreReader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -117,7 +117,9 @@ void read_data(Section& s, DataSection& d) {
   for (const auto& f : entry->fields)
     s.read_field(f, d.extra);
   if (entry->validate) {
-    if (const auto problem = entry->validate(d.extra))
+    nlohmann::json settings = d.extra;  // its own keys and the path (an image folder checks it)
+    settings["path"] = d.path;
+    if (const auto problem = entry->validate(settings))
       s.ctx().fail(s.path(problem->key), problem->message);
   }
   s.finish();

@@ -229,6 +229,15 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
   EXPECT_THAT(error_of(folder + "size = [0, 8]\n"),
               HasSubstr("data.size: expected sides of 1 to 65536 pixels, found [0,8]"));
   EXPECT_THAT(error_of(folder + "size = \"big\"\n"), HasSubstr("data.size: expected"));
+  // A folder that is not there is the config's mistake, said with its absolute path (the current
+  // folder's) and the --set that gave it — not "[image-folder] imgs is not a folder".
+  EXPECT_EQ(error_of(folder),
+            "[config] run.toml: data.path: " + std::filesystem::absolute("imgs").string() +
+                ": no such folder (image-folder takes a folder with one subfolder of images per "
+                "class)");
+  EXPECT_THAT(error_of("[data]\nkind = \"image-folder\"\n", {"data.path=imgs"}),
+              HasSubstr(": no such folder (image-folder takes a folder with one subfolder of "
+                        "images per class) (from --set data.path=imgs)"));
   // One number is a square, as documented (and [8] too).
   tb::test::TempDir dir("tb_run_config_test");
   std::filesystem::create_directories(dir.path() / "cat");  // the classes are the subfolders

@@ -34,4 +34,11 @@ execute_process(COMMAND "${GUI}" --db "${WORK}/runs.sqlite" --export-report 42 -
 if(rc EQUAL 0 OR NOT err MATCHES "42")
   message(FATAL_ERROR "--export-report 42 should fail naming run 42: ${rc} ${err}")
 endif()
+# A mistyped --db: the error says no store is there, and none is created.
+execute_process(COMMAND "${GUI}" --db "${WORK}/nothere/runs.sqlite" --export-report 1
+                        -o "${WORK}/y.html" RESULT_VARIABLE rc ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "no run store there" OR EXISTS "${WORK}/nothere")
+  message(FATAL_ERROR "--export-report with a --db where no store is should fail and create "
+                      "nothing: ${rc} ${err}")
+endif()
 message(STATUS "report.html and report.pdf written")
