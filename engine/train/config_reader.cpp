@@ -30,14 +30,10 @@ ConfigProblem Ctx::problem(const std::string& path, const std::string& message) 
 void Ctx::fail(const std::string& path, const std::string& what,
                const std::string& key_path) const {
   // The override that set the key at fault (not any override under `path`: a --set of one field
-  // does not cause another field's error). A field the file gave for a kind that --set changed
+  // does not cause another field's error). A key the file gave for a kind that --set changed
   // says so, and how to replace the whole table.
   std::string from = origin(key_path.empty() ? path : key_path);
-  if (from.empty() && !key_path.empty() && key_path != path) {
-    if (const std::string* kind = override_text(path + ".kind"))
-      from = " (" + path + ".kind = " + *kind + " is from --set; the file's other " + path +
-             " keys stay: to replace the whole table, --set '" + path + "={ kind = ..., ... }')";
-  }
+  if (from.empty()) from = kind_hint(key_path.empty() ? path : key_path);
   const std::string message = what + from;
   throw ConfigError(problem(key_path.empty() ? path : key_path, message),
                     "[config] " + source + ": " + path + ": " + message);

@@ -96,6 +96,19 @@ struct Ctx {
     }
     return "";
   }
+  // For a key the file gave under a table whose kind an override changed (model.input after
+  // --set model.kind=mlp): " (model.kind = mlp is from --set; the file's other model keys stay:
+  // to replace the whole table, --set 'model={ kind = ..., ... }')", else "".
+  std::string kind_hint(const std::string& path) const {
+    for (std::string table = path;;) {
+      const auto cut = table.find_last_of('.');
+      if (cut == std::string::npos) return "";
+      table.resize(cut);
+      if (const std::string* kind = override_text(table + ".kind"); kind && path != table + ".kind")
+        return " (" + table + ".kind = " + *kind + " is from --set; the file's other " + table +
+               " keys stay: to replace the whole table, --set '" + table + "={ kind = ..., ... }')";
+    }
+  }
   // The problem at `path` ("" = none): its line and column in the source when the key (or,
   // for a missing key, its table) came from the text, 0 when it came from --set or nowhere.
   ConfigProblem problem(const std::string& path, const std::string& message) const;
@@ -321,12 +334,8 @@ class Section {
       }
       // A kind set by --set keeps the file's other keys of the table, written for its old kind
       // (as Ctx::fail says it for a field of the kind).
-      if (!path_.empty() && !ctx_.override_text(full))
-        if (const std::string* kind = ctx_.override_text(path("kind")))
-          msg += " (" + path("kind") + " = " + *kind + " is from --set; the file's other " + path_ +
-                 " keys stay: to replace the whole table, --set '" + path_ +
-                 "={ kind = ..., ... }')";
-      ctx_.fail_at(full, msg + ctx_.origin(full));
+      const std::string from = ctx_.origin(full);
+      ctx_.fail_at(full, msg + (from.empty() ? ctx_.kind_hint(full) : from));
     }
   }
 

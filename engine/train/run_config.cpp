@@ -161,6 +161,13 @@ std::string kind_eq_list(const std::vector<std::string>& kinds) {
   return core::join_or(q);
 }
 
+// " (from --set K=V)" for a key an override set, else the hint for a key the file gave under a
+// kind an override changed.
+std::string origin_or_kind(const Ctx& ctx, const std::string& path) {
+  const std::string from = ctx.origin(path);
+  return from.empty() ? ctx.kind_hint(path) : from;
+}
+
 void read_optimizer(Section& s, OptimizerSection& o) {
   std::string kind = "adamw";
   s.read("kind", kind);
@@ -194,13 +201,13 @@ void read_optimizer(Section& s, OptimizerSection& o) {
       s.ctx().fail_at(s.path(k),
                       "unknown key '" + s.path(k) + "' with optimizer.kind = " + quote(kind) +
                           "; did you mean 'optimizer." + kind + "." + k + "' (or 'optimizer." +
-                          rest + "." + k + "')?" + s.ctx().origin(s.path(k)));
+                          rest + "." + k + "')?" + origin_or_kind(s.ctx(), s.path(k)));
   }
   for (const auto& k : core::field_keys(rest_entry->fields)) {
     if (s.peek(k))
       s.ctx().fail_at(s.path(k), "unknown key '" + s.path(k) + "' with optimizer.kind = " +
                                      quote(kind) + "; did you mean 'optimizer." + rest + "." + k +
-                                     "'?" + s.ctx().origin(s.path(k)));
+                                     "'?" + origin_or_kind(s.ctx(), s.path(k)));
   }
   Section main(s.ctx(), s.table(kind), s.path(kind));
   read_settings(main, o.main);

@@ -432,6 +432,27 @@ TEST(RunConfigTest, BadOverrides) {
       error_of("[model]\nkind = \"mlp\"\nactivation = \"relu\"\n", {"model.kind=qwen-tiny"}),
       HasSubstr("(model.kind = qwen-tiny is from --set; the file's other model keys stay: "
                 "to replace the whole table, --set 'model={ kind = ..., ... }')"));
+  // And every other error about a key the file gave under the changed kind: a field of the
+  // wrong type for the new kind, the old kind's sub-tables, a key only another kind reads.
+  const std::string hint = "is from --set; the file's other ";
+  EXPECT_THAT(error_of("[model]\nkind = \"cnn\"\ninput = [1, 28, 28]\n", {"model.kind=mlp"}),
+              HasSubstr("model.input: expected an integer, found array [ 1, 28, 28 ] (model.kind "
+                        "= mlp " +
+                        hint + "model keys stay"));
+  const std::string muon = "[optimizer]\nkind = \"muon\"\n[optimizer.muon]\nlr = 0.02\n";
+  EXPECT_THAT(error_of(muon, {"optimizer.kind=adamw"}),
+              HasSubstr("sub-tables are only read with optimizer.kind = \"muon\", found kind = "
+                        "\"adamw\" (optimizer.kind = adamw " +
+                        hint + "optimizer keys stay"));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"adamw\"\nlr = 0.003\n", {"optimizer.kind=muon"}),
+              HasSubstr("did you mean 'optimizer.muon.lr' (or 'optimizer.adamw.lr')? "
+                        "(optimizer.kind = muon " +
+                        hint + "optimizer keys stay"));
+  // Not for a key --set gave itself, nor without a kind from --set.
+  EXPECT_THAT(
+      error_of("[optimizer]\nkind = \"adamw\"\n", {"optimizer.kind=muon", "optimizer.lr=1"}),
+      Not(HasSubstr(hint)));
+  EXPECT_THAT(error_of("[model]\nkind = \"mlp\"\ninput = [1, 28, 28]\n"), Not(HasSubstr(hint)));
   // Which works.
   EXPECT_EQ(parse_run_config(cosine, "run.toml",
                              {"scheduler={ kind = \"one_cycle\", max_lr = 0.1, total_steps = 10 }"})
