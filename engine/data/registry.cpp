@@ -171,9 +171,9 @@ std::optional<core::FieldProblem> validate_image_folder(const nlohmann::json& d)
     if (!std::filesystem::is_directory(st)) {
       const std::string shown = std::filesystem::absolute(path, ec).string();
       return core::FieldProblem{
-          "path", (std::filesystem::exists(st) ? shown + " is not a folder"
-                                               : shown + ": no such folder") +
-                      " (image-folder takes a folder with one subfolder of images per class)"};
+          "path",
+          (std::filesystem::exists(st) ? shown + " is not a folder" : shown + ": no such folder") +
+              " (image-folder takes a folder with one subfolder of images per class)"};
     }
   }
   return std::nullopt;
@@ -283,11 +283,43 @@ core::DataShape text_shape(const std::string& kind, const nlohmann::json& d) {
   return s;
 }
 
+// What a text folder gave: the files read, and a warning for those left out for a NUL byte
+// (binary, or UTF-16 text: it would otherwise vanish from the data without a word; the fortune
+// index files, *.dat, and a file reached twice through a link are left out as documented).
+void note_text_files(const TextCorpus& corpus, DataSplits& s) {
+  if (corpus.files.size() > 1 || !corpus.skipped.empty()) {
+    std::size_t index_files = 0;
+    for (const auto& f : corpus.skipped)
+      index_files += f.extension() == ".dat";
+    const std::size_t links = corpus.skipped.size() - index_files - corpus.binary.size();
+    std::vector<std::string> left_out;
+    if (index_files > 0) left_out.push_back(std::to_string(index_files) + " *.dat index");
+    if (links > 0) left_out.push_back(std::to_string(links) + " reached again through a link");
+    if (!corpus.binary.empty())
+      left_out.push_back(std::to_string(corpus.binary.size()) + " binary");
+    std::string note = "text: read " + std::to_string(corpus.files.size()) + " file" +
+                       (corpus.files.size() == 1 ? "" : "s") + " (" +
+                       std::to_string(corpus.size()) + " bytes) under " + corpus.source;
+    for (std::size_t i = 0; i < left_out.size(); ++i)
+      note += (i == 0 ? "; left out " : ", ") + left_out[i];
+    s.notes.push_back(note);
+  }
+  if (corpus.binary.empty()) return;
+  std::string binary = "text: left out " + std::to_string(corpus.binary.size()) + " file" +
+                       (corpus.binary.size() == 1 ? "" : "s") +
+                       " with a NUL byte (binary, or text in UTF-16: save it as UTF-8): ";
+  for (std::size_t i = 0; i < corpus.binary.size() && i < 5; ++i)
+    binary += (i ? ", " : "") + corpus.binary[i].string();
+  if (corpus.binary.size() > 5) binary += ", ...";
+  s.warnings.push_back(binary);
+}
+
 DataSplits text_splits(const TextCorpus& corpus, const nlohmann::json& d) {
   TextDatasetOptions o;
   o.context_length = d.value("context_length", std::int64_t{64});
   o.val_fraction = d.value("val_fraction", 0.1);
   DataSplits s;
+  note_text_files(corpus, s);
   s.train = std::make_shared<TextDataset>(corpus, TextSplit::kTrain, o);
   o.sampling = TextSampling::kSequential;
   s.eval = std::make_shared<TextDataset>(corpus, TextSplit::kValidation, o);
@@ -306,6 +338,26 @@ std::shared_ptr<const Tokenizer> text_tokenizer(const nlohmann::json& d) {
   } catch (const ValueError& e) {
     throw ValueError(detail::str_cat("[text] data.tokenizer_model: ", e.what()));
   }
+}
+
+// A tokenizer kind that reads data.tokenizer_model (`with_model`: "sentencepiece", "gpt2") needs
+// it; the other (bytes, ids) does not read it, and a model file left there would be ignored.
+std::optional<core::FieldProblem> check_tokenizer_model(const nlohmann::json& d,
+                                                        const std::string& plain,
+                                                        const std::string& with_model,
+                                                        const std::string& model_is) {
+  const std::string tokenizer = d.value("tokenizer", plain);
+  const std::string model = d.value("tokenizer_model", std::string());
+  if (tokenizer == with_model && model.empty())
+    return core::FieldProblem{
+        "tokenizer_model", "is required with data.tokenizer = \"" + with_model + "\": " + model_is};
+  if (tokenizer != with_model && !model.empty())
+    return core::FieldProblem{"tokenizer_model", "is only read with data.tokenizer = \"" +
+                                                     with_model + "\", found tokenizer = \"" +
+                                                     tokenizer + "\"; set data.tokenizer = \"" +
+                                                     with_model + "\" to use " + model +
+                                                     ", or remove the key"};
+  return std::nullopt;
 }
 
 DatasetKind text_kind() {
@@ -351,6 +403,7 @@ DatasetKind text_kind() {
     TokenStream ids = token_stream_from_ids(encode_corpus_lines(*tokenizer, corpus),
                                             corpus.source + " (" + tokenizer->describe() + ")");
     DataSplits s;
+    note_text_files(corpus, s);
     s.train = std::make_shared<TokenDataset>(ids, o);
     o.split = TextSplit::kValidation;
     o.sampling = TextSampling::kSequential;
@@ -358,6 +411,11 @@ DatasetKind text_kind() {
     return s;
   };
   k.tokenizer = text_tokenizer;
+  k.validate = [](const nlohmann::json& d) {
+    return check_tokenizer_model(
+        d, "bytes", "sentencepiece",
+        "the path of a SentencePiece .model file (trainbench-cli tokenizer train makes one)");
+  };
   return k;
 }
 
@@ -437,6 +495,12 @@ DatasetKind tokens_kind() {
     return s;
   };
   k.tokenizer = tokens_tokenizer;
+  k.validate = [](const nlohmann::json& d) {
+    return check_tokenizer_model(
+        d, "ids", "gpt2",
+        "the path of GPT-2's vocab.json (or encoder.json), with merges.txt (or vocab.bpe) beside "
+        "it");
+  };
   k.make = [](const nlohmann::json& d, std::uint64_t) {
     const TokenFormat format = token_format_from_name(d.value("format", std::string("auto")));
     const std::string val_path = d.value("val_path", std::string());

@@ -146,6 +146,7 @@ TextCorpus load_text_corpus(const fs::path& path) {
     std::vector<std::uint8_t> data = read_file(file);
     if (std::memchr(data.data(), 0, data.size()) != nullptr) {
       corpus.skipped.push_back(file);
+      corpus.binary.push_back(file);
       continue;
     }
     all.insert(all.end(), data.begin(), data.end());

@@ -27,6 +27,7 @@ struct TextCorpus {
   std::string source;  ///< the file or folder read, or a name for in-memory text (for messages)
   std::vector<std::filesystem::path> files;    ///< the files read, in this order
   std::vector<std::filesystem::path> skipped;  ///< files left out (see load_text_corpus)
+  std::vector<std::filesystem::path> binary;   ///< of those, the ones with a NUL byte
   std::shared_ptr<const std::vector<std::uint8_t>> bytes;  ///< the concatenation (never null)
 
   /// Number of bytes.

@@ -845,6 +845,32 @@ TEST(DataText, TinyFolderRulesAndSequentialWindows) {
             random.get_batch(i1, c2).input.to_vector<std::int64_t>());
 }
 
+// A text folder's files are said in the run's notes; one left out for a NUL byte (UTF-16 text) is
+// a warning naming it, while the fortune index files (*.dat) are left out quietly.
+TEST(DataText, AFolderSaysWhatItReadAndWarnsOfBinaryFiles) {
+  TempDir dir;
+  write_text(dir.path() / "a.txt", std::string(400, 'a'));
+  write_text(dir.path() / "b.txt", std::string(400, 'b'));
+  write_text(dir.path() / "a.dat", "index");
+  const auto kind = dataset_registry().at("text");
+  const nlohmann::json d = {{"path", dir.path().string()}, {"context_length", 8}};
+  DataSplits s = kind->make(d, 0);
+  ASSERT_EQ(s.notes.size(), 1u);
+  EXPECT_EQ(s.notes[0], "text: read 2 files (800 bytes) under " + dir.path().string() +
+                            "; left out 1 *.dat index");
+  EXPECT_TRUE(s.warnings.empty());
+  write_text(dir.path() / "utf16.txt", std::string("h\0i\0", 4));
+  s = kind->make(d, 0);
+  ASSERT_EQ(s.warnings.size(), 1u);
+  EXPECT_EQ(
+      s.warnings[0],
+      "text: left out 1 file with a NUL byte (binary, or text in UTF-16: save it as UTF-8): " +
+          (dir.path() / "utf16.txt").string());
+  // One file given directly: nothing to say.
+  EXPECT_TRUE(kind->make({{"path", (dir.path() / "a.txt").string()}, {"context_length", 8}}, 0)
+                  .notes.empty());
+}
+
 TEST(DataText, Errors) {
   TempDir dir;
   EXPECT_EQ(error_message([&] { load_text_corpus(dir.path()); }),

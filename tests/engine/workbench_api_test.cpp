@@ -657,11 +657,31 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
       tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
       "[config] <editor>: run.init_from: " + dir.path().string() + " is a folder; name a file");
   EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
-  // A pattern of token shards must match a file (what is in it is checked when it is read: a
-  // bad one fails the created run), and a tokenizer file is checked only when one is used.
-  req.config_text =
+  // A tokenizer file the tokenizer does not read is refused (it would be ignored), and one it
+  // reads is required.
+  const std::string tokens =
       "[model]\nkind = \"qwen-tiny\"\nvocab = 50257\n[data]\nkind = \"tokens\"\npath = \"" +
-      (dir.path() / "shard_*.bin").string() + "\"\ntokenizer_model = \"/nonexistent/vocab.json\"\n";
+      (dir.path() / "shard_*.bin").string() + "\"\n";
+  req.config_text = tokens + "tokenizer_model = \"/nonexistent/vocab.json\"\n";
+  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+            "[config] <editor>: data.tokenizer_model: is only read with data.tokenizer = \"gpt2\", "
+            "found tokenizer = \"ids\"; set data.tokenizer = \"gpt2\" to use "
+            "/nonexistent/vocab.json, or remove the key");
+  req.config_text = tokens + "tokenizer = \"gpt2\"\n";
+  EXPECT_TRUE(contains(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+                       "data.tokenizer_model: is required with data.tokenizer = \"gpt2\": the "
+                       "path of GPT-2's vocab.json"));
+  req.config_text = "[model]\nkind = \"qwen-tiny\"\n[data]\nkind = \"text\"\n";
+  req.overrides = {"data.tokenizer=sentencepiece"};
+  EXPECT_EQ(tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
+            "[config] <editor>: data.tokenizer_model: is required with data.tokenizer = "
+            "\"sentencepiece\": the path of a SentencePiece .model file (trainbench-cli tokenizer "
+            "train makes one)");
+  req.overrides.clear();
+  EXPECT_TRUE(api::StoreReader(req.db_path).runs().empty());
+  // A pattern of token shards must match a file (what is in it is checked when it is read: a
+  // bad one fails the created run).
+  req.config_text = tokens;
   EXPECT_EQ(
       tb::test::error_of([&] { api::start_training(req, nullptr, nullptr); }),
       "[config] <editor>: data.path: no file in " + dir.path().string() + " matches shard_*.bin");
