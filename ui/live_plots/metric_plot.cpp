@@ -658,6 +658,10 @@ void MetricPlot::fitTicks() {
   if (changed) m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
+void MetricPlot::setDrawnTitle(const QString& text) {
+  m_titleElement->setText(text);
+}
+
 void MetricPlot::resizeEvent(QResizeEvent* event) {
   QWidget::resizeEvent(event);
   const int columns = legendColumns();

@@ -62,6 +62,8 @@ class MetricPlot : public QWidget {
 
   /// The chart's title.
   QString title() const { return m_title; }
+  /// Draws `text` as the plot's title instead of title() (a report's "Step time: run 3 name").
+  void setDrawnTitle(const QString& text);
   /// Adds (or restyles) curve `id`.
   void ensureCurve(const QString& id, const QString& label, const QColor& color,
                    Qt::PenStyle style = Qt::SolidLine, bool points = false, bool right = false);

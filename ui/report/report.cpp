@@ -57,27 +57,30 @@ QString htmlEscape(const QString& text) {
   return out;
 }
 
-QString htmlFigure(const QImage& image, const QString& title, int width, int height) {
+QString htmlFigure(const QImage& image, const QString& title, int width, int height, bool caption) {
   QByteArray png;
   QBuffer buf(&png);
   buf.open(QIODevice::WriteOnly);
   image.save(&buf, "PNG");
   return QStringLiteral(
              "<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" "
-             "src=\"data:image/png;base64,%4\" /><figcaption>%1</figcaption></figure>\n")
+             "src=\"data:image/png;base64,%4\" />%5</figure>\n")
       .arg(htmlEscape(title))
       .arg(width)
       .arg(height)
-      .arg(QString::fromLatin1(png.toBase64()));
+      .arg(QString::fromLatin1(png.toBase64()),
+           caption ? QStringLiteral("<figcaption>%1</figcaption>").arg(htmlEscape(title))
+                   : QString());
 }
 
-QString pdfFigure(int n, const QString& title, int width, int height) {
+QString pdfFigure(int n, const QString& title, int width, int height, bool caption) {
   return QStringLiteral(
-             "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" /><br />%1</p>\n")
+             "<p><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"plot%4.png\" />%5</p>\n")
       .arg(htmlEscape(title))
       .arg(width)
       .arg(height)
-      .arg(n);
+      .arg(n)
+      .arg(caption ? QStringLiteral("<br />") + htmlEscape(title) : QString());
 }
 
 QString reportHeading(const QString& title, const api::StoreReader& store) {
@@ -349,9 +352,13 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
         one->addRun(r.id, QStringLiteral("%1 %2").arg(r.id).arg(r.name), runColor(colour++));
         one->loadFromStore(store, r.id);
         MetricPlot* q = one->plots()[PlotsPanel::StepTime];
-        if (q->hasData())
-          toDraw.emplace_back(
-              q, QStringLiteral("%1: run %2 %3").arg(q->title()).arg(r.id).arg(r.name));
+        if (q->hasData()) {
+          // The plot says whose it is: no caption below it does.
+          const QString whose =
+              QStringLiteral("%1: run %2 %3").arg(q->title()).arg(r.id).arg(r.name);
+          q->setDrawnTitle(whose);
+          toDraw.emplace_back(q, whose);
+        }
       }
     }
     for (const auto& [p, plotTitle] : toDraw) {
@@ -362,17 +369,20 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
       const int n = static_cast<int>(report.images.size());
       report.images.append(img);
       report.imageTitles.append(plotTitle);
-      plotsHtml += htmlFigure(img, plotTitle, options.plotWidth, options.plotHeight);
-      // The PDF: two plots (and captions) to a landscape page, drawn for that size — their
-      // labels then print at about 8 pt — at twice the resolution.
-      constexpr int kPdfW = 640, kPdfH = 256;
+      // Each plot draws its title: no caption repeats it.
+      plotsHtml += htmlFigure(img, plotTitle, options.plotWidth, options.plotHeight, false);
+      // The PDF: two plots to a landscape page, each the text's full width, drawn for that
+      // size — 256 pixels high, their labels then print at about 8 pt — at twice the resolution.
       const double h = pdfPlotHeight();
-      const double w = std::min(h * kPdfW / kPdfH, pdfTextArea().width());
-      p->resize(kPdfW, kPdfH);
-      p->plot()->resize(kPdfW, kPdfH);
+      const double w = pdfContentWidth();
+      constexpr int kPdfH = 256;
+      const int pdfW = static_cast<int>(std::lround(kPdfH * w / h));
+      p->resize(pdfW, kPdfH);
+      p->plot()->resize(pdfW, kPdfH);
       p->replotNow();
-      report.pdfImages.append(p->plot()->toPixmap(kPdfW, kPdfH, 2.0).toImage());
-      plotsHtmlRes += pdfFigure(n, plotTitle, static_cast<int>(w), static_cast<int>(h));
+      p->plot()->toPixmap(pdfW, kPdfH, 2.0);  // lays the plot out at that size (its ticks)
+      report.pdfImages.append(p->plot()->toPixmap(pdfW, kPdfH, 2.0).toImage());
+      plotsHtmlRes += pdfFigure(n, plotTitle, static_cast<int>(w), static_cast<int>(h), false);
     }
   }
   QString configsHtml = QStringLiteral("<h2>Configs</h2>\n");
@@ -426,6 +436,19 @@ void setUpPdfDocument(QTextDocument& doc) {
 }
 
 }  // namespace
+
+double pdfContentWidth() {
+  // The width a paragraph gets in the PDF's document: the text area less the body's margins
+  // (the report's style sheet), found by laying one out.
+  QTextDocument probe;
+  setUpPdfDocument(probe);
+  probe.setHtml(reportHtmlHead(QString()) + QStringLiteral("<p>probe</p>\n</body>\n</html>\n"));
+  probe.pageCount();  // lays it out
+  for (QTextBlock b = probe.begin(); b.isValid(); b = b.next())
+    if (b.text().trimmed() == QLatin1String("probe"))
+      return std::floor(probe.documentLayout()->blockBoundingRect(b).width()) - 1.0;
+  return pdfTextArea().width() * 0.9;  // not reached
+}
 
 double pdfPlotHeight() {
   // The tallest plot for which the "Plots" heading (after its page break) and two figures with
@@ -502,6 +525,19 @@ int keepHeadingsWithTheirText(QTextDocument& doc) {
     doc.pageCount();  // lays out what the last move changed: blockBoundingRect does not
     const double headingTop = layout->blockBoundingRect(b).top();
     if (headingTop - pageOf(b) * pageHeight < 1.0) continue;  // already heads its page
+    // Below nothing but the paragraph that breaks the page (pdfPageBreak()), it heads it too:
+    // moving it would leave a page blank (two plots, each one tall "line", are all that fit under
+    // "Plots").
+    bool heads = false;
+    for (QTextBlock prev = b.previous(); prev.isValid() && pageOf(prev) == pageOf(b);
+         prev = prev.previous()) {
+      if (prev.blockFormat().pageBreakPolicy() & QTextFormat::PageBreak_AlwaysBefore) {
+        heads = true;
+        break;
+      }
+      if (layout->blockBoundingRect(prev).height() >= 2.0) break;
+    }
+    if (heads) continue;
     // The tops of the first kLinesKept lines after the heading (a table row's cells share one).
     const std::vector<double> tops = firstLineTops(doc, b, kLinesKept);
     if (tops.empty() || static_cast<int>(tops.back() / pageHeight) <= pageOf(b)) continue;

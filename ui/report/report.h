@@ -30,11 +30,14 @@ QString reportHeading(const QString& title, const api::StoreReader& store);
 QString reportHtmlHead(const QString& title);
 
 /// An HTML figure: `image` embedded as PNG data (a data: URL), shown at width × height pixels,
-/// with `title` as its alt text and caption (escaped here).
-QString htmlFigure(const QImage& image, const QString& title, int width, int height);
+/// with `title` as its alt text and (`caption`) below it (escaped here). A plot that draws its
+/// title has no caption: it would say the same.
+QString htmlFigure(const QImage& image, const QString& title, int width, int height,
+                   bool caption = true);
 
-/// The PDF document's figure: image resource plotN.png at width × height points, `title` below.
-QString pdfFigure(int n, const QString& title, int width, int height);
+/// The PDF document's figure: image resource plotN.png at width × height points, `title` as its
+/// alt text and (`caption`) below it.
+QString pdfFigure(int n, const QString& title, int width, int height, bool caption = true);
 
 /// A target for "steps and time to target": the first step where `metric` reaches `value`
 /// (<= for losses and perplexity, >= for accuracy).
@@ -104,6 +107,9 @@ QString pdfPageBreak();
 /// The height in points of a plot in the PDF, measured so that two plots with their captions
 /// (and the "Plots" heading above the first pair) fill one page of pdfTextArea().
 double pdfPlotHeight();
+
+/// The width in points a figure may take in the PDF: its text area less the body's margins.
+double pdfContentWidth();
 
 /// The document a PDF of `report` prints, laid out on pdfTextArea() pages in points: the summary
 /// with one column per run, plots at the full text width (the step time one run per plot), the

@@ -4,6 +4,7 @@
 #include <QImage>
 
 #include <algorithm>
+#include <cmath>
 
 #include <qcustomplot.h>
 
@@ -93,10 +94,11 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
   view.setStore(&store);
   view.showSweep(name);
   QString plotsHtml, plotsHtmlRes;
-  // The PDF: two plots (and captions) to a landscape page.
-  constexpr int kPdfW = 620, kPdfH = 290;
-  const double pdfH = std::min(pdfTextArea().width() * 0.58 * kPdfH / kPdfW, pdfPlotHeight());
-  const double pdfW = pdfH * kPdfW / kPdfH;
+  // The PDF: two plots (and captions) to a landscape page, each the text's full width.
+  const double pdfH = pdfPlotHeight();
+  const double pdfW = pdfContentWidth();
+  constexpr int kPdfH = 290;
+  const int pdfPixelsW = static_cast<int>(std::lround(kPdfH * pdfW / pdfH));
   auto addPlot = [&](QCustomPlot* plot, const QString& plotTitle) {
     // Each image laid out at its size first: the tick counts fitted to a layout (one x label
     // per 70 px) are drawn by the next one.
@@ -108,7 +110,7 @@ Report buildSweepReport(const api::StoreReader& store, const QString& name,
     const QImage img = draw(options.plotWidth, options.plotHeight, 1.0);
     // The PDF's: drawn at a smaller size (its labels then print at about 7 pt) and twice the
     // resolution.
-    const QImage pdfImg = draw(kPdfW, kPdfH, 2.0);
+    const QImage pdfImg = draw(pdfPixelsW, kPdfH, 2.0);
     const int n = static_cast<int>(report.images.size());
     report.images.append(img);
     report.pdfImages.append(pdfImg);
