@@ -931,7 +931,11 @@ int cli_main(int argc, char** argv) {
   show->add_option("run", show_id, "run id")->required();
   auto* compare = app.add_subcommand("compare", "runs side by side: config differences, summary");
   std::vector<std::int64_t> compare_ids;
-  compare->add_option("runs", compare_ids, "two or more run ids")->required()->expected(2, 64);
+  compare->add_option("runs", compare_ids, "two or more run ids")->required()->expected(2, -1);
+  bool compare_all = false;
+  compare->add_flag("--all", compare_all,
+                    "list every differing key, also those only some runs' configs have (counted "
+                    "per section otherwise)");
   auto* sweep = app.add_subcommand(
       "sweep", "the runs of a config's [sweep] table, N at a time in CPU slots, then its table");
   tb::api::SweepRequest sweep_req;
@@ -1268,7 +1272,7 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (compare->parsed()) {
-      std::cout << tb::api::compare_runs(db_path, compare_ids);
+      std::cout << tb::api::compare_runs(db_path, compare_ids, compare_all);
       return 0;
     }
     if (sweep->parsed()) return cmd_sweep(sweep_req, sweep_dry, sweep_show, db_path);

@@ -259,7 +259,8 @@ std::string show_run(const std::string& db_path, std::int64_t run_id) {
   return os.str();
 }
 
-std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids) {
+std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& ids,
+                         bool all_keys) {
   TB_CHECK(ids.size() >= 2, "[compare] give at least two run ids, got ", ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
@@ -308,7 +309,15 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   for (const auto& r : runs)
     os << fit(r.summary.name);
   os << "\n\nconfig differences:\n";
-  int differing = 0;
+  // By section: the keys every run has, then the keys only some runs have (another optimizer's
+  // or model's own: [optimizer.adamw] beside [optimizer]) counted on one line per section —
+  // listed with all_keys — as the GUI's comparison folds them.
+  const auto section_of = [](const std::string& k) {
+    const auto dot = k.find('.');
+    return dot == std::string::npos ? std::string() : k.substr(0, dot);
+  };
+  std::map<std::string, std::vector<std::vector<std::string>>> shared, one_sided;
+  std::map<std::string, std::vector<std::string>> shared_keys, one_sided_keys;
   for (const auto& k : keys) {
     std::vector<std::string> vals;
     for (const auto& c : configs) {
@@ -317,13 +326,50 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     }
     if (std::all_of(vals.begin(), vals.end(), [&](const auto& v) { return v == vals[0]; }))
       continue;
-    ++differing;
-    os << "  " << pad_right(k, kw);
-    for (const auto& v : vals)
-      os << fit(v);
+    const bool every_run = std::find(vals.begin(), vals.end(), "-") == vals.end();
+    (every_run ? shared : one_sided)[section_of(k)].push_back(vals);
+    (every_run ? shared_keys : one_sided_keys)[section_of(k)].push_back(k);
+  }
+  std::set<std::string> sections;
+  for (const auto& [sec, rows] : shared)
+    sections.insert(sec);
+  for (const auto& [sec, rows] : one_sided)
+    sections.insert(sec);
+  bool folded = false;
+  for (const auto& sec : sections) {
+    for (std::size_t i = 0; i < shared[sec].size(); ++i) {
+      os << "  " << pad_right(shared_keys[sec][i], kw);
+      for (const auto& v : shared[sec][i])
+        os << fit(v);
+      os << "\n";
+    }
+    const auto& rows = one_sided[sec];
+    if (rows.empty()) continue;
+    if (all_keys) {
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        os << "  " << pad_right(one_sided_keys[sec][i], kw);
+        for (const auto& v : rows[i])
+          os << fit(v);
+        os << "\n";
+      }
+      continue;
+    }
+    folded = true;
+    os << "  "
+       << pad_right((sec.empty() ? std::string("top level") : sec + ".*") + " only in some", kw);
+    for (std::size_t r = 0; r < runs.size(); ++r) {
+      std::size_t have = 0;
+      for (const auto& vals : rows)
+        have += vals[r] != "-";
+      os << pad_left(
+          have == 0 ? std::string("-") : std::to_string(have) + (have == 1 ? " key" : " keys"), w);
+    }
     os << "\n";
   }
-  if (differing == 0) os << "  (none: the configs are equal)\n";
+  if (sections.empty()) os << "  (none: the configs are equal)\n";
+  if (folded)
+    os << "  (\"only in some\": keys some runs' configs lack, such as another optimizer's; "
+          "compare --all lists them)\n";
   if (cut) os << "  (... : cut to the column; trainbench-cli show N prints the whole config)\n";
   os << "\nsummary:\n";
   auto row = [&](const std::string& label, auto&& cell) {
@@ -343,8 +389,24 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     v << std::fixed << std::setprecision(1) << (*r.summary.ended_at - *r.summary.started_at);
     return v.str();
   });
+  // The step time as the reports give it: the mean over the run (a last step says little).
+  bool any_step_ms = false;
+  for (const auto& r : runs)
+    for (const auto& m : r.metrics)
+      any_step_ms |= m.key == core::metric::kStepMs;
+  if (any_step_ms)
+    row(std::string("mean ") + core::metric::kStepMs, [&](const store::RunDetails& r) {
+      const auto points = st.series(r.summary.id, core::metric::kStepMs);
+      if (points.empty()) return std::string("-");
+      double sum = 0;
+      for (const auto& p : points)
+        sum += p.value;
+      std::ostringstream v;
+      v << std::setprecision(5) << sum / static_cast<double>(points.size());
+      return v.str();
+    });
   for (const char* key : {core::metric::kLoss, core::metric::kEvalLoss, core::metric::kEvalAccuracy,
-                          core::metric::kEvalPerplexity, core::metric::kStepMs}) {
+                          core::metric::kEvalPerplexity}) {
     bool any = false;
     for (const auto& r : runs)
       for (const auto& m : r.metrics)

@@ -127,10 +127,12 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
                            const std::string& layout = "trainbench",
                            const std::string& checkpoint = "");
 
-/// Runs side by side: the config keys whose values differ (from the stored effective configs)
-/// and, per run, status, steps, duration and the final value of the main metrics. Needs at least
-/// two run ids; an unknown id is an error naming it.
-std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& run_ids);
+/// Runs side by side: the config keys whose values differ (from the stored effective configs;
+/// keys only some runs have are counted per section, or listed with `all_keys`) and, per run,
+/// status, steps, duration, the mean step time and the final value of the main metrics. Needs
+/// at least two run ids; an unknown id is an error naming it.
+std::string compare_runs(const std::string& db_path, const std::vector<std::int64_t>& run_ids,
+                         bool all_keys = false);
 
 /// The store's default path ($XDG_DATA_HOME/trainbench/runs.sqlite).
 std::string default_store_path();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -824,6 +825,34 @@ TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
       EXPECT_EQ(api::display_width(line), api::display_width(lines[0])) << out;
     }
   }
+}
+
+// Muon against AdamW: the keys only one run's config has (each optimizer's own table) are
+// counted per section — listed with --all — so that the keys both have stand out.
+TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const std::string db = (dir.path() / "runs.sqlite").string();
+  {
+    auto st = store::RunStore::open(db);
+    for (const std::string kind : {"adamw", "muon"}) {
+      store::NewRun nr;
+      nr.name = kind;
+      nr.config = api::check_config_text("[optimizer]\nkind = \"" + kind + "\"\n").effective_toml;
+      st.create_run(nr);
+    }
+  }
+  const std::string folded = api::compare_runs(db, {1, 2});
+  const auto has = [](const std::string& text, const std::string& pattern) {
+    return std::regex_search(text, std::regex(pattern));
+  };
+  EXPECT_TRUE(has(folded, "\n  optimizer\\.kind ")) << folded;
+  EXPECT_TRUE(has(folded, "\n  optimizer\\.\\* only in some +[0-9]+ keys +[0-9]+ keys\n"))
+      << folded;
+  EXPECT_TRUE(has(folded, "compare --all lists them")) << folded;
+  EXPECT_FALSE(has(folded, "optimizer\\.muon\\.lr")) << folded;
+  const std::string all = api::compare_runs(db, {1, 2}, /*all_keys=*/true);
+  EXPECT_TRUE(has(all, "\n  optimizer\\.muon\\.lr +- +[0-9.e-]+\n")) << all;
+  EXPECT_FALSE(has(all, "only in some")) << all;
 }
 
 namespace {
