@@ -130,6 +130,16 @@ int cmd_dispatch(const std::string& op_filter, bool all, bool matrix) {
               << std::setw(12) << r.source << r.where << "\n";
     ++shown;
   }
+  if (shown == 0 && !op_filter.empty()) {
+    bool named = false;  // an op of that name, all of whose entries are missing or fall through
+    for (const auto& r : rows)
+      named = named || r.op.find(op_filter) != std::string::npos;
+    if (!named) {
+      std::cout << "no operator's name contains '" << op_filter
+                << "' (dispatch without --op lists them all)\n";
+      return 0;
+    }
+  }
   std::cout << shown << " entries"
             << (all ? "" : " (use --all to include missing and fall-through keys)") << "\n";
   return 0;
@@ -402,6 +412,12 @@ int cmd_run(tb::api::RunRequest req) {
   std::cout << (rank_number > 0 ? "rank " + std::to_string(rank_number) + ": " : std::string())
             << "run " << out.run_id << " " << said << "\n"
             << std::flush;
+  // How to go on from the checkpoint (once, from the process that writes the store).
+  if (out.status == "cancelled" && rank_number <= 0 &&
+      out.message.find("with a checkpoint to continue from") != std::string::npos)
+    std::cout << "continue it with: trainbench-cli " << (db.empty() ? "" : "--db " + db + " ")
+              << "run --resume " << out.run_id << "\n"
+              << std::flush;
   if (rank) tb::api::end_distributed(out.status == "failed");
   return out.status == "finished" || out.stopped_as_asked ? 0 : 2;
 }
@@ -438,10 +454,12 @@ std::string this_program(const char* who) {
   return exe;
 }
 
-void print_sweep_table(const tb::api::SweepResult& r) {
-  std::cout << "\nsweep " << r.plan.name << " (" << r.status << "): " << r.plan.metric
-            << " (best of each run, " << (r.plan.goal == "max" ? "higher" : "lower")
-            << " is better; mean ± sd over seeds)\n";
+// The table, after a blank line that sets it off from the trials' lines above it (none for
+// `sweep --show`, which prints the table alone).
+void print_sweep_table(const tb::api::SweepResult& r, bool after_trials = true) {
+  std::cout << (after_trials ? "\n" : "") << "sweep " << r.plan.name << " (" << r.status
+            << "): " << r.plan.metric << " (best of each run, "
+            << (r.plan.goal == "max" ? "higher" : "lower") << " is better; mean ± sd over seeds)\n";
   // "±" is two bytes and one cell: the columns are padded by cells, not bytes (std::setw).
   std::cout << std::left << std::setw(7) << "point" << tb::api::pad_right("mean ± sd", 27)
             << std::setw(10) << "finished" << std::setw(14) << "runs"
@@ -458,8 +476,10 @@ void print_sweep_table(const tb::api::SweepResult& r) {
     } else {
       stat << "-";
     }
-    for (std::size_t i = 0; i < p.run_ids.size(); ++i)
-      ids << (i ? "," : "") << p.run_ids[i];
+    std::vector<std::int64_t> run_ids = p.run_ids;  // in trial order; listed in id order
+    std::sort(run_ids.begin(), run_ids.end());
+    for (std::size_t i = 0; i < run_ids.size(); ++i)
+      ids << (i ? "," : "") << run_ids[i];
     std::cout << std::left << std::setw(7) << ("p" + std::to_string(p.point))
               << tb::api::pad_right(stat.str(), 27) << std::setw(10)
               << (std::to_string(p.finished) + "/" + std::to_string(p.runs)) << std::setw(14)
@@ -564,7 +584,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       return 1;
     }
     const auto result = tb::api::sweep_table(show, db_path);
-    print_sweep_table(result);
+    print_sweep_table(result, false);
     std::cout << "trial configs: " << result.trial_dir << "\n";
     return 0;
   }
@@ -1212,7 +1232,7 @@ int cli_main(int argc, char** argv) {
       const bool config = !is_kind && (toml || std::filesystem::is_regular_file(model_kind, ec));
       const auto m = config ? tb::api::describe_config_model(model_kind, model_settings)
                             : tb::api::describe_model(model_kind, model_settings);
-      std::cout << m.kind << " " << m.config_json << "\n\n" << m.table;
+      std::cout << m.config_toml << "\n" << m.table;
       return 0;
     }
     if (run->parsed()) {
@@ -1265,6 +1285,10 @@ int cli_main(int argc, char** argv) {
                     << r.point.value_or(0) << "]";
         std::cout << "\n";
       }
+      // Nothing listed: say where that was looked for (stderr: stdout stays the table).
+      if (rows.empty())
+        std::cerr << "(no runs" << (runs_sweep.empty() ? std::string() : " of sweep " + runs_sweep)
+                  << " in " << (db_path.empty() ? tb::api::default_store_path() : db_path) << ")\n";
       return 0;
     }
     if (show->parsed()) {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
+#include "engine/core/fields.h"
 #include "engine/nn/models.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
@@ -10,6 +11,18 @@
 #include "engine/train/run_config.h"
 
 namespace tb::api {
+namespace {
+
+// A model's config as a run config writes it: "[model]", its kind, then its fields by name.
+std::string model_toml(const nlohmann::json& config) {
+  std::string out = "[model]\n";
+  if (config.contains("kind")) out += "kind = " + core::json_to_toml(config.at("kind")) + "\n";
+  for (const auto& [key, value] : config.items())
+    if (key != "kind") out += key + " = " + core::json_to_toml(value) + "\n";
+  return out;
+}
+
+}  // namespace
 
 ModelSummary describe_model(const std::string& kind, const std::vector<std::string>& settings) {
   const nlohmann::json j = train::settings_object(kind, settings, "model");
@@ -18,6 +31,7 @@ ModelSummary describe_model(const std::string& kind, const std::vector<std::stri
   ModelSummary out;
   out.kind = nn::model_kind(cfg);
   out.config_json = nn::to_json(model->config()).dump(2);
+  out.config_toml = model_toml(nn::to_json(model->config()));
   out.table = nn::parameter_table(*model);
   out.parameters = model->num_parameters();
   return out;
@@ -32,6 +46,7 @@ ModelSummary describe_config_model(const std::string& toml_path,
   ModelSummary out;
   out.kind = nn::model_kind(c.model);
   out.config_json = nn::to_json(model->config()).dump(2);
+  out.config_toml = model_toml(nn::to_json(model->config()));
   out.parameters = model->num_parameters();
   if (!optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind.empty())
     out.table =

@@ -11,6 +11,7 @@ namespace tb::api {
 struct ModelSummary {
   std::string kind;             ///< "mlp", "qwen-tiny", "cnn" or "gpt"
   std::string config_json;      ///< the full config (every field, defaults filled in), pretty JSON
+  std::string config_toml;      ///< the same as a run config's [model] table (kind first)
   std::string table;            ///< one line per parameter (name, shape, count) and the total
   std::int64_t parameters = 0;  ///< number of parameter elements (shared tensors once)
 };

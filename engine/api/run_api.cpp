@@ -230,6 +230,7 @@ std::vector<RunRow> list_runs(const std::string& db_path, const std::string& swe
 
 std::string show_run(const std::string& db_path, std::int64_t run_id) {
   auto st = detail::existing_store(db_path);
+  detail::require_run(st, run_id);
   const auto d = st.get_run(run_id);
   std::ostringstream os;
   os << "run " << d.summary.id << " '" << d.summary.name
@@ -513,6 +514,7 @@ SampleResult sample_run(const SampleRequest& req) {
 
 std::string export_run(const std::string& db_path, std::int64_t run_id, const std::string& format) {
   auto st = detail::existing_store(db_path);
+  detail::require_run(st, run_id);
   if (format == "csv") return st.export_csv(run_id);
   if (format == "json") return st.export_json(run_id);
   throw ValueError("[export] unknown format '" + format + "' (choose csv, json or tensorboard)");
@@ -522,6 +524,7 @@ std::string export_tensorboard(const std::string& db_path, std::int64_t run_id,
                                const std::string& dir) {
   TB_CHECK(!dir.empty(), "[export] --format tensorboard needs DIR, the log directory to write to");
   const auto st = detail::existing_store(db_path);
+  detail::require_run(st, run_id);
   return store::write_tensorboard(st, run_id, dir).string();
 }
 

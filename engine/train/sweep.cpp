@@ -458,9 +458,15 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
   }
   for (const auto& p : plan.spec.parameters) {
     if (applied.count(p.key)) continue;
+    // Why, from a point's side; one that names the key meant ("did you mean 'optimizer.lr'?", an
+    // AdamW point's for a misspelt key) before one that lists a table's keys (a Muon point's).
     std::string why;
-    for (const auto& r : refusals)
-      if (r.rfind(p.key + ": ", 0) == 0 && why.empty()) why = r.substr(p.key.size() + 2);
+    for (const auto& r : refusals) {
+      if (r.rfind(p.key + ": ", 0) != 0) continue;
+      const bool suggests = r.find("did you mean") != std::string::npos;
+      if (why.empty() || (suggests && why.find("did you mean") == std::string::npos))
+        why = r.substr(p.key.size() + 2);
+    }
     w.fail("sweep.parameters.'" + p.key + "'", "applies to no point (" + why + ")");
   }
   for (std::size_t i = 0; i < points.size(); ++i) {

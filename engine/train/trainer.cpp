@@ -719,18 +719,22 @@ TrainResult Trainer::loop() {
 void Trainer::finish(TrainResult& r, std::int64_t steps_run) {
   r.steps = s_->step;
   r.last_eval = s_->last_eval;
+  const std::string steps = std::to_string(s_->step) + (s_->step == 1 ? " step" : " steps");
   if (r.outcome == RunOutcome::kFinished && steps_run == 0) {
-    r.message = "finished " + std::to_string(s_->step) +
-                " steps (nothing was left to run after the checkpoint)";
+    r.message = "finished " + steps + " (nothing was left to run after the checkpoint)";
   } else if (r.outcome == RunOutcome::kFinished) {
     std::ostringstream os;
-    os << "finished " << s_->step << " steps, last loss " << r.last_loss;
+    os << "finished " << steps << ", last loss " << r.last_loss;
     for (const auto& [k, v] : s_->last_eval)
       os << ", " << k << " " << v;
     r.message = os.str();
   }
+  // A stop at --stop-at's step is what was asked for (a sweep's rung): not a warning.
+  const bool as_asked = r.outcome == RunOutcome::kCancelled && stop_at_ > 0 &&
+                        s_->step == stop_at_ && stop_at_ < total_steps_;
   for (auto& sink : sinks_)
-    sink->on_outcome(r.outcome == RunOutcome::kFinished ? "info" : "warning", r.message);
+    sink->on_outcome(r.outcome == RunOutcome::kFinished || as_asked ? "info" : "warning",
+                     r.message);
 }
 
 }  // namespace tb::train

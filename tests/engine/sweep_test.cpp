@@ -166,6 +166,11 @@ TEST(Sweep, ErrorsNameTheKey) {
   const std::string lrr = error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n");
   EXPECT_CONTAINS(lrr, "sweep.parameters.'optimizer.lrr': applies to no point");
   EXPECT_CONTAINS(lrr, "(swept as optimizer.lrr=0.1)");  // not "--set", which nobody typed
+  // With Muon and AdamW points, the reason that names the key meant (an AdamW point's), not the
+  // list of [optimizer]'s keys (a Muon point's, which comes first).
+  EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.kind\" = [\"muon\", "
+                           "\"adamw\"]\n\"optimizer.lrr\" = [0.1]\n"),
+                  "unknown key 'optimizer.lrr'; did you mean 'optimizer.lr'?");
   // A value a point's config refuses: the point and the config's message.
   EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, -1.0]\n"),
                   "the point optimizer.lr=-1.0");

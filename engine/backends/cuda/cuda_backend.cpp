@@ -295,7 +295,7 @@ CudaStatus cuda_status() {
       (void)cudaRuntimeGetVersion(&runtime);
       std::string what;
       if ((err == cudaErrorInsufficientDriver && driver == 0) || err == cudaErrorNoDevice) {
-        what = "no NVIDIA GPU or driver found here; the run can use run.device = \"cpu\". ";
+        what = "no NVIDIA GPU or driver found here (run.device = \"cpu\" trains on the CPU). ";
       } else if (err == cudaErrorInsufficientDriver) {
         what = tb::detail::str_cat("the NVIDIA driver here supports CUDA ", driver / 1000, ".",
                                    (driver % 1000) / 10, ", older than this build's runtime ",
