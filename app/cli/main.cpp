@@ -1393,7 +1393,7 @@ int cli_main(int argc, char** argv) {
       return cmd_schedule(sched_kind, sched_settings, sched_lrs, sched_steps, sched_momentum);
     }
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << tb::api::error_text(e) << "\n";
     return 1;
   }
   return 0;

@@ -1,12 +1,15 @@
 // Implementation of the engine facade.
 #include "engine/api/engine_api.h"
 
+#include <algorithm>
+
 #include "engine/api/api_detail.h"
 #include "engine/backends/cpu/blas.h"
 #include "engine/backends/cpu/capability.h"
 #include "engine/backends/cuda/cuda_status.h"
 #include "engine/backends/openreg/runtime.h"
 #include "engine/core/allocator.h"
+#include "engine/core/error.h"
 #include "engine/core/fields.h"
 #include "engine/core/math_mode.h"
 #include "engine/core/thread_pool.h"
@@ -148,6 +151,18 @@ void set_allow_tf32(bool allow) {
 
 std::string close_word(const std::string& word, const std::vector<std::string>& candidates) {
   return core::close_word(word, candidates);
+}
+
+std::string error_text(const std::exception& e) {
+  std::string what = e.what();
+  const auto* config = dynamic_cast<const ConfigError*>(&e);
+  if (config == nullptr) return what;
+  const ConfigProblem& p = config->problem();
+  const std::string at = "[config] " + p.source + ": ";
+  if (p.line > 0 && what.rfind(at, 0) == 0)
+    what = "[config] " + p.source + ":" + std::to_string(p.line) + ":" +
+           std::to_string(std::max(p.column, 1)) + ": " + what.substr(at.size());
+  return what;
 }
 
 std::string openblas_note() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -85,6 +86,10 @@ void set_allow_tf32(bool allow);
 /// The candidate `word` is likely a typo of ("runz" -> "runs"), or "" (the rule config keys use
 /// for "did you mean").
 std::string close_word(const std::string& word, const std::vector<std::string>& candidates);
+
+/// An error's text for a person: what() — with, for a config key of a file, where it is as
+/// compilers say it ("[config] run.toml:12:1: model.input: ..."), which editors jump to.
+std::string error_text(const std::exception& e);
 
 /// Runs the headless demo (seeded data, a least-squares fit by gradient descent on the engine's
 /// ops, GEMM vs SYRK timings), printing what it does to `out`. Returns 0 on success.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/engine_api.h"
 #include "engine/core/error.h"
 #include "engine/data/registry.h"
 #include "tests/engine/test_util.h"
@@ -250,6 +251,23 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
         data::dataset_registry().at("image-folder")->shape(data_settings(c.data));
     EXPECT_EQ(shape.features_note, "3x8x8 pixels") << size;
   }
+}
+
+// For a person (the CLI's "error:" line), a key of a file says where it is as compilers do;
+// a --set value, which has no line, and other errors are left as they are.
+TEST(RunConfigTest, ErrorTextGivesTheKeysLineAndColumn) {
+  const auto text_of = [](const std::string& toml, const std::vector<std::string>& sets = {}) {
+    try {
+      (void)parse_run_config(toml, "run.toml", sets);
+    } catch (const std::exception& e) {
+      return tb::api::error_text(e);
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(text_of("[run]\nsteps = 10\n\n[optimizer]\nlr = \"fast\"\n"),
+            "[config] run.toml:5:6: optimizer.lr: expected a number, found string \"fast\"");
+  EXPECT_EQ(text_of("", {"optimizer.lr=-1"}).rfind("[config] run.toml: optimizer.lr: ", 0), 0u);
+  EXPECT_EQ(tb::api::error_text(tb::ValueError("[data] plain")), "[data] plain");
 }
 
 TEST(RunConfigTest, EnumErrors) {
