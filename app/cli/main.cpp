@@ -1097,6 +1097,12 @@ int cli_main(int argc, char** argv) {
       return 1;
     }
   }
+  // A command's help lists its own options: the program's (--db, --threads, ...) are taken
+  // after the command too, and said once at the foot.
+  for (CLI::App* sub : app.get_subcommands({}))
+    sub->footer(
+        "Global options, also after the command: --db PATH, --threads N, --gemm-backend NAME, "
+        "--tf32 (trainbench-cli --help says what they do).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
