@@ -257,8 +257,12 @@ int cmd_run(tb::api::RunRequest req) {
         p.steps_per_s > 0 ? static_cast<double>(p.total - p.step) / p.steps_per_s : 0.0;
     std::ostringstream line;
     line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss;
-    // (The last step of a cancelled or diverged run may be logged with its loss alone.)
-    if (!std::isnan(p.lr)) line << "  lr " << std::setprecision(3) << p.lr;
+    // (A step whose loss was not finite, and the last step of a cancelled or diverged run, may
+    // be logged with its loss alone: "lr -" keeps the columns where they were.)
+    if (std::isnan(p.lr))
+      line << "  lr -";
+    else
+      line << "  lr " << std::setprecision(3) << p.lr;
     line << "  " << std::fixed << std::setprecision(1);
     // The first report has no rate yet: no "0.0 it/s  ETA 0 s". A long ETA in minutes or hours.
     if (p.steps_per_s <= 0)
