@@ -217,10 +217,21 @@ void quietRuntimeDir() {
     setenv("XDG_RUNTIME_DIR", dir.c_str(), 0);
 }
 
+// The offscreen platform (--screenshot, --export-report without a display) says "This plugin
+// does not support propagateSizeHints()" for every top-level window it shows: a limit of that
+// platform, of no use to the person who asked for a picture. Other messages go on as before.
+QtMessageHandler g_previousHandler = nullptr;
+void quietOffscreenHandler(QtMsgType type, const QMessageLogContext& context, const QString& text) {
+  if (type == QtWarningMsg && text.contains(QLatin1String("does not support propagateSizeHints")))
+    return;
+  if (g_previousHandler) g_previousHandler(type, context, text);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   quietRuntimeDir();
+  g_previousHandler = qInstallMessageHandler(quietOffscreenHandler);
   const bool offscreen = wantsOffscreen(argc, argv);
   if (offscreen && std::getenv("QT_QPA_PLATFORM") == nullptr)
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
