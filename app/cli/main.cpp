@@ -836,9 +836,10 @@ int cli_main(int argc, char** argv) {
   tb::api::LaunchRequest launch_req;
   auto* launch_configs = launch->add_option("configs", launch_req.configs,
                                             "run configs; process k runs config k % count");
-  launch->add_option("--nproc", launch_req.nproc, "number of processes (= slots)")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
+  launch
+      ->add_option("--nproc", launch_req.nproc,
+                   "number of processes (= slots; default: one per config, or 1 with --ddp)")
+      ->check(CLI::Range(1, 4096));
   launch
       ->add_option("--binding", launch_req.binding, "none, node, socket, exclusive or core-complex")
       ->capture_default_str();
@@ -864,6 +865,9 @@ int cli_main(int argc, char** argv) {
     if (!launch_req.ddp && (!launch_hosts.empty() || !launch_req.hostfile.empty()))
       throw CLI::ValidationError(launch_hosts.empty() ? "--hostfile" : "--hosts",
                                  "needs --ddp (without it, the processes run on this machine)");
+    // `launch A B C`: one process per config (with --nproc 1, B and C never ran).
+    if (!launch_req.ddp && launch->count("--nproc") == 0)
+      launch_req.nproc = static_cast<int>(launch_configs->count());
   });
 
   auto* model = app.add_subcommand(

@@ -124,6 +124,11 @@ std::vector<LaunchedProcess> launch_runs(
                            std::all_of(req.resume_runs.begin(), req.resume_runs.begin() + req.nproc,
                                        [](std::int64_t id) { return id > 0; });
   TB_CHECK(!req.configs.empty() || all_resumed, "[launch] give at least one run config");
+  TB_CHECK(req.configs.size() <= static_cast<std::size_t>(req.nproc), "[launch] ",
+           req.configs.size(), " configs but --nproc ", req.nproc, ": process k runs config k, so ",
+           req.configs.size() - static_cast<std::size_t>(req.nproc),
+           " of them would never run; give --nproc ", req.configs.size(),
+           " or more (or leave it out: one process per config)");
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
   // Every config is checked before a process starts: a mistake in the last one would otherwise
   // show only after the others had started training.
@@ -266,6 +271,23 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   TB_CHECK(req.hosts.empty() || req.hostfile.empty(),
            "[launch] give --hosts or --hostfile, not both");
   (void)numa::parse_binding_mode(req.binding);  // a bad mode fails here, not in every rank
+  // A resume continues a data-parallel run on as many ranks as it had: said here, once, rather
+  // than by every rank refusing the changed config under mpirun's abort banner.
+  if (req.resume > 0) {
+    auto st = detail::existing_store(req.db_path);
+    detail::require_run(st, req.resume);
+    const std::int64_t ranks =
+        train::parse_run_config(st.get_run(req.resume).config,
+                                "run " + std::to_string(req.resume) + "'s stored config")
+            .distributed.world_size;
+    TB_CHECK(ranks > 1, "[launch] run ", req.resume,
+             " is not a data-parallel run (it ran as one process): continue it with "
+             "trainbench-cli run --resume ",
+             req.resume);
+    TB_CHECK(ranks == req.nproc, "[launch] run ", req.resume, " ran on ", ranks,
+             " ranks, and --ddp --resume continues it on as many: --nproc ", ranks, " (got ",
+             req.nproc, ")");
+  }
   DdpLaunch p;
   p.argv = {req.mpirun, "-np", std::to_string(req.nproc), "--bind-to", "none"};
   const bool remote = !req.hosts.empty() || !req.hostfile.empty();

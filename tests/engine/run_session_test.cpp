@@ -482,11 +482,31 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
   // Resumed without a config file: the stored run's config decides.
   store::NewRun nr;
   nr.name = "gpu";
-  nr.config = gpu_text;
+  nr.config = gpu_text + "world_size = 2\n";
   const std::int64_t id = store::RunStore::open(dir.db()).create_run(nr);
   req.configs.clear();
   req.resume = id;
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
+  // A resume continues on as many ranks, and only a data-parallel run: refused before mpirun
+  // starts (every rank refused it under mpirun's abort banner).
+  req.nproc = 4;
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::plan_ddp_launch(req); }),
+            "[launch] run " + std::to_string(id) +
+                " ran on 2 ranks, and --ddp --resume continues it on as many: --nproc 2 (got 4)");
+  nr.name = "alone";
+  nr.config = base;
+  req.resume = store::RunStore::open(dir.db()).create_run(nr);
+  req.nproc = 2;
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::plan_ddp_launch(req); }),
+            "[launch] run " + std::to_string(req.resume) +
+                " is not a data-parallel run (it ran as one process): continue it with "
+                "trainbench-cli run --resume " +
+                std::to_string(req.resume));
+  req.resume = 99;
+  EXPECT_NE(tb::test::error_of([&] {
+              (void)api::plan_ddp_launch(req);
+            }).find("no run 99 (trainbench-cli runs lists them)"),
+            std::string::npos);
 }
 
 }  // namespace
