@@ -424,8 +424,8 @@ class TestRunsReport : public QObject {
     QMap<QString, bool> onRight;
     for (const auto& [id, c] : lr->curves())
       onRight[c.label] = c.right;
-    QCOMPARE(onRight.value(QStringLiteral("LR adamw (right)"), false), true);
-    QCOMPARE(onRight.value(QStringLiteral("LR muon"), true), false);
+    QCOMPARE(onRight.value(QStringLiteral("AdamW LR (right)"), false), true);
+    QCOMPARE(onRight.value(QStringLiteral("Muon LR"), true), false);
     QVERIFY(plot->yAxis2->visible());
     QCOMPARE(plot->yAxis->label(), QStringLiteral("Muon lr"));
     QCOMPARE(plot->yAxis2->label(), QStringLiteral("AdamW lr"));
@@ -439,7 +439,11 @@ class TestRunsReport : public QObject {
     panel.appendSteps(3, {loggedStep(1, 0.01, {{"loss", 1.0}, {"lr.sgd.0", 0.1}})});
     bool sgdRight = false;
     for (const auto& [id, c] : lr->curves())
-      if (id.endsWith(QStringLiteral("/lr.sgd.0"))) sgdRight = c.right;
+      if (id.endsWith(QStringLiteral("/lr.sgd.0"))) {
+        sgdRight = c.right;
+        QCOMPARE(c.label,
+                 QStringLiteral("SGD LR (right)"));  // the optimizer's name, group 0 unsaid
+      }
     QVERIFY(sgdRight);
     QCOMPARE(plot->yAxis2->label(), QStringLiteral("lr (other optimizers)"));
 
@@ -453,7 +457,7 @@ class TestRunsReport : public QObject {
     panel.replotAll();
     QCOMPARE(lr->curves().size(), std::size_t{1});
     QCOMPARE(lr->curves().begin()->second.right, false);
-    QCOMPARE(lr->curves().begin()->second.label, QStringLiteral("LR adamw"));
+    QCOMPARE(lr->curves().begin()->second.label, QStringLiteral("AdamW LR"));
     QVERIFY(!plot->yAxis2->visible());
     QCOMPARE(plot->yAxis->label(), QStringLiteral("lr"));
     // A constant LR: in the middle of its axis, not at the bottom of a 0..0.001 range.

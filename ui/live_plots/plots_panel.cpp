@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include <qcustomplot.h>
@@ -79,8 +80,20 @@ MetricRoute routeMetric(const QString& key) {
     const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
     const int g = key.section(QLatin1Char('.'), 2).toInt();
     const bool muon = key.startsWith(QLatin1String("lr.muon"));
-    return {PlotsPanel::LearningRate, muon ? 0 : 1, QStringLiteral("LR ") + key.mid(3),
-            styles[(muon ? 0 : 1 + g) % 4]};
+    // "lr.adamw.0" is "AdamW LR", another group of it "AdamW LR (group 1)": the optimizer's
+    // name as people write it, not the metric key.
+    static const std::map<QString, QString> kNames = {
+        {QStringLiteral("adamw"), QStringLiteral("AdamW")},
+        {QStringLiteral("adam"), QStringLiteral("Adam")},
+        {QStringLiteral("muon"), QStringLiteral("Muon")},
+        {QStringLiteral("sgd"), QStringLiteral("SGD")}};
+    const QString optimizer = key.section(QLatin1Char('.'), 1, 1);
+    const QString group = key.section(QLatin1Char('.'), 2);
+    const auto name = kNames.find(optimizer);
+    QString label = (name != kNames.end() ? name->second : optimizer) + QStringLiteral(" LR");
+    if (!group.isEmpty() && group != QLatin1String("0"))
+      label += QStringLiteral(" (group %1)").arg(group);
+    return {PlotsPanel::LearningRate, muon ? 0 : 1, label, styles[(muon ? 0 : 1 + g) % 4]};
   }
   if (key == QLatin1String(api::metric::kDataMs))
     return {PlotsPanel::StepTime, 0, QStringLiteral("data"), Qt::DotLine};
