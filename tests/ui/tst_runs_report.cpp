@@ -442,7 +442,7 @@ class TestRunsReport : public QObject {
       if (id.endsWith(QStringLiteral("/lr.sgd.0"))) {
         sgdRight = c.right;
         QCOMPARE(c.label,
-                 QStringLiteral("SGD LR (right)"));  // the optimizer's name, group 0 unsaid
+                 QStringLiteral("#3 SGD LR (right)"));  // the optimizer's name, group 0 unsaid
       }
     QVERIFY(sgdRight);
     QCOMPARE(plot->yAxis2->label(), QStringLiteral("lr (other optimizers)"));
