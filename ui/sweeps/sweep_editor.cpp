@@ -23,6 +23,15 @@
 namespace tb::ui {
 namespace {
 
+// A factor as the config writes it ("2", "1.5"), not "2.00".
+class FactorSpinBox : public QDoubleSpinBox {
+ public:
+  using QDoubleSpinBox::QDoubleSpinBox;
+
+ protected:
+  QString textFromValue(double value) const override { return QString::number(value, 'g', 6); }
+};
+
 enum ParamColumn { Key, Distribution, Values, Min, Max, ParamColumns };
 
 QString quoted(const QString& s) {
@@ -142,7 +151,7 @@ SweepEditor::SweepEditor(std::function<QString()> runConfig, QWidget* parent)
       {QStringLiteral("none"), QStringLiteral("successive_halving"), QStringLiteral("median")});
   m_rungs = new QLineEdit(this);
   m_rungs->setPlaceholderText(tr("steps, e.g. 200, 400"));
-  m_factor = new QDoubleSpinBox(this);
+  m_factor = new FactorSpinBox(this);
   m_factor->setRange(1.01, 100);
   m_factor->setValue(2);
   m_factor->setToolTip(tr("successive_halving: keep the best 1/factor of the points at each rung"));

@@ -82,6 +82,7 @@ QString number(double v) {
 QTableWidgetItem* cell(const QString& text) {
   auto* item = new QTableWidgetItem(text);
   item->setFlags(item->flags() & ~Qt::ItemIsEditable);
+  item->setToolTip(text);  // whole, where the column elides it
   return item;
 }
 
@@ -218,6 +219,10 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
     t->verticalHeader()->setVisible(false);
     t->setSelectionBehavior(QAbstractItemView::SelectRows);
     t->horizontalHeader()->setStretchLastSection(true);
+    // One line a row (the values elided, whole in the tooltip): more points in sight.
+    t->setWordWrap(false);
+    t->setTextElideMode(Qt::ElideRight);
+    t->verticalHeader()->setDefaultSectionSize(fontMetrics().height() + 6);
   }
   auto* tables = new QTabWidget(this);
   tables->addTab(m_points, tr("Points (best first)"));
@@ -227,7 +232,11 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   split->addWidget(plots);
   split->addWidget(tables);
   split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 1);
+  split->setStretchFactor(1, 2);
+  // Room for the best few points (header, tabs and five rows) on a laptop's screen: the plots
+  // took all but two rows of it at 1366 x 768.
+  tables->setMinimumHeight(fontMetrics().height() * 11);
+  split->setCollapsible(1, false);
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(top);
   layout->addWidget(m_summary);
@@ -706,8 +715,10 @@ void SweepView::fillTables() {
     const auto& p = m_result.points[static_cast<std::size_t>(r)];
     QString stat = p.mean ? number(*p.mean) : QStringLiteral("-");
     if (p.mean && p.stddev) stat += QStringLiteral(" ± ") + QString::number(*p.stddev, 'g', 3);
+    std::vector<std::int64_t> ids = p.run_ids;  // in trial order; listed in id order
+    std::sort(ids.begin(), ids.end());
     QStringList runs;
-    for (auto id : p.run_ids)
+    for (auto id : ids)
       runs << QString::number(id);
     m_points->setItem(r, 0, cell(QStringLiteral("p%1").arg(p.point)));
     m_points->setItem(r, 1, cell(stat));
