@@ -376,9 +376,22 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   m_table->setAlternatingRowColors(true);
   m_table->setContextMenuPolicy(Qt::CustomContextMenu);
   layout->addWidget(m_table, 1);
-  // The names as wide as the longest stored one needs, within reason.
-  m_table->resizeColumnToContents(RunsModel::Name);
-  m_table->setColumnWidth(RunsModel::Name, std::min(m_table->columnWidth(RunsModel::Name), 260));
+  // The names as wide as the longest stored one needs, within reason — once there are runs (the
+  // store is read after this: sized on the empty table, the column kept its 100 px and cut
+  // every sweep trial's name), and until the user sizes the column.
+  auto fitNames = [this] {
+    if (m_namesFitted || m_filter->rowCount() == 0) return;
+    m_namesFitted = true;
+    m_table->resizeColumnToContents(RunsModel::Name);
+    m_table->setColumnWidth(RunsModel::Name, std::min(m_table->columnWidth(RunsModel::Name), 260));
+  };
+  fitNames();
+  connect(m_filter, &QAbstractItemModel::rowsInserted, this, fitNames);
+  connect(m_filter, &QAbstractItemModel::modelReset, this, fitNames);
+  connect(m_table->horizontalHeader(), &QHeaderView::sectionResized, this,
+          [this](int section, int, int) {
+            if (section == RunsModel::Name && m_filter->rowCount() > 0) m_namesFitted = true;
+          });
 
   connect(m_search, &QLineEdit::textChanged, m_filter, &RunsFilter::setSearch);
   connect(m_status, QOverload<int>::of(&QComboBox::currentIndexChanged), this,

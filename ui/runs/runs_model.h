@@ -157,6 +157,7 @@ class RunsView : public QWidget {
   RunsModel* m_model;
   RunsFilter* m_filter;
   QTableView* m_table;
+  bool m_namesFitted = false;  // the name column sized to the names (once; then the user's)
   QLineEdit* m_search;
   QComboBox* m_status;
   QComboBox* m_sweep;
