@@ -47,7 +47,8 @@ struct RunProgressInfo {
 
 /// execute_run() of the config file (read here; a missing or unreadable file is a tb::ValueError
 /// naming it). `config_path` may be empty with `resume`: the stored run's config is used.
-/// `on_start` gets the run id and the parameter table before the first step; `on_progress` is
+/// `on_start` gets the run id and the parameter table before the first step (a resume's first
+/// line says where it continues: "continuing from step N (DIR)"); `on_progress` is
 /// called on the run thread after each logged step. A bad config throws (nothing is stored);
 /// a failure after the run exists (e.g. a missing data set) returns status "failed".
 RunOutcomeInfo run_training(const RunRequest& request,

@@ -472,7 +472,12 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
         }
         store_sink->on_event("info", text);
       }
-      if (observer.on_start) observer.on_start(start.run_id, out.description);
+      // A resume says where it goes on from before the table (the event above says it too).
+      if (observer.on_start)
+        observer.on_start(start.run_id,
+                          resuming ? "continuing from step " + std::to_string(out.from_step) +
+                                         " (" + start.checkpoint.string() + ")\n" + out.description
+                                   : out.description);
       r = trainer->run();
     } catch (const std::exception& e) {
       r.outcome = train::RunOutcome::kFailed;
