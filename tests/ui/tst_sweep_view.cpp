@@ -383,6 +383,20 @@ class TestSweepView : public QObject {
     QVERIFY(!best.isEmpty());
     emit w.sweepView()->openConfig(best, QStringLiteral("best"));
     QVERIFY(w.configEditor()->toToml().contains(flatten(best).value(QStringLiteral("run.name"))));
+    // A name the store lacks (trainbench --sweep NAME mistyped): no sweep shown, and the tab says
+    // so — it showed the first sweep in its box beside "no sweep in this store".
+    w.showSweep(QStringLiteral("no-such-sweep"));
+    QCOMPARE(w.sweepView()->sweepName(), QString());
+    QComboBox* box = nullptr;  // the sweep box: the one listing the stored sweeps
+    for (auto* b : w.sweepView()->findChildren<QComboBox*>())
+      if (b->findData(QStringLiteral("opt-lr")) >= 0) box = b;
+    QVERIFY(box);
+    QCOMPARE(box->currentIndex(), -1);
+    bool said = false;
+    for (auto* label : w.sweepView()->findChildren<QLabel*>())
+      said = said || label->text() ==
+                         QStringLiteral("No sweep 'no-such-sweep' in this store: choose one above");
+    QVERIFY(said);
   }
 
  private:

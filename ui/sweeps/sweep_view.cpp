@@ -303,9 +303,20 @@ void SweepView::showSweep(const QString& name) {
   if (index < 0) {
     m_name.clear();
     m_result = {};
-    m_summary->setText(m_store ? tr("No sweep in this store: run one with trainbench-cli sweep "
-                                    "CONFIG or the config editor's Sweep tab")
-                               : QString());
+    // The box shows no sweep either (it showed the first one beside "no sweep" for a name given
+    // with --sweep that the store lacks).
+    m_filling = true;
+    m_sweepBox->setCurrentIndex(-1);
+    m_xBox->clear();
+    m_filling = false;
+    if (!m_store)
+      m_summary->clear();
+    else if (m_sweepBox->count() == 0)
+      m_summary->setText(
+          tr("No sweep in this store: run one with trainbench-cli sweep CONFIG or "
+             "the config editor's Sweep tab"));
+    else
+      m_summary->setText(tr("No sweep '%1' in this store: choose one above").arg(want));
     reload();
     return;
   }
