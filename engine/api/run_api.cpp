@@ -312,7 +312,8 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   os << "\n\nconfig differences:\n";
   // By section: the keys every run has, then the keys only some runs have (another optimizer's
   // or model's own: [optimizer.adamw] beside [optimizer]) counted on one line per section —
-  // listed with all_keys — as the GUI's comparison folds them.
+  // listed with all_keys — as the GUI's comparison folds them, unless the runs that have one
+  // differ on it.
   const auto section_of = [](const std::string& k) {
     const auto dot = k.find('.');
     return dot == std::string::npos ? std::string() : k.substr(0, dot);
@@ -327,9 +328,16 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     }
     if (std::all_of(vals.begin(), vals.end(), [&](const auto& v) { return v == vals[0]; }))
       continue;
+    // Folded: a key some runs lack while those that have it agree (another optimizer's table).
+    // One whose values differ among the runs that have it is listed: three runs, two AdamW
+    // learning rates and a Muon, must show the two rates.
+    std::set<std::string> given;
+    for (const auto& v : vals)
+      if (v != "-") given.insert(v);
     const bool every_run = std::find(vals.begin(), vals.end(), "-") == vals.end();
-    (every_run ? shared : one_sided)[section_of(k)].push_back(vals);
-    (every_run ? shared_keys : one_sided_keys)[section_of(k)].push_back(k);
+    const bool listed = every_run || given.size() > 1;
+    (listed ? shared : one_sided)[section_of(k)].push_back(vals);
+    (listed ? shared_keys : one_sided_keys)[section_of(k)].push_back(k);
   }
   std::set<std::string> sections;
   for (const auto& [sec, rows] : shared)

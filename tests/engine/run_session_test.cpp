@@ -860,6 +860,11 @@ TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
       nr.config = api::check_config_text("[optimizer]\nkind = \"" + kind + "\"\n").effective_toml;
       st.create_run(nr);
     }
+    store::NewRun nr;  // run 3: AdamW at another learning rate
+    nr.name = "adamw-fast";
+    nr.config =
+        api::check_config_text("[optimizer]\nkind = \"adamw\"\nlr = 0.003\n").effective_toml;
+    st.create_run(nr);
   }
   const std::string folded = api::compare_runs(db, {1, 2});
   const auto has = [](const std::string& text, const std::string& pattern) {
@@ -873,6 +878,11 @@ TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
   const std::string all = api::compare_runs(db, {1, 2}, /*all_keys=*/true);
   EXPECT_TRUE(has(all, "\n  optimizer\\.muon\\.lr +- +[0-9.e-]+\n")) << all;
   EXPECT_FALSE(has(all, "only in some")) << all;
+  // Three runs: the two AdamW learning rates differ, so optimizer.lr is listed (with "-" for the
+  // Muon run), not folded away.
+  const std::string three = api::compare_runs(db, {1, 2, 3});
+  EXPECT_TRUE(has(three, "\n  optimizer\\.lr +0\\.001 +- +0\\.003\n")) << three;
+  EXPECT_TRUE(has(three, "optimizer\\.\\* only in some")) << three;
 }
 
 namespace {
