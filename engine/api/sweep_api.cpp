@@ -328,6 +328,20 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   };
   detail::RungDecision decision = detail::rung_decision(std::move(ranked), lost_a_seed,
                                                         plan.stopping, plan.reduction_factor, max);
+  // A point whose live trials have all gone past the rung (or finished) is not stopped there:
+  // the decision is being taken again on a resume with other inputs (a trial that failed at the
+  // rung last time ran to it this time), and a finished run cannot have stopped early.
+  for (auto it = decision.stop.begin(); it != decision.stop.end();) {
+    int going_on = 0;
+    bool all_past = true;
+    for (const auto& t : trials) {
+      if (t.point != *it || ended(t) || (t.stopped_step && *t.stopped_step < step)) continue;
+      ++going_on;
+      all_past = all_past && (t.run_status == store::RunStatus::kFinished ||
+                              (t.last_step && *t.last_step > step));
+    }
+    it = going_on > 0 && all_past ? decision.stop.erase(it) : std::next(it);
+  }
   ranked = decision.ranked;
   const std::set<std::int64_t>& stop = decision.stop;
   const std::string& rule = decision.rule;

@@ -59,4 +59,19 @@ echo "$out" | grep -Eq '^early stopping at step 10000 \(eval.loss, keep the best
 echo "$out" | grep -q '^error: 1 trial(s) failed$' || fail "the sweep did not say a trial failed"
 "$cli" --db "$db" sweeps | grep -Eq '^1 +err +finished .* 4 \(2, 1, 1\)$' ||
   fail "sweeps does not count the trial failed: $("$cli" --db "$db" sweeps)"
+
+# The damage mended (its checkpoints gone, the trial starts again): `sweep --resume` runs the
+# failed trial, and the rung's decision is taken again with its value now. The points that
+# finished are not taken as stopped at the rung, whatever that decision says.
+rm -rf "$(dirname "$newest")"
+out=$("$cli" --db "$db" sweep --resume err --parallel 2 2>&1)
+rc=$?
+echo "$out"
+[ "$rc" = 0 ] || fail "the resumed sweep that ran the failed trial again exited with $rc"
+echo "$out" | grep -q '^trial 0 (err p0 s1): pid [0-9]*, unbound, to step 10000, ' ||
+  fail "the failed trial was not run again"
+echo "$out" | grep -Eq '^early stopping at step 10000 .*; stopped p2 [0-9.e-]+$' ||
+  fail "the decision taken again stopped a point that had finished"
+"$cli" --db "$db" sweeps | grep -Eq '^1 +err +finished .* 4 \([23], 1, 0\)$' ||
+  fail "sweeps counts a finished point as stopped: $("$cli" --db "$db" sweeps)"
 echo "PASS: sweep_trial_error: the stopped sweep waited for its trials; the refused resume failed its trial"
