@@ -416,8 +416,9 @@ int cmd_run(tb::api::RunRequest req) {
   std::cout << (rank_number > 0 ? "rank " + std::to_string(rank_number) + ": " : std::string())
             << "run " << out.run_id << " " << said << "\n"
             << std::flush;
-  // How to go on from the checkpoint (once, from the process that writes the store).
-  if (out.status == "cancelled" && rank_number <= 0 &&
+  // How to go on from the checkpoint (once, from the process that writes the store), after a
+  // Ctrl-C; a stop at --stop-at's step was asked for (a sweep's rung: the sweep goes on).
+  if (out.status == "cancelled" && !out.stopped_as_asked && rank_number <= 0 &&
       out.message.find("with a checkpoint to continue from") != std::string::npos)
     std::cout << "continue it with: trainbench-cli " << (db.empty() ? "" : "--db " + db + " ")
               << "run --resume " << out.run_id << "\n"
@@ -647,6 +648,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
   // that one again (supervisors signal the process, then its group); a later one is passed on
   // (the trials quit at once) and ends this process at once.
   static std::atomic<int> stop_signal{0};
+  static_assert(std::atomic<int>::is_always_lock_free);  // used in a signal handler
   {
     const std::string name = req.resume.empty()
                                  ? tb::api::preview_sweep(req.config_path, req.overrides).name
@@ -700,6 +702,9 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
           int expected = e.exit_code ? e.pid : 0;
           if (pid.compare_exchange_strong(expected, e.exit_code ? 0 : e.pid)) break;
         }
+        // Started after the stop was asked for (while the group's configs were checked, before
+        // its pid was known here): told now, as the handler told the others.
+        if (!e.exit_code && stop_signal.load() != 0) kill(e.pid, stop_signal.load());
         if (!e.exit_code) {
           std::cout << "trial " << t.index << " (" << t.name << "): pid " << e.pid << ", "
                     << (e.cpus.empty() ? std::string("unbound") : "CPUs " + e.cpus) << ", "

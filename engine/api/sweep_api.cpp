@@ -144,9 +144,12 @@ SweepPreview preview_of(const store::SweepRecord& rec,
   return p;
 }
 
-// The last "error: ..." line a process wrote to its log, without the prefix ("" without one).
-std::string last_error(const std::string& log) {
+// The last "error: ..." line a process wrote to its log from byte `from` on (the log gathers
+// every invocation's output: an earlier one's error is not this one's), without the prefix (""
+// without one).
+std::string last_error(const std::string& log, std::uintmax_t from) {
   std::ifstream in(log);
+  in.seekg(static_cast<std::streamoff>(from));
   std::string line, error;
   while (std::getline(in, line))
     if (line.rfind("error: ", 0) == 0) error = line.substr(7);
@@ -532,6 +535,13 @@ SweepResult run_sweep(const SweepRequest& request,
           if (target > 0) args.insert(args.end(), {"--stop-at", std::to_string(target)});
           lr.run_args.push_back(std::move(args));
         }
+        std::map<std::int64_t, std::uintmax_t> log_start;  // trial -> its log's size before
+        for (std::int64_t k = 0; k < count; ++k) {
+          const std::int64_t trial = trials[jobs[static_cast<std::size_t>(first + k)].trial].trial;
+          std::error_code missing;
+          const auto size = std::filesystem::file_size(log_of(trial), missing);
+          log_start[trial] = missing ? 0 : size;
+        }
         auto event_of = [&](int slot, const LaunchedProcess& p) {
           const Job& job = jobs[static_cast<std::size_t>(first + slot)];
           SweepTrialEvent e;
@@ -553,7 +563,7 @@ SweepResult run_sweep(const SweepRequest& request,
         for (const auto& p : procs) {
           SweepTrialEvent e = event_of(p.slot, p);
           e.exit_code = p.exit_code;
-          if (p.exit_code == 1) e.error = last_error(e.log);
+          if (p.exit_code == 1) e.error = last_error(e.log, log_start[e.trial.index]);
           // A process that stopped at its rung as asked exits non-zero (cancelled); what counts
           // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
@@ -578,7 +588,11 @@ SweepResult run_sweep(const SweepRequest& request,
           else
             errors[t.trial] = "exit code " + std::to_string(p.exit_code);
         }
-        if (stop_requested()) return interrupted();
+        // Stopped: unless this was the last group and each of its trials got where it was going
+        // (then the sweep ends as it would have).
+        if (stop_requested() &&
+            (!unfinished.empty() || first + request.parallel < n || stage + 1 < targets.size()))
+          return interrupted();
       }
       // A trial without a result is not the worst of its rung: no decision (and no table) is
       // taken on it. The sweep stops here; --resume runs those trials again.

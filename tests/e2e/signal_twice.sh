@@ -20,6 +20,11 @@ ended_cancelled() {
   last=$(tr '\r' '\n' <"$tmp/run$round.log" | grep -v '^$' | tail -n 3)
   [ "$rc" -eq 2 ] || fail "round $round: exit status $rc (2 expected, cancelled); last lines: $last"
   echo "$last" | grep -q "$want" || fail "round $round: no '$want' line: $last"
+  # With a checkpoint, the last line says how to continue it.
+  if [ "${3:-}" != any ]; then
+    echo "$last" | grep -q "^continue it with: trainbench-cli --db $tmp/runs.sqlite run --resume $round$" ||
+      fail "round $round: no 'continue it with' line: $last"
+  fi
   status=$("$cli" --db "$tmp/runs.sqlite" show "$round" | head -n 1)
   echo "$status" | grep -q ": cancelled" || fail "round $round: the store says '$status'"
 }
