@@ -19,6 +19,7 @@
 #include "engine/api/api_detail.h"
 #include "engine/api/run_api.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
@@ -264,7 +265,9 @@ std::vector<LaunchedProcess> launch_runs(
 }
 
 DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
-  TB_CHECK(req.nproc >= 1, "[launch] --nproc must be >= 1, got ", req.nproc);
+  int nproc = req.nproc;  // 0 with resume: the stored run's number of ranks
+  TB_CHECK(nproc >= 1 || (nproc == 0 && req.resume > 0), "[launch] --nproc must be >= 1, got ",
+           nproc);
   TB_CHECK(req.configs.size() == 1 || (req.resume > 0 && req.configs.empty()),
            "[launch] --ddp runs one config over its ranks, got ", req.configs.size());
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
@@ -276,20 +279,36 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   if (req.resume > 0) {
     auto st = detail::existing_store(req.db_path);
     detail::require_run(st, req.resume);
-    const std::int64_t ranks =
-        train::parse_run_config(st.get_run(req.resume).config,
-                                "run " + std::to_string(req.resume) + "'s stored config")
-            .distributed.world_size;
-    TB_CHECK(ranks > 1, "[launch] run ", req.resume,
+    const store::RunDetails run = st.get_run(req.resume);
+    const train::RunConfig c = train::parse_run_config(
+        run.config, "run " + std::to_string(req.resume) + "'s stored config");
+    TB_CHECK(c.distributed.backend != "none", "[launch] run ", req.resume,
              " is not a data-parallel run (it ran as one process): continue it with "
              "trainbench-cli run --resume ",
              req.resume);
-    TB_CHECK(ranks == req.nproc, "[launch] run ", req.resume, " ran on ", ranks,
-             " ranks, and --ddp --resume continues it on as many: --nproc ", ranks, " (got ",
-             req.nproc, ")");
+    // The launcher stores the world size; ranks started from a torchrun-style environment store
+    // 0, and their per-rank metrics (rank<r>/...) say how many there were.
+    std::int64_t ranks = c.distributed.world_size;
+    const std::string prefix = core::metric::kRankPrefix;
+    for (const auto& m : run.metrics) {
+      if (ranks > 0 || m.key.rfind(prefix, 0) != 0) continue;
+      const auto slash = m.key.find('/', prefix.size());
+      if (slash == std::string::npos) continue;
+      try {
+        ranks = std::max<std::int64_t>(
+            ranks, std::stoll(m.key.substr(prefix.size(), slash - prefix.size())) + 1);
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): not a rank's metric
+      }
+    }
+    if (ranks > 0 && nproc == 0) nproc = static_cast<int>(ranks);
+    TB_CHECK(nproc > 0, "[launch] run ", req.resume,
+             "'s number of ranks is not stored: give --nproc, as many as it ran on");
+    TB_CHECK(ranks == 0 || ranks == nproc, "[launch] run ", req.resume, " ran on ", ranks,
+             " ranks, and --ddp --resume continues it on as many: --nproc ", ranks, " (got ", nproc,
+             ")");
   }
   DdpLaunch p;
-  p.argv = {req.mpirun, "-np", std::to_string(req.nproc), "--bind-to", "none"};
+  p.argv = {req.mpirun, "-np", std::to_string(nproc), "--bind-to", "none"};
   const bool remote = !req.hosts.empty() || !req.hostfile.empty();
   if (!req.hosts.empty()) {
     std::string list;
@@ -341,7 +360,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   } catch (const std::exception&) {  // the ranks report what is wrong with the config or store
   }
   std::vector<std::string> sets = {"distributed.backend=\"" + backend + "\"",
-                                   "distributed.world_size=" + std::to_string(req.nproc),
+                                   "distributed.world_size=" + std::to_string(nproc),
                                    "binding.mode=\"" + req.binding + "\""};
   if (req.fallback) sets.emplace_back("binding.fallback=true");
   sets.insert(sets.end(), req.overrides.begin(), req.overrides.end());

@@ -493,6 +493,30 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
   EXPECT_EQ(tb::test::error_of([&] { (void)api::plan_ddp_launch(req); }),
             "[launch] run " + std::to_string(id) +
                 " ran on 2 ranks, and --ddp --resume continues it on as many: --nproc 2 (got 4)");
+  // Without --nproc (0): the run's own ranks.
+  req.nproc = 0;
+  {
+    const auto argv = api::plan_ddp_launch(req).argv;
+    ASSERT_GE(argv.size(), 3u);
+    EXPECT_EQ(argv[1], "-np");
+    EXPECT_EQ(argv[2], "2");
+  }
+  // Ranks started from a torchrun-style environment store world_size = 0: their per-rank
+  // metrics say how many there were (it is a data-parallel run all the same).
+  nr.name = "env";
+  nr.config = base + "[distributed]\nbackend = \"mpi\"\nworld_size = 0\n";
+  const std::int64_t env = store::RunStore::open(dir.db()).create_run(nr);
+  {
+    store::RunWriter w(dir.db(), env);
+    w.log_metrics(1, {{"loss", 1.0}, {"rank2/time.data_ms", 0.1}});
+    w.close();
+  }
+  req.resume = env;
+  {
+    const auto argv = api::plan_ddp_launch(req).argv;
+    ASSERT_GE(argv.size(), 3u);
+    EXPECT_EQ(argv[2], "3");
+  }
   nr.name = "alone";
   nr.config = base;
   req.resume = store::RunStore::open(dir.db()).create_run(nr);
