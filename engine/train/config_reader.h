@@ -100,6 +100,9 @@ struct Ctx {
   // --set model.kind=mlp): " (model.kind = mlp is from --set; the file's other model keys stay:
   // to replace the whole table, --set 'model={ kind = ..., ... }')", else "".
   std::string kind_hint(const std::string& path) const {
+    // Only for a key the file's text gave (a key left at its default is not "the file's").
+    const toml::node* own = root != nullptr ? toml::at_path(*root, path).node() : nullptr;
+    if (own == nullptr || own->source().begin.line == 0) return "";
     for (std::string table = path;;) {
       const auto cut = table.find_last_of('.');
       if (cut == std::string::npos) return "";

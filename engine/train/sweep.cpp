@@ -340,6 +340,22 @@ std::vector<Assignment> points_of(const SweepSpec& s) {
 
 // Whether a config error says the key is not read in this config (an unknown key for the kind,
 // a sub-table only read with another kind) rather than that its value is wrong.
+// A config error about a point, in the sweep's terms: its values reach the config as settings,
+// but nobody typed --set ("(from --set k=v)" is "(swept as k=v)"; a swept kind keeps the base
+// config's other keys of its table, with no --set to replace them).
+std::string in_sweep_terms(std::string why) {
+  if (const auto at = why.find("(from --set "); at != std::string::npos)
+    why.replace(at, 12, "(swept as ");
+  const std::string set_kind = " is from --set; the file's other ";
+  if (const auto at = why.find(set_kind); at != std::string::npos) {
+    why.replace(at, set_kind.size(), " is swept; the config's other ");
+    const auto advice = why.find(": to replace the whole table, --set '", at);
+    const auto close = advice == std::string::npos ? advice : why.find("}')", advice);
+    if (close != std::string::npos) why.erase(advice, close + 2 - advice);
+  }
+  return why;
+}
+
 bool not_applicable(const ConfigError& e) {
   const std::string& m = e.problem().message;
   return m.find("unknown key") != std::string::npos ||
@@ -432,20 +448,17 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
         const std::string& path = e.problem().key_path;
         if (!not_applicable(e) || path.empty())
           throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
-                           e.what());
+                           in_sweep_terms(e.what()));
         const auto drop = std::find_if(a.begin(), a.end(), [&](const auto& kv) {
           return kv.first == path || kv.first.rfind(path + ".", 0) == 0;
         });
         if (drop != a.end()) {  // a swept key this point does not read
           // The point's values reach the config as settings: say so in the sweep's terms.
-          std::string why = e.what();
-          if (const auto at = why.find("(from --set "); at != std::string::npos)
-            why.replace(at, 12, "(swept as ");
-          refusals.push_back(drop->first + ": " + why);
+          refusals.push_back(drop->first + ": " + in_sweep_terms(e.what()));
           a.erase(drop);
         } else if (!erase_path(point_root, path)) {  // nor a key of the config it makes moot
           throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
-                           e.what());
+                           in_sweep_terms(e.what()));
         }
       }
     }

@@ -466,7 +466,12 @@ TEST(RunConfigTest, BadOverrides) {
               HasSubstr("did you mean 'optimizer.muon.lr' (or 'optimizer.adamw.lr')? "
                         "(optimizer.kind = muon " +
                         hint + "optimizer keys stay"));
-  // Not for a key --set gave itself, nor without a kind from --set.
+  // Not for a key the file does not have (left at the new kind's default: the file's keys are
+  // not to blame), nor for a key --set gave itself, nor without a kind from --set.
+  const std::string blobs_cnn = "[model]\nkind = \"cnn\"\n[data]\nkind = \"synthetic-blobs\"\n";
+  EXPECT_THAT(error_of(blobs_cnn, {"model.kind=mlp"}),
+              HasSubstr("model.input: expected 16 for data.kind"));
+  EXPECT_THAT(error_of(blobs_cnn, {"model.kind=mlp"}), Not(HasSubstr(hint)));
   EXPECT_THAT(
       error_of("[optimizer]\nkind = \"adamw\"\n", {"optimizer.kind=muon", "optimizer.lr=1"}),
       Not(HasSubstr(hint)));

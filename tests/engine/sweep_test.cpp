@@ -166,6 +166,12 @@ TEST(Sweep, ErrorsNameTheKey) {
   const std::string lrr = error_of("[sweep]\n[sweep.parameters]\n\"optimizer.lrr\" = [0.1]\n");
   EXPECT_CONTAINS(lrr, "sweep.parameters.'optimizer.lrr': applies to no point");
   EXPECT_CONTAINS(lrr, "(swept as optimizer.lrr=0.1)");  // not "--set", which nobody typed
+  // A swept kind keeps the base config's other keys of its table: said in the sweep's terms (no
+  // --set was typed, and none would replace the table).
+  const std::string kinds =
+      error_of("[sweep]\n[sweep.parameters]\n\"model.kind\" = [\"mlp\", \"cnn\"]\n");
+  EXPECT_CONTAINS(kinds, "(model.kind = \"cnn\" is swept; the config's other model keys stay)");
+  EXPECT_EQ(kinds.find("--set"), std::string::npos) << kinds;
   // With Muon and AdamW points, the reason that names the key meant (an AdamW point's), not the
   // list of [optimizer]'s keys (a Muon point's, which comes first).
   EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.kind\" = [\"muon\", "
