@@ -4,15 +4,18 @@
 // report.
 #include <QtTest>
 
+#include <QApplication>
 #include <QComboBox>
 #include <QLabel>
 #include <QMap>
+#include <QMessageBox>
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QXmlStreamReader>
 
 #include <algorithm>
@@ -371,6 +374,54 @@ class TestSweepView : public QObject {
     for (const auto& t : sweep.trials)
       QCOMPARE(t.status, std::string("finished"));
     QCOMPARE(w.sweepView()->sweepName(), QStringLiteral("gui-sweep"));
+  }
+
+  // Closing the window while its sweep runs asks, then stops the sweep as Ctrl-C does: its
+  // trials stop after their step with a checkpoint, and the window — which answers meanwhile —
+  // closes once the sweep has ended. It used to kill the sweep process, its trials training on.
+  void closingTheWindowStopsItsSweep() {
+    const QString db = m_dir.filePath(QStringLiteral("close.sqlite"));
+    auto* w = new ui::MainWindow(db);
+    w->setAttribute(Qt::WA_DeleteOnClose, false);
+    w->setCliPath(QStringLiteral(TB_CLI_PATH));
+    w->show();
+    QVERIFY(w->configEditor()->setToml(test::blobsConfig(2000000)));
+    ui::SweepEditor* e = w->sweepEditor();
+    e->setName(QStringLiteral("closed"));
+    e->clearParameters();
+    e->addParameter(QStringLiteral("optimizer.lr"), QStringLiteral("0.01, 0.02"));
+    e->setPlan(QStringLiteral("grid"), 1, QStringLiteral("3"), QStringLiteral("eval.accuracy"),
+               QStringLiteral("max"));
+    e->setEarlyStopping(QStringLiteral("none"), QString());
+    e->setSlots(2, QStringLiteral("none"));
+    QCOMPARE(e->check(), 2);
+    e->findChild<QPushButton*>(QStringLiteral("runSweepButton"))->click();
+    QVERIFY(w->sweepRunning());
+    auto training = [&] {
+      int n = 0;
+      try {
+        for (const auto& r : api::StoreReader(db.toStdString()).runs())
+          n += r.status == "running" && r.last_step && *r.last_step >= 50;
+      } catch (const std::exception&) {  // not created yet
+      }
+      return n;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(training() == 2, 60000);
+    QTimer::singleShot(0, [] {  // "Sweep closed is running. Stop it and quit?": Yes
+      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget()))
+        box->button(QMessageBox::Yes)->click();
+    });
+    w->close();
+    QVERIFY(w->isVisible());  // until the sweep has ended
+    QTRY_VERIFY_WITH_TIMEOUT(!w->isVisible(), 60000);
+    QVERIFY(!w->sweepRunning());
+    int cancelled = 0;
+    for (const auto& r : api::StoreReader(db.toStdString()).runs()) {
+      QVERIFY2(r.status != "running", qPrintable(QString::fromStdString(r.name)));
+      cancelled += r.status == "cancelled";
+    }
+    QCOMPARE(cancelled, 2);
+    delete w;
   }
 
   // The main window's Sweeps tab and "open the best config" into the editor.

@@ -185,6 +185,13 @@ void MainWindow::showPage(QWidget* content) {
 MainWindow::~MainWindow() {
   for (auto& w : m_workers)
     if (w) w->cancel();
+  // Ended without closing the window (a stop signal, --screenshot): the sweep is stopped as
+  // Ctrl-C stops it, not killed by QProcess's destructor with its trials left training.
+  if (m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning) {
+    m_sweepProcess->disconnect(this);
+    m_sweepProcess->terminate();
+    if (!m_sweepProcess->waitForFinished(kSweepStopWaitMs)) m_sweepProcess->kill();
+  }
   // Launched processes are independent runs; wait for the launcher so its thread ends cleanly.
   if (m_launchThread.joinable()) m_launchThread.join();
 }
@@ -663,6 +670,11 @@ void MainWindow::startSweep(const SweepLaunch& launch) {
                 tr("sweep %1 ended (exit %2)").arg(name).arg(code));
             m_sweepProcess->deleteLater();
             m_sweepProcess = nullptr;
+            m_sweepStopping = false;
+            if (m_quitting) {  // stopped by closing the window: it closes now
+              close();
+              return;
+            }
             m_runsModel->refresh();
             m_sweeps->refresh();
           });
@@ -973,11 +985,12 @@ MainWindow* MainWindow::openStore(const QString& path, QString* error) {
   window->m_configPath = m_configPath;
   window->show();
   window->log(QStringLiteral("info"), tr("opened the run store %1").arg(window->m_dbPath));
-  if (activeRuns() == 0) {
+  const bool sweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
+  if (activeRuns() == 0 && !sweeping) {
     close();
   } else {
     log(QStringLiteral("info"), tr("%1 opened in a new window; this one stays open while its "
-                                   "runs train")
+                                   "runs or its sweep train")
                                     .arg(window->m_dbPath));
   }
   return window;
@@ -985,13 +998,13 @@ MainWindow* MainWindow::openStore(const QString& path, QString* error) {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
   const bool sweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
-  if (activeRuns() > 0 || sweeping) {
+  if (!m_quitting && (activeRuns() > 0 || sweeping)) {
     const QString runs =
         tr("%n run(s) are still training. Cancel them and quit?", nullptr, activeRuns());
     const QString sweep =
         tr("Sweep %1 is running. Stop it and quit? Its trials stop after their step, with a "
-           "checkpoint; trainbench-cli sweep --resume %1 continues it.")
-            .arg(m_sweepName);
+           "checkpoint; trainbench-cli --db %2 sweep --resume %1 continues it.")
+            .arg(m_sweepName, m_dbPath);
     const QString text = !sweeping           ? runs
                          : activeRuns() == 0 ? sweep
                                              : runs + QStringLiteral("\n\n") + sweep;
@@ -1000,18 +1013,27 @@ void MainWindow::closeEvent(QCloseEvent* event) {
       return;
     }
   }
-  saveLayout();
+  m_quitting = true;
   for (auto& w : m_workers)
     if (w) w->cancel();
   // The sweep process is ours (QProcess would kill it, and its trials would train on without
   // it): SIGTERM stops it as Ctrl-C does — its trials stop after their step and it waits for
-  // them.
-  if (QProcess* process = m_sweepProcess; process && sweeping) {
-    process->terminate();
-    QApplication::setOverrideCursor(Qt::WaitCursor);
-    if (!process->waitForFinished(kSweepStopWaitMs)) process->kill();
-    QApplication::restoreOverrideCursor();
+  // them. The window stays (and answers) until it has ended; its end closes the window. One
+  // that has not ended after kSweepStopWaitMs is killed.
+  if (sweeping) {
+    if (!m_sweepStopping) {
+      m_sweepStopping = true;
+      statusBar()->showMessage(
+          tr("Stopping sweep %1: its trials stop after their step…").arg(m_sweepName));
+      m_sweepProcess->terminate();
+      QTimer::singleShot(kSweepStopWaitMs, this, [this] {
+        if (m_sweepProcess) m_sweepProcess->kill();
+      });
+    }
+    event->ignore();
+    return;
   }
+  saveLayout();
   event->accept();
 }
 

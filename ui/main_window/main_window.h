@@ -169,6 +169,8 @@ class MainWindow : public QMainWindow {
   QProcess* m_sweepProcess = nullptr;  // the sweep started from the editor, while it runs
   QString m_pendingSweep;              // its name, until the Sweeps tab shows it
   QString m_sweepName;                 // its name
+  bool m_sweepStopping = false;        // asked to stop (closing the window), not ended yet
+  bool m_quitting = false;             // the window is closing (asked and answered once)
   // How long closing the window waits for its sweep to stop its trials (then it is killed).
   static constexpr int kSweepStopWaitMs = 60000;
   RunsModel* m_runsModel = nullptr;
