@@ -401,7 +401,7 @@ int cmd_run(tb::api::RunRequest req) {
   } catch (const std::exception& e) {
     if (!rank) throw;
     // Said before the job is ended: MPI_Abort does not return when other ranks run.
-    std::cerr << std::string("error: ") + e.what() + "\n" << std::flush;  // one write per line
+    std::cerr << "error: " + tb::api::error_text(e) + "\n" << std::flush;  // one write per line
     tb::api::end_distributed(true);
     return 1;
   }

@@ -164,17 +164,19 @@ std::optional<core::FieldProblem> validate_image_folder(const nlohmann::json& d)
     return core::FieldProblem{"channels",
                               "expected 1 (grey) or 3 (RGB), found " + std::to_string(c)};
   // Its classes are its subfolders, listed while the config is read: a path that is not a folder
-  // is said here, as the config's mistake (absolute: a relative path is the current folder's).
-  if (const std::string path = path_of(d); !path.empty()) {
+  // is said here, as the config's mistake (absolute: a relative path is the current folder's);
+  // likewise the validation folder, which would otherwise fail the run once it loads.
+  for (const char* key : {"path", "val_path"}) {
+    const std::string path = d.value(key, std::string());
+    if (path.empty()) continue;
     std::error_code ec;
     const auto st = std::filesystem::status(path, ec);
-    if (!std::filesystem::is_directory(st)) {
-      const std::string shown = std::filesystem::absolute(path, ec).string();
-      return core::FieldProblem{
-          "path",
-          (std::filesystem::exists(st) ? shown + " is not a folder" : shown + ": no such folder") +
-              " (image-folder takes a folder with one subfolder of images per class)"};
-    }
+    if (std::filesystem::is_directory(st)) continue;
+    const std::string shown = std::filesystem::absolute(path, ec).string();
+    return core::FieldProblem{
+        key,
+        (std::filesystem::exists(st) ? shown + " is not a folder" : shown + ": no such folder") +
+            " (image-folder takes a folder with one subfolder of images per class)"};
   }
   return std::nullopt;
 }

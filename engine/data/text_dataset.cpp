@@ -152,11 +152,20 @@ TextCorpus load_text_corpus(const fs::path& path) {
     all.insert(all.end(), data.begin(), data.end());
     corpus.files.push_back(file);
   }
-  TB_CHECK(!corpus.files.empty(), "[text dataset] no text files under ", path.string(),
-           corpus.skipped.empty()
-               ? std::string(" (the folder is empty)")
-               : detail::str_cat(" (", corpus.skipped.size(),
-                                 " skipped: .dat files, files with NUL bytes, duplicate links)"));
+  if (corpus.files.empty()) {
+    std::string why = corpus.skipped.empty()
+                          ? std::string(" (the folder is empty)")
+                          : detail::str_cat(" (", corpus.skipped.size(),
+                                            " skipped: .dat files, files with NUL bytes, duplicate "
+                                            "links)");
+    if (!corpus.binary.empty()) {  // text saved as UTF-16 has NUL bytes: say which, and why
+      why += "; with a NUL byte (binary, or text in UTF-16: save it as UTF-8): ";
+      for (std::size_t i = 0; i < corpus.binary.size() && i < 5; ++i)
+        why += (i ? ", " : "") + corpus.binary[i].string();
+      if (corpus.binary.size() > 5) why += ", ...";
+    }
+    throw ValueError("[text dataset] no text files under " + path.string() + why);
+  }
   corpus.bytes = std::make_shared<const std::vector<std::uint8_t>>(std::move(all));
   return corpus;
 }

@@ -879,6 +879,9 @@ TEST(DataText, Errors) {
   write_text(dir.path() / "bin", std::string("a\0b", 3));
   EXPECT_CONTAINS(error_message([&] { load_text_corpus(dir.path()); }),
                   "[text dataset] no text files under " + dir.path().string() + " (2 skipped");
+  EXPECT_CONTAINS(error_message([&] { load_text_corpus(dir.path()); }),
+                  "; with a NUL byte (binary, or text in UTF-16: save it as UTF-8): " +
+                      (dir.path() / "bin").string());
   EXPECT_CONTAINS(error_message([&] { load_text_corpus(dir.path() / "missing"); }),
                   "[text dataset] cannot open " + (dir.path() / "missing").string() +
                       ": No such file or directory");

@@ -236,6 +236,12 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
             "[config] run.toml: data.path: " + std::filesystem::absolute("imgs").string() +
                 ": no such folder (image-folder takes a folder with one subfolder of images per "
                 "class)");
+  EXPECT_THAT(error_of("[data]\nkind = \"image-folder\"\npath = \"" +
+                           std::filesystem::temp_directory_path().string() + "\"\n",
+                       {"data.val_path=val-imgs"}),
+              HasSubstr("data.val_path: " + std::filesystem::absolute("val-imgs").string() +
+                        ": no such folder (image-folder takes a folder with one subfolder of "
+                        "images per class) (from --set data.val_path=val-imgs)"));
   EXPECT_THAT(error_of("[data]\nkind = \"image-folder\"\n", {"data.path=imgs"}),
               HasSubstr(": no such folder (image-folder takes a folder with one subfolder of "
                         "images per class) (from --set data.path=imgs)"));
