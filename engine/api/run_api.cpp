@@ -394,8 +394,8 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   });
   row("duration (s)", [](const store::RunDetails& r) {
     if (!r.summary.started_at || !r.summary.ended_at) return std::string("-");
-    std::ostringstream v;
-    v << std::fixed << std::setprecision(1) << (*r.summary.ended_at - *r.summary.started_at);
+    std::ostringstream v;  // the time it trained: not the time it spent ended before a resume
+    v << std::fixed << std::setprecision(1) << r.summary.duration_seconds(0).value_or(0);
     return v.str();
   });
   // The step time as the reports give it: the mean over the run (a last step says little).

@@ -408,6 +408,7 @@ std::vector<RunInfo> StoreReader::runs() const {
     r.created_at = s.created_at;
     r.started_at = s.started_at;
     r.ended_at = s.ended_at;
+    r.paused_seconds = s.paused_seconds;
     r.last_step = s.last_step;
     r.message = s.message;
     r.model = f.model;

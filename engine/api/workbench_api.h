@@ -154,6 +154,7 @@ struct RunInfo {
   double created_at = 0;                    ///< Unix seconds
   std::optional<double> started_at;         ///< Unix seconds
   std::optional<double> ended_at;           ///< Unix seconds
+  double paused_seconds = 0;                ///< ended before a resume: not part of its duration
   std::optional<std::int64_t> last_step;    ///< newest committed step
   std::string message;                      ///< why it ended
   std::string model;                        ///< model.kind from the stored config ("mlp")

@@ -68,16 +68,18 @@ void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_v
   if (to == RunStatus::kRunning) {
     Statement st = db.prepare(
         "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), "
+        "paused_seconds = paused_seconds + MAX(0, COALESCE(? - ended_at, 0)), "
         "ended_at = NULL, message = '', writer_pid = ?, writer_host = ?, writer_start_time = ?, "
         "heartbeat_at = ? WHERE id = ?");
     st.bind(1, time);
-    st.bind(5, time);
+    st.bind(2, time);  // a resume: the time since it ended is not part of its duration
+    st.bind(6, time);
     if (writer != nullptr) {
-      st.bind(2, writer->pid).bind(3, writer->host).bind(4, writer->start_time);
+      st.bind(3, writer->pid).bind(4, writer->host).bind(5, writer->start_time);
     } else {
-      st.bind_null(2).bind_null(3).bind_null(4);
+      st.bind_null(3).bind_null(4).bind_null(5);
     }
-    st.bind(6, run);
+    st.bind(7, run);
     st.run();
   } else {
     Statement st = db.prepare("UPDATE runs SET status = ?, ended_at = ?, message = ? WHERE id = ?");
@@ -139,8 +141,8 @@ std::vector<std::string> tags_from_json(const std::string& text) {
 
 constexpr const char* kSummaryColumns =
     "id, name, tags, status, created_at, started_at, ended_at, last_step, host, message, "
-    "sweep_id, sweep_trial, sweep_point";
-constexpr int kSummaryCount = 13;  // columns of kSummaryColumns
+    "sweep_id, sweep_trial, sweep_point, paused_seconds";
+constexpr int kSummaryCount = 14;  // columns of kSummaryColumns
 
 RunSummary read_summary(const detail::Statement& st) {
   RunSummary s;
@@ -157,6 +159,7 @@ RunSummary read_summary(const detail::Statement& st) {
   s.sweep_id = st.opt_int64(10);
   s.sweep_trial = st.opt_int64(11);
   s.sweep_point = st.opt_int64(12);
+  s.paused_seconds = st.real(13);
   return s;
 }
 

@@ -149,12 +149,20 @@ constexpr std::string_view kSchemaV5 = R"sql(
 ALTER TABLE runs ADD COLUMN heartbeat_at REAL;
 )sql";
 
-constexpr std::array<Migration, 5> kLadder = {{
+// Version 6: the time a run spent ended before a resume (runs.paused_seconds), so that its
+// duration is the time it trained: a run resumed days later showed days of duration in compare,
+// the reports and the runs table, and every sweep trial the time its rungs waited.
+constexpr std::string_view kSchemaV6 = R"sql(
+ALTER TABLE runs ADD COLUMN paused_seconds REAL NOT NULL DEFAULT 0;
+)sql";
+
+constexpr std::array<Migration, 6> kLadder = {{
     {1, "create runs, metric_keys, metrics, events, checkpoints", kSchemaV1},
     {2, "add store_info with the store's id", kSchemaV2},
     {3, "add metric_chunks (metric points packed per metric and commit)", kSchemaV3},
     {4, "add sweeps and sweep_trials; runs know their sweep, trial and point", kSchemaV4},
     {5, "add runs.heartbeat_at (the writer's last sign of life)", kSchemaV5},
+    {6, "add runs.paused_seconds (time ended before a resume)", kSchemaV6},
 }};
 
 constexpr char kSqliteMagic[] = "SQLite format 3";  // 16 bytes with the NUL

@@ -17,7 +17,7 @@ inline constexpr std::int32_t kApplicationId = 0x54425253;
 
 /// The schema version (PRAGMA user_version) this build writes. Older versions are migrated on
 /// open; newer ones are refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 /// How thoroughly an existing file is checked before use.
 enum class IntegrityCheck {

@@ -2,6 +2,7 @@
 // details, metric points, events and checkpoints. No SQLite, no tensors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +45,15 @@ struct RunSummary {
   std::optional<std::int64_t> sweep_id;   ///< the sweep it is a trial of, if any
   std::optional<std::int64_t> sweep_trial;  ///< its trial index in that sweep
   std::optional<std::int64_t> sweep_point;  ///< its point in that sweep
+  /// Time it spent ended before a resume (seconds): its duration is ended_at - started_at less
+  /// this (see duration_seconds()).
+  double paused_seconds = 0;
+  /// How long it trained: from its first start to its end (now while it runs) less the time it
+  /// spent ended before a resume; nullopt before it started.
+  std::optional<double> duration_seconds(double now) const {
+    if (!started_at) return std::nullopt;
+    return std::max(0.0, (ended_at ? *ended_at : now) - *started_at - paused_seconds);
+  }
 };
 
 /// Final and extreme values of one metric of a run ("best" is min or max, depending on the

@@ -412,6 +412,40 @@ TEST_F(StoreTest, PackedChunksMergeWithRowsOfVersionTwoAndLaterWritesWin) {
   EXPECT_EQ(raw.integer("SELECT COUNT(*) FROM metrics"), 0);
 }
 
+// A run's duration is the time it trained: the hour it spent cancelled before its resume (a
+// sweep trial waiting at a rung, a run resumed the next day) is not part of it.
+TEST_F(StoreTest, ADurationLeavesOutTheTimeARunSpentEndedBeforeItsResume) {
+  auto store = RunStore::open(db());
+  const std::int64_t run = store.create_run({.name = "resumed"});
+  {
+    RunWriter w(db(), run);
+    w.set_status(RunStatus::kCancelled);
+  }
+  {
+    // As if it had trained for an hour and ended an hour ago.
+    RawDb raw(db());
+    raw.exec(
+        "UPDATE runs SET started_at = ended_at - 7200, ended_at = ended_at - 3600 WHERE id = " +
+        std::to_string(run));
+  }
+  {
+    RunWriter w(db(), run);
+    w.set_status(RunStatus::kFinished);
+  }
+  const RunSummary s = store.get_run(run).summary;
+  EXPECT_NEAR(s.paused_seconds, 3600.0, 5.0);
+  EXPECT_NEAR(*s.ended_at - *s.started_at, 7200.0, 5.0);
+  ASSERT_TRUE(s.duration_seconds(0));
+  EXPECT_NEAR(*s.duration_seconds(0), 3600.0, 5.0);
+  // A run that never ended before has nothing to leave out.
+  const std::int64_t plain = store.create_run({.name = "plain"});
+  {
+    RunWriter w(db(), plain);
+    w.set_status(RunStatus::kFinished);
+  }
+  EXPECT_EQ(store.get_run(plain).summary.paused_seconds, 0.0);
+}
+
 // A resume continues after its checkpoint's step: what the store holds past it (a continuation
 // killed after its newest checkpoint, or one abandoned by resuming from an earlier checkpoint)
 // is removed when the resumed writer takes the run, from both metric tables and the checkpoint

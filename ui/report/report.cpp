@@ -149,7 +149,7 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
     if (it->started_at) {
       const double end =
           it->ended_at ? *it->ended_at : QDateTime::currentMSecsSinceEpoch() / 1000.0;
-      row.duration = end - *it->started_at;
+      row.duration = std::max(0.0, end - *it->started_at - it->paused_seconds);
     }
     row.finalLoss = it->final_loss;
     row.bestEvalLoss = it->best_eval_loss;

@@ -33,10 +33,15 @@ QColor statusColor(const std::string& s) {
   return {};
 }
 
+// How long it trained: the time it spent ended before a resume is not part of it.
+double durationSeconds(const api::RunInfo& r) {
+  const double end = r.ended_at ? *r.ended_at : QDateTime::currentMSecsSinceEpoch() / 1000.0;
+  return std::max(0.0, end - *r.started_at - r.paused_seconds);
+}
+
 QString durationText(const api::RunInfo& r) {
   if (!r.started_at) return {};
-  const double end = r.ended_at ? *r.ended_at : QDateTime::currentMSecsSinceEpoch() / 1000.0;
-  const double s = end - *r.started_at;
+  const double s = durationSeconds(r);
   if (s < 60) return QString::number(s, 'f', 1) + QStringLiteral(" s");
   if (s < 3600) return QStringLiteral("%1 min").arg(s / 60, 0, 'f', 1);
   return QStringLiteral("%1 h").arg(s / 3600, 0, 'f', 2);
@@ -155,7 +160,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     case Duration: {
       if (sortRole) {
         if (!r.started_at) return {};
-        return (r.ended_at ? *r.ended_at : 0.0) - *r.started_at;
+        return durationSeconds(r);
       }
       return durationText(r);
     }
