@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "engine/core/device.h"
@@ -191,6 +192,13 @@ std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std:
     out.emplace_back(section.empty() ? key : section + "." + key, value);
   }
   return out;
+}
+
+bool only_some(const std::vector<std::string>& values) {
+  std::set<std::string> given;
+  for (const auto& v : values)
+    if (v != "-") given.insert(v);
+  return given.size() == 1 && std::find(values.begin(), values.end(), "-") != values.end();
 }
 
 std::map<std::string, std::string> flatten_toml(const std::string& text) {

@@ -89,6 +89,10 @@ std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std:
 /// both flatten with it.
 std::map<std::string, std::string> flatten_toml(const std::string& text);
 
+/// Of a differing key's values ("-" where a config lacks it): some configs lack it and those that
+/// have it agree (another kind's own setting, folded by compare views).
+bool only_some(const std::vector<std::string>& values);
+
 /// The steps a run of `config` takes: run.steps, else run.epochs times the steps per epoch of its
 /// data (read to count its samples; remembered per [data] table); nullopt when that cannot be
 /// known here (no epochs, the data unreadable, no full batch).

@@ -331,11 +331,7 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     // Folded: a key some runs lack while those that have it agree (another optimizer's table).
     // One whose values differ among the runs that have it is listed: three runs, two AdamW
     // learning rates and a Muon, must show the two rates.
-    std::set<std::string> given;
-    for (const auto& v : vals)
-      if (v != "-") given.insert(v);
-    const bool every_run = std::find(vals.begin(), vals.end(), "-") == vals.end();
-    const bool listed = every_run || given.size() > 1;
+    const bool listed = !detail::only_some(vals);
     (listed ? shared : one_sided)[section_of(k)].push_back(vals);
     (listed ? shared_keys : one_sided_keys)[section_of(k)].push_back(k);
   }

@@ -280,6 +280,7 @@ std::vector<ConfigDiffRow> config_diff(const std::vector<std::string>& toml_text
     if (std::all_of(row.values.begin(), row.values.end(),
                     [&](const std::string& v) { return v == row.values.front(); }))
       continue;
+    row.only_some = detail::only_some(row.values);
     out.push_back(std::move(row));
   }
   return out;

@@ -182,7 +182,11 @@ struct Series {
 /// A config difference: the key and its value text in each compared config ("-" = absent).
 struct ConfigDiffRow {
   std::string key;                  ///< dotted key
-  std::vector<std::string> values;  ///< one per config, in the order given
+  std::vector<std::string> values;  ///< one per config, in the order given ("-": not in it)
+  /// Some configs lack the key and those that have it agree: another kind's own setting (Muon's
+  /// [optimizer.muon] beside AdamW's [optimizer]), which views fold apart from the keys the runs
+  /// differ on. A key the configs that have it disagree on is not folded.
+  bool only_some = false;
 };
 
 /// Only the keys whose values differ between the TOML texts (flattened like `compare`).

@@ -1157,6 +1157,41 @@ class TestRunsReport : public QObject {
     QVERIFY(dash);
   }
 
+  // Muon against AdamW: the report's config differences list the keys the runs differ on first
+  // (optimizer.kind), and apart from them the two dozen keys only one run's config has (each
+  // optimizer's own), which used to bury them.
+  void reportListsTheKeysOnlySomeRunsHaveApart() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    const QString adamw = test::blobsConfig(5, QStringLiteral("adamw"), 0.01);
+    QString muon = test::blobsConfig(5, QStringLiteral("muon"), 0.01, QStringLiteral("muon"));
+    muon.replace(QStringLiteral("\nlr = 0.01"), QString());  // [optimizer.muon] has its own
+    const qint64 a = train(db, adamw);
+    const qint64 b = train(db, muon);
+    const qint64 c = train(db, test::blobsConfig(5, QStringLiteral("adamw-fast"), 0.02));
+    QVERIFY(a > 0 && b > 0 && c > 0);
+    api::StoreReader store(db.toStdString());
+    const QString html = ui::buildReport(store, {a, b}).html;
+    const auto kind = html.indexOf(QStringLiteral("<td>optimizer.kind</td>"));
+    const auto apart = html.indexOf(QStringLiteral("Keys only some runs' configs have"));
+    const auto muonLr = html.indexOf(QStringLiteral("<td>optimizer.muon.lr</td>"));
+    QVERIFY2(kind >= 0 && apart > kind && muonLr > apart, qPrintable(html.left(200)));
+    // Three runs, two AdamW rates and a Muon: optimizer.lr differs among the runs that have it,
+    // so it is listed with the keys compared, in the report and the Compare tab — not folded
+    // away because the Muon run lacks it.
+    const QString three = ui::buildReport(store, {a, b, c}).html;
+    const auto lr = three.indexOf(QStringLiteral("<td>optimizer.lr</td>"));
+    QVERIFY(lr >= 0 && lr < three.indexOf(QStringLiteral("Keys only some runs' configs have")));
+    ui::CompareView view;
+    view.setRuns(&store, {a, b, c});
+    bool shown = false;
+    for (int r = 0; r < view.diffTable()->rowCount(); ++r)
+      if (view.diffTable()->item(r, 0)->data(Qt::UserRole).toString() ==
+          QStringLiteral("optimizer.lr"))
+        shown = !view.diffTable()->isRowHidden(r);
+    QVERIFY(shown);
+  }
+
   void compareShowsExactlyTheDifferingKeysAndTheReportHoldsEveryRun() {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));

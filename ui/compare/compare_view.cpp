@@ -259,9 +259,9 @@ void CompareView::fillDiff(const std::vector<api::ConfigDiffRow>& diff) {
     m_diff->setSpan(head, 0, 1, runs + 1);
     std::vector<const api::ConfigDiffRow*> oneSided;
     for (const auto* row : rows) {
-      const bool everyRun = std::none_of(row->values.begin(), row->values.end(),
-                                         [](const std::string& v) { return v == "-"; });
-      if (!everyRun) {
+      // Folded: keys some runs lack while those that have them agree (another optimizer's own);
+      // one the runs that have it differ on is listed (two AdamW rates beside a Muon run).
+      if (row->only_some) {
         oneSided.push_back(row);
         continue;
       }

@@ -304,21 +304,37 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
     if (diff.empty()) {
       body += QStringLiteral("<p>The configs are equal.</p>\n");
     } else {
+      // The keys the runs differ on first; then, apart, those only some runs' configs have
+      // while the runs that have them agree (Muon's [optimizer.muon] beside AdamW's
+      // [optimizer]): two dozen such rows buried optimizer.kind and the learning rates.
+      std::vector<const api::ConfigDiffRow*> compared, oneSided;
+      for (const auto& row : diff)
+        (row.only_some ? oneSided : compared).push_back(&row);
       // <thead>: a diff longer than a page repeats its header row on each page of the PDF.
       // The key column a third of the width: narrower, Qt broke keys mid-word
       // (optimizer.adamw.amsgr|ad) to give the values room.
-      body += QStringLiteral("<table class=\"diff\">\n<thead><tr><th width=\"33%\">key</th>");
-      for (const auto& r : summaries)
-        body += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
-      body += QStringLiteral("</tr></thead>\n");
-      for (const auto& row : diff) {
-        body += QStringLiteral("<tr class=\"diffrow\"><td>%1</td>")
-                    .arg(htmlEscape(QString::fromStdString(row.key)));
-        for (const auto& v : row.values)
-          body += QStringLiteral("<td>%1</td>").arg(htmlEscape(QString::fromStdString(v)));
-        body += QStringLiteral("</tr>\n");
+      auto table = [&](const std::vector<const api::ConfigDiffRow*>& rows) {
+        body += QStringLiteral("<table class=\"diff\">\n<thead><tr><th width=\"33%\">key</th>");
+        for (const auto& r : summaries)
+          body += QStringLiteral("<th>run %1 %2</th>").arg(r.id).arg(htmlEscape(r.name));
+        body += QStringLiteral("</tr></thead>\n");
+        for (const auto* row : rows) {
+          body += QStringLiteral("<tr class=\"diffrow\"><td>%1</td>")
+                      .arg(htmlEscape(QString::fromStdString(row->key)));
+          for (const auto& v : row->values)
+            body += QStringLiteral("<td>%1</td>").arg(htmlEscape(QString::fromStdString(v)));
+          body += QStringLiteral("</tr>\n");
+        }
+        body += QStringLiteral("</table>\n");
+      };
+      if (!compared.empty()) table(compared);
+      if (!oneSided.empty()) {
+        body += QStringLiteral(
+                    "<p class=\"meta\">Keys only some runs' configs have (another optimizer's or "
+                    "model's own settings; \"-\" where a run has none): %1</p>\n")
+                    .arg(oneSided.size());
+        table(oneSided);
       }
-      body += QStringLiteral("</table>\n");
     }
   }
 
