@@ -239,6 +239,17 @@ std::vector<std::string> split_commas(const std::string& text) {
   return parts;
 }
 
+// Nanoseconds of CLOCK_MONOTONIC; async-signal-safe (the stop handlers call it).
+long long monotonic_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+// A stop signal within this of the first is that one again: GNU timeout and other supervisors
+// signal the process and then its process group, within microseconds.
+constexpr long long kRepeatWindowNs = 500'000'000;
+
 int cmd_run(tb::api::RunRequest req) {
   const std::string db = req.db_path;
   const std::int64_t resume = req.resume.value_or(0);
@@ -331,11 +342,8 @@ int cmd_run(tb::api::RunRequest req) {
     static_assert(std::atomic<long long>::is_always_lock_free);  // used in a signal handler
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
-      constexpr long long kRepeatWindowNs = 500'000'000;
       const int saved_errno = errno;
-      timespec now{};
-      clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-      const long long ns = static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+      const long long ns = monotonic_ns();
       long long first = 0;
       if (first_stop_ns.compare_exchange_strong(first, ns)) {
         cancel_requested.store(true);
@@ -662,11 +670,8 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     static std::atomic<long long> first_stop_ns{0};
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
-      constexpr long long kRepeatWindowNs = 500'000'000;
       const int saved_errno = errno;
-      timespec now{};
-      clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-      const long long ns = static_cast<long long>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+      const long long ns = monotonic_ns();
       long long first = 0;
       const bool first_time = first_stop_ns.compare_exchange_strong(first, ns);
       if (first_time || ns - first >= kRepeatWindowNs) {
