@@ -11,6 +11,8 @@
 #   sweep_table < OUTPUT                 # a sweep's table rows without their run ids
 #   e2e_wait_for PID LOG REGEX           # until LOG has a line matching REGEX (at most 120 s, or
 #                                        # until PID ends); status 0 when it has
+#   e2e_wait_training DB N STEP PID LOG  # until N runs of DB are running at STEP or later ($cli's
+#                                        # `runs`; fails when PID ends first, or after 30 s)
 #
 # fail MESSAGE prints "FAIL: NAME: MESSAGE" and exits 1; ctest's FAIL_REGULAR_EXPRESSION catches
 # it, and each script ends with its own "PASS: NAME: ..." line.
@@ -66,4 +68,16 @@ e2e_wait_for() {
     sleep 0.1
   done
   grep -q "$pattern" "$log" 2>/dev/null
+}
+
+e2e_wait_training() {
+  local db=$1 count=$2 step=$3 pid=$4 log=$5
+  for _ in $(seq 1 1500); do
+    "$cli" --db "$db" runs 2>/dev/null |
+      awk -v n="$count" -v s="$step" '$5 == "running" && $8 >= s {k++} END {exit k < n}' &&
+      return 0
+    kill -0 "$pid" 2>/dev/null || fail "it ended early: $(tail -3 "$log")"
+    sleep 0.02
+  done
+  fail "fewer than $count runs got to step $step within 30 s"
 }

@@ -17,12 +17,7 @@ sed 's/name = "opt-lr"/name = "signal"/' "$src/tests/data/sweep_grid.toml" > "$t
 setsid "$cli" --db "$db" sweep "$tmp/s.toml" --parallel 2 --set run.steps=2000000 \
   --set run.log_interval=100 --set eval.interval=0 > "$tmp/out.txt" 2>&1 &
 sweep=$!
-for _ in $(seq 1 1500); do
-  "$cli" --db "$db" runs 2>/dev/null | awk '$5 == "running" && $8 >= 200 {n++} END {exit n < 2}' &&
-    break
-  kill -0 "$sweep" 2>/dev/null || fail "the sweep ended early: $(tail -3 "$tmp/out.txt")"
-  sleep 0.02
-done
+e2e_wait_training "$db" 2 200 "$sweep" "$tmp/out.txt"
 kill -TERM "$sweep"
 for _ in $(seq 1 500); do  # until it has ended (a zombie until the wait below)
   case $(ps -o stat= -p "$sweep" 2>/dev/null) in "" | Z*) break ;; esac

@@ -21,12 +21,7 @@ setsid "$cli" --db "$db" sweep "$config" --parallel 2 --set run.steps=20000 \
   --set checkpoint.interval=100 --set eval.interval=1000 --set run.log_interval=50 \
   > "$tmp/cut.txt" 2>&1 &
 sweep=$!
-for _ in $(seq 1 1500); do
-  "$cli" --db "$db" runs 2>/dev/null | awk '$5 == "running" && $8 >= 300 {n++} END {exit n < 2}' &&
-    break
-  kill -0 "$sweep" 2>/dev/null || fail "the sweep ended early: $(tail -3 "$tmp/cut.txt")"
-  sleep 0.02
-done
+e2e_wait_training "$db" 2 300 "$sweep" "$tmp/cut.txt"
 kill -TERM "$sweep"
 wait "$sweep"
 rc=$?
