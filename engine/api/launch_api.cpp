@@ -266,6 +266,9 @@ std::vector<LaunchedProcess> launch_runs(
 
 DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   int nproc = req.nproc;  // 0 with resume: the stored run's number of ranks
+  // The ranks' distributed.world_size: --nproc, or a resumed run's own 0 (its ranks took their
+  // number from the environment, and a resume must not change its config).
+  std::int64_t world_size = -1;
   TB_CHECK(nproc >= 1 || (nproc == 0 && req.resume > 0), "[launch] --nproc must be >= 1, got ",
            nproc);
   TB_CHECK(req.configs.size() == 1 || (req.resume > 0 && req.configs.empty()),
@@ -289,6 +292,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     // The launcher stores the world size; ranks started from a torchrun-style environment store
     // 0, and their per-rank metrics (rank<r>/...) say how many there were.
     std::int64_t ranks = c.distributed.world_size;
+    if (ranks == 0) world_size = 0;
     const std::string prefix = core::metric::kRankPrefix;
     for (const auto& m : run.metrics) {
       if (ranks > 0 || m.key.rfind(prefix, 0) != 0) continue;
@@ -359,9 +363,10 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     }
   } catch (const std::exception&) {  // the ranks report what is wrong with the config or store
   }
-  std::vector<std::string> sets = {"distributed.backend=\"" + backend + "\"",
-                                   "distributed.world_size=" + std::to_string(nproc),
-                                   "binding.mode=\"" + req.binding + "\""};
+  std::vector<std::string> sets = {
+      "distributed.backend=\"" + backend + "\"",
+      "distributed.world_size=" + std::to_string(world_size < 0 ? nproc : world_size),
+      "binding.mode=\"" + req.binding + "\""};
   if (req.fallback) sets.emplace_back("binding.fallback=true");
   sets.insert(sets.end(), req.overrides.begin(), req.overrides.end());
   for (const auto& s : sets)

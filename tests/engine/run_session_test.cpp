@@ -516,6 +516,9 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
     const auto argv = api::plan_ddp_launch(req).argv;
     ASSERT_GE(argv.size(), 3u);
     EXPECT_EQ(argv[2], "3");
+    // Its world_size stays 0 (the ranks take it from mpirun's environment): a resume that set 3
+    // changed its config, and every rank refused the checkpoint.
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "distributed.world_size=0"), argv.end());
   }
   nr.name = "alone";
   nr.config = base;

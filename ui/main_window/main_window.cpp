@@ -189,7 +189,8 @@ MainWindow::~MainWindow() {
   // Ctrl-C stops it, not killed by QProcess's destructor with its trials left training.
   if (m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning) {
     m_sweepProcess->disconnect(this);
-    m_sweepProcess->terminate();
+    // Once only: a second SIGTERM half a second after the first quits the sweep at once.
+    if (!m_sweepStopping) m_sweepProcess->terminate();
     if (!m_sweepProcess->waitForFinished(kSweepStopWaitMs)) m_sweepProcess->kill();
   }
   // Launched processes are independent runs; wait for the launcher so its thread ends cleanly.
@@ -678,6 +679,17 @@ void MainWindow::startSweep(const SweepLaunch& launch) {
             m_runsModel->refresh();
             m_sweeps->refresh();
           });
+  // Not started (no finished() follows): said, and forgotten, or every later sweep is refused
+  // as "already running".
+  connect(m_sweepProcess, &QProcess::errorOccurred, this, [this](QProcess::ProcessError error) {
+    if (error != QProcess::FailedToStart || !m_sweepProcess) return;
+    log(QStringLiteral("error"),
+        tr("sweep %1 could not start: %2").arg(m_sweepName, m_sweepProcess->errorString()));
+    m_sweepProcess->deleteLater();
+    m_sweepProcess = nullptr;
+    m_sweepStopping = false;
+    if (m_quitting) close();
+  });
   m_pendingSweep = launch.name;
   m_sweepName = launch.name;
   m_sweepProcess->start(cli,
@@ -1016,11 +1028,13 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   m_quitting = true;
   for (auto& w : m_workers)
     if (w) w->cancel();
+  // Again: the question's event loop may have seen the sweep end.
+  const bool stillSweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
   // The sweep process is ours (QProcess would kill it, and its trials would train on without
   // it): SIGTERM stops it as Ctrl-C does — its trials stop after their step and it waits for
   // them. The window stays (and answers) until it has ended; its end closes the window. One
   // that has not ended after kSweepStopWaitMs is killed.
-  if (sweeping) {
+  if (stillSweeping) {
     if (!m_sweepStopping) {
       m_sweepStopping = true;
       statusBar()->showMessage(
