@@ -674,12 +674,14 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       const long long ns = monotonic_ns();
       long long first = 0;
       const bool first_time = first_stop_ns.compare_exchange_strong(first, ns);
+      // Set before the trials are told: a trial whose pid is being stored now then sees it (its
+      // start event sends the signal), or its pid is seen here.
+      if (first_time) stop_signal.store(sig);
       if (first_time || ns - first >= kRepeatWindowNs) {
         for (auto& pid : sweep_trial_pids)
           if (const int p = pid.load(); p > 0) kill(p, sig);
       }
       if (first_time) {
-        stop_signal.store(sig);
         (void)!write(STDERR_FILENO, said, std::strlen(said));
       } else if (ns - first >= kRepeatWindowNs) {
         std::signal(sig, SIG_DFL);

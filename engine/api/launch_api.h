@@ -16,10 +16,11 @@ namespace tb::api {
 struct LaunchRequest {
   std::string program;               ///< the trainbench-cli executable to run
   std::vector<std::string> configs;  ///< run configs; process k runs configs[k % size]
-  int nproc = 1;                     ///< processes (= slots)
-  std::string binding = "none";      ///< none, node, socket, exclusive, core-complex
-  bool fallback = false;             ///< an unsatisfiable binding: unbound + warning
-  std::string db_path;               ///< the store every process writes ("" = default)
+  /// Processes (= slots), >= 1; for plan_ddp_launch with `resume`, 0 = the stored run's ranks.
+  int nproc = 1;
+  std::string binding = "none";  ///< none, node, socket, exclusive, core-complex
+  bool fallback = false;         ///< an unsatisfiable binding: unbound + warning
+  std::string db_path;           ///< the store every process writes ("" = default)
   /// Program options every process gets before its command: the launching command's own
   /// (e.g. "--threads", "2", "--gemm-backend", "openblas"), which a child would not know.
   std::vector<std::string> program_options;

@@ -149,7 +149,10 @@ SweepPreview preview_of(const store::SweepRecord& rec,
 // without one).
 std::string last_error(const std::string& log, std::uintmax_t from) {
   std::ifstream in(log);
-  in.seekg(static_cast<std::streamoff>(from));
+  std::error_code ec;
+  // (A log cut shorter meanwhile, by a rotation: read it all.)
+  if (from <= std::filesystem::file_size(log, ec) && !ec)
+    in.seekg(static_cast<std::streamoff>(from));
   std::string line, error;
   while (std::getline(in, line))
     if (line.rfind("error: ", 0) == 0) error = line.substr(7);

@@ -68,7 +68,8 @@ void change_status(Connection& db, std::int64_t run, RunStatus to, std::string_v
   if (to == RunStatus::kRunning) {
     Statement st = db.prepare(
         "UPDATE runs SET status = 'running', started_at = COALESCE(started_at, ?), "
-        "paused_seconds = paused_seconds + MAX(0, COALESCE(? - ended_at, 0)), "
+        "paused_seconds = paused_seconds + CASE WHEN started_at IS NULL THEN 0 "
+        "ELSE MAX(0, COALESCE(? - ended_at, 0)) END, "
         "ended_at = NULL, message = '', writer_pid = ?, writer_host = ?, writer_start_time = ?, "
         "heartbeat_at = ? WHERE id = ?");
     st.bind(1, time);

@@ -338,8 +338,6 @@ std::vector<Assignment> points_of(const SweepSpec& s) {
   return points;
 }
 
-// Whether a config error says the key is not read in this config (an unknown key for the kind,
-// a sub-table only read with another kind) rather than that its value is wrong.
 // A config error about a point, in the sweep's terms: its values reach the config as settings,
 // but nobody typed --set ("(from --set k=v)" is "(swept as k=v)"; a swept kind keeps the base
 // config's other keys of its table, with no --set to replace them).
@@ -356,6 +354,8 @@ std::string in_sweep_terms(std::string why) {
   return why;
 }
 
+// Whether a config error says the key is not read in this config (an unknown key for the kind,
+// a sub-table only read with another kind) rather than that its value is wrong.
 bool not_applicable(const ConfigError& e) {
   const std::string& m = e.problem().message;
   return m.find("unknown key") != std::string::npos ||
