@@ -460,6 +460,24 @@ std::vector<std::string> StoreReader::metric_keys(std::int64_t run) const {
   return impl_->store.metric_keys(run);
 }
 
+double StoreReader::trained_seconds(std::int64_t run, double when) const {
+  const store::RunSummary s = impl_->store.get_run(run).summary;
+  if (!s.started_at) return 0;
+  double paused = 0;
+  double ended = -1;  // the end a resume follows (-1: none)
+  for (const auto& e : impl_->store.events(run)) {
+    if (e.text.rfind("status ", 0) != 0) continue;
+    if (e.time >= when) break;
+    if (e.text.rfind("status running -> ", 0) == 0) {
+      ended = e.time;
+    } else if (e.text.find(" -> running") != std::string::npos && ended >= 0) {
+      paused += e.time - ended;
+      ended = -1;
+    }
+  }
+  return std::max(0.0, when - *s.started_at - paused);
+}
+
 Series StoreReader::series(std::int64_t run, const std::string& key, std::int64_t from_step) const {
   Series out;
   const auto points = impl_->store.series(run, key, from_step);

@@ -220,6 +220,10 @@ class StoreReader {
   std::vector<std::string> metric_keys(std::int64_t run) const;
   /// The points of `key` with step >= from_step (all by default).
   Series series(std::int64_t run, const std::string& key, std::int64_t from_step = 0) const;
+  /// How long `run` had trained at Unix time `when`: from its start, less the time it spent ended
+  /// before a resume (from its status events; a crash's pause counts from when it was found).
+  /// A sweep trial's time to a target then leaves out its waits at the rungs.
+  double trained_seconds(std::int64_t run, double when) const;
   /// The run's effective config (TOML).
   std::string config_text(std::int64_t run) const;
   /// The run's events as "level: text" lines, oldest first.

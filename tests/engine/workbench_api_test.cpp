@@ -743,6 +743,29 @@ TEST(WorkbenchStore, RunFactsFromStoredMetrics) {
   EXPECT_GE(s.wall_s[0], 0.0);
 }
 
+// Time to a target counts the time a run trained: the time it spent cancelled before its resume
+// (a sweep trial waiting at a rung) is left out, as its duration leaves it out.
+TEST(WorkbenchStore, TrainedSecondsLeaveOutTheTimeARunSpentEndedBeforeItsResume) {
+  TempDir dir;
+  const std::int64_t id = store::RunStore::open(dir.db()).create_run({.name = "paused"});
+  {
+    store::RunWriter w(dir.db(), id);
+    w.set_status(store::RunStatus::kCancelled);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  {
+    store::RunWriter w(dir.db(), id);
+    w.set_status(store::RunStatus::kFinished);
+  }
+  api::StoreReader reader(dir.db());
+  const store::RunSummary s = store::RunStore::open(dir.db()).get_run(id).summary;
+  const double end = *s.ended_at;
+  EXPECT_GT(end - *s.started_at, 1.1);
+  EXPECT_LT(reader.trained_seconds(id, end), 0.5);  // the 1.2 s cancelled left out
+  EXPECT_NEAR(reader.trained_seconds(id, end), *s.duration_seconds(0), 0.01);
+  EXPECT_EQ(reader.trained_seconds(id, *s.started_at), 0.0);
+}
+
 TEST(WorkbenchStore, DataParallelRunsShowTheirRanks) {
   TempDir dir;
   auto st = store::RunStore::open(dir.db());

@@ -163,8 +163,10 @@ std::vector<RunSummaryRow> summarizeRuns(const api::StoreReader& store, const QL
       if (higherIsBetter ? v >= target.value : v <= target.value) {
         row.stepsToTarget = static_cast<qint64>(t.step[i]);
         // From the run's start, as its duration: setup and the steps before the first logged
-        // one count (the series' own origin is its first logged point).
-        row.timeToTarget = it->started_at ? t.origin + t.wall_s[i] - *it->started_at : t.wall_s[i];
+        // one count (the series' own origin is its first logged point), the time it spent
+        // ended before a resume does not (a sweep trial's waits at its rungs).
+        row.timeToTarget =
+            it->started_at ? store.trained_seconds(id, t.origin + t.wall_s[i]) : t.wall_s[i];
         break;
       }
     }

@@ -783,9 +783,11 @@ void SweepView::fillTrialTargets() {
         for (std::size_t i = 0; i < s.value.size(); ++i)
           if (reaches(s.value[i], target, max)) {
             steps = QString::number(static_cast<qint64>(s.step[i]));
-            // Three significant digits: a short trial reaches it in hundredths of a second,
-            // which one decimal showed as "0.0".
-            seconds = QString::number(s.wall_s[i], 'g', 3);
+            // From the trial's start, less its waits at the rungs (the time its run spent
+            // ended before a resume), as Compare counts it. Three significant digits: a short
+            // trial reaches it in hundredths of a second, which one decimal showed as "0.0".
+            seconds =
+                QString::number(m_store->trained_seconds(*t.run, s.origin + s.wall_s[i]), 'g', 3);
             break;
           }
       } catch (const std::exception&) {  // deleted meanwhile: left blank
