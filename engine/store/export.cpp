@@ -120,6 +120,8 @@ std::string RunStore::export_json(std::int64_t run) const {
       {"created_at", s.created_at},
       {"started_at", opt(s.started_at)},
       {"ended_at", opt(s.ended_at)},
+      {"paused_seconds", s.paused_seconds},
+      {"duration_seconds", opt(s.ended_at ? s.duration_seconds(*s.ended_at) : std::nullopt)},
       {"last_step", opt(s.last_step)},
       {"host", s.host},
       {"config", d.config},

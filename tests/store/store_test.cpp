@@ -1205,6 +1205,9 @@ TEST_F(StoreTest, DetailsAndExportCsvJson) {
   EXPECT_EQ(j["run"]["name"], "exp, \"quoted\"");
   EXPECT_EQ(j["run"]["status"], "finished");
   EXPECT_EQ(j["run"]["seed"], 7);
+  EXPECT_EQ(j["run"]["paused_seconds"], 0.0);
+  EXPECT_EQ(j["run"]["duration_seconds"].get<double>(),
+            j["run"]["ended_at"].get<double>() - j["run"]["started_at"].get<double>());
   EXPECT_EQ(j["run"]["config"], "{\"lr\": 0.1}");
   EXPECT_EQ(j["metrics"]["loss"]["step"], nlohmann::json({0, 1, 2, 3}));
   EXPECT_EQ(j["metrics"]["loss"]["value"][1], 0.1 + 0.2);
