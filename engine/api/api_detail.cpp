@@ -15,6 +15,7 @@
 
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/metric_names.h"
 #include "engine/store/run_store.h"
 #include "engine/train/trainer.h"
 
@@ -192,6 +193,21 @@ std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std:
     out.emplace_back(section.empty() ? key : section + "." + key, value);
   }
   return out;
+}
+
+int ranks_in_metrics(const std::vector<store::MetricSummary>& metrics) {
+  const std::string prefix = core::metric::kRankPrefix;
+  int ranks = 0;
+  for (const auto& m : metrics) {
+    if (m.key.rfind(prefix, 0) != 0) continue;
+    const auto slash = m.key.find('/', prefix.size());
+    if (slash == std::string::npos) continue;
+    try {
+      ranks = std::max(ranks, std::stoi(m.key.substr(prefix.size(), slash - prefix.size())) + 1);
+    } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): not a rank's metric
+    }
+  }
+  return ranks;
 }
 
 bool only_some(const std::vector<std::string>& values) {

@@ -19,7 +19,6 @@
 #include "engine/api/api_detail.h"
 #include "engine/api/run_api.h"
 #include "engine/core/error.h"
-#include "engine/core/metric_names.h"
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
@@ -293,17 +292,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     // 0, and their per-rank metrics (rank<r>/...) say how many there were.
     std::int64_t ranks = c.distributed.world_size;
     if (ranks == 0) world_size = 0;
-    const std::string prefix = core::metric::kRankPrefix;
-    for (const auto& m : run.metrics) {
-      if (ranks > 0 || m.key.rfind(prefix, 0) != 0) continue;
-      const auto slash = m.key.find('/', prefix.size());
-      if (slash == std::string::npos) continue;
-      try {
-        ranks = std::max<std::int64_t>(
-            ranks, std::stoll(m.key.substr(prefix.size(), slash - prefix.size())) + 1);
-      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): not a rank's metric
-      }
-    }
+    if (ranks == 0) ranks = detail::ranks_in_metrics(run.metrics);
     if (ranks > 0 && nproc == 0) nproc = static_cast<int>(ranks);
     TB_CHECK(nproc > 0, "[launch] run ", req.resume,
              "'s number of ranks is not stored: give --nproc, as many as it ran on");

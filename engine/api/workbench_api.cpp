@@ -329,16 +329,9 @@ RunFacts read_facts(const store::RunDetails& d) {
       f.world_size = 1;
     }
   }
-  const std::string rank_prefix = core::metric::kRankPrefix;
+  if (!f.dist_backend.empty())
+    f.world_size = std::max(f.world_size, detail::ranks_in_metrics(d.metrics));
   for (const auto& m : d.metrics) {
-    if (!f.dist_backend.empty() && m.key.rfind(rank_prefix, 0) == 0) {
-      const std::size_t slash = m.key.find('/', rank_prefix.size());
-      try {
-        const int r = std::stoi(m.key.substr(rank_prefix.size(), slash - rank_prefix.size()));
-        f.world_size = std::max(f.world_size, r + 1);
-      } catch (const std::exception&) {
-      }
-    }
     if (m.key == core::metric::kLoss) f.final_loss = finite(m.last_value);
     if (m.key == core::metric::kEvalLoss) f.best_eval_loss = finite(m.min_value);
     if (m.key == core::metric::kEvalAccuracy) f.best_accuracy = finite(m.max_value);
