@@ -37,36 +37,42 @@ grep -q '^sweep err interrupted: trainbench-cli sweep --resume err continues it$
   fail "the sweep did not say how to continue"
 "$cli" --db "$db" sweeps | grep -Eq '^1 +err +interrupted ' || fail "the sweep is not interrupted"
 
+# `sweep --resume err`, its output in $out, which it prints; fails unless it exits with $1.
+resume_sweep() {
+  out=$("$cli" --db "$db" sweep --resume err --parallel 2 2>&1)
+  local rc=$?
+  echo "$out"
+  [ "$rc" = "$1" ] || fail "the resumed sweep exited with $rc, not $1 ($2)"
+}
+# Fails ($2) unless `sweeps` lists the sweep finished with trials (finished, stopped, failed)
+# matching $1.
+sweeps_counts() {
+  "$cli" --db "$db" sweeps | grep -Eq "^1 +err +finished .* 4 \\($1\\)\$" ||
+    fail "$2: $("$cli" --db "$db" sweeps)"
+}
+
 # Damage trial 0's newest checkpoint: its resume is refused.
 run=$(echo "$runs" | awk '$2 == "err" && $3 == "p0" {print $1}')
 [ -n "$run" ] || fail "no run for trial 0"
 newest=$(find "$tmp" -type d -path "*/run-$run/step-*" | sort | tail -1)
 [ -f "$newest/model.safetensors" ] || fail "no checkpoint for run $run"
 truncate -s 100 "$newest/model.safetensors"
-out=$("$cli" --db "$db" sweep --resume err --parallel 2 2>&1)
-rc=$?
-echo "$out"
-[ "$rc" = 2 ] || fail "the sweep with a failed trial exited with $rc, not 2"
+resume_sweep 2 "a trial failed"
 echo "$out" | grep -q "^trial 0 (err p0 s1): \[safetensors\] .*model.safetensors: truncated: .*, run $run stays cancelled, exit code 1, see .*trial-0.log$" ||
   fail "trial 0's line does not give its error"
 echo "$out" | grep -Eq '^early stopping at step 10000 \(eval.loss, keep the best 2 of 4\): kept p[123] [^;]*, p[123] [^;]*; stopped p[123] [^;]*; ended p0 \(trial 0 error, exit code 1\)$' ||
   fail "the rung does not list the failed trial's point as ended"
 echo "$out" | grep -q '^error: 1 trial(s) failed$' || fail "the sweep did not say a trial failed"
-"$cli" --db "$db" sweeps | grep -Eq '^1 +err +finished .* 4 \(2, 1, 1\)$' ||
-  fail "sweeps does not count the trial failed: $("$cli" --db "$db" sweeps)"
+sweeps_counts "2, 1, 1" "sweeps does not count the trial failed"
 
 # The damage mended (its checkpoints gone, the trial starts again): `sweep --resume` runs the
 # failed trial, and the rung's decision is taken again with its value now. The points that
 # finished are not taken as stopped at the rung, whatever that decision says.
 rm -rf "$(dirname "$newest")"
-out=$("$cli" --db "$db" sweep --resume err --parallel 2 2>&1)
-rc=$?
-echo "$out"
-[ "$rc" = 0 ] || fail "the resumed sweep that ran the failed trial again exited with $rc"
+resume_sweep 0 "the failed trial run again finished"
 echo "$out" | grep -q '^trial 0 (err p0 s1): pid [0-9]*, unbound, to step 10000, ' ||
   fail "the failed trial was not run again"
 echo "$out" | grep -Eq '^early stopping at step 10000 .*; stopped p2 [0-9.e-]+$' ||
   fail "the decision taken again stopped a point that had finished"
-"$cli" --db "$db" sweeps | grep -Eq '^1 +err +finished .* 4 \([23], 1, 0\)$' ||
-  fail "sweeps counts a finished point as stopped: $("$cli" --db "$db" sweeps)"
+sweeps_counts "[23], 1, 0" "sweeps counts a finished point as stopped"
 echo "PASS: sweep_trial_error: the stopped sweep waited for its trials; the refused resume failed its trial"
