@@ -157,6 +157,7 @@ std::vector<LaunchedProcess> launch_runs(
   std::vector<OutputPipe> pipes;
   std::string spawn_error;
   for (int k = 0; k < req.nproc; ++k) {
+    if (k > 0 && req.stop_requested && req.stop_requested()) break;
     LaunchedProcess p;
     p.slot = k;
     const std::int64_t resume_id = static_cast<std::size_t>(k) < req.resume_runs.size()

@@ -42,6 +42,10 @@ struct LaunchRequest {
   /// pipe, and launch_runs hands on every line (without its end; a carriage return also ends one)
   /// with the process's slot while it waits, so the output of several runs can be told apart.
   std::function<void(int slot, const std::string& line)> on_output;
+  /// Not ddp: asked before each process after the first is started; once it says true, no
+  /// further process starts (those already started are waited for). A stop asked for while a
+  /// group starts (a sweep's Ctrl-C) would otherwise start processes only to signal them.
+  std::function<bool()> stop_requested;
 };
 
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.
@@ -81,7 +85,8 @@ struct LaunchedProcess {
 
 /// Plans the slots (errors name the binding problem unless `fallback`), spawns the processes,
 /// calls `on_started` for each right after its spawn, relays their output to
-/// `request.on_output` when given, waits for all and returns them with their exit codes. Throws
+/// `request.on_output` when given, waits for all and returns them with their exit codes (fewer
+/// than nproc when `request.stop_requested` said stop before the rest started). Throws
 /// tb::ValueError for a bad request or when a spawn fails (processes already started are still
 /// waited for).
 std::vector<LaunchedProcess> launch_runs(

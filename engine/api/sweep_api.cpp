@@ -526,6 +526,7 @@ SweepResult run_sweep(const SweepRequest& request,
         lr.fallback = request.fallback;
         lr.db_path = request.db_path;
         lr.program_options = request.program_options;
+        lr.stop_requested = request.stop_requested;
         for (std::int64_t k = 0; k < count; ++k) {
           const Job& job = jobs[static_cast<std::size_t>(first + k)];
           const auto& t = trials[job.trial];
@@ -591,10 +592,11 @@ SweepResult run_sweep(const SweepRequest& request,
           else
             errors[t.trial] = "exit code " + std::to_string(p.exit_code);
         }
-        // Stopped: unless this was the last group and each of its trials got where it was going
-        // (then the sweep ends as it would have).
+        // Stopped: unless this was the last group and each of its trials started and got where
+        // it was going (then the sweep ends as it would have).
         if (stop_requested() &&
-            (!unfinished.empty() || first + request.parallel < n || stage + 1 < targets.size()))
+            (!unfinished.empty() || procs.size() < static_cast<std::size_t>(count) ||
+             first + request.parallel < n || stage + 1 < targets.size()))
           return interrupted();
       }
       // A trial without a result is not the worst of its rung: no decision (and no table) is

@@ -806,6 +806,16 @@ path = "no-such-folder"
   EXPECT_EQ(started, 0);
   req.configs = {good.string()};
   EXPECT_EQ(api::launch_runs(req, {}).size(), 2u);  // both processes run the good config
+  // A stop asked for while the processes start (a sweep's Ctrl-C): the ones started are waited
+  // for, no further one starts.
+  req.nproc = 3;
+  started = 0;
+  req.stop_requested = [&] { return started >= 1; };
+  const auto stopped = api::launch_runs(req, count);
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(stopped[0].slot, 0);
+  EXPECT_EQ(stopped[0].exit_code, 0);
+  EXPECT_EQ(started, 1);
 }
 
 // A sweep whose runs name a device this machine cannot use says so once, before it is stored
