@@ -18,6 +18,7 @@
 #include "engine/api/sweep_api.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
+#include "engine/store/sweeps.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
 
@@ -132,6 +133,15 @@ struct RungDecision {
 RungDecision rung_decision(std::vector<std::pair<double, std::int64_t>> ranked,
                            const std::set<std::int64_t>& lost_a_seed, const std::string& stopping,
                            double reduction_factor, bool max);
+
+/// Makes a rung's decision, taken again on a resume with other inputs (a trial that failed at
+/// the rung last time ran to it this time), true to what has happened: a point whose live trials
+/// (those not in `ended`, trial indices, and not stopped at an earlier rung) have all gone past
+/// `step` or finished is not stopped there (a finished run cannot have stopped early), and one
+/// whose live trials were all stopped at `step` before stays stopped, whatever the rule says now.
+void settle_rung_stops(RungDecision& decision,
+                       const std::vector<store::SweepTrialRecord>& trials, std::int64_t step,
+                       const std::set<std::int64_t>& ended);
 
 /// Whether `p` is a regular file this process may execute.
 bool executable(const std::filesystem::path& p);

@@ -271,6 +271,34 @@ detail::RungDecision detail::rung_decision(std::vector<std::pair<double, std::in
   return d;
 }
 
+void detail::settle_rung_stops(RungDecision& decision,
+                               const std::vector<store::SweepTrialRecord>& trials,
+                               std::int64_t step, const std::set<std::int64_t>& ended) {
+  // Per point: its trials that go on from this rung (not ended, not stopped at an earlier one),
+  // whether all of those have gone past it (or finished), and whether all were stopped here.
+  struct Going {
+    int count = 0;
+    bool all_past = true;
+    bool all_stopped_here = true;
+  };
+  std::map<std::int64_t, Going> going;
+  for (const auto& t : trials) {
+    if (ended.count(t.trial) || (t.stopped_step && *t.stopped_step < step)) continue;
+    Going& g = going[t.point];
+    ++g.count;
+    g.all_past = g.all_past && (t.run_status == store::RunStatus::kFinished ||
+                                (t.last_step && *t.last_step > step));
+    g.all_stopped_here = g.all_stopped_here && t.stopped_step && *t.stopped_step == step;
+  }
+  for (const auto& [point, g] : going) {
+    if (g.count == 0) continue;
+    if (g.all_stopped_here)
+      decision.stop.insert(point);
+    else if (g.all_past)
+      decision.stop.erase(point);
+  }
+}
+
 namespace {
 
 // Early stopping at rung `step`: ranks the points that reached it (those not stopped at an earlier
@@ -334,20 +362,10 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
   };
   detail::RungDecision decision = detail::rung_decision(std::move(ranked), lost_a_seed,
                                                         plan.stopping, plan.reduction_factor, max);
-  // A point whose live trials have all gone past the rung (or finished) is not stopped there:
-  // the decision is being taken again on a resume with other inputs (a trial that failed at the
-  // rung last time ran to it this time), and a finished run cannot have stopped early.
-  for (auto it = decision.stop.begin(); it != decision.stop.end();) {
-    int going_on = 0;
-    bool all_past = true;
-    for (const auto& t : trials) {
-      if (t.point != *it || ended(t) || (t.stopped_step && *t.stopped_step < step)) continue;
-      ++going_on;
-      all_past = all_past && (t.run_status == store::RunStatus::kFinished ||
-                              (t.last_step && *t.last_step > step));
-    }
-    it = going_on > 0 && all_past ? decision.stop.erase(it) : std::next(it);
-  }
+  std::set<std::int64_t> ended_trials;
+  for (const auto& t : trials)
+    if (ended(t)) ended_trials.insert(t.trial);
+  detail::settle_rung_stops(decision, trials, step, ended_trials);
   ranked = decision.ranked;
   const std::set<std::int64_t>& stop = decision.stop;
   const std::string& rule = decision.rule;
@@ -363,7 +381,8 @@ std::string decide(store::RunStore& st, std::int64_t sweep_id, const SweepPrevie
     score_of[point] = score;
   }
   for (const auto& t : trials) {
-    if (!stop.count(t.point) || ended(t) || (t.stopped_step && *t.stopped_step < step)) continue;
+    // (One stopped here before keeps the reason it was given then.)
+    if (!stop.count(t.point) || ended(t) || t.stopped_step) continue;
     const std::string why =
         "mean " + plan.metric + " " + score_text(score_of[t.point], t.point) + " (" + rule + ")";
     store::stop_trial(st, sweep_id, t.trial, step,

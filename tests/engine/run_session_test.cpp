@@ -947,6 +947,43 @@ TEST(SweepRungs, APointThatLostASeedStopsAndAnEndedOneTakesALosingPlace) {
   EXPECT_EQ(up.stop, (std::set<std::int64_t>{1}));
 }
 
+// A rung's decision taken again on `sweep --resume` (a trial that failed at the rung last time
+// has run to it now) says what happened, whatever the rule says now: a point that went on past
+// the rung, or finished, was not stopped there; one stopped there before stays stopped.
+TEST(SweepRungs, ADecisionTakenAgainKeepsToWhatHappened) {
+  auto trial = [](std::int64_t index, std::int64_t point, store::RunStatus status,
+                  std::int64_t last, std::optional<std::int64_t> stopped = std::nullopt) {
+    store::SweepTrialRecord t;
+    t.trial = index;
+    t.point = point;
+    t.run_id = index + 1;
+    t.run_status = status;
+    t.last_step = last;
+    t.stopped_step = stopped;
+    return t;
+  };
+  using S = store::RunStatus;
+  const std::vector<store::SweepTrialRecord> trials = {
+      trial(0, 0, S::kCancelled, 100),        // failed at the rung last time, there now
+      trial(1, 1, S::kFinished, 400),         // kept last time, finished since
+      trial(2, 2, S::kCancelled, 100, 100),   // stopped at the rung last time
+      trial(3, 3, S::kCancelled, 300),        // kept last time, went on (interrupted since)
+      trial(4, 4, S::kCancelled, 50, 50),     // stopped at an earlier rung
+      trial(5, 5, S::kFailed, 80),            // ended: not this function's business
+      trial(6, 2, S::kCancelled, 100, 100)};  // p2's other seed, stopped with it
+  // Now the rule keeps p0 and p2 and stops p1, p3 and p5.
+  api::detail::RungDecision d;
+  d.stop = {1, 3, 5};
+  api::detail::settle_rung_stops(d, trials, 100, /*ended=*/{5});
+  EXPECT_EQ(d.stop, (std::set<std::int64_t>{2, 5}));
+  // A point with one seed stopped here and one going on is the rule's to decide.
+  auto mixed = trials;
+  mixed[6].stopped_step.reset();
+  api::detail::RungDecision again;
+  api::detail::settle_rung_stops(again, mixed, 100, {5});
+  EXPECT_TRUE(again.stop.empty());
+}
+
 // The table's best point is one whose every seed finished: a point whose other seed diverged
 // (its mean of the seed left looked best) follows the whole ones, then the stopped ones.
 TEST(SweepRungs, AWholePointOutranksOneThatLostASeed) {
