@@ -152,7 +152,17 @@ class Trainer {
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
   void report_placement();
   void report_ranks();
+  // The step loop (train_loop.cpp) and its parts; a Loop holds what it keeps across steps.
+  struct Loop;
+  enum class StepEnd { kNext, kStop };  // kStop: the run ends (diverged, --stop-at)
   TrainResult loop();
+  StepEnd train_step(Loop& l);                     // batch, forward, backward, exchange, update
+  bool exchange_with_ranks(Loop& l, bool finite);  // data-parallel; false: skip the step
+  StepEnd end_nonfinite_step(Loop& l);             // skipped, or diverged after too many in a row
+  StepEnd update_and_log(Loop& l);                 // optimizer, metrics, evaluation, checkpoint
+  void evaluate_into(Loop& l, Metrics& m);
+  void end_cancelled(Loop& l);  // a cancelled run's checkpoint and message
+  void log_last_loss(Loop& l);  // the loss of a step between logged ones the run ended after
   // Step phases of loop() that need the trainer (the others are in train_step.cpp).
   bool wait_while_paused();  // false when cancelled
   bool hold_with_ranks();    // data-parallel pause; false when cancelled
