@@ -139,9 +139,8 @@ RungDecision rung_decision(std::vector<std::pair<double, std::int64_t>> ranked,
 /// (those not in `ended`, trial indices, and not stopped at an earlier rung) have all gone past
 /// `step` or finished is not stopped there (a finished run cannot have stopped early), and one
 /// whose live trials were all stopped at `step` before stays stopped, whatever the rule says now.
-void settle_rung_stops(RungDecision& decision,
-                       const std::vector<store::SweepTrialRecord>& trials, std::int64_t step,
-                       const std::set<std::int64_t>& ended);
+void settle_rung_stops(RungDecision& decision, const std::vector<store::SweepTrialRecord>& trials,
+                       std::int64_t step, const std::set<std::int64_t>& ended);
 
 /// Whether `p` is a regular file this process may execute.
 bool executable(const std::filesystem::path& p);
