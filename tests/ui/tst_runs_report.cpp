@@ -581,6 +581,15 @@ class TestRunsReport : public QObject {
     QCOMPARE(got.step, want.step);
     QCOMPARE(got.value, want.value);  // bit for bit, the steps before and after the resume
     QCOMPARE(window.runsModel()->rowCount(), 1);  // the same run continued, no new one
+    // ... from its checkpoint of step 12, not trained again from the start.
+    int resumedAt12 = 0;
+    for (const auto& e : resumedStore.events(cancelled)) {
+      QVERIFY2(e.find("resumed from") == std::string::npos ||
+                   e.find("step-00000012 at step 12") != std::string::npos,
+               e.c_str());
+      resumedAt12 += e.find("step-00000012 at step 12") != std::string::npos;
+    }
+    QCOMPARE(resumedAt12, 1);
   }
 
   void theWindowFitsASmallScreen() {
