@@ -51,8 +51,18 @@ class SentencePieceTokenizer final : public Tokenizer {
     TB_CHECK(std::filesystem::is_regular_file(model, ec), "[tokenizer] cannot open ",
              model.string(), ": no such file");
     const auto status = sp_.Load(model.string());
-    TB_CHECK(status.ok(), "[tokenizer] ", model.string(), " is not a SentencePiece model (",
-             status.ToString(), ")");
+    if (!status.ok()) {
+      // The library's parse failure names its own source line; said as what it means.
+      std::string why = status.ToString();
+      if (why.find("ParseFromArray") != std::string::npos)
+        why =
+            "its bytes do not parse as a SentencePiece ModelProto: a truncated file, or "
+            "another kind of file";
+      else if (why.rfind("Internal: ", 0) == 0)
+        why = why.substr(10);
+      throw ValueError(detail::str_cat("[tokenizer] ", model.string(),
+                                       " is not a SentencePiece model (", why, ")"));
+    }
     TB_CHECK(sp_.GetPieceSize() > 0, "[tokenizer] ", model.string(), " has no pieces");
   }
   std::string describe() const override { return "sentencepiece " + path_.string(); }

@@ -361,6 +361,34 @@ TEST(GptWeights, APyTorchWrittenGpt2FileGivesPyTorchsLogits) {
     ASSERT_NEAR(got[i], want[i], 1e-5) << "logit " << i;
 }
 
+// The weights fuzz target's seeds (tests/fuzz/corpus/weights, from gpt2_tiny_hf.safetensors):
+// GPT-2's names bare and under "transformer." with the tied head give the same model; every
+// broken or hostile file is refused naming itself, and leaves the model as it was.
+TEST(GptWeights, TheFuzzSeedsLoadOrAreRefusedNamingTheFile) {
+  const std::string dir = std::string(TB_TEST_DATA_DIR) + "/../fuzz/corpus/weights/";
+  nn::GptConfig c = tiny_gpt(32);
+  c.vocab = 23;
+  c.context_length = 16;
+  c.d_model = 16;
+  nn::Gpt bare(c);
+  nn::Gpt prefixed(c);
+  EXPECT_EQ(tb::train::load_weights(bare, dir + "hf-conv1d.safetensors").tensors, 28);
+  const auto r = tb::train::load_weights(prefixed, dir + "prefixed-with-head.safetensors");
+  EXPECT_EQ(r.layout, "gpt2 (Conv1D [in, out] weights, transposed)");
+  EXPECT_EQ(logits_of(prefixed).to_vector<double>(), logits_of(bare).to_vector<double>());
+  for (const char* file :
+       {"truncated.safetensors", "wrong-shape.safetensors", "missing-tensor.safetensors",
+        "unexpected-tensor.safetensors", "offsets-past-the-end.safetensors",
+        "reversed-offsets.safetensors", "header-length-past-the-end.safetensors",
+        "overflowing-shape.safetensors", "unknown-dtype.safetensors"}) {
+    nn::Gpt m(c);
+    const auto before = logits_of(m).to_vector<double>();
+    const std::string msg = error_of([&] { (void)tb::train::load_weights(m, dir + file); });
+    EXPECT_NE(msg.find(dir + file), std::string::npos) << file << ": " << msg;
+    EXPECT_EQ(logits_of(m).to_vector<double>(), before) << file;
+  }
+}
+
 TEST(GptWeights, MissingOrMisshapedTensorsAreNamedAndNothingChanges) {
   tb::test::TempDir tmp("tb_gpt_weights_bad");
   nn::Gpt a(tiny_gpt(0));

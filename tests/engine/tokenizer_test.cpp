@@ -164,6 +164,35 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
   EXPECT_NE(enc.find("decoded: " + line), std::string::npos) << enc;
 }
 
+// The fuzz target's seed models (tests/fuzz/corpus/sentencepiece, made by hand as ModelProto
+// bytes): the valid one encodes and decodes; a truncated, foreign or inconsistent one is refused
+// with the file and what is wrong, in words rather than the library's source line.
+TEST(Tokenizer, HandMadeAndHostileModels) {
+  const std::string dir = std::string(TB_TEST_DATA_DIR) + "/../fuzz/corpus/sentencepiece/";
+  const auto sp = data::load_sentencepiece(dir + "valid-bpe.model");
+  EXPECT_EQ(sp->vocab(), 19);
+  const auto ids = sp->encode("the cat sat");
+  // ▁the ▁ c at ▁ s at: the merges the scores rank (▁the over ▁th over th), BPE's way.
+  EXPECT_EQ(ids, (std::vector<std::int64_t>{17, 3, 6, 18, 3, 12, 18}));
+  EXPECT_EQ(sp->decode(ids), "the cat sat");
+  const std::pair<const char*, const char*> refused[] = {
+      {"truncated.model", "its bytes do not parse as a SentencePiece ModelProto"},
+      {"not-a-model.model", "its bytes do not parse as a SentencePiece ModelProto"},
+      {"length-past-the-end.model", "its bytes do not parse as a SentencePiece ModelProto"},
+      {"no-pieces.model", "(unk is not defined.)"},
+      {"no-unknown-piece.model", "(unk is not defined.)"},
+      {"two-unknown-pieces.model", "(unk is already defined.)"},
+      {"duplicate-pieces.model", "(th is already defined.)"},
+      {"empty-piece.model", "(piece must not be empty.)"}};
+  for (const auto& [file, why] : refused) {
+    const std::string msg = error_of([&] { (void)data::load_sentencepiece(dir + file); });
+    EXPECT_NE(msg.find("[tokenizer] " + dir + file + " is not a SentencePiece model ("),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find(why), std::string::npos) << file << ": " << msg;
+  }
+}
+
 TEST(Tokenizer, BadFilesAndOptionsAreNamed) {
   test::TempDir dir("tb_tokenizer_bad");
   const auto missing = dir.path() / "missing.model";

@@ -15,10 +15,13 @@
 #include "engine/data/image_decode.h"
 #include "engine/data/token_file.h"
 #include "engine/data/tokenizer.h"
+#include "engine/nn/gpt.h"
+#include "engine/rng/cpu_generator.h"
 #include "engine/sched/lr_lambda_expr.h"
 #include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
 #include "engine/train/safetensors.h"
+#include "engine/train/weights_io.h"
 
 namespace tb::fuzz {
 
@@ -166,6 +169,57 @@ void gpt2_bpe(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+void sentencepiece(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("f.model");
+  write(path, data, size);
+  try {
+    const auto sp = data::load_sentencepiece(path);
+    if (sp->vocab() <= 0) throw std::logic_error("a loaded model with no pieces");
+    const std::string text("It's 2026 \xe2\x80\x94 caf\xc3\xa9  ok\n");
+    for (const std::int64_t id : sp->encode(text))
+      if (id < 0 || id >= sp->vocab()) throw std::logic_error("encode gave an id out of range");
+    (void)sp->decode(sp->encode(text));
+    (void)sp->decode(sp->start_ids());
+    const std::int64_t edge[] = {0, sp->vocab() - 1};
+    (void)sp->decode(edge);
+    try {
+      const std::int64_t outside[] = {sp->vocab()};
+      (void)sp->decode(outside);
+      throw std::logic_error("decode took an id outside the vocabulary");
+    } catch (const Error&) {
+    }
+  } catch (const Error&) {
+  }
+}
+
+void weights(const std::uint8_t* data, std::size_t size) {
+  const auto path = scratch("w.safetensors");
+  write(path, data, size);
+  // The model of the seed corpus (tests/data/gpt2_tiny_hf.safetensors): 23 tokens in a padded
+  // 32-row table.
+  nn::GptConfig c;
+  c.vocab = 23;
+  c.padded_vocab = 32;
+  c.context_length = 16;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_model = 16;
+  rng::CpuGenerator gen;
+  gen.manual_seed(1);
+  nn::Gpt model(c, &gen);
+  std::vector<std::vector<double>> before;
+  for (const auto& [name, t] : model.state_dict())
+    before.push_back(t.contiguous().to_vector<double>());
+  try {
+    (void)train::load_weights(model, path);
+  } catch (const Error&) {
+    std::size_t i = 0;
+    for (const auto& [name, t] : model.state_dict())
+      if (t.contiguous().to_vector<double>() != before[i++])
+        throw std::logic_error("a refused weights file changed " + name);
+  }
+}
+
 void lr_lambda(const std::uint8_t* data, std::size_t size) {
   const std::string expr(reinterpret_cast<const char*>(data), size);
   try {
@@ -194,10 +248,17 @@ void store(const std::uint8_t* data, std::size_t size) {
 }
 
 const std::vector<NamedTarget>& targets() {
-  static const std::vector<NamedTarget> all = {
-      {"run_config", &run_config}, {"safetensors", &safetensors}, {"idx", &idx},
-      {"cifar", &cifar},           {"tokens", &tokens},           {"image", &image},
-      {"gpt2_bpe", &gpt2_bpe},     {"lr_lambda", &lr_lambda},     {"store", &store}};
+  static const std::vector<NamedTarget> all = {{"run_config", &run_config},
+                                               {"safetensors", &safetensors},
+                                               {"idx", &idx},
+                                               {"cifar", &cifar},
+                                               {"tokens", &tokens},
+                                               {"image", &image},
+                                               {"gpt2_bpe", &gpt2_bpe},
+                                               {"lr_lambda", &lr_lambda},
+                                               {"store", &store},
+                                               {"sentencepiece", &sentencepiece},
+                                               {"weights", &weights}};
   return all;
 }
 

@@ -28,6 +28,13 @@ void image(const std::uint8_t* data, std::size_t size);
 /// GPT-2's BPE files: vocab.json, a NUL byte, merges.txt; then a text (the input's bytes) encoded
 /// and decoded back, which must give the text again.
 void gpt2_bpe(const std::uint8_t* data, std::size_t size);
+/// A SentencePiece model file; then a text encoded and decoded back, which must give it again
+/// (SentencePiece normalises: NFKC, whitespace), and ids decoded.
+void sentencepiece(const std::uint8_t* data, std::size_t size);
+/// A weights file (safetensors) loaded into a tiny `gpt` model, as `run.init_from` does: with
+/// its own names or GPT-2's (Hugging Face, nanoGPT), Conv1D layout, a padded table; the model
+/// must be left untouched when the file is refused.
+void weights(const std::uint8_t* data, std::size_t size);
 /// A scheduler lambda expression, then evaluated at a few epochs.
 void lr_lambda(const std::uint8_t* data, std::size_t size);
 /// A run database file opened by the store.
