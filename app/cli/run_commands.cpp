@@ -263,7 +263,7 @@ int cmd_run(tb::api::RunRequest req) {
   if (out.status == "cancelled" && !out.stopped_as_asked && rank_number <= 0 &&
       out.message.find("with a checkpoint to continue from") != std::string::npos)
     std::cout << "continue it with: trainbench-cli " << (db.empty() ? "" : "--db " + db + " ")
-              << "run --resume " << out.run_id << "\n"
+              << (rank ? "launch --ddp --resume " : "run --resume ") << out.run_id << "\n"
               << std::flush;
   if (rank) tb::api::end_distributed(out.status == "failed");
   return out.status == "finished" || out.stopped_as_asked ? 0 : 2;

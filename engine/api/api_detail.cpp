@@ -35,6 +35,22 @@ void require_run(const store::RunStore& st, std::int64_t id) {
            " (trainbench-cli runs lists them)");
 }
 
+void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag) {
+  // A run another process is training (or setting up) is refused before its checkpoints are
+  // touched: that process may be pruning or re-saving them (opening the store has already taken
+  // a run whose process is gone as crashed).
+  TB_CHECK(stored.summary.status != store::RunStatus::kRunning &&
+               stored.summary.status != store::RunStatus::kQueued,
+           tag, " run ", id, " is ", store::to_string(stored.summary.status),
+           " in another process: let it end (or cancel it) before resuming it");
+  // A finished run has nothing left to train; resuming it would only rewrite its summary and end
+  // time. Its weights can start a new run.
+  TB_CHECK(stored.summary.status != store::RunStatus::kFinished, tag, " run ", id,
+           " has finished: there is nothing to resume (a new run can start from its weights: "
+           "trainbench-cli weights ",
+           id, " -o FILE.safetensors, then run.init_from = FILE.safetensors)");
+}
+
 store::RunStore existing_store(const std::string& db) {
   const std::filesystem::path path = store_path(db);
   TB_CHECK(store_exists(db), "[store] ", path.string(), ": no run store there (",

@@ -36,6 +36,12 @@ store::RunStore existing_store(const std::string& db);
 /// every command that names a run.
 void require_run(const store::RunStore& st, std::int64_t id);
 
+/// A tb::ValueError (tagged `tag`, "[run]" or "[launch]") unless stored run `id` may be resumed:
+/// one another process trains (running, queued) must end first, and a finished one has nothing
+/// left (its weights can start a new run). The one wording of `run --resume` and
+/// `launch --ddp --resume`.
+void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag);
+
 /// Whether the store at `db` (as store_path) is there; list commands show nothing when the
 /// default store is not made yet.
 bool store_exists(const std::string& db);

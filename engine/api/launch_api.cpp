@@ -24,6 +24,7 @@
 #include "engine/numa/topology_hwloc.h"
 #include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
 
 extern char** environ;
 
@@ -283,6 +284,8 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     auto st = detail::existing_store(req.db_path);
     detail::require_run(st, req.resume);
     const store::RunDetails run = st.get_run(req.resume);
+    // Said once here, not by every rank under mpirun's abort banner.
+    detail::require_resumable(run, req.resume, "[launch]");
     const train::RunConfig c = train::parse_run_config(
         run.config, "run " + std::to_string(req.resume) + "'s stored config");
     TB_CHECK(c.distributed.backend != "none", "[launch] run ", req.resume,
@@ -300,6 +303,20 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     TB_CHECK(ranks == 0 || ranks == nproc, "[launch] run ", req.resume, " ran on ", ranks,
              " ranks, and --ddp --resume continues it on as many: --nproc ", ranks, " (got ", nproc,
              ")");
+    // The config the ranks would continue with (the stored one and --set) against the
+    // checkpoint they would read: a difference, or no checkpoint, is said here once rather than
+    // by each rank under mpirun's abort banner.
+    train::RunConfig now = train::parse_run_config(
+        run.config, "run " + std::to_string(req.resume) + "'s stored config", req.overrides);
+    train::make_paths_absolute(now);
+    const store::Checkpoint newest = detail::newest_checkpoint(
+        st, req.resume, "[launch]",
+        now.checkpoint.interval > 0
+            ? "has no checkpoint to resume from"
+            : "has no checkpoint to resume from (checkpoint.interval = 0 saves one only at the "
+              "end; set checkpoint.interval = N to save every N steps, so that a run cut short "
+              "can continue)");
+    (void)train::check_resume_config(newest.path, train::checkpoint_config(newest.path), now);
   }
   DdpLaunch p;
   p.argv = {req.mpirun, "-np", std::to_string(nproc), "--bind-to", "none"};

@@ -169,24 +169,23 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.run_id = *spec.resume;
   detail::require_run(st, s.run_id);
   const store::RunDetails stored = st.get_run(s.run_id);
-  // A run another process is training (or setting up) is refused before its checkpoints are
-  // touched: that process may be pruning or re-saving them (opening the store has already taken
-  // a run whose process is gone as crashed).
-  TB_CHECK(stored.summary.status != store::RunStatus::kRunning &&
-               stored.summary.status != store::RunStatus::kQueued,
-           "[run] run ", s.run_id, " is ", store::to_string(stored.summary.status),
-           " in another process: let it end (or cancel it) before resuming it");
-  // A finished run has nothing left to train; resuming it would only rewrite its summary and end
-  // time. Its weights can start a new run.
-  TB_CHECK(stored.summary.status != store::RunStatus::kFinished, "[run] run ", s.run_id,
-           " has finished: there is nothing to resume (a new run can start from its weights: "
-           "trainbench-cli weights ",
-           s.run_id, " -o FILE.safetensors, then run.init_from = FILE.safetensors)");
+  detail::require_resumable(stored, s.run_id, "[run]");
   const std::string text = spec.config_text.empty() ? stored.config : spec.config_text;
   const std::string source = spec.config_text.empty()
                                  ? "run " + std::to_string(s.run_id) + "'s stored config"
                                  : spec.source;
   s.config = train::parse_run_config(text, source, spec.overrides);
+  // A data-parallel run goes on over its ranks; one process alone would be refused by the
+  // trainer ("needs a process group") without the command that does it.
+  if (s.config.distributed.backend != "none" && !started_as_rank()) {
+    std::int64_t ranks = s.config.distributed.world_size;
+    if (ranks == 0) ranks = detail::ranks_in_metrics(stored.metrics);
+    throw ValueError(tb::detail::str_cat(
+        "[run] run ", s.run_id, " is a data-parallel run (distributed.backend '",
+        s.config.distributed.backend, "'",
+        ranks > 0 ? tb::detail::str_cat(", ", ranks, " ranks") : std::string(),
+        "): continue it over its ranks with trainbench-cli launch --ddp --resume ", s.run_id));
+  }
   // As a new run's (a stored one's are already absolute; a config file's relative paths are
   // read from this folder, as they always were).
   train::make_paths_absolute(s.config);

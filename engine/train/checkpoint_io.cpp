@@ -304,8 +304,9 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& fina
   return final_dir;
 }
 
-void Trainer::resume_from(const std::filesystem::path& dir) {
-  State& s = *s_;
+namespace {
+
+nlohmann::json read_checkpoint_state(const std::filesystem::path& dir) {
   std::ifstream in(dir / "state.json");
   TB_CHECK(in.good(), "[checkpoint] ", (dir / "state.json").string(), ": cannot open");
   nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
@@ -313,21 +314,19 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
                state.at("version") == 1 && state.contains("config") &&
                state.at("config").is_string(),
            "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
-  if (state.contains("owner") && state.at("owner").is_object()) {
-    const std::string key = state.at("owner").value("key", std::string());
-    // Keys are "<store id>/<run id>": another run of this same store is resumed by its own id,
-    // another store's run from that store.
-    const auto store_of = [](const std::string& k) { return k.substr(0, k.rfind('/')); };
-    const bool same_store = key.find('/') != std::string::npos &&
-                            owner_key_.find('/') != std::string::npos &&
-                            store_of(key) == store_of(owner_key_);
-    TB_CHECK(key.empty() || owner_key_.empty() || key == owner_key_, "[checkpoint] ", dir.string(),
-             " belongs to ", state.at("owner").value("description", key), ", not to ",
-             owner_description_.empty() ? owner_key_ : owner_description_,
-             same_store
-                 ? "; resume that run instead (run --resume " + key.substr(key.rfind('/') + 1) + ")"
-                 : std::string("; resume that run from its own store"));
-  }
+  return state;
+}
+
+}  // namespace
+
+std::string checkpoint_config(const std::filesystem::path& dir) {
+  return read_checkpoint_state(dir).at("config").get<std::string>();
+}
+
+std::vector<std::string> check_resume_config(const std::filesystem::path& dir,
+                                             const std::string& checkpoint_config_toml,
+                                             const RunConfig& config) {
+  std::vector<std::string> warnings;
   // The config must match, except where the run is placed and how it is logged and saved, which
   // change no value it computes: [binding] (a data-parallel rank's own slot differs from rank
   // 0's, which wrote the checkpoint; a run resumed by a launcher or a sweep gets whatever slot is
@@ -354,25 +353,25 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
       set_data_path(c, k, "");
     return to_toml(c);
   };
-  bool same = state.at("config") == to_toml(config_);
+  bool same = checkpoint_config_toml == to_toml(config);
   // The differences named are those that matter: a threads or log_interval that changed too is
   // allowed, so it is left out of the list.
-  std::string then = state.at("config").get<std::string>(), now = to_toml(config_);
+  std::string then = checkpoint_config_toml, now = to_toml(config);
   if (!same) {
     try {
       const RunConfig was = parse_run_config(then, "checkpoint");
       then = same_run(was);
-      now = same_run(config_);
+      now = same_run(config);
       same = then == now;
       if (same) {
-        RunConfig now_abs = config_;
+        RunConfig now_abs = config;
         make_paths_absolute(now_abs);
         RunConfig was_abs = was;
         make_paths_absolute(was_abs);
         for (const std::string& k : data_path_keys(now_abs)) {
           const std::string a = data_path(was_abs, k), b = data_path(now_abs, k);
           if (a != b)
-            s.setup_warnings.push_back(
+            warnings.push_back(
                 k + " is " + (b.empty() ? std::string("\"\" (the default)") : b) +
                 " where the checkpoint's run read " + (a.empty() ? "\"\" (the default)" : a) +
                 ": the run continues on it, bit for bit only if it holds the same data");
@@ -391,6 +390,29 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
                      "run.log_interval, and where the data is: data.path, data.val_path, "
                      "data.tokenizer_model)");
   }
+  return warnings;
+}
+
+void Trainer::resume_from(const std::filesystem::path& dir) {
+  State& s = *s_;
+  const nlohmann::json state = read_checkpoint_state(dir);
+  if (state.contains("owner") && state.at("owner").is_object()) {
+    const std::string key = state.at("owner").value("key", std::string());
+    // Keys are "<store id>/<run id>": another run of this same store is resumed by its own id,
+    // another store's run from that store.
+    const auto store_of = [](const std::string& k) { return k.substr(0, k.rfind('/')); };
+    const bool same_store = key.find('/') != std::string::npos &&
+                            owner_key_.find('/') != std::string::npos &&
+                            store_of(key) == store_of(owner_key_);
+    TB_CHECK(key.empty() || owner_key_.empty() || key == owner_key_, "[checkpoint] ", dir.string(),
+             " belongs to ", state.at("owner").value("description", key), ", not to ",
+             owner_description_.empty() ? owner_key_ : owner_description_,
+             same_store
+                 ? "; resume that run instead (run --resume " + key.substr(key.rfind('/') + 1) + ")"
+                 : std::string("; resume that run from its own store"));
+  }
+  for (auto& w : check_resume_config(dir, state.at("config").get<std::string>(), config_))
+    s.setup_warnings.push_back(std::move(w));
   const auto model_file = load_safetensors(dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
   const auto opt_file = load_safetensors(dir / "optimizer.safetensors");

@@ -191,4 +191,18 @@ class Trainer {
   TrainResult thread_result_;
 };
 
+/// The effective config a checkpoint folder's run was written under (its state.json); a
+/// tb::ValueError when the folder holds no TrainBench checkpoint state.
+std::string checkpoint_config(const std::filesystem::path& checkpoint);
+
+/// Whether `config` may continue from `checkpoint`, written under `checkpoint_config_toml`: the
+/// same run except where it is placed and how it is logged and saved (binding, threads,
+/// data.workers, checkpoint interval and keep, name, tags, log interval, init_from, where the
+/// data is). A tb::ValueError naming the folder and the keys that differ otherwise; returns a
+/// warning per data path that moved. Trainer::resume_from checks it; a launcher checks it before
+/// it starts the ranks.
+std::vector<std::string> check_resume_config(const std::filesystem::path& checkpoint,
+                                             const std::string& checkpoint_config_toml,
+                                             const RunConfig& config);
+
 }  // namespace tb::train

@@ -192,6 +192,13 @@ case $mode in
     NPROC=3 B=11 run_pair empty_shard "$config" 70 1e-4 model.dropout=0.3 eval.interval=0
     "$cli" --db "$tmp/adamw-2.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
       fail "the run did not record its ranks"
+    # A finished run is not resumed: said before mpirun starts.
+    out=$("$cli" --db "$tmp/adamw-2.sqlite" launch --ddp --resume 1 2>&1) &&
+      fail "launch --ddp --resume of a finished run ran"
+    case $out in
+      "error: [launch] run 1 has finished: there is nothing to resume"*) ;;
+      *) fail "launch --ddp --resume of a finished run said: $out" ;;
+    esac
     # Throughput counts the global batch (2 x 32), though each rank's loader built its 32 rows.
     rows=$("$cli" --db "$tmp/adamw-2.sqlite" export 1 --format csv | awk -F, '
       NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "samples_per_s") a = i; if ($i == "time.step_ms") b = i }; next }
@@ -281,6 +288,20 @@ case $mode in
     [ "$(grep -a -c -E '^(rank 1: )?run 1 cancelled at step' "$tmp/cancel.log")" -eq 2 ] ||
       fail "cancel: both ranks should say cancelled: $(grep -a 'run 1' "$tmp/cancel.log")"
     echo "cancel: ${row#*cancelled}, both ranks at the same step, $((t1 - t0)) s"
+    # How to go on: over the ranks. `run --resume` is refused naming that command, and a resume
+    # with another config is refused before mpirun starts (not by each rank under its banner).
+    grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 1" "$tmp/cancel.log" ||
+      fail "cancel: no hint to continue over the ranks: $(grep -a 'continue it' "$tmp/cancel.log")"
+    out=$("$cli" --db "$db" run --resume 1 2>&1) && fail "cancel: run --resume of a 2-rank run ran"
+    [ "$out" = "error: [run] run 1 is a data-parallel run (distributed.backend 'mpi', 2 ranks): continue it over its ranks with trainbench-cli launch --ddp --resume 1" ] ||
+      fail "cancel: run --resume said: $out"
+    out=$("$cli" --db "$db" launch --ddp --resume 1 --set run.steps=7 2>&1) &&
+      fail "cancel: a resume with another run.steps ran"
+    case $out in
+      *mpirun*) fail "cancel: mpirun started for a resume its checkpoint refuses: $out" ;;
+      "error: [checkpoint] "*"was written by a run with another config (run.steps: 100000000 in the checkpoint, 7 now)"*) ;;
+      *) fail "cancel: a resume with another run.steps said: $out" ;;
+    esac
     # run --stop-at on every rank (as mpirun or torchrun starts it): each rank stops after that
     # step. Only rank 0 used to: rank 1 went on into the next step's exchange and the job died
     # of heap corruption, the run crashed without a checkpoint.
@@ -348,7 +369,7 @@ case $mode in
       fail "the resume failed: $(grep -a 'run 1\|error' "$tmp/resume.log" | tail -3)"
     grep -aq 'resuming run 1' "$tmp/resume.log" || fail "no resume: $(tail -3 "$tmp/resume.log")"
     # From a checkpoint the cut run wrote (step 1000 or later), not trained again from step 0.
-    "$cli" --db "$db" show 1 | grep -Eq 'resumed from .*/step-0000[1-9]000 at step [1-9]000$' ||
+    "$cli" --db "$db" show 1 | grep -Eq 'resumed from .*/step-0000[1-9]000 at step [1-9]000(;|$)' ||
       fail "the run did not continue from a checkpoint: $("$cli" --db "$db" show 1 | grep -a resumed)"
     losses "$tmp/whole.sqlite" > "$tmp/whole.txt"
     losses "$db" > "$tmp/cut.txt"
