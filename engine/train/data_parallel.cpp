@@ -263,6 +263,21 @@ std::pair<bool, bool> DataParallel::pause_round(bool pause, bool cancel) {
   return {t.data_ptr<float>()[0] > 0.0f, t.data_ptr<float>()[1] > 0.0f};
 }
 
+void DataParallel::share_late_times(std::vector<RankTimes>& times, double comm_ms,
+                                    double optimizer_ms) {
+  const auto n = static_cast<std::size_t>(world());
+  Tensor t = ops::zeros({static_cast<std::int64_t>(2 * n)}, ScalarType::Float64);
+  double* v = t.data_ptr<double>();
+  v[2 * static_cast<std::size_t>(rank())] = comm_ms;
+  v[2 * static_cast<std::size_t>(rank()) + 1] = optimizer_ms;
+  group_->all_reduce(t, dist::ReduceOp::kSum, "step times");
+  times.resize(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    times[r][3] = v[2 * r];
+    times[r][4] = v[2 * r + 1];
+  }
+}
+
 void DataParallel::reduce_eval(double& loss_sum, double& items, double& correct) {
   Tensor t = Tensor::empty({3}, ScalarType::Float64);
   double* v = t.data_ptr<double>();

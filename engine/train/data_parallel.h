@@ -25,8 +25,9 @@
 
 namespace tb::train::detail {
 
-/// One rank's phase times of a step, milliseconds: data, forward, backward, and the previous
-/// step's communication and optimizer phases.
+/// One rank's phase times of a step, milliseconds: data, forward, backward, communication and
+/// optimizer (the step's exchange carries the step before's last two; share_late_times gives
+/// this step's on a logged one).
 using RankTimes = std::array<double, 5>;
 
 /// What every rank learns from a step's exchange.
@@ -71,6 +72,10 @@ class DataParallel {
   /// (ignored when `loss_finite` is false or the rank has no rows).
   StepExchange exchange(const std::vector<core::Tensor>& params, double loss, bool loss_finite,
                         bool cancel, bool pause, const RankTimes& times);
+  /// On a logged step, after the optimizer: every rank's exchange and optimizer times of this
+  /// step into `times` (a small all-reduce; the step's exchange could carry only the earlier
+  /// phases, and the step before's of these two).
+  void share_late_times(std::vector<RankTimes>& times, double comm_ms, double optimizer_ms);
   /// While paused: one small exchange of the pause and cancel requests. Returns {pause, cancel}
   /// over all ranks.
   std::pair<bool, bool> pause_round(bool pause, bool cancel);

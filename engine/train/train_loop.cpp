@@ -259,6 +259,7 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
     s.ddp->broadcast_buffers(*s.model);
   if (s.ddp && config_.distributed.check_replicas && log_now)
     s.ddp->check_replicas(l.replicated, s.step);
+  if (s.ddp && log_now) s.ddp->share_late_times(s.ddp_times, l.times.comm_ms, l.times.optimizer_ms);
   if (log_now) detail::append_step_metrics(s, l.times, grad_norm, opt, l.global, ms_since(l.t0), m);
   if (eval_now) evaluate_into(l, m);
   l.r.last_loss = l.loss_value;

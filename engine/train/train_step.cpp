@@ -141,8 +141,7 @@ void append_step_metrics(const Trainer::State& s, const StepTimes& t, double gra
   m.emplace_back(metric::kOptimizerMs, t.optimizer_ms);
   if (s.ddp) {
     m.emplace_back(metric::kCommMs, t.comm_ms);
-    // Every rank's phases, so that a straggler shows: data, forward, backward of this step; the
-    // exchange and optimizer phases of the step before (known when the times were exchanged).
+    // Every rank's phases of this step, so that a straggler shows at the step it was slow.
     static constexpr const char* kNames[] = {metric::kDataMs, metric::kForwardMs,
                                              metric::kBackwardMs, metric::kCommMs,
                                              metric::kOptimizerMs};

@@ -204,6 +204,17 @@ case $mode in
       NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "samples_per_s") a = i; if ($i == "time.step_ms") b = i }; next }
       $a != "" && $b != "" { printf "%.0f\n", $a * $b / 1000 }' | sort -u)
     [ "$rows" = 64 ] || fail "samples_per_s x step time is '$rows' samples per step, not the global 64"
+    # Every rank's times are of the logged step: rank 0's exchange and optimizer times equal the
+    # run's own (rank 0 writes it) on every row, the last one included. They were the step
+    # before's, one row late.
+    late=$("$cli" --db "$tmp/adamw-2.sqlite" export 1 --format csv | awk -F, '
+      NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      { n++; if ($c["time.comm_ms"] != $c["rank0/time.comm_ms"] ||
+                 $c["time.optimizer_ms"] != $c["rank0/time.optimizer_ms"] ||
+                 $c["rank1/time.comm_ms"] == "" || $c["rank1/time.optimizer_ms"] == "") bad++ }
+      END { print n + 0, bad + 0 }')
+    [ "${late% *}" -ge 50 ] && [ "${late#* }" = 0 ] ||
+      fail "rank 0's exchange or optimizer time is not the step's on ${late#* } of ${late% *} rows"
     "$cli" --db "$tmp/muon-2.sqlite" show 1 | grep -q 'Muon distributed, matrices per rank: 2 1' ||
       fail "distributed Muon did not split its three matrices 2 + 1: $("$cli" --db "$tmp/muon-2.sqlite" show 1 | grep data-parallel)"
     ;;
