@@ -363,25 +363,43 @@ int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
   // forwards them to every rank (SIGUSR1 stops after the step, SIGUSR2 pauses, SIGTERM
   // ends the job): by default they ended only this process, and the job ran on. Ctrl-C
   // reaches mpirun from the terminal itself.
+  // Ctrl-C (SIGINT from the terminal, which mpirun and the ranks get too) and SIGTERM are
+  // remembered: this process stays to close the run if rank 0 could not, as stopped on purpose.
+  static std::atomic<bool> stopped{false};
   {
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
+      if (sig == SIGTERM || sig == SIGINT) stopped.store(true);
+      if (sig == SIGINT) return;  // the terminal's: mpirun has it already
       if (const int pid = ddp_mpirun_pid.load(); pid > 0) kill(pid, sig);
     };
     sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2})
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT}) {
+      struct sigaction old = {};
+      // A launch started ignoring SIGINT (in the background of a script) keeps ignoring it.
+      if (sig == SIGINT && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN)
+        continue;
       sigaction(sig, &sa, nullptr);
+    }
   }
-  const int rc = tb::api::launch_ddp(req, [](int pid, const tb::api::DdpLaunch& plan) {
-    ddp_mpirun_pid.store(pid);
-    for (const auto& note : plan.notes)
-      std::cout << "note: " << note << "\n";
-    std::cout << "mpirun pid " << pid << ":";
-    for (const auto& a : plan.argv)
-      std::cout << " " << a;
-    std::cout << "\n" << std::flush;
-  });
+  tb::api::LaunchRequest launch = req;
+  launch.stop_requested = [] { return stopped.load(); };
+  std::vector<std::string> after;
+  const int rc = tb::api::launch_ddp(
+      launch,
+      [](int pid, const tb::api::DdpLaunch& plan) {
+        ddp_mpirun_pid.store(pid);
+        for (const auto& note : plan.notes)
+          std::cout << "note: " << note << "\n";
+        std::cout << "mpirun pid " << pid << ":";
+        for (const auto& a : plan.argv)
+          std::cout << " " << a;
+        std::cout << "\n" << std::flush;
+      },
+      &after);
   std::cout << "the job exited with " << rc << "\n";
+  for (const auto& line : after)
+    std::cout << line << "\n";
   return rc == 0 ? 0 : 2;
 }
 

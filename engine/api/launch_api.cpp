@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -284,8 +285,6 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     auto st = detail::existing_store(req.db_path);
     detail::require_run(st, req.resume);
     const store::RunDetails run = st.get_run(req.resume);
-    // Said once here, not by every rank under mpirun's abort banner.
-    detail::require_resumable(run, req.resume, "[launch]");
     const train::RunConfig c = train::parse_run_config(
         run.config, "run " + std::to_string(req.resume) + "'s stored config");
     TB_CHECK(c.distributed.backend != "none", "[launch] run ", req.resume,
@@ -303,20 +302,6 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     TB_CHECK(ranks == 0 || ranks == nproc, "[launch] run ", req.resume, " ran on ", ranks,
              " ranks, and --ddp --resume continues it on as many: --nproc ", ranks, " (got ", nproc,
              ")");
-    // The config the ranks would continue with (the stored one and --set) against the
-    // checkpoint they would read: a difference, or no checkpoint, is said here once rather than
-    // by each rank under mpirun's abort banner.
-    train::RunConfig now = train::parse_run_config(
-        run.config, "run " + std::to_string(req.resume) + "'s stored config", req.overrides);
-    train::make_paths_absolute(now);
-    const store::Checkpoint newest = detail::newest_checkpoint(
-        st, req.resume, "[launch]",
-        now.checkpoint.interval > 0
-            ? "has no checkpoint to resume from"
-            : "has no checkpoint to resume from (checkpoint.interval = 0 saves one only at the "
-              "end; set checkpoint.interval = N to save every N steps, so that a run cut short "
-              "can continue)");
-    (void)train::check_resume_config(newest.path, train::checkpoint_config(newest.path), now);
   }
   DdpLaunch p;
   p.argv = {req.mpirun, "-np", std::to_string(nproc), "--bind-to", "none"};
@@ -427,12 +412,110 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   return pid;
 }
 
+namespace {
+
+// After a failed job: the store's data-parallel runs that ended failed or crashed since `since`
+// (Unix seconds), each with the command that continues it. A run of this job still "running"
+// has lost rank 0, which writes the store, before it could say why (mpirun has ended every rank
+// by now): it is closed here with what happened — the job stopped by a signal (`stopped`), or
+// rank 0 lost — where the store's own recovery could say only that its writer was gone.
+std::vector<std::string> after_failed_job(const LaunchRequest& req, double since, bool stopped) {
+  std::vector<std::string> lines;
+  if (!detail::store_exists(req.db_path)) return lines;
+  store::StoreOptions options;
+  options.recover_crashed = false;
+  auto st = store::RunStore::open(detail::store_path(req.db_path), options);
+  auto data_parallel = [&](std::int64_t id) {
+    try {
+      return train::parse_run_config(st.get_run(id).config, "run").distributed.backend != "none";
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  const std::string here = store::host_name();
+  for (const store::RunSummary& r : st.list_runs()) {
+    if (r.status != store::RunStatus::kRunning || !r.started_at || *r.started_at < since ||
+        r.host != here || !data_parallel(r.id))
+      continue;
+    const std::string last =
+        r.last_step ? " (last step " + std::to_string(*r.last_step) + ")" : std::string();
+    if (stopped)
+      st.set_status(r.id, store::RunStatus::kFailed,
+                    "the job was stopped (a signal to mpirun or to launch --ddp) before rank 0, "
+                    "which writes the store, could record it; every committed step is kept" +
+                        last);
+    else
+      st.set_status(r.id, store::RunStatus::kCrashed,
+                    "rank 0, the process that writes the store, ended without closing the run "
+                    "(killed, or out of memory); every committed step is kept" +
+                        last);
+  }
+  (void)st.recover_crashed_runs();  // anything else whose writer is gone, as any command would
+  const std::string db = req.db_path.empty() ? "" : "--db " + req.db_path + " ";
+  for (const store::RunSummary& r : st.list_runs()) {
+    const bool ended_badly =
+        r.status == store::RunStatus::kFailed || r.status == store::RunStatus::kCrashed;
+    if (!ended_badly || !r.ended_at || *r.ended_at < since || !data_parallel(r.id)) continue;
+    const std::string id = std::to_string(r.id);
+    lines.push_back("run " + id + " " + std::string(store::to_string(r.status)) + ": " + r.message);
+    bool resumable = true;
+    try {
+      (void)detail::newest_checkpoint(st, r.id, "", "");
+    } catch (const std::exception&) {
+      resumable = false;
+    }
+    lines.push_back(resumable
+                        ? "continue it with: trainbench-cli " + db + "launch --ddp --resume " + id
+                        : "run " + id +
+                              " has no checkpoint to continue from (checkpoint.interval "
+                              "= N saves one every N steps)");
+  }
+  return lines;
+}
+
+// `launch --ddp --resume`: what each rank would refuse under mpirun's abort banner, said once
+// before mpirun starts — a run that is finished or running elsewhere, a config (the stored one
+// and --set) that differs from its newest checkpoint's, no checkpoint at all.
+void check_ddp_resume(const LaunchRequest& req) {
+  auto st = detail::existing_store(req.db_path);
+  detail::require_run(st, req.resume);
+  const store::RunDetails run = st.get_run(req.resume);
+  detail::require_resumable(run, req.resume, "[launch]");
+  // The config the ranks would continue with (the stored one and --set) against the
+  // checkpoint they would read: a difference, or no checkpoint, is said here once rather than
+  // by each rank under mpirun's abort banner.
+  train::RunConfig now = train::parse_run_config(
+      run.config, "run " + std::to_string(req.resume) + "'s stored config", req.overrides);
+  train::make_paths_absolute(now);
+  const store::Checkpoint newest = detail::newest_checkpoint(
+      st, req.resume, "[launch]",
+      now.checkpoint.interval > 0
+          ? "has no checkpoint to resume from"
+          : "has no checkpoint to resume from (checkpoint.interval = 0 saves one only at the "
+            "end; set checkpoint.interval = N to save every N steps, so that a run cut short "
+            "can continue)");
+  (void)train::check_resume_config(newest.path, train::checkpoint_config(newest.path), now);
+}
+
+}  // namespace
+
 int launch_ddp(const LaunchRequest& req,
-               const std::function<void(int pid, const DdpLaunch& plan)>& on_started) {
+               const std::function<void(int pid, const DdpLaunch& plan)>& on_started,
+               std::vector<std::string>* after) {
   const DdpLaunch plan = plan_ddp_launch(req);
+  if (req.resume > 0) check_ddp_resume(req);
+  const double since =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const int pid = spawn_ddp(plan);
   if (on_started) on_started(pid, plan);
-  return wait_for(pid);
+  const int rc = wait_for(pid);
+  if (rc != 0 && after != nullptr) {
+    try {
+      *after = after_failed_job(req, since, req.stop_requested && req.stop_requested());
+    } catch (const std::exception&) {  // best effort: the job's own output said what failed
+    }
+  }
+  return rc;
 }
 
 }  // namespace tb::api

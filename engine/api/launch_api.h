@@ -45,6 +45,8 @@ struct LaunchRequest {
   /// Not ddp: asked before each process after the first is started; once it says true, no
   /// further process starts (those already started are waited for). A stop asked for while a
   /// group starts (a sweep's Ctrl-C) would otherwise start processes only to signal them.
+  /// ddp: whether the job was stopped on purpose (a signal passed on to mpirun), asked once it
+  /// has failed.
   std::function<bool()> stop_requested;
 };
 
@@ -67,9 +69,18 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& request);
 /// process's). Returns its pid; a failed start is a tb::ValueError naming the program.
 int spawn_ddp(const DdpLaunch& plan, int output_fd = -1);
 /// Runs plan_ddp_launch's command, printing nothing itself; returns mpirun's exit status
-/// (128 + signal when it was killed). `on_started` gets mpirun's pid and command line.
+/// (128 + signal when it was killed). With `request.resume`, what every rank would refuse is a
+/// tb::ValueError before mpirun starts: a run finished or running elsewhere, no checkpoint, a
+/// config (stored, with `overrides`) that differs from its newest checkpoint's.
+/// `on_started` gets mpirun's pid and command line. When the
+/// job fails, a run it left "running" (rank 0, which writes the store, ended before it could
+/// say why) is closed: failed when `request.stop_requested` says the job was stopped (a
+/// signal), else crashed, with that said; and `after` (if given) gets, per data-parallel run of
+/// the store that ended failed or crashed while the job ran, its status and message and the
+/// command that continues it from its newest checkpoint.
 int launch_ddp(const LaunchRequest& request,
-               const std::function<void(int pid, const DdpLaunch& plan)>& on_started);
+               const std::function<void(int pid, const DdpLaunch& plan)>& on_started,
+               std::vector<std::string>* after = nullptr);
 
 /// One launched process.
 struct LaunchedProcess {

@@ -238,7 +238,7 @@ class MpiGroup final : public ProcessGroup {
    public:
     Collective(MpiGroup& g, const std::string& label)
         : g_(g), label_(label), deadline_(Clock::now() + to_duration(g.timeout())) {
-      if (const int sig = termination_signal()) fail("stopped by signal " + std::to_string(sig));
+      if (const int sig = termination_signal()) fail(ended_by_signal(sig));
       sent_ = g_.sequence();
       const auto n = static_cast<std::size_t>(g_.size());
       received_.assign(n, -1);
@@ -265,7 +265,7 @@ class MpiGroup final : public ProcessGroup {
         int done = 0;
         check(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
         if (done) return;
-        if (const int sig = termination_signal()) fail("stopped by signal " + std::to_string(sig));
+        if (const int sig = termination_signal()) fail(ended_by_signal(sig));
         const auto now = Clock::now();
         if (now > deadline_) fail("");
         // MPI's non-blocking collectives advance only inside MPI calls: test often while the
@@ -343,6 +343,20 @@ class MpiGroup final : public ProcessGroup {
           if (q == p) return st;
         return "";
       };
+      // Ended by a signal with every peer on this host still running (arrived, or signalled as
+      // well before it did): the job as a whole was stopped (SIGTERM to mpirun or its launcher,
+      // a scheduler's time limit), no rank was lost — blaming another rank would send the user
+      // looking for a fault there is none of.
+      bool peers_here = true;
+      for (int p = 0; p < g_.size(); ++p)
+        if (p != g_.rank() && (static_cast<std::size_t>(p) >= g_.peers().size() ||
+                               g_.peers()[static_cast<std::size_t>(p)].host != me))
+          peers_here = false;
+      if (!why.empty() && termination_signal() != 0 && unwell.empty() && peers_here) {
+        culprit = -1;
+        os << "; every rank was running: the job was stopped";
+        throw DistError(os.str(), culprit);
+      }
       for (int p : missing) {
         os << "; " << g_.describe_rank(p) << " did not arrive";
         if (const std::string st = state_of(p); !st.empty()) os << " (its process " << st << ")";
@@ -422,7 +436,17 @@ void abort_world(int code) noexcept {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   int size = 1;
-  if (initialized && !finalized) MPI_Comm_size(g_world, &size);
+  int rank = 0;
+  if (initialized && !finalized) {
+    MPI_Comm_size(g_world, &size);
+    MPI_Comm_rank(g_world, &rank);
+  }
+  // MPI_Abort kills every rank at once. Rank 0 writes the run into the store, and it fails too
+  // when another rank does (its collective ends with the same error, or the same stop signal):
+  // another rank gives it a moment to record why before ending the job (launch --ddp closes a
+  // run rank 0 could not). Under mpirun's own grace (2 s, set by launch --ddp), a rank 0 that
+  // hangs still ends with the job.
+  if (size > 1 && rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   if (size > 1) MPI_Abort(g_world, code);
   try {
     finalize();

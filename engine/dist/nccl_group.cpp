@@ -247,7 +247,7 @@ ncclResult_t init_communicator(ncclComm_t* comm, int size, const ncclUniqueId& i
     }
     std::string why;
     if (const int sig = termination_signal())
-      why = "stopped by signal " + std::to_string(sig);
+      why = ended_by_signal(sig);
     else if (Clock::now() > deadline)
       why = "not complete after " + seconds_text(timeout_s) +
             " s although every rank reached it: NCCL's bootstrap could not connect the ranks "
@@ -395,7 +395,7 @@ class NcclGroup final : public ProcessGroup {
       else if (async != ncclSuccess && async != ncclInProgress)
         why = "NCCL reported " + nccl_error(async, comm_);
       else if (const int sig = termination_signal())
-        why = "stopped by signal " + std::to_string(sig);
+        why = ended_by_signal(sig);
       else if (Clock::now() > deadline)
         why = "not complete after " + seconds_text(timeout()) +
               " s although every rank arrived (the NCCL transfer stalled)";

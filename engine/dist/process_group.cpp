@@ -258,7 +258,7 @@ class SingleGroup final : public ProcessGroup {
  private:
   static void check_signal(const std::string& label) {
     if (const int sig = termination_signal())
-      throw DistError("[dist] " + label + ": stopped by signal " + std::to_string(sig), -1);
+      throw DistError("[dist] " + label + ": " + ended_by_signal(sig), -1);
   }
 };
 
@@ -330,6 +330,11 @@ void notify_termination(int signal_number) noexcept {
 
 int termination_signal() noexcept {
   return g_termination.load(std::memory_order_relaxed);
+}
+
+std::string ended_by_signal(int signal_number) {
+  return "this rank was ended by signal " + std::to_string(signal_number) + " (" +
+         strsignal(signal_number) + ")";
 }
 
 }  // namespace tb::dist

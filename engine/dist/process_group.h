@@ -187,5 +187,9 @@ LaunchEnv detect_launch_env();
 void notify_termination(int signal_number) noexcept;
 /// The signal recorded by notify_termination (0 = none).
 int termination_signal() noexcept;
+/// How a collective says it was interrupted by `signal_number`: "this rank was ended by signal
+/// 15 (Terminated)" — the signal came to this rank (mpirun sends SIGTERM to every rank when one
+/// is lost or the job is stopped); it does not say which rank, if any, was lost.
+std::string ended_by_signal(int signal_number);
 
 }  // namespace tb::dist

@@ -279,7 +279,47 @@ case $mode in
     done
     compare openreg_vs_cpu "$tmp/dev-cpu.txt" "$tmp/dev-openreg:0.txt" 1e-5
     ;;
-  kill) lose_rank KILL 10 60 ;;
+  kill)
+    lose_rank KILL 10 60
+    # Rank 0, the process that writes the store: no rank can record why, the run is found
+    # crashed, and the launcher says so after the job, with the command that continues it.
+    db=$tmp/rank0.sqlite
+    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
+      --set run.log_interval=50 --set checkpoint.interval=20 > "$tmp/rank0.log" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 100); do
+      [ -n "$(find "$tmp/checkpoints" -maxdepth 3 -name 'step-*' 2> /dev/null)" ] && break
+      sleep 0.1
+    done
+    pid=$(rank_pid "$db" 0)
+    [ -n "$pid" ] || fail "rank 0 never started: $(tail -3 "$tmp/rank0.log")"
+    kill -KILL "$pid"
+    wait "$launcher" && fail "the launch exited 0 after rank 0 was killed"
+    grep -aq '^run 1 crashed: rank 0, the process that writes the store, ended without closing the run (killed, or out of memory); every committed step is kept (last step [0-9]*)$' "$tmp/rank0.log" ||
+      fail "the launcher did not say rank 0 was lost: $(tail -4 "$tmp/rank0.log")"
+    grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 1" "$tmp/rank0.log" ||
+      fail "the launcher did not say how to continue: $(tail -4 "$tmp/rank0.log")"
+    echo "rank 0 killed: the launcher said the run crashed, and how to continue it"
+    # SIGTERM to the launcher stops the whole job: failed with the signal, no rank blamed.
+    db=$tmp/term.sqlite
+    start_endless_job "$db" "$tmp/term.log"
+    kill -TERM "$launcher"
+    wait "$launcher" && fail "the launch exited 0 after SIGTERM"
+    # Failed, said by rank 0 ("... ended by signal 15 ...; every rank was running: the job was
+    # stopped") or, when it was ended before it could write, by the launcher.
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *failed*"this rank was ended by signal 15 (Terminated); every rank was running: the job was stopped"*) ;;
+      *failed*"the job was stopped (a signal to mpirun or to launch --ddp) before rank 0, which writes the store, could record it"*) ;;
+      *) fail "SIGTERM to the launcher: $row" ;;
+    esac
+    grep -aq '^run 1 failed: ' "$tmp/term.log" || fail "the launcher did not say how the run ended"
+    grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 1" "$tmp/term.log" ||
+      grep -aqx 'run 1 has no checkpoint to continue from (checkpoint.interval = N saves one every N steps)' "$tmp/term.log" ||
+      fail "the launcher did not say whether the run can continue: $(tail -3 "$tmp/term.log")"
+    case $row in *lost*) fail "SIGTERM to the launcher blamed a rank: $row" ;; esac
+    echo "SIGTERM to the launcher: ${row#*failed}"
+    ;;
   cancel)
     # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.
     db=$tmp/cancel.sqlite

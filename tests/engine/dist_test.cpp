@@ -95,7 +95,8 @@ TEST(Dist, TerminationFailsTheNextCollectiveAndBreaksTheGroup) {
   } catch (const dist::DistError& e) {
     dist::notify_termination(0);
     EXPECT_EQ(std::string(e.what()),
-              "[dist] all_reduce #1 (gradients, step 7): stopped by signal 15");
+              "[dist] all_reduce #1 (gradients, step 7): this rank was ended by signal 15 "
+              "(Terminated)");
   }
   EXPECT_TRUE(g->broken());
   EXPECT_THROW(g->barrier(), dist::DistError);
