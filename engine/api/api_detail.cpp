@@ -17,6 +17,7 @@
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
 #include "engine/store/run_store.h"
+#include "engine/train/safetensors.h"
 #include "engine/train/trainer.h"
 
 namespace tb::api::detail {
@@ -339,6 +340,15 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
   };
   need(c.data.path, "data.path", false);
   need(c.run.init_from, "run.init_from", true);
+  // ... and is a safetensors file (a PyTorch .pt, a truncated download): said before the run is
+  // created, not as its failure. Whether its tensors fit the model is known once it is built.
+  if (!c.run.init_from.empty()) {
+    try {
+      train::check_safetensors(c.run.init_from);
+    } catch (const ValueError& e) {
+      throw ValueError(at + "run.init_from: " + e.what() + from_set(overrides, "run.init_from"));
+    }
+  }
   const nlohmann::json& d = c.data.extra;
   if (d.is_object() && d.contains("val_path") && d["val_path"].is_string())
     need(d["val_path"].get<std::string>(), "data.val_path", false);

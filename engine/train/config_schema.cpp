@@ -49,7 +49,8 @@ std::vector<SectionSchema> make_fixed_sections() {
             .at_least(0),
         FieldSpec("init_from", FieldType::kString, "",
                   "safetensors weights to start from (\"\" = random init); a gpt model also "
-                  "takes GPT-2's from Hugging Face or nanoGPT")}});
+                  "takes GPT-2's from Hugging Face (model.safetensors) or nanoGPT (its "
+                  "state_dict saved as safetensors)")}});
   out.push_back(
       {"data",
        {FieldSpec("path", FieldType::kString, "",

@@ -158,7 +158,10 @@ void sync_to_disk(const std::filesystem::path& path) {
   TB_CHECK(rc == 0, "[io] syncing ", path.string(), " to disk failed: ", std::strerror(err));
 }
 
-SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+namespace {
+
+// The reader; with `data` false, the checks alone (no tensor allocated or read).
+SafetensorsFile read_safetensors(const std::filesystem::path& path, bool data) {
   // A folder opens as a stream on Linux and a FIFO blocks: only a regular file is read.
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
@@ -174,6 +177,19 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
   unsigned char len[8];
   in.read(reinterpret_cast<char*>(len), 8);
   if (!in.good()) bad(path, "read error in the header length");
+  // What torch.save writes (a zip archive since PyTorch 1.6, a pickle before: nanoGPT's ckpt.pt,
+  // pytorch_model.bin) is recognised by its first bytes, and said so with the conversion.
+  // (A safetensors header starts with '{' after its length, whatever that length's bytes.)
+  const bool json_follows = in.peek() == '{';
+  const bool zip = len[0] == 'P' && len[1] == 'K' && len[2] == 3 && len[3] == 4;
+  const bool pickle = len[0] == 0x80 && len[1] >= 2 && len[1] <= 5;
+  if ((zip || pickle) && !json_follows)
+    bad(path, std::string("is a PyTorch file written by torch.save (") +
+                  (zip ? "a zip archive" : "a pickle") +
+                  "), not safetensors; convert it once with PyTorch: sd = torch.load(FILE, "
+                  "map_location=\"cpu\") (nanoGPT's ckpt.pt: sd = sd[\"model\"]), then "
+                  "safetensors.torch.save_file(sd, \"model.safetensors\"); Hugging Face "
+                  "publishes GPT-2 as model.safetensors");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | len[i];
@@ -286,6 +302,7 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
                   std::to_string(expect));
   }
   // Valid: allocate and read (the total equals the file's remaining size).
+  if (!data) return out;
   for (const auto& e : entries) {
     Tensor t = Tensor::empty(core::IntList(e.shape.data(), e.shape.size()), e.dtype);
     if (e.end > e.begin) {
@@ -301,6 +318,16 @@ SafetensorsFile load_safetensors(const std::filesystem::path& path) {
     out.tensors.emplace_back(e.name, t);
   }
   return out;
+}
+
+}  // namespace
+
+SafetensorsFile load_safetensors(const std::filesystem::path& path) {
+  return read_safetensors(path, true);
+}
+
+void check_safetensors(const std::filesystem::path& path) {
+  (void)read_safetensors(path, false);
 }
 
 }  // namespace tb::train

@@ -45,6 +45,11 @@ void save_safetensors(const std::filesystem::path& path, const TensorList& tenso
 /// Reads and validates `path` (see the file comment).
 SafetensorsFile load_safetensors(const std::filesystem::path& path);
 
+/// Validates `path` as load_safetensors does (a tb::ValueError naming it otherwise: not
+/// safetensors, a PyTorch file, truncated, hostile offsets) without reading its tensors: a
+/// weights file checked before a run is created.
+void check_safetensors(const std::filesystem::path& path);
+
 /// Flushes a file's (or a directory's) data and metadata to the disk (fsync). Throws tb::Error
 /// naming the path when it cannot be opened or synced.
 void sync_to_disk(const std::filesystem::path& path);

@@ -73,4 +73,15 @@ out=$("$cli" --db "$db" weights 1 --layout hf-gpt2 -o "$tmp/x.safetensors" 2>&1)
   && fail "hf-gpt2 of an mlp run succeeded: $out"
 case $out in *"layout hf-gpt2 is for gpt models, not model.kind = 'mlp'"*) ;;
   *) fail "unexpected error: $out" ;; esac
+# A file torch.save wrote (a zip archive) named by run.init_from: refused as a config error with
+# the conversion, before a run is created.
+runs_before=$("$cli" --db "$db" runs | wc -l)
+printf 'PK\003\004\000\000\010\000\000\000archive/data.pkl' > "$tmp/ckpt.pt"
+out=$("$cli" --db "$db" run "$tmp/gpt.toml" --set run.init_from="$tmp/ckpt.pt" 2>&1) &&
+  fail "a run started from a PyTorch .pt file"
+case $out in
+  *"run.init_from: [safetensors] $tmp/ckpt.pt: is a PyTorch file written by torch.save (a zip archive), not safetensors; convert it once with PyTorch"*) ;;
+  *) fail "a .pt in run.init_from said: $out" ;;
+esac
+[ "$("$cli" --db "$db" runs | wc -l)" = "$runs_before" ] || fail "the refused run was stored"
 echo "PASS: weights_roundtrip: exported weights evaluate as stored ($(echo $a))"

@@ -181,6 +181,28 @@ TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
   const fs::path fifo = dir_ / "fifo.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   has(fifo, "is not a regular file");  // refused, not opened: reading a FIFO would block
+  // What torch.save writes: a zip archive (PyTorch >= 1.6) or, before, a pickle — named as such,
+  // with the conversion; a real safetensors file whose length bytes happen to look the same is
+  // told apart by the '{' of its header.
+  {
+    const fs::path zip = dir_ / "ckpt.pt";
+    std::ofstream(zip, std::ios::binary) << std::string("PK\x03\x04\x00\x00\x08\x00\x00\x00", 10);
+    has(zip,
+        "is a PyTorch file written by torch.save (a zip archive), not safetensors; convert "
+        "it once with PyTorch: sd = torch.load(FILE, map_location=\"cpu\")");
+    const fs::path pickle = dir_ / "pytorch_model.bin";
+    std::ofstream(pickle, std::ios::binary) << std::string("\x80\x02\x8a\x0al\xfc\x9c\x46\xf9", 9);
+    has(pickle, "(a pickle), not safetensors");
+    EXPECT_EQ(load_error(pickle), error_of([&] { train::check_safetensors(pickle); }));
+  }
+  // A header of 0x280 = 640 bytes starts with the bytes 0x80 0x02, as a pickle does.
+  {
+    std::string header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+    header.resize(640, ' ');
+    const fs::path p = raw(header, ok8);
+    EXPECT_EQ(train::load_safetensors(p).tensors.size(), 1u);
+    train::check_safetensors(p);
+  }
 }
 
 // The reference writer (safetensors' serialize) puts an empty tensor at the offset of the tensor
