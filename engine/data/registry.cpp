@@ -214,8 +214,18 @@ DatasetKind image_folder_kind() {
     s.features = c * h * w;
     s.features_note =
         std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w) + " pixels";
-    // The classes are the subfolders: listing them reads no image.
-    s.classes = static_cast<std::int64_t>(image_folder_classes(path_of(d)).size());
+    // The classes are the subfolders: listing them reads no image. One without images, or a
+    // single class, is said here (the model's class count would be blamed otherwise, and a
+    // classifier of one class learns nothing: loss 0, accuracy 1).
+    const std::filesystem::path dir = path_of(d);
+    const auto classes = image_folder_classes(dir);
+    TB_CHECK(classes.size() >= 2, "[image-folder] ", dir.string(), " has one class folder (",
+             classes.front(),
+             "): a classifier needs two or more, one subfolder of images per class");
+    for (const auto& name : classes)
+      TB_CHECK(!image_folder_files(dir / name).empty(), "[image-folder] ", (dir / name).string(),
+               " (class ", name, ") has no .png, .jpg or .jpeg images, in it or its subfolders");
+    s.classes = static_cast<std::int64_t>(classes.size());
     return s;
   };
   k.make = [](const nlohmann::json& d, std::uint64_t) {

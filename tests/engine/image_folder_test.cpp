@@ -429,6 +429,41 @@ TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
   EXPECT_CONTAINS(error_of([&] { load_image_folder(o); }), "more than the limit of 10");
 }
 
+// A run config's check (the data kind's shape, read before a run is created): a class folder
+// without images is named there rather than taken for a wrong model.classes, and a folder of one
+// class — which a classifier learns nothing from — is refused.
+TEST(ImageFolder, TheConfigCheckNamesAnEmptyClassAndRefusesASingleOne) {
+  const tb::test::TempDir dir("tb_image_folder_shape");
+  for (const char* c : {"blue", "red"}) {
+    fs::create_directories(dir.path() / "two" / c);
+    for (int i = 0; i < 2; ++i)
+      write_png(dir.path() / "two" / c / (std::to_string(i) + ".png"), 4, 4, pattern(4, 4, i));
+  }
+  fs::create_directories(dir.path() / "two" / "yellow");
+  fs::create_directories(dir.path() / "one" / "only");
+  write_png(dir.path() / "one" / "only" / "0.png", 4, 4, pattern(4, 4, 0));
+  const std::string config =
+      "[model]\nkind = \"mlp\"\ninput = 48\nhidden = [8]\nclasses = "
+      "3\n[data]\nkind = \"image-folder\"\nsize = [4, 4]\npath = \"";
+  EXPECT_CONTAINS(error_of([&] {
+                    (void)tb::train::parse_run_config(
+                        config + (dir.path() / "two").string() + "\"\n", "img.toml");
+                  }),
+                  (dir.path() / "two" / "yellow").string() +
+                      " (class yellow) has no .png, .jpg or .jpeg images");
+  EXPECT_CONTAINS(error_of([&] {
+                    (void)tb::train::parse_run_config(
+                        config + (dir.path() / "one").string() + "\"\n", "img.toml");
+                  }),
+                  (dir.path() / "one").string() +
+                      " has one class folder (only): a classifier needs two or more");
+  fs::remove(dir.path() / "two" / "yellow");
+  EXPECT_EQ(tb::train::parse_run_config(config + (dir.path() / "two").string() + "\"\n", "img.toml",
+                                        {"model.classes=2"})
+                .model.kind,
+            "mlp");
+}
+
 // A run config with data.kind = "image-folder" trains a small CNN through the TOML path: two
 // classes told apart by colour (red-ish and blue-ish noise), learnt to full accuracy.
 TEST(ImageFolder, TrainsACnnFromARunConfig) {
