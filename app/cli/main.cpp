@@ -310,6 +310,9 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str()
       ->check(kNonNegative);
   sample->add_option("--seed", sample_req.seed, "the draws' seed")->capture_default_str();
+  sample->add_option("--tokenizer-model", sample_req.tokenizer_model,
+                     "the tokenizer model file (SentencePiece .model, GPT-2 vocab.json), when "
+                     "the run's data.tokenizer_model has moved");
   sample
       ->add_option("--from-checkpoint", sample_req.checkpoint,
                    "this checkpoint folder instead of the run's newest")

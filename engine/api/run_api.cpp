@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -464,8 +465,14 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
 SampleResult sample_run(const SampleRequest& req) {
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.run_id);
-  const train::RunConfig config = train::parse_run_config(
-      st.get_run(req.run_id).config, "run " + std::to_string(req.run_id) + "'s stored config");
+  std::vector<std::string> overrides;
+  if (!req.tokenizer_model.empty())
+    overrides.push_back(
+        "data.tokenizer_model=" +
+        nlohmann::json(std::filesystem::absolute(req.tokenizer_model).string()).dump());
+  const train::RunConfig config =
+      train::parse_run_config(st.get_run(req.run_id).config,
+                              "run " + std::to_string(req.run_id) + "'s stored config", overrides);
   std::filesystem::path dir = req.checkpoint;
   if (!dir.empty()) check_checkpoint_of(st, req.run_id, dir, "[sample]");
   SampleResult out;
@@ -487,8 +494,15 @@ SampleResult sample_run(const SampleRequest& req) {
   // The text form of the run's ids: its data kind's tokenizer (bytes, a SentencePiece model),
   // bytes for any other 256-id model, else none (bare ids, e.g. GPT-2 token files).
   std::shared_ptr<const data::Tokenizer> tokenizer;
-  if (const auto kind = data::dataset_registry().find(config.data.kind))
-    tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
+  if (const auto kind = data::dataset_registry().find(config.data.kind)) {
+    try {
+      tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
+    } catch (const ValueError& e) {
+      throw ValueError(std::string(e.what()) +
+                       "; if the tokenizer moved, give its new place: trainbench-cli sample " +
+                       std::to_string(req.run_id) + " --tokenizer-model PATH");
+    }
+  }
   if (tokenizer == nullptr && vocab == 256) tokenizer = data::byte_tokenizer();
   out.has_text = tokenizer != nullptr;
   out.tokenizer = tokenizer != nullptr ? tokenizer->describe() : "";

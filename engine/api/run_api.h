@@ -84,6 +84,9 @@ struct SampleRequest {
   double temperature = 1.0;                 ///< 0 = greedy
   std::int64_t top_k = 0;                   ///< 0 = every token
   std::uint64_t seed = 0;                   ///< the draws' seed
+  /// The tokenizer model file instead of the stored data.tokenizer_model ("" = the stored one):
+  /// where it is now, when it moved.
+  std::string tokenizer_model;
 };
 /// Text (or token ids) continued by a run's model.
 struct SampleResult {

@@ -355,6 +355,21 @@ TEST(Tokenizer, ARunOverPiecesSamplesText) {
   req.prompt_tokens = {3};
   EXPECT_NE(error_of([&] { (void)api::sample_run(req); }).find("give the prompt as text"),
             std::string::npos);
+  // The tokenizer moved: the error says how to name its new place, and that gives the same text.
+  const auto moved = f.model.parent_path() / "moved.model";
+  std::filesystem::rename(f.model, moved);
+  req.prompt_tokens.clear();
+  req.prompt = "the cat";
+  const std::string gone = error_of([&] { (void)api::sample_run(req); });
+  EXPECT_NE(gone.find(f.model.string()), std::string::npos) << gone;
+  EXPECT_NE(gone.find("; if the tokenizer moved, give its new place: trainbench-cli sample " +
+                      std::to_string(run.run_id) + " --tokenizer-model PATH"),
+            std::string::npos)
+      << gone;
+  req.tokenizer_model = moved.string();
+  const auto b = api::sample_run(req);
+  EXPECT_EQ(b.text, a.text);
+  EXPECT_EQ(b.tokenizer, "sentencepiece " + moved.string());
 }
 
 // A model whose table is larger than the tokenizer's pieces (model.vocab 256, 40 pieces), barely
