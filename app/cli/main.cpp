@@ -336,7 +336,8 @@ int cli_main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
 
   auto* tokenizer = app.add_subcommand(
-      "tokenizer", "SentencePiece models for [data] tokenizer = \"sentencepiece\"");
+      "tokenizer",
+      "train a SentencePiece model; split a text, or make a token file, with it or GPT-2's BPE");
   tokenizer->require_subcommand(1);
   auto* tok_train =
       tokenizer->add_subcommand("train", "train a SentencePiece model on a text file or folder");
@@ -356,15 +357,34 @@ int cli_main(int argc, char** argv) {
   tok_train->add_option("--max-lines", tok_req.max_lines, "lines sampled from the text (0 = all)")
       ->capture_default_str();
   auto* tok_encode = tokenizer->add_subcommand(
-      "encode", "how a SentencePiece model or GPT-2's byte-level BPE splits a text");
+      "encode",
+      "how a SentencePiece model or GPT-2's byte-level BPE splits a text; with --input and -o, "
+      "a text file or folder made into a token file for [data] kind = \"tokens\"");
   std::string tok_model;
   std::string tok_text;
+  tb::api::TokenFileRequest tok_file;
   tok_encode
       ->add_option("model", tok_model,
                    "a SentencePiece .model file, or GPT-2's vocab.json / encoder.json (with "
                    "merges.txt / vocab.bpe beside it)")
       ->required();
-  tok_encode->add_option("text", tok_text, "the text")->required();
+  auto* tok_text_opt = tok_encode->add_option("text", tok_text, "the text to split");
+  auto* tok_input = tok_encode->add_option(
+      "--input", tok_file.input,
+      "a text file or folder to encode into a token file (each file one document; GPT-2: each "
+      "after <|endoftext|>)");
+  auto* tok_output =
+      tok_encode->add_option("-o,--output", tok_file.output, "with --input: the token file");
+  tok_encode->add_flag("--raw", tok_file.raw,
+                       "with --input: raw uint16 ids (nanoGPT's train.bin) instead of llm.c's "
+                       ".bin with its header");
+  tok_input->excludes(tok_text_opt);
+  tok_input->needs(tok_output);
+  tok_output->needs(tok_input);
+  tok_encode->callback([&] {
+    if (tok_text_opt->count() == 0 && tok_input->count() == 0)
+      throw CLI::RequiredError("text (or --input FILE -o OUT.bin)");
+  });
 
   auto* reference = app.add_subcommand(
       "reference",
@@ -578,6 +598,11 @@ int cli_main(int argc, char** argv) {
       return 0;
     }
     if (tok_encode->parsed()) {
+      if (!tok_file.input.empty()) {
+        tok_file.model = tok_model;
+        std::cout << tb::api::encode_token_file(tok_file);
+        return 0;
+      }
       std::cout << tb::api::encode_text(tok_model, tok_text);
       return 0;
     }

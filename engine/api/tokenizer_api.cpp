@@ -1,10 +1,18 @@
 // Tokenizers for the front ends (see tokenizer_api.h).
 #include "engine/api/tokenizer_api.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "engine/core/error.h"
 #include "engine/data/text_dataset.h"
+#include "engine/data/token_file.h"
 #include "engine/data/tokenizer.h"
 
 namespace tb::api {
@@ -32,11 +40,97 @@ std::string train_tokenizer(const TokenizerTrainRequest& r) {
   return os.str();
 }
 
+namespace {
+
+// GPT-2's vocabulary is JSON (vocab.json, encoder.json); anything else a SentencePiece model.
+std::shared_ptr<const data::Tokenizer> load_tokenizer(const std::string& model) {
+  return std::filesystem::path(model).extension() == ".json" ? data::load_gpt2_bpe(model)
+                                                             : data::load_sentencepiece(model);
+}
+
+}  // namespace
+
+std::string encode_token_file(const TokenFileRequest& r) {
+  TB_CHECK(!r.input.empty(), "[tokenizer] --input: give the text file or folder to encode");
+  TB_CHECK(!r.output.empty(), "[tokenizer] -o: give the token file to write");
+  const auto tok = load_tokenizer(r.model);
+  const bool gpt2 = tok->describe().rfind("gpt2-bpe", 0) == 0;
+  TB_CHECK(tok->vocab() <= 65536, "[tokenizer] ", tok->describe(), " has ", tok->vocab(),
+           " ids: a token file holds uint16 ids (at most 65536)");
+  const data::TextCorpus corpus = data::load_text_corpus(r.input);
+  std::vector<std::uint16_t> ids;
+  for (const auto& file : corpus.files) {
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    std::string text(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+    in.seekg(0);
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    TB_CHECK(in.good() || text.empty(), "[tokenizer] ", file.string(), ": read error");
+    std::vector<std::int64_t> doc = gpt2 ? tok->start_ids() : std::vector<std::int64_t>{};
+    const auto body = tok->encode(text);
+    doc.insert(doc.end(), body.begin(), body.end());
+    for (const std::int64_t id : doc)
+      ids.push_back(static_cast<std::uint16_t>(id));
+    TB_CHECK(ids.size() <= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()),
+             "[tokenizer] ", corpus.source, ": more than 2^31 - 1 tokens; split the text");
+  }
+  TB_CHECK(!ids.empty(), "[tokenizer] ", corpus.source, ": no text to encode");
+  // Written next to its place and renamed over it: whole or not at all.
+  const std::filesystem::path out = r.output;
+  const std::filesystem::path tmp =
+      out.string() + ".tmp-" + std::to_string(static_cast<long>(::getpid()));
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    TB_CHECK(f.good(), "[tokenizer] ", out.string(), ": cannot write (", tmp.string(), ")");
+    // Little-endian, as llm.c writes it (and as this machine stores it).
+    std::vector<char> bytes;
+    bytes.reserve((r.raw ? 0 : static_cast<std::size_t>(data::kLlmcHeaderBytes)) + 2 * ids.size());
+    auto put = [&bytes](std::uint32_t v, int n) {
+      for (int b = 0; b < n; ++b)
+        bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+    };
+    if (!r.raw) {
+      put(static_cast<std::uint32_t>(data::kLlmcMagicGpt2), 4);
+      put(1, 4);
+      put(static_cast<std::uint32_t>(ids.size()), 4);
+      bytes.resize(static_cast<std::size_t>(data::kLlmcHeaderBytes), '\0');
+    }
+    for (const std::uint16_t id : ids)
+      put(id, 2);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    if (!f.good()) {
+      f.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw ValueError("[tokenizer] " + out.string() + ": write failed (a full disk?)");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, out, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw ValueError("[tokenizer] " + out.string() + ": cannot write: " + ec.message());
+  }
+  std::ostringstream os;
+  os << "wrote " << out.string() << ": " << ids.size() << " tokens of " << tok->describe()
+     << " from " << corpus.files.size() << (corpus.files.size() == 1 ? " file" : " files") << " ("
+     << corpus.size() << " bytes) of " << corpus.source
+     << (gpt2 ? ", each after <|endoftext|>" : "") << ", as "
+     << (r.raw ? "raw uint16 ids (nanoGPT's)" : "llm.c's .bin (header, uint16 ids)") << "\n"
+     << "use it with [data] kind = \"tokens\", path = \"" << out.string() << "\"";
+  // The tokens kind's vocabulary is GPT-2's unless said; text comes back through GPT-2's BPE.
+  if (tok->vocab() != 50257) os << ", vocab = " << tok->vocab();
+  if (gpt2)
+    os << ", tokenizer = \"gpt2\", tokenizer_model = \""
+       << std::filesystem::absolute(r.model).string() << "\"";
+  os << " (data.val_fraction holds out its end), and model.vocab = " << tok->vocab();
+  if (!gpt2) os << " (samples come back as ids: the tokens kind decodes GPT-2's BPE only)";
+  os << "\n";
+  return os.str();
+}
+
 std::string encode_text(const std::string& model, const std::string& text) {
-  // GPT-2's vocabulary is JSON (vocab.json, encoder.json); anything else a SentencePiece model.
-  const auto tok = std::filesystem::path(model).extension() == ".json"
-                       ? data::load_gpt2_bpe(model)
-                       : data::load_sentencepiece(model);
+  const auto tok = load_tokenizer(model);
   const auto ids = tok->encode(text);
   std::ostringstream os;
   os << ids.size() << " pieces of " << tok->describe() << " (vocabulary " << tok->vocab() << "):\n";

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <string>
@@ -475,6 +476,55 @@ TEST(Gpt2Bpe, BadFilesAreNamed) {
 // data.kind = "tokens" with tokenizer = "gpt2": the kind's tokenizer is the BPE (so samples and
 // prompts are text); ids stay the default; a vocabulary larger than data.vocab and a missing
 // model are named by their fields.
+// Text made into a token file for the tokens kind: each file one document after <|endoftext|>,
+// as llm.c's .bin (header: magic, version, count) or raw uint16; the ids read back are the
+// encoder's, and the tokens kind's layout check takes both.
+TEST(Gpt2Bpe, TextBecomesATokenFileTheTokensKindReads) {
+  tb::test::TempDir dir("tb_token_file");
+  std::filesystem::create_directories(dir.path() / "text");
+  std::ofstream(dir.path() / "text" / "a.txt") << "Hello world.\nIt's 2026.\n";
+  std::ofstream(dir.path() / "text" / "b.txt") << "Another one, caf\xc3\xa9.\n";
+  const auto bpe = data::load_gpt2_bpe(gpt2_vocab());
+  std::vector<std::int64_t> want;
+  for (const char* text : {"Hello world.\nIt's 2026.\n", "Another one, caf\xc3\xa9.\n"}) {
+    const auto start = bpe->start_ids();
+    const auto ids = bpe->encode(text);
+    want.insert(want.end(), start.begin(), start.end());
+    want.insert(want.end(), ids.begin(), ids.end());
+  }
+  for (const bool raw : {false, true}) {
+    api::TokenFileRequest r;
+    r.model = gpt2_vocab().string();
+    r.input = (dir.path() / "text").string();
+    r.output = (dir.path() / (raw ? "raw.bin" : "llmc.bin")).string();
+    r.raw = raw;
+    const std::string report = api::encode_token_file(r);
+    EXPECT_NE(report.find("wrote " + r.output + ": " + std::to_string(want.size()) +
+                          " tokens of gpt2-bpe"),
+              std::string::npos)
+        << report;
+    std::ifstream in(r.output, std::ios::binary);
+    const std::vector<char> chars((std::istreambuf_iterator<char>(in)), {});
+    const std::vector<std::uint8_t> bytes(chars.begin(), chars.end());
+    const data::TokenLayout layout = data::parse_token_layout(
+        bytes, raw ? data::TokenFormat::kUint16 : data::TokenFormat::kLlmc, r.output);
+    EXPECT_EQ(layout.offset, raw ? 0 : 1024);
+    ASSERT_EQ(layout.count, static_cast<std::int64_t>(want.size()));
+    std::vector<std::int64_t> got;
+    for (std::int64_t i = 0; i < layout.count; ++i)
+      got.push_back(bytes[static_cast<std::size_t>(layout.offset + 2 * i)] |
+                    (bytes[static_cast<std::size_t>(layout.offset + 2 * i + 1)] << 8));
+    EXPECT_EQ(got, want);
+  }
+  api::TokenFileRequest none;
+  none.model = gpt2_vocab().string();
+  none.input = (dir.path() / "missing").string();
+  none.output = (dir.path() / "x.bin").string();
+  EXPECT_NE(error_of([&] { (void)api::encode_token_file(none); }).find("missing"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(none.output));
+}
+
 TEST(Gpt2Bpe, TheTokensKindDecodesThroughIt) {
   const auto kind = data::dataset_registry().at("tokens");
   nlohmann::json d = {{"path", "unused.bin"},
