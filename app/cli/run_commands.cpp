@@ -116,6 +116,8 @@ int cmd_run(tb::api::RunRequest req) {
       line << p.steps_per_s << " it/s  ETA " << eta / 3600 << " h";
     else if (eta >= 120)
       line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(eta / 60) << " min";
+    else if (eta > 0 && eta < 1)  // a few fast steps left: not "1 s"
+      line << p.steps_per_s << " it/s  ETA <1 s";
     else
       line << p.steps_per_s << " it/s  ETA " << static_cast<std::int64_t>(std::ceil(eta)) << " s";
     // Four significant digits as the loss has them (0.834, 1, 2.784), whole numbers from 10^4 on

@@ -144,6 +144,17 @@ ImageFolderSplits load_image_folder(const ImageFolderOptions& o) {
            o.height, "x", o.width);
   ImageFolderSplits s;
   s.classes = image_folder_classes(o.dir);
+  // Files beside the class folders belong to no class (torchvision's ImageFolder skips them
+  // too): left out, and said.
+  for (const auto& top : {o.dir, o.val_dir}) {
+    if (top.empty()) continue;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(top, ec)) {
+      const std::string name = e.path().filename().string();
+      if (!name.empty() && name[0] != '.' && !e.is_directory(ec)) s.outside.push_back(e.path());
+    }
+  }
+  std::sort(s.outside.begin(), s.outside.end());
   const auto classes = static_cast<std::int64_t>(s.classes.size());
   std::vector<Item> train, val;
   for (std::int64_t c = 0; c < classes; ++c) {

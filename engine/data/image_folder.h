@@ -51,6 +51,8 @@ struct ImageFolderSplits {
   std::vector<std::string> classes;            ///< label i is classes[i]
   std::vector<std::int64_t> per_class;         ///< images of data.path per class (both splits)
   std::vector<std::filesystem::path> skipped;  ///< files left out: not .png, .jpg or .jpeg
+  /// Files directly in data.path (or data.val_path), outside every class folder: left out.
+  std::vector<std::filesystem::path> outside;
 };
 
 /// Loads the splits. Errors (tb::ValueError) name the folder or file: no class folders, a class

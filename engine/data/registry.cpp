@@ -266,6 +266,15 @@ DatasetKind image_folder_kind() {
       skipped += loaded.skipped.size() > 5 ? ", ...)" : ")";
       s.notes.push_back(skipped);
     }
+    if (!loaded.outside.empty()) {
+      std::string outside = "image-folder: left out " + std::to_string(loaded.outside.size()) +
+                            (loaded.outside.size() == 1 ? " file" : " files") +
+                            " outside the class folders (an image belongs in DIR/CLASS/): ";
+      for (std::size_t i = 0; i < loaded.outside.size() && i < 5; ++i)
+        outside += (i ? ", " : "") + loaded.outside[i].string();
+      outside += loaded.outside.size() > 5 ? ", ..." : "";
+      s.notes.push_back(outside);
+    }
     return s;
   };
   // Counted from the folder listing, without decoding an image (previews need only this).

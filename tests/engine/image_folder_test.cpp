@@ -382,6 +382,7 @@ TEST(ImageFolder, SubfoldersAreReadAndWhatIsLeftOutIsSaid) {
       write_png(dir.path() / c / f, 4, 4, pattern(4, 4, 3));
   }
   std::ofstream(dir.path() / "cat" / "anim.gif") << "GIF89a";
+  write_png(dir.path() / "stray.png", 4, 4, pattern(4, 4, 1));  // beside the class folders
   std::vector<fs::path> skipped;
   const auto files = image_folder_files(dir.path() / "cat", &skipped);
   ASSERT_EQ(files.size(), 3u);
@@ -394,10 +395,14 @@ TEST(ImageFolder, SubfoldersAreReadAndWhatIsLeftOutIsSaid) {
   nlohmann::json d = {{"path", dir.path().string()}, {"size", 4}, {"val_fraction", 0.34}};
   const DataSplits splits = kind->make(d, 0);
   EXPECT_EQ(splits.train->size() + splits.eval->size(), 6);
-  ASSERT_EQ(splits.notes.size(), 2u);
+  ASSERT_EQ(splits.notes.size(), 3u);
   EXPECT_CONTAINS(splits.notes[0], ": 2 classes, 4 images to train, 2 to validate (cat 3, dog 3)");
   EXPECT_CONTAINS(splits.notes[1], "left out 1 file that is not a .png, .jpg or .jpeg image (");
   EXPECT_CONTAINS(splits.notes[1], "anim.gif)");
+  EXPECT_EQ(splits.notes[2],
+            "image-folder: left out 1 file outside the class folders (an image belongs in "
+            "DIR/CLASS/): " +
+                (dir.path() / "stray.png").string());
 }
 
 TEST(ImageFolder, ErrorsNameTheFolderOrFile) {
