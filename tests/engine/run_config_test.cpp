@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -247,7 +248,11 @@ TEST(RunConfigTest, KindChecksAndCpuListsFailWithTheConfig) {
                         "images per class) (from --set data.path=imgs)"));
   // One number is a square, as documented (and [8] too).
   tb::test::TempDir dir("tb_run_config_test");
-  std::filesystem::create_directories(dir.path() / "cat");  // the classes are the subfolders
+  // The classes are the subfolders, each with images (listed, not decoded, by the check).
+  for (const char* c : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir.path() / c);
+    std::ofstream(dir.path() / c / "1.png") << "not decoded here";
+  }
   for (const std::string size : {"8", "[8]"}) {
     const RunConfig c =
         parse_run_config("[data]\nkind = \"image-folder\"\npath = \"" + dir.path().string() +

@@ -681,13 +681,17 @@ class TestRunsReport : public QObject {
     QVERIFY(train(db, test::blobsConfig(8, QStringLiteral("older"))) > 0);
     const qint64 newest = train(db, test::blobsConfig(12, QStringLiteral("newer")));
     QVERIFY(newest > 0);
-    // A newer run that failed before its first step (weights that are not safetensors) is
-    // skipped.
+    // A newer run that failed before its first step (weights of another model: a safetensors
+    // file with one tensor "x") is skipped.
     {
       const QString junk = dir.filePath(QStringLiteral("junk.safetensors"));
       QFile f(junk);
       QVERIFY(f.open(QIODevice::WriteOnly));
-      f.write("not a safetensors file");
+      const QByteArray header = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+      QByteArray length(8, '\0');
+      for (int i = 0; i < 8; ++i)
+        length[i] = static_cast<char>((static_cast<quint64>(header.size()) >> (8 * i)) & 0xff);
+      f.write(length + header + QByteArray(4, '\0'));
       f.close();
       api::TrainRequest req;
       req.config_text = test::blobsConfig(5, QStringLiteral("broken"))
