@@ -16,6 +16,12 @@ echo "$table"
 ids=$(printf '%s\n' "$table" | sed -n 's|^p[0-9].* [0-9]*/[0-9]* *\([0-9,]*\) .*|\1|p' |
       tr ',' '\n' | sort -un | wc -l)
 [ "$ids" = 8 ] || fail "expected 8 distinct runs, found $ids"
+# Two at a time: trials 0 and 1 both start before either ends, each in its own CPU slot.
+order=$(printf '%s\n' "$out" | grep -E '^trial [01] ' | head -3 | sed 's/^trial \([01]\) ([^)]*): \(pid\)\{0,1\}.*/\1\2/')
+[ "$(printf '%s\n' "$order" | head -2 | tr '\n' ' ')" = "0pid 1pid " ] ||
+  fail "trials 0 and 1 did not run at once: $(printf '%s\n' "$out" | grep -E '^trial [01] ' | head -3)"
+cpus=$(printf '%s\n' "$out" | sed -n 's/^trial [01] ([^)]*): pid [0-9]*, CPUs \([0-9,-]*\),.*/\1/p' | sort -u | wc -l)
+[ "$cpus" = 2 ] || fail "trials 0 and 1 did not get two CPU slots: $(printf '%s\n' "$out" | grep -E '^trial [01] ' | head -2)"
 printf '%s\n' "$table" | grep -q '<- best' || fail "no best point marked"
 [ "$(find "$work/sweeps/opt-lr" -name "trial-*.toml" | wc -l)" = 8 ] || fail "expected 8 trial configs"
 tagged=$("$cli" --db "$work/runs.sqlite" export 1 --format json | grep -c '"sweep:opt-lr"')
