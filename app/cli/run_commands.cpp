@@ -81,6 +81,22 @@ void print_sweep_table(const tb::api::SweepResult& r, bool after_trials = true) 
   }
 }
 
+// Installs `sa`'s handler for SIGINT and SIGTERM: the one handler runs for either, never
+// nested, with SA_RESTART (output interrupted by it is not lost). A signal this process was
+// started ignoring (a job started with & from a non-interactive shell ignores SIGINT) stays
+// ignored.
+void on_stop_signals(struct sigaction sa) {
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old = {};
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 }  // namespace
 
 // `run`: a progress bar on a terminal, one plain line per report when piped.
@@ -195,15 +211,7 @@ int cmd_run(tb::api::RunRequest req) {
       }
       errno = saved_errno;
     };
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT);  // the one handler runs for either, never nested
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM}) {
-      struct sigaction old = {};
-      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
-      sigaction(sig, &sa, nullptr);
-    }
+    on_stop_signals(sa);
   }
   // The handlers run on the watcher thread alone: this thread, which trains, and every thread it
   // starts (kernel workers, data loader, store writer) block these signals. A handler run on a
@@ -506,15 +514,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       }
       errno = saved_errno;
     };
-    sigemptyset(&sa.sa_mask);
-    sigaddset(&sa.sa_mask, SIGINT);  // the one handler runs for either, never nested
-    sigaddset(&sa.sa_mask, SIGTERM);
-    sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM}) {
-      struct sigaction old = {};
-      if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
-      sigaction(sig, &sa, nullptr);
-    }
+    on_stop_signals(sa);
   }
   req.stop_requested = [] { return stop_signal.load() != 0; };
   const auto result = tb::api::run_sweep(
