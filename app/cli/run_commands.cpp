@@ -399,6 +399,9 @@ int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
       launch,
       [](int pid, const tb::api::DdpLaunch& plan) {
         ddp_mpirun_pid.store(pid);
+        // A Ctrl-C or SIGTERM that came while the job was prepared (its pid not known yet) stops
+        // it now, as it would have stopped this launcher before.
+        if (stopped.load()) kill(pid, SIGTERM);
         for (const auto& note : plan.notes)
           std::cout << "note: " << note << "\n";
         std::cout << "mpirun pid " << pid << ":";

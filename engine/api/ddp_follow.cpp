@@ -172,6 +172,7 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
     req.configs = {file.string()};
   }
   const DdpLaunch plan = plan_ddp_launch(req);
+  if (req.resume > 0) check_ddp_resume(req);  // said here once, not by each rank
 
   int pipefd[2];
   TB_CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "[run] pipe: ", std::strerror(errno));
@@ -251,6 +252,8 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
   // stored run as it was).
   TB_CHECK(run != 0, "[run] the distributed run did not start (launcher exit ", code,
            "): ", output.tail());
+  // A run its rank 0 could not close (killed) is closed as crashed, saying so.
+  if (code != 0) (void)close_ddp_job(db.string(), plan, false);
   poll_metrics();
   for (const auto& r : store->runs()) {
     if (r.id != run) continue;

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -23,6 +23,7 @@
 #include "engine/numa/affinity.h"
 #include "engine/numa/binding.h"
 #include "engine/numa/topology_hwloc.h"
+#include "engine/store/process_info.h"
 #include "engine/store/run_store.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
@@ -325,6 +326,12 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   // (Open MPI's default of 1 s is short for a rank recording the failure in the store).
   if (std::getenv("OMPI_MCA_odls_base_sigkill_timeout") == nullptr)
     p.env.emplace_back("OMPI_MCA_odls_base_sigkill_timeout=2");
+  // The job's name, which rank 0 records with its run (the ranks of this host inherit mpirun's
+  // environment): host, launcher pid and a count, unique while this launcher lives.
+  static std::atomic<int> launches{0};
+  p.job = store::host_name() + ":" + std::to_string(static_cast<long>(::getpid())) + ":" +
+          std::to_string(launches.fetch_add(1) + 1);
+  p.env.push_back(std::string(kLaunchJobVariable) + "=" + p.job);
   if (geteuid() == 0) {
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -412,78 +419,15 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   return pid;
 }
 
-namespace {
-
-// After a failed job: the store's data-parallel runs that ended failed or crashed since `since`
-// (Unix seconds), each with the command that continues it. A run of this job still "running"
-// has lost rank 0, which writes the store, before it could say why (mpirun has ended every rank
-// by now): it is closed here with what happened — the job stopped by a signal (`stopped`), or
-// rank 0 lost — where the store's own recovery could say only that its writer was gone.
-std::vector<std::string> after_failed_job(const LaunchRequest& req, double since, bool stopped) {
-  std::vector<std::string> lines;
-  if (!detail::store_exists(req.db_path)) return lines;
-  store::StoreOptions options;
-  options.recover_crashed = false;
-  auto st = store::RunStore::open(detail::store_path(req.db_path), options);
-  auto data_parallel = [&](std::int64_t id) {
-    try {
-      return train::parse_run_config(st.get_run(id).config, "run").distributed.backend != "none";
-    } catch (const std::exception&) {
-      return false;
-    }
-  };
-  const std::string here = store::host_name();
-  for (const store::RunSummary& r : st.list_runs()) {
-    if (r.status != store::RunStatus::kRunning || !r.started_at || *r.started_at < since ||
-        r.host != here || !data_parallel(r.id))
-      continue;
-    const std::string last =
-        r.last_step ? " (last step " + std::to_string(*r.last_step) + ")" : std::string();
-    if (stopped)
-      st.set_status(r.id, store::RunStatus::kFailed,
-                    "the job was stopped (a signal to mpirun or to launch --ddp) before rank 0, "
-                    "which writes the store, could record it; every committed step is kept" +
-                        last);
-    else
-      st.set_status(r.id, store::RunStatus::kCrashed,
-                    "rank 0, the process that writes the store, ended without closing the run "
-                    "(killed, or out of memory); every committed step is kept" +
-                        last);
-  }
-  (void)st.recover_crashed_runs();  // anything else whose writer is gone, as any command would
-  const std::string db = req.db_path.empty() ? "" : "--db " + req.db_path + " ";
-  for (const store::RunSummary& r : st.list_runs()) {
-    const bool ended_badly =
-        r.status == store::RunStatus::kFailed || r.status == store::RunStatus::kCrashed;
-    if (!ended_badly || !r.ended_at || *r.ended_at < since || !data_parallel(r.id)) continue;
-    const std::string id = std::to_string(r.id);
-    lines.push_back("run " + id + " " + std::string(store::to_string(r.status)) + ": " + r.message);
-    bool resumable = true;
-    try {
-      (void)detail::newest_checkpoint(st, r.id, "", "");
-    } catch (const std::exception&) {
-      resumable = false;
-    }
-    lines.push_back(resumable
-                        ? "continue it with: trainbench-cli " + db + "launch --ddp --resume " + id
-                        : "run " + id +
-                              " has no checkpoint to continue from (checkpoint.interval "
-                              "= N saves one every N steps)");
-  }
-  return lines;
-}
-
 // `launch --ddp --resume`: what each rank would refuse under mpirun's abort banner, said once
-// before mpirun starts — a run that is finished or running elsewhere, a config (the stored one
-// and --set) that differs from its newest checkpoint's, no checkpoint at all.
+// before mpirun starts.
 void check_ddp_resume(const LaunchRequest& req) {
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.resume);
   const store::RunDetails run = st.get_run(req.resume);
   detail::require_resumable(run, req.resume, "[launch]");
   // The config the ranks would continue with (the stored one and --set) against the
-  // checkpoint they would read: a difference, or no checkpoint, is said here once rather than
-  // by each rank under mpirun's abort banner.
+  // checkpoint they would read.
   train::RunConfig now = train::parse_run_config(
       run.config, "run " + std::to_string(req.resume) + "'s stored config", req.overrides);
   train::make_paths_absolute(now);
@@ -497,24 +441,73 @@ void check_ddp_resume(const LaunchRequest& req) {
   (void)train::check_resume_config(newest.path, train::checkpoint_config(newest.path), now);
 }
 
-}  // namespace
+std::vector<std::string> close_ddp_job(const std::string& db_path, const DdpLaunch& plan,
+                                       bool stopped) {
+  std::vector<std::string> lines;
+  try {
+    if (plan.job.empty() || !detail::store_exists(db_path)) return lines;
+    store::StoreOptions options;
+    options.recover_crashed = false;  // this job's run is closed here, with what happened
+    auto st = store::RunStore::open(detail::store_path(db_path), options);
+    // The job's run: the newest one whose events name this job (rank 0 recorded it on start).
+    const std::string mark = std::string(kLaunchJobEvent) + plan.job;
+    std::optional<store::RunSummary> mine;
+    for (const store::RunSummary& r : st.list_runs()) {  // newest first
+      for (const auto& e : st.events(r.id))
+        if (e.text == mark) mine = r;
+      if (mine) break;
+    }
+    if (!mine) return lines;  // rank 0 never started the run (its ranks said why)
+    // mpirun has ended every rank of this host: a run still running lost rank 0 before it could
+    // close it (on another host its writer may live on: left to the store's recovery).
+    if (mine->status == store::RunStatus::kRunning && mine->host == store::host_name()) {
+      const std::string last =
+          mine->last_step ? " (last step " + std::to_string(*mine->last_step) + ")" : "";
+      if (stopped)
+        st.set_status(mine->id, store::RunStatus::kFailed,
+                      "the job was stopped (a signal to mpirun or to launch --ddp) before rank "
+                      "0, which writes the store, could record it; every committed step is "
+                      "kept" +
+                          last);
+      else
+        st.set_status(mine->id, store::RunStatus::kCrashed,
+                      "rank 0, the process that writes the store, ended without closing the "
+                      "run (killed, or out of memory); every committed step is kept" +
+                          last);
+      mine = st.get_run(mine->id).summary;
+    }
+    if (mine->status != store::RunStatus::kFailed && mine->status != store::RunStatus::kCrashed)
+      return lines;
+    const std::string id = std::to_string(mine->id);
+    lines.push_back("run " + id + " " + std::string(store::to_string(mine->status)) + ": " +
+                    mine->message);
+    bool resumable = true;
+    try {
+      (void)detail::newest_checkpoint(st, mine->id, "", "");
+    } catch (const std::exception&) {
+      resumable = false;
+    }
+    const std::string db = db_path.empty() ? "" : "--db " + db_path + " ";
+    lines.push_back(resumable
+                        ? "continue it with: trainbench-cli " + db + "launch --ddp --resume " + id
+                        : "run " + id +
+                              " has no checkpoint to continue from (checkpoint.interval "
+                              "= N saves one every N steps)");
+  } catch (const std::exception&) {  // best effort: the job's own output said what failed
+  }
+  return lines;
+}
 
 int launch_ddp(const LaunchRequest& req,
                const std::function<void(int pid, const DdpLaunch& plan)>& on_started,
                std::vector<std::string>* after) {
   const DdpLaunch plan = plan_ddp_launch(req);
   if (req.resume > 0) check_ddp_resume(req);
-  const double since =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const int pid = spawn_ddp(plan);
   if (on_started) on_started(pid, plan);
   const int rc = wait_for(pid);
-  if (rc != 0 && after != nullptr) {
-    try {
-      *after = after_failed_job(req, since, req.stop_requested && req.stop_requested());
-    } catch (const std::exception&) {  // best effort: the job's own output said what failed
-    }
-  }
+  if (rc != 0 && after != nullptr)
+    *after = close_ddp_job(req.db_path, plan, req.stop_requested && req.stop_requested());
   return rc;
 }
 

@@ -50,11 +50,18 @@ struct LaunchRequest {
   std::function<bool()> stop_requested;
 };
 
+/// The environment variable naming a data-parallel job to its ranks, and the start of the event
+/// rank 0 records with it ("started by data-parallel job JOB"): after the job its launcher finds
+/// its own run by it.
+inline constexpr const char* kLaunchJobVariable = "TB_LAUNCH_JOB";
+inline constexpr const char* kLaunchJobEvent = "started by data-parallel job ";
+
 /// A data-parallel launch: the mpirun command line and what the launcher set up for it.
 struct DdpLaunch {
   std::vector<std::string> argv;   ///< mpirun and its arguments
   std::vector<std::string> env;    ///< NAME=value added to mpirun's environment
   std::vector<std::string> notes;  ///< what was set and why (running as root, loopback only)
+  std::string job;  ///< this launch's name (kLaunchJobVariable in env): host, pid, a count
 };
 
 /// The mpirun command of a --ddp request (no process is started): `nproc` ranks of
@@ -68,6 +75,19 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& request);
 /// forward SIGUSR1/SIGUSR2 to the ranks' handlers), its stdout and stderr on `output_fd` (-1: this
 /// process's). Returns its pid; a failed start is a tb::ValueError naming the program.
 int spawn_ddp(const DdpLaunch& plan, int output_fd = -1);
+/// `launch --ddp --resume`: what each rank would refuse, as a tb::ValueError before mpirun
+/// starts — a run finished or running elsewhere, no checkpoint, a config (stored, with
+/// `request.overrides`) that differs from its newest checkpoint's.
+void check_ddp_resume(const LaunchRequest& request);
+
+/// After a failed job (`plan.job`, over the store at `db_path`): its run, if rank 0 (which
+/// writes the store) ended before it could close it, is closed — failed when `stopped` (the job
+/// was stopped on purpose, a signal), else crashed — saying so. Returns, when the job's run
+/// ended failed or crashed, its status and message and the command that continues it (or that
+/// it has no checkpoint). Best effort: empty when the store cannot be read.
+std::vector<std::string> close_ddp_job(const std::string& db_path, const DdpLaunch& plan,
+                                       bool stopped);
+
 /// Runs plan_ddp_launch's command, printing nothing itself; returns mpirun's exit status
 /// (128 + signal when it was killed). With `request.resume`, what every rank would refuse is a
 /// tb::ValueError before mpirun starts: a run finished or running elsewhere, no checkpoint, a

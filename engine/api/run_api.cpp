@@ -465,14 +465,20 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
 SampleResult sample_run(const SampleRequest& req) {
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.run_id);
-  std::vector<std::string> overrides;
-  if (!req.tokenizer_model.empty())
-    overrides.push_back(
-        "data.tokenizer_model=" +
-        nlohmann::json(std::filesystem::absolute(req.tokenizer_model).string()).dump());
-  const train::RunConfig config =
-      train::parse_run_config(st.get_run(req.run_id).config,
-                              "run " + std::to_string(req.run_id) + "'s stored config", overrides);
+  const std::string stored = st.get_run(req.run_id).config;
+  const std::string source = "run " + std::to_string(req.run_id) + "'s stored config";
+  train::RunConfig config = train::parse_run_config(stored, source);
+  if (!req.tokenizer_model.empty()) {
+    // Only where the run's data read a tokenizer model (not as a --set the user never typed).
+    const nlohmann::json& d = config.data.extra;
+    TB_CHECK(d.is_object() && d.contains("tokenizer_model"), "[sample] --tokenizer-model: run ",
+             req.run_id, "'s data (data.kind = \"", config.data.kind,
+             "\") take no tokenizer model");
+    config = train::parse_run_config(
+        stored, source,
+        {"data.tokenizer_model=" +
+         nlohmann::json(std::filesystem::absolute(req.tokenizer_model).string()).dump()});
+  }
   std::filesystem::path dir = req.checkpoint;
   if (!dir.empty()) check_checkpoint_of(st, req.run_id, dir, "[sample]");
   SampleResult out;
@@ -498,6 +504,7 @@ SampleResult sample_run(const SampleRequest& req) {
     try {
       tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
     } catch (const ValueError& e) {
+      if (!req.tokenizer_model.empty()) throw;  // the place given is wrong: said as it is
       throw ValueError(std::string(e.what()) +
                        "; if the tokenizer moved, give its new place: trainbench-cli sample " +
                        std::to_string(req.run_id) + " --tokenizer-model PATH");

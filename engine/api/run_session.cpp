@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "engine/api/api_detail.h"
 #include "engine/api/engine_api.h"
+#include "engine/api/launch_api.h"
 #include "engine/api/workbench_api.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
@@ -454,6 +456,10 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   {
     ControlBinding binding(spec.control.get(), *trainer);
     try {
+      // A job of `launch --ddp` (or the GUI) names itself in the ranks' environment: recorded
+      // with the run, it tells that launcher which run is its own once the job has ended.
+      if (const char* job = std::getenv(kLaunchJobVariable); group && job != nullptr && *job)
+        store_sink->on_event("info", std::string(kLaunchJobEvent) + job);
       if (resuming) {
         const store::WriterStats ws = writer->stats();
         std::string text = "resumed from " + start.checkpoint.string() + " at step " +

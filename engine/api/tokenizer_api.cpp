@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +63,9 @@ std::string encode_token_file(const TokenFileRequest& r) {
   std::vector<std::uint16_t> ids;
   for (const auto& file : corpus.files) {
     std::ifstream in(file, std::ios::binary | std::ios::ate);
-    std::string text(static_cast<std::size_t>(std::max<std::streamoff>(0, in.tellg())), '\0');
+    const std::streamoff size = in.is_open() ? static_cast<std::streamoff>(in.tellg()) : -1;
+    TB_CHECK(size >= 0, "[tokenizer] ", file.string(), ": cannot be read");
+    std::string text(static_cast<std::size_t>(size), '\0');
     in.seekg(0);
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     TB_CHECK(in.good() || text.empty(), "[tokenizer] ", file.string(), ": read error");
@@ -82,21 +86,16 @@ std::string encode_token_file(const TokenFileRequest& r) {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     TB_CHECK(f.good(), "[tokenizer] ", out.string(), ": cannot write (", tmp.string(), ")");
     // Little-endian, as llm.c writes it (and as this machine stores it).
-    std::vector<char> bytes;
-    bytes.reserve((r.raw ? 0 : static_cast<std::size_t>(data::kLlmcHeaderBytes)) + 2 * ids.size());
-    auto put = [&bytes](std::uint32_t v, int n) {
-      for (int b = 0; b < n; ++b)
-        bytes.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
-    };
+    static_assert(std::endian::native == std::endian::little);
     if (!r.raw) {
-      put(static_cast<std::uint32_t>(data::kLlmcMagicGpt2), 4);
-      put(1, 4);
-      put(static_cast<std::uint32_t>(ids.size()), 4);
-      bytes.resize(static_cast<std::size_t>(data::kLlmcHeaderBytes), '\0');
+      std::array<std::int32_t, data::kLlmcHeaderBytes / 4> header{};
+      header[0] = data::kLlmcMagicGpt2;
+      header[1] = 1;
+      header[2] = static_cast<std::int32_t>(ids.size());
+      f.write(reinterpret_cast<const char*>(header.data()), data::kLlmcHeaderBytes);
     }
-    for (const std::uint16_t id : ids)
-      put(id, 2);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(ids.data()),
+            static_cast<std::streamsize>(ids.size() * sizeof(std::uint16_t)));
     f.flush();
     if (!f.good()) {
       f.close();

@@ -104,6 +104,23 @@ std::vector<std::string> image_folder_classes(const std::filesystem::path& dir,
   return classes;
 }
 
+bool image_folder_has_image(const std::filesystem::path& class_dir) {
+  std::error_code ec;
+  std::filesystem::recursive_directory_iterator it(
+      class_dir, std::filesystem::directory_options::follow_directory_symlink, ec);
+  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    const std::filesystem::directory_entry& e = *it;
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.') {
+      if (e.is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if (it.depth() > 32) it.disable_recursion_pending();  // a link loop
+    if (!e.is_directory(ec) && e.is_regular_file(ec) && image_extension(e.path())) return true;
+  }
+  return false;
+}
+
 std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir,
                                                       std::vector<std::filesystem::path>* skipped) {
   // As torchvision's ImageFolder finds them (datasets/folder.py, make_dataset: os.walk with

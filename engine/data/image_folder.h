@@ -44,6 +44,10 @@ std::vector<std::string> image_folder_classes(const std::filesystem::path& dir,
 std::vector<std::filesystem::path> image_folder_files(
     const std::filesystem::path& class_dir, std::vector<std::filesystem::path>* skipped = nullptr);
 
+/// Whether `class_dir` holds an image that image_folder_files would list: stops at the first one
+/// (a config check, cheap on a folder of thousands).
+bool image_folder_has_image(const std::filesystem::path& class_dir);
+
 /// An image folder's two splits and its classes.
 struct ImageFolderSplits {
   std::shared_ptr<ImageDataset> train;         ///< training images (augmented when asked)

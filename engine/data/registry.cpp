@@ -223,7 +223,7 @@ DatasetKind image_folder_kind() {
              classes.front(),
              "): a classifier needs two or more, one subfolder of images per class");
     for (const auto& name : classes)
-      TB_CHECK(!image_folder_files(dir / name).empty(), "[image-folder] ", (dir / name).string(),
+      TB_CHECK(image_folder_has_image(dir / name), "[image-folder] ", (dir / name).string(),
                " (class ", name, ") has no .png, .jpg or .jpeg images, in it or its subfolders");
     s.classes = static_cast<std::int64_t>(classes.size());
     return s;

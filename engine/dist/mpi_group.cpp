@@ -354,7 +354,8 @@ class MpiGroup final : public ProcessGroup {
           peers_here = false;
       if (!why.empty() && termination_signal() != 0 && unwell.empty() && peers_here) {
         culprit = -1;
-        os << "; every rank was running: the job was stopped";
+        os << "; every other rank was running: the job was stopped (or this rank alone was "
+              "signalled)";
         throw DistError(os.str(), culprit);
       }
       for (int p : missing) {

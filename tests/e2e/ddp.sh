@@ -133,6 +133,19 @@ rank_pid() {
   done
 }
 
+# job_rank_pid LAUNCHER RANK: the pid of that rank of the job `launch --ddp` process LAUNCHER
+# started (its ranks carry the job's name, host:LAUNCHER:n, in TB_LAUNCH_JOB).
+job_rank_pid() {
+  for p in $(pgrep -f " run "); do
+    local env
+    env=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null) || continue
+    if echo "$env" | grep -q "^TB_LAUNCH_JOB=.*:$1:" && echo "$env" | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+
 # lose_rank SIGNAL LIMIT_S TIMEOUT_S: starts a long 2-rank run, sends SIGNAL to rank 1 once it
 # trains, and checks the job's end.
 lose_rank() {
@@ -283,6 +296,7 @@ case $mode in
     lose_rank KILL 10 60
     # Rank 0, the process that writes the store: no rank can record why, the run is found
     # crashed, and the launcher says so after the job, with the command that continues it.
+    # Another job training into the same store, started after it, is left alone.
     db=$tmp/rank0.sqlite
     "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
       --set run.log_interval=50 --set checkpoint.interval=20 > "$tmp/rank0.log" 2>&1 &
@@ -291,7 +305,16 @@ case $mode in
       [ -n "$(find "$tmp/checkpoints" -maxdepth 3 -name 'step-*' 2> /dev/null)" ] && break
       sleep 0.1
     done
-    pid=$(rank_pid "$db" 0)
+    [ -n "$(find "$tmp/checkpoints" -maxdepth 3 -name 'step-*' 2> /dev/null)" ] ||
+      fail "no checkpoint within 10 s: $(tail -3 "$tmp/rank0.log")"
+    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
+      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/term.log" 2>&1 &
+    other=$!
+    for _ in $(seq 1 100); do
+      "$cli" --db "$db" runs 2> /dev/null | awk '$1 == 2' | grep -q ' running ' && break
+      sleep 0.2
+    done
+    pid=$(job_rank_pid "$launcher" 0)
     [ -n "$pid" ] || fail "rank 0 never started: $(tail -3 "$tmp/rank0.log")"
     kill -KILL "$pid"
     wait "$launcher" && fail "the launch exited 0 after rank 0 was killed"
@@ -299,25 +322,30 @@ case $mode in
       fail "the launcher did not say rank 0 was lost: $(tail -4 "$tmp/rank0.log")"
     grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 1" "$tmp/rank0.log" ||
       fail "the launcher did not say how to continue: $(tail -4 "$tmp/rank0.log")"
-    echo "rank 0 killed: the launcher said the run crashed, and how to continue it"
+    grep -aq '^run 2 \|--resume 2$' "$tmp/rank0.log" &&
+      fail "the launcher spoke of another job's run: $(grep -a '^run 2 \|--resume 2$' "$tmp/rank0.log")"
+    "$cli" --db "$db" runs | awk '$1 == 2' | grep -q ' running ' ||
+      fail "the other job's run was closed: $("$cli" --db "$db" runs)"
+    echo "rank 0 killed: the launcher said its run crashed, and how to continue it"
     # SIGTERM to the launcher stops the whole job: failed with the signal, no rank blamed.
-    db=$tmp/term.sqlite
-    start_endless_job "$db" "$tmp/term.log"
+    launcher=$other
     kill -TERM "$launcher"
     wait "$launcher" && fail "the launch exited 0 after SIGTERM"
-    # Failed, said by rank 0 ("... ended by signal 15 ...; every rank was running: the job was
-    # stopped") or, when it was ended before it could write, by the launcher.
-    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    # Failed, said by rank 0 ("... ended by signal 15 ...: the job was stopped") or, when it
+    # was ended before it could write, by the launcher.
+    row=$("$cli" --db "$db" runs | awk '$1 == 2')
     case $row in
-      *failed*"this rank was ended by signal 15 (Terminated); every rank was running: the job was stopped"*) ;;
+      *failed*"this rank was ended by signal 15 (Terminated); every other rank was running: the job was stopped (or this rank alone was signalled)"*) ;;
       *failed*"the job was stopped (a signal to mpirun or to launch --ddp) before rank 0, which writes the store, could record it"*) ;;
       *) fail "SIGTERM to the launcher: $row" ;;
     esac
-    grep -aq '^run 1 failed: ' "$tmp/term.log" || fail "the launcher did not say how the run ended"
-    grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 1" "$tmp/term.log" ||
-      grep -aqx 'run 1 has no checkpoint to continue from (checkpoint.interval = N saves one every N steps)' "$tmp/term.log" ||
+    grep -aq '^run 2 failed: ' "$tmp/term.log" || fail "the launcher did not say how the run ended"
+    grep -aqx "continue it with: trainbench-cli --db $db launch --ddp --resume 2" "$tmp/term.log" ||
+      grep -aqx 'run 2 has no checkpoint to continue from (checkpoint.interval = N saves one every N steps)' "$tmp/term.log" ||
       fail "the launcher did not say whether the run can continue: $(tail -3 "$tmp/term.log")"
     case $row in *lost*) fail "SIGTERM to the launcher blamed a rank: $row" ;; esac
+    "$cli" --db "$db" runs | awk '$1 == 1' | grep -q ' crashed ' ||
+      fail "the other job's crashed run changed: $("$cli" --db "$db" runs)"
     echo "SIGTERM to the launcher: ${row#*failed}"
     ;;
   cancel)

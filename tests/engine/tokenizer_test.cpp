@@ -367,6 +367,10 @@ TEST(Tokenizer, ARunOverPiecesSamplesText) {
                       std::to_string(run.run_id) + " --tokenizer-model PATH"),
             std::string::npos)
       << gone;
+  req.tokenizer_model = (f.model.parent_path() / "nowhere.model").string();
+  const std::string wrong = error_of([&] { (void)api::sample_run(req); });
+  EXPECT_NE(wrong.find("nowhere.model"), std::string::npos) << wrong;
+  EXPECT_EQ(wrong.find("if the tokenizer moved"), std::string::npos) << wrong;
   req.tokenizer_model = moved.string();
   const auto b = api::sample_run(req);
   EXPECT_EQ(b.text, a.text);
@@ -473,9 +477,6 @@ TEST(Gpt2Bpe, BadFilesAreNamed) {
             std::string::npos);
 }
 
-// data.kind = "tokens" with tokenizer = "gpt2": the kind's tokenizer is the BPE (so samples and
-// prompts are text); ids stay the default; a vocabulary larger than data.vocab and a missing
-// model are named by their fields.
 // Text made into a token file for the tokens kind: each file one document after <|endoftext|>,
 // as llm.c's .bin (header: magic, version, count) or raw uint16; the ids read back are the
 // encoder's, and the tokens kind's layout check takes both.
@@ -525,6 +526,9 @@ TEST(Gpt2Bpe, TextBecomesATokenFileTheTokensKindReads) {
   EXPECT_FALSE(std::filesystem::exists(none.output));
 }
 
+// data.kind = "tokens" with tokenizer = "gpt2": the kind's tokenizer is the BPE (so samples and
+// prompts are text); ids stay the default; a vocabulary larger than data.vocab and a missing
+// model are named by their fields.
 TEST(Gpt2Bpe, TheTokensKindDecodesThroughIt) {
   const auto kind = data::dataset_registry().at("tokens");
   nlohmann::json d = {{"path", "unused.bin"},
