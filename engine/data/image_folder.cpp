@@ -104,30 +104,14 @@ std::vector<std::string> image_folder_classes(const std::filesystem::path& dir,
   return classes;
 }
 
-bool image_folder_has_image(const std::filesystem::path& class_dir) {
-  std::error_code ec;
-  std::filesystem::recursive_directory_iterator it(
-      class_dir, std::filesystem::directory_options::follow_directory_symlink, ec);
-  for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    const std::filesystem::directory_entry& e = *it;
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name[0] == '.') {
-      if (e.is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
-    if (it.depth() > 32) it.disable_recursion_pending();  // a link loop
-    if (!e.is_directory(ec) && e.is_regular_file(ec) && image_extension(e.path())) return true;
-  }
-  return false;
-}
+namespace {
 
-std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir,
-                                                      std::vector<std::filesystem::path>* skipped) {
-  // As torchvision's ImageFolder finds them (datasets/folder.py, make_dataset: os.walk with
-  // followlinks, sorted): subfolders too, each folder's files in name order before the
-  // subfolders' (here: by folder, then name). Hidden files and folders are left out.
+// Visits the files under `class_dir` (subfolders too, links followed; hidden files and folders
+// left out) with on_file(entry, is_image) until it returns false; a listing error is a
+// tb::ValueError naming the folder.
+template <typename OnFile>
+void walk_class_folder(const std::filesystem::path& class_dir, OnFile&& on_file) {
   std::error_code ec;
-  std::vector<std::pair<std::filesystem::path, std::string>> found;  // (folder, name)
   std::filesystem::recursive_directory_iterator it(
       class_dir, std::filesystem::directory_options::follow_directory_symlink, ec);
   for (; !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
@@ -139,13 +123,35 @@ std::vector<std::filesystem::path> image_folder_files(const std::filesystem::pat
     }
     if (it.depth() > 32) it.disable_recursion_pending();  // a link loop
     if (e.is_directory(ec)) continue;
-    if (e.is_regular_file(ec) && image_extension(e.path())) {
-      found.emplace_back(e.path().parent_path(), name);
-    } else if (skipped != nullptr) {
-      skipped->push_back(e.path());  // another kind of file, a dangling link, a FIFO
-    }
+    if (!on_file(e, e.is_regular_file(ec) && image_extension(e.path()))) return;
   }
   TB_CHECK(!ec, "[image-folder] ", class_dir.string(), ": cannot be listed: ", ec.message());
+}
+
+}  // namespace
+
+bool image_folder_has_image(const std::filesystem::path& class_dir) {
+  bool found = false;
+  walk_class_folder(class_dir, [&](const std::filesystem::directory_entry&, bool image) {
+    found = image;
+    return !found;
+  });
+  return found;
+}
+
+std::vector<std::filesystem::path> image_folder_files(const std::filesystem::path& class_dir,
+                                                      std::vector<std::filesystem::path>* skipped) {
+  // As torchvision's ImageFolder finds them (datasets/folder.py, make_dataset: os.walk with
+  // followlinks, sorted): subfolders too, each folder's files in name order before the
+  // subfolders' (here: by folder, then name). Hidden files and folders are left out.
+  std::vector<std::pair<std::filesystem::path, std::string>> found;  // (folder, name)
+  walk_class_folder(class_dir, [&](const std::filesystem::directory_entry& e, bool image) {
+    if (image)
+      found.emplace_back(e.path().parent_path(), e.path().filename().string());
+    else if (skipped != nullptr)
+      skipped->push_back(e.path());  // another kind of file, a dangling link, a FIFO
+    return true;
+  });
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> files;
   files.reserve(found.size());
