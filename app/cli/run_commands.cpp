@@ -379,10 +379,15 @@ int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
   {
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
+      const int saved_errno = errno;
       if (sig == SIGTERM || sig == SIGINT) stopped.store(true);
-      if (sig == SIGINT) return;  // the terminal's: mpirun has it already
-      if (const int pid = ddp_mpirun_pid.load(); pid > 0) kill(pid, sig);
+      // SIGINT is the terminal's (mpirun has it already); a kill -INT of this process alone is
+      // remembered, not passed on.
+      if (sig != SIGINT)
+        if (const int pid = ddp_mpirun_pid.load(); pid > 0) kill(pid, sig);
+      errno = saved_errno;
     };
+    sa.sa_flags = SA_RESTART;  // the job's output and the lines after it are not cut
     sigemptyset(&sa.sa_mask);
     for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT}) {
       struct sigaction old = {};

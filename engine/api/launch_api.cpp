@@ -326,12 +326,15 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   // (Open MPI's default of 1 s is short for a rank recording the failure in the store).
   if (std::getenv("OMPI_MCA_odls_base_sigkill_timeout") == nullptr)
     p.env.emplace_back("OMPI_MCA_odls_base_sigkill_timeout=2");
-  // The job's name, which rank 0 records with its run (the ranks of this host inherit mpirun's
-  // environment): host, launcher pid and a count, unique while this launcher lives.
+  // The job's name, which rank 0 records with its run: host, launcher pid and start time (a pid
+  // comes back), and a count. The ranks of this host inherit mpirun's environment; those of
+  // other hosts get it with -x.
   static std::atomic<int> launches{0};
+  const store::ProcessIdentity me = store::current_process();
   p.job = store::host_name() + ":" + std::to_string(static_cast<long>(::getpid())) + ":" +
-          std::to_string(launches.fetch_add(1) + 1);
+          std::to_string(me.start_time) + ":" + std::to_string(launches.fetch_add(1) + 1);
   p.env.push_back(std::string(kLaunchJobVariable) + "=" + p.job);
+  if (remote) p.argv.insert(p.argv.end(), {"-x", kLaunchJobVariable});
   if (geteuid() == 0) {
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -379,9 +382,17 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
 
 int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   TB_CHECK(!plan.argv.empty(), "[launch] no program to run");
+  // This process's environment, less the names the plan sets (a TB_LAUNCH_JOB inherited from
+  // an outer job would otherwise come first, and be the one the ranks read).
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e)
-    env_strings.emplace_back(*e);
+  auto name_of = [](const std::string& e) { return e.substr(0, e.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const bool replaced = std::any_of(plan.env.begin(), plan.env.end(), [&](const std::string& v) {
+      return name_of(v) == name_of(entry);
+    });
+    if (!replaced) env_strings.push_back(entry);
+  }
   env_strings.insert(env_strings.end(), plan.env.begin(), plan.env.end());
   std::vector<char*> envp;
   for (auto& e : env_strings)
@@ -458,9 +469,17 @@ std::vector<std::string> close_ddp_job(const std::string& db_path, const DdpLaun
       if (mine) break;
     }
     if (!mine) return lines;  // rank 0 never started the run (its ranks said why)
-    // mpirun has ended every rank of this host: a run still running lost rank 0 before it could
-    // close it (on another host its writer may live on: left to the store's recovery).
-    if (mine->status == store::RunStatus::kRunning && mine->host == store::host_name()) {
+    // A run still running lost rank 0 before it could close it.
+    // Its writer, rank 0, must be gone from this host (mpirun killed by SIGKILL leaves ranks
+    // running; a rank 0 on another host is left to the store's recovery).
+    const store::RunDetails details = st.get_run(mine->id);
+    store::ProcessIdentity writer;
+    writer.host = details.writer_host;
+    writer.pid = details.writer_pid.value_or(0);
+    writer.start_time = details.writer_start_time.value_or(0);
+    const bool writer_gone =
+        details.writer_pid && writer.host == store::host_name() && !store::process_alive(writer);
+    if (mine->status == store::RunStatus::kRunning && writer_gone) {
       const std::string last =
           mine->last_step ? " (last step " + std::to_string(*mine->last_step) + ")" : "";
       if (stopped)
@@ -503,6 +522,8 @@ int launch_ddp(const LaunchRequest& req,
                std::vector<std::string>* after) {
   const DdpLaunch plan = plan_ddp_launch(req);
   if (req.resume > 0) check_ddp_resume(req);
+  TB_CHECK(!(req.stop_requested && req.stop_requested()),
+           "[launch] stopped before mpirun started: no rank ran");
   const int pid = spawn_ddp(plan);
   if (on_started) on_started(pid, plan);
   const int rc = wait_for(pid);

@@ -471,9 +471,16 @@ SampleResult sample_run(const SampleRequest& req) {
   if (!req.tokenizer_model.empty()) {
     // Only where the run's data read a tokenizer model (not as a --set the user never typed).
     const nlohmann::json& d = config.data.extra;
-    TB_CHECK(d.is_object() && d.contains("tokenizer_model"), "[sample] --tokenizer-model: run ",
-             req.run_id, "'s data (data.kind = \"", config.data.kind,
-             "\") take no tokenizer model");
+    const std::string tokenizer =
+        d.is_object() && d.contains("tokenizer") && d["tokenizer"].is_string()
+            ? d["tokenizer"].get<std::string>()
+            : std::string();
+    TB_CHECK(d.is_object() && d.contains("tokenizer_model") && tokenizer != "bytes" &&
+                 tokenizer != "ids",
+             "[sample] --tokenizer-model: run ", req.run_id, "'s data read no tokenizer model (",
+             tokenizer.empty() ? "data.kind = \"" + config.data.kind + "\""
+                               : "data.tokenizer = \"" + tokenizer + "\"",
+             ")");
     config = train::parse_run_config(
         stored, source,
         {"data.tokenizer_model=" +

@@ -458,8 +458,12 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
     try {
       // A job of `launch --ddp` (or the GUI) names itself in the ranks' environment: recorded
       // with the run, it tells that launcher which run is its own once the job has ended.
-      if (const char* job = std::getenv(kLaunchJobVariable); group && job != nullptr && *job)
+      // (Committed at once: rank 0 killed in its first steps still leaves the mark.)
+      if (const char* job = std::getenv(kLaunchJobVariable);
+          group && job != nullptr && *job && started_as_rank()) {
         store_sink->on_event("info", std::string(kLaunchJobEvent) + job);
+        writer->flush();
+      }
       if (resuming) {
         const store::WriterStats ws = writer->stats();
         std::string text = "resumed from " + start.checkpoint.string() + " at step " +

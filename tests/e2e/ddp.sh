@@ -296,9 +296,11 @@ case $mode in
     lose_rank KILL 10 60
     # Rank 0, the process that writes the store: no rank can record why, the run is found
     # crashed, and the launcher says so after the job, with the command that continues it.
-    # Another job training into the same store, started after it, is left alone.
+    # Another job training into the same store, started after it, is left alone; a job name
+    # inherited from an outer job (TB_LAUNCH_JOB) does not hide the launcher's own.
     db=$tmp/rank0.sqlite
-    "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
+    TB_LAUNCH_JOB=outer:1:1:1 \
+      "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 --set run.steps=100000000 \
       --set run.log_interval=50 --set checkpoint.interval=20 > "$tmp/rank0.log" 2>&1 &
     launcher=$!
     for _ in $(seq 1 100); do

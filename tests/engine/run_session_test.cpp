@@ -477,6 +477,22 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
                                         dir.db()}));
   }
   req.program_options.clear();
+  // Each launch names its job in the ranks' environment (rank 0 records it with the run): a new
+  // name every time, and passed on with -x to the ranks of other hosts.
+  {
+    const api::DdpLaunch a = api::plan_ddp_launch(req);
+    const api::DdpLaunch b = api::plan_ddp_launch(req);
+    EXPECT_NE(a.job, b.job);
+    EXPECT_EQ(std::count(a.job.begin(), a.job.end(), ':'), 3) << a.job;
+    EXPECT_NE(std::find(a.env.begin(), a.env.end(), "TB_LAUNCH_JOB=" + a.job), a.env.end());
+    EXPECT_EQ(std::find(a.argv.begin(), a.argv.end(), "-x"), a.argv.end());
+    api::LaunchRequest two_hosts = req;
+    two_hosts.hosts = {"node1", "node2"};
+    const auto argv = api::plan_ddp_launch(two_hosts).argv;
+    const auto x = std::find(argv.begin(), argv.end(), "-x");
+    ASSERT_NE(x, argv.end());
+    EXPECT_EQ(*(x + 1), "TB_LAUNCH_JOB");
+  }
   req.configs = {gpu.string()};
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
   // Resumed without a config file: the stored run's config decides.
