@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <sstream>
@@ -43,8 +44,9 @@ std::atomic<int> ddp_mpirun_pid{0};
 // The trial processes a sweep runs now (0: a free place), for its signal handler.
 std::array<std::atomic<int>, 256> sweep_trial_pids{};
 
-// The processes `launch` started, for its SIGTERM handler to pass the signal on to.
-std::vector<int> launched_pids;
+// The processes `launch` started, for its SIGTERM handler to pass the signal on to (0: ended,
+// or not started yet).
+std::unique_ptr<std::atomic<int>[]> launched_pids;
 std::atomic<std::size_t> launched_count{0};
 
 // The table, after a blank line that sets it off from the trials' lines above it (none for
@@ -297,7 +299,8 @@ std::string this_program(const char* who) {
 // stays to relay what they say and report their exit; SIGTERM sent to this process alone is
 // passed on to them.
 int cmd_launch(tb::api::LaunchRequest req) {
-  launched_pids.assign(static_cast<std::size_t>(std::max(req.nproc, 0)), 0);
+  const auto slots = static_cast<std::size_t>(std::max(req.nproc, 0));
+  launched_pids = std::make_unique<std::atomic<int>[]>(slots);
   launched_count.store(0);
   {
     struct sigaction sa = {};
@@ -307,7 +310,7 @@ int cmd_launch(tb::api::LaunchRequest req) {
     sa.sa_handler = [](int sig) {
       const std::size_t n = launched_count.load();
       for (std::size_t i = 0; i < n; ++i)
-        if (launched_pids[i] > 0) kill(launched_pids[i], sig);
+        if (const int pid = launched_pids[i].load(); pid > 0) kill(pid, sig);
     };
     sigaction(SIGTERM, &sa, nullptr);
     // A run whose reader is gone (this process killed) goes on training and recording without
@@ -331,10 +334,18 @@ int cmd_launch(tb::api::LaunchRequest req) {
           (m[2].str() == "cancelled" && !kept ? ", no checkpoint" : "");
     }
   };
-  const auto procs = tb::api::launch_runs(req, [](const tb::api::LaunchedProcess& p) {
+  // An ended run is forgotten before its pid is freed: a later SIGTERM reaches only live runs.
+  req.on_exited = [](int pid) {
+    const std::size_t n = launched_count.load();
+    for (std::size_t i = 0; i < n; ++i) {
+      int expected = pid;
+      if (launched_pids[i].compare_exchange_strong(expected, 0)) break;
+    }
+  };
+  const auto procs = tb::api::launch_runs(req, [slots](const tb::api::LaunchedProcess& p) {
     const std::size_t i = launched_count.load();
-    if (i < launched_pids.size()) {
-      launched_pids[i] = p.pid;
+    if (i < slots) {
+      launched_pids[i].store(p.pid);
       launched_count.store(i + 1);
     }
     std::cout << "slot " << p.slot << ": pid " << p.pid << " "
@@ -369,44 +380,65 @@ int cmd_launch(tb::api::LaunchRequest req) {
 }
 
 int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
-  // SIGTERM, SIGUSR1 and SIGUSR2 sent to this process alone are passed on to mpirun, which
-  // forwards them to every rank (SIGUSR1 stops after the step, SIGUSR2 pauses, SIGTERM
-  // ends the job): by default they ended only this process, and the job ran on. Ctrl-C
-  // reaches mpirun from the terminal itself.
-  // Ctrl-C (SIGINT from the terminal, which mpirun and the ranks get too) and SIGTERM are
-  // remembered: this process stays to close the run if rank 0 could not, as stopped on purpose.
+  // mpirun runs in a process group of its own (spawn_ddp): neither the terminal's Ctrl-C nor a
+  // signal to this process's group reaches it, and this process passes on what it gets.
+  // SIGUSR1 (stop after the step), SIGUSR2 (pause) are passed on as they come; SIGINT, SIGTERM
+  // and SIGHUP (the job ends: mpirun sends the ranks SIGTERM) only the first time, as mpirun
+  // takes a second one as "quit at once", leaving the ranks running without it. The same
+  // signal again within kRepeatWindowNs is that one again (GNU timeout signals this process,
+  // then its group). A stop is remembered: this process stays to close the run if rank 0 could
+  // not, as stopped on purpose.
   static std::atomic<bool> stopped{false};
+  static std::atomic<bool> stop_passed_on{false};  // mpirun has been told: never twice
+  static std::array<std::atomic<long long>, 65> last_ns{};
+  static_assert(std::atomic<long long>::is_always_lock_free);  // used in a signal handler
   {
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
       const int saved_errno = errno;
-      if (sig == SIGTERM || sig == SIGINT) stopped.store(true);
-      // SIGINT is the terminal's (mpirun has it already); a kill -INT of this process alone is
-      // remembered, not passed on.
-      if (sig != SIGINT)
-        if (const int pid = ddp_mpirun_pid.load(); pid > 0) kill(pid, sig);
+      const long long ns = monotonic_ns();
+      const auto i =
+          static_cast<std::size_t>(sig) < last_ns.size() ? static_cast<std::size_t>(sig) : 0;
+      const long long before = last_ns[i].exchange(ns);
+      const bool repeat = before != 0 && ns - before < kRepeatWindowNs;
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+        if (stopped.exchange(true)) {
+          static const char said[] =
+              "launch --ddp: the job is stopping already (mpirun ends each rank within seconds)\n";
+          if (!repeat) (void)!write(STDERR_FILENO, said, sizeof said - 1);
+        } else if (const int pid = ddp_mpirun_pid.load();
+                   pid > 0 && !stop_passed_on.exchange(true)) {
+          kill(pid, sig);  // else not started yet: told when it starts (below)
+        }
+      } else if (const int pid = ddp_mpirun_pid.load(); !repeat && pid > 0) {
+        kill(pid, sig);
+      }
       errno = saved_errno;
     };
     sa.sa_flags = SA_RESTART;  // the job's output and the lines after it are not cut
     sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT}) {
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) {
       struct sigaction old = {};
-      // A launch started ignoring SIGINT (in the background of a script) keeps ignoring it.
-      if (sig == SIGINT && sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN)
+      // A launch started ignoring SIGINT (in the background of a script) or SIGHUP (nohup)
+      // keeps ignoring it.
+      if ((sig == SIGINT || sig == SIGHUP) && sigaction(sig, nullptr, &old) == 0 &&
+          old.sa_handler == SIG_IGN)
         continue;
       sigaction(sig, &sa, nullptr);
     }
   }
   tb::api::LaunchRequest launch = req;
   launch.stop_requested = [] { return stopped.load(); };
+  // mpirun has ended: signals stop going to its pid before the system may give it to another.
+  launch.on_exited = [](int) { ddp_mpirun_pid.store(0); };
   std::vector<std::string> after;
   const int rc = tb::api::launch_ddp(
       launch,
       [](int pid, const tb::api::DdpLaunch& plan) {
         ddp_mpirun_pid.store(pid);
-        // A Ctrl-C or SIGTERM that came while the job was prepared (its pid not known yet) stops
-        // it now, as it would have stopped this launcher before.
-        if (stopped.load()) kill(pid, SIGTERM);
+        // A Ctrl-C or SIGTERM that came while mpirun was started (its pid not known to the
+        // handler yet) stops it now.
+        if (stopped.load() && !stop_passed_on.exchange(true)) kill(pid, SIGTERM);
         for (const auto& note : plan.notes)
           std::cout << "note: " << note << "\n";
         std::cout << "mpirun pid " << pid << ":";
@@ -525,15 +557,24 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
     on_stop_signals(sa);
   }
   req.stop_requested = [] { return stop_signal.load() != 0; };
+  // A trial that has ended is forgotten before its pid is freed (a later signal reaches only
+  // live trials).
+  req.on_exited = [](int pid) {
+    for (auto& slot : sweep_trial_pids) {
+      int expected = pid;
+      if (slot.compare_exchange_strong(expected, 0)) break;
+    }
+  };
   const auto result = tb::api::run_sweep(
       req,
       [](const tb::api::SweepTrialEvent& e) {
         const auto& t = e.trial;
-        // The trials running now, for the signal handler above.
-        for (auto& pid : sweep_trial_pids) {
-          int expected = e.exit_code ? e.pid : 0;
-          if (pid.compare_exchange_strong(expected, e.exit_code ? 0 : e.pid)) break;
-        }
+        // The trials running now, for the signal handler above (on_exited forgets them).
+        if (!e.exit_code)
+          for (auto& pid : sweep_trial_pids) {
+            int expected = 0;
+            if (pid.compare_exchange_strong(expected, e.pid)) break;
+          }
         // Started after the stop was asked for (while the group's configs were checked, before
         // its pid was known here): told now, as the handler told the others.
         if (!e.exit_code && stop_signal.load() != 0) kill(e.pid, stop_signal.load());

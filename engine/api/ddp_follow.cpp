@@ -221,6 +221,8 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
   while (!exited) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     code = wait_nohang(pid, exited);
+    // A reaped pid may be another process's by now: nothing is sent to it any more.
+    const bool alive = !exited;
     if (run == 0 && output.run_id() != 0) {
       run = output.run_id();
       out.run_id = run;
@@ -229,11 +231,11 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
     }
     // Only once rank 0 runs: before their handlers are in place SIGUSR1/2 would end the ranks.
     // mpirun forwards both to every rank: SIGUSR1 cancels, SIGUSR2 toggles the pause.
-    if (!cancel_sent && run != 0 && spec.control && spec.control->cancelled()) {
+    if (alive && !cancel_sent && run != 0 && spec.control && spec.control->cancelled()) {
       kill(pid, SIGUSR1);
       cancel_sent = true;
     }
-    if (!cancel_sent && run != 0 && spec.control && spec.control->paused() != paused) {
+    if (alive && !cancel_sent && run != 0 && spec.control && spec.control->paused() != paused) {
       kill(pid, SIGUSR2);
       paused = !paused;
     }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,7 +56,17 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
-int wait_for(int pid) {
+// Waits for `pid` to end; `on_exited` (if set) hears of it while the process is still a zombie,
+// so its pid is not yet free for the system to hand to another process: a signal handler that
+// passes signals on to it stops doing so there, never signalling a stranger that got the pid.
+int wait_for(int pid, const std::function<void(int)>& on_exited = {}) {
+  if (on_exited) {
+    siginfo_t info{};
+    while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0) {
+      if (errno != EINTR) break;
+    }
+    on_exited(pid);
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) return -1;
@@ -262,7 +273,7 @@ std::vector<LaunchedProcess> launch_runs(
   }
   if (!pipes.empty()) relay_output(pipes, req.on_output);
   for (auto& p : procs)
-    p.exit_code = wait_for(p.pid);
+    p.exit_code = wait_for(p.pid, req.on_exited);
   if (!spawn_error.empty()) throw ValueError(spawn_error);
   return procs;
 }
@@ -405,6 +416,9 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  // Not in the terminal's foreground group (below), mpirun would be stopped (SIGTTIN) reading
+  // the terminal to pass it on to rank 0; no rank reads its input.
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   if (output_fd >= 0) {
     posix_spawn_file_actions_adddup2(&actions, output_fd, STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, output_fd, STDERR_FILENO);
@@ -419,7 +433,14 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
     sigaddset(&defaults, sig);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // mpirun leads a process group of its own, so a signal reaches it once, from whoever started
+  // it. In the caller's group, a Ctrl-C or a signal to the group (GNU timeout, kill -- -PGID)
+  // reached it directly and again as passed on by the launcher, and Open MPI's mpirun takes a
+  // second SIGINT/SIGTERM/SIGHUP as "quit at once": it exited leaving the ranks running. (The
+  // ranks are in groups of their own anyway: mpirun puts each rank in one.)
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   int pid = 0;
   const int rc =
       posix_spawnp(&pid, args.front().c_str(), &actions, &attr, argv.data(), envp.data());
@@ -526,7 +547,7 @@ int launch_ddp(const LaunchRequest& req,
            "[launch] stopped before mpirun started: no rank ran");
   const int pid = spawn_ddp(plan);
   if (on_started) on_started(pid, plan);
-  const int rc = wait_for(pid);
+  const int rc = wait_for(pid, req.on_exited);
   if (rc != 0 && after != nullptr)
     *after = close_ddp_job(req.db_path, plan, req.stop_requested && req.stop_requested());
   return rc;

@@ -48,6 +48,10 @@ struct LaunchRequest {
   /// ddp: whether the job was stopped on purpose (a signal passed on to mpirun), asked once it
   /// has failed.
   std::function<bool()> stop_requested;
+  /// Each process started (ddp: mpirun), once it has ended and before it is reaped: until then
+  /// its pid cannot be given to another process. A signal handler that passes signals on to the
+  /// pid forgets it here, so a late signal never reaches a stranger that was given the pid.
+  std::function<void(int pid)> on_exited;
 };
 
 /// The environment variable naming a data-parallel job to its ranks, and the start of the event
@@ -73,7 +77,10 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& request);
 /// Starts `plan`'s mpirun: this process's environment plus plan.env, no blocked signals and
 /// default dispositions for the ones the ranks handle (a GUI thread may block some; mpirun must
 /// forward SIGUSR1/SIGUSR2 to the ranks' handlers), its stdout and stderr on `output_fd` (-1: this
-/// process's). Returns its pid; a failed start is a tb::ValueError naming the program.
+/// process's), its input /dev/null, in a process group of its own: the terminal's Ctrl-C and
+/// signals to the caller's group do not reach it, and the caller passes on what it should get
+/// (once: Open MPI's mpirun takes a second SIGINT or SIGTERM as "quit at once, leaving the
+/// ranks"). Returns its pid; a failed start is a tb::ValueError naming the program.
 int spawn_ddp(const DdpLaunch& plan, int output_fd = -1);
 /// `launch --ddp --resume`: what each rank would refuse, as a tb::ValueError before mpirun
 /// starts — a run finished or running elsewhere, no checkpoint, a config (stored, with

@@ -546,6 +546,7 @@ SweepResult run_sweep(const SweepRequest& request,
         lr.db_path = request.db_path;
         lr.program_options = request.program_options;
         lr.stop_requested = request.stop_requested;
+        lr.on_exited = request.on_exited;
         for (std::int64_t k = 0; k < count; ++k) {
           const Job& job = jobs[static_cast<std::size_t>(first + k)];
           const auto& t = trials[job.trial];

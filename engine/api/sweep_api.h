@@ -79,6 +79,9 @@ struct SweepRequest {
   /// no further trial starts, and run_sweep returns status "interrupted" when the running ones
   /// have ended, leaving the sweep to `resume`. Unset: never.
   std::function<bool()> stop_requested;
+  /// A trial's process has ended and is not yet reaped (LaunchRequest::on_exited): a signal
+  /// handler that passes signals on to the trials forgets its pid here.
+  std::function<void(int pid)> on_exited;
 };
 
 /// One process of a sweep starting or ending.

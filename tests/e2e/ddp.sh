@@ -14,7 +14,9 @@
 #   device       2 ranks on openreg:0 (the exchange on a device, staged through the host;
 #                distributed Muon on the device) log the CPU's 2-rank losses.
 #   kill         kill -9 of rank 1 mid-run: the launch exits non-zero within 10 s and the stored
-#                run is failed, naming rank 1.
+#                run is failed, naming rank 1; kill -9 of rank 0: the launcher closes its run as
+#                crashed; SIGTERM to the launcher, and to it and its process group at once: the
+#                job stops, no rank is left running.
 #   stop         SIGSTOP of rank 1: the job ends within distributed.timeout_s + 5 s, the run
 #                failed naming rank 1.
 #   cancel       SIGUSR1 to mpirun: every rank stops after the same step, the run is cancelled;
@@ -349,6 +351,64 @@ case $mode in
     "$cli" --db "$db" runs | awk '$1 == 1' | grep -q ' crashed ' ||
       fail "the other job's crashed run changed: $("$cli" --db "$db" runs)"
     echo "SIGTERM to the launcher: ${row#*failed}"
+    # A supervisor's stop (GNU timeout signals the launcher, then its process group) and a
+    # second Ctrl-C a second later: mpirun hears one signal and ends every rank. In the
+    # launcher's group it heard three, and Open MPI's mpirun quits at once on a second one,
+    # leaving the ranks training on without it.
+    db=$tmp/group.sqlite
+    setsid "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
+      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/group.log" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 100); do
+      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
+      sleep 0.2
+    done
+    [ -n "$(job_rank_pid "$launcher" 1)" ] || fail "group: rank 1 never started: $(tail -3 "$tmp/group.log")"
+    kill -TERM "$launcher"
+    kill -TERM -- "-$launcher"
+    sleep 1
+    kill -INT -- "-$launcher" 2> /dev/null
+    wait "$launcher" && fail "group: the launch exited 0 after SIGTERM"
+    for _ in $(seq 1 50); do
+      [ -z "$(job_rank_pid "$launcher" 0)$(job_rank_pid "$launcher" 1)" ] && break
+      sleep 0.1
+    done
+    if [ -n "$(job_rank_pid "$launcher" 0)$(job_rank_pid "$launcher" 1)" ]; then
+      pkill -f -- "--db $db "
+      fail "group: ranks still ran 5 s after the launcher ended: $(tail -3 "$tmp/group.log")"
+    fi
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *failed*"the job was stopped"*) ;;
+      *) fail "group: the run is not failed as stopped: $row" ;;
+    esac
+    echo "group: SIGTERM to the launcher and its group, then SIGINT: one stop, no rank left"
+    # SIGINT sent to the launcher alone (not the terminal's, which reached mpirun too) is passed
+    # on: it used to be remembered only, and the job trained on.
+    # (A background job of a script starts with SIGINT ignored, and keeps it so: env gives it
+    # back its default.)
+    db=$tmp/int.sqlite
+    env --default-signal=INT "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
+      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/int.log" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1 100); do
+      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
+      sleep 0.2
+    done
+    kill -INT "$launcher"
+    deadline=$((SECONDS + 20))
+    while kill -0 "$launcher" 2> /dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    if kill -0 "$launcher" 2> /dev/null; then
+      kill -TERM "$launcher"
+      fail "int: launch --ddp still ran 20 s after SIGINT"
+    fi
+    wait "$launcher" && fail "int: the launch exited 0 after SIGINT"
+    row=$("$cli" --db "$db" runs | awk '$1 == 1')
+    case $row in
+      *failed*"the job was stopped"*) ;;
+      *) fail "int: the run is not failed as stopped: $row" ;;
+    esac
+    echo "int: SIGINT to the launcher alone stopped the job"
     ;;
   cancel)
     # SIGUSR1 to mpirun: forwarded to every rank, which agree in the step's exchange to stop.

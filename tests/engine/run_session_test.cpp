@@ -834,6 +834,36 @@ path = "no-such-folder"
   EXPECT_EQ(started, 1);
 }
 
+// A process that has ended is announced while it is a zombie, before its pid is freed: the
+// CLI's signal handlers forget it there, and never signal a stranger that was given the pid.
+TEST(Launch, AnEndedProcessIsAnnouncedBeforeItsPidIsFreed) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path good = dir.path() / "good.toml";
+  std::ofstream(good) << kConfig;
+  api::LaunchRequest req;
+  req.program = "/bin/true";
+  req.configs = {good.string()};
+  req.nproc = 2;
+  req.db_path = (dir.path() / "runs.sqlite").string();
+  std::map<int, std::string> state;  // pid -> its state when announced ("Z": not reaped yet)
+  req.on_exited = [&](int pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    state[pid] = close == std::string::npos ? "gone" : line.substr(close + 2, 1);
+  };
+  const auto procs = api::launch_runs(req, {});
+  ASSERT_EQ(procs.size(), 2u);
+  ASSERT_EQ(state.size(), 2u);
+  for (const auto& p : procs) {
+    EXPECT_EQ(state[p.pid], "Z") << "pid " << p.pid;
+    EXPECT_EQ(p.exit_code, 0);
+    // ... and reaped after it.
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(p.pid)));
+  }
+}
+
 // A sweep whose runs name a device this machine cannot use says so once, before it is stored
 // (each trial would be refused, with the reason only in its log).
 TEST(RunStoreReaders, ASweepOnADeviceThisMachineCannotUseCreatesNoStore) {
