@@ -50,7 +50,21 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::error_code ec;
     TB_CHECK(std::filesystem::is_regular_file(model, ec), "[tokenizer] cannot open ",
              model.string(), ": no such file");
-    const auto status = sp_.Load(model.string());
+    sentencepiece::util::Status status;
+    try {
+      status = sp_.Load(model.string());
+    } catch (const std::exception& e) {
+      // The library indexes the pieces with darts-clone, which throws where a piece cannot be a
+      // key (one that starts with a NUL byte: "failed to insert key: zero-length key"); its
+      // message names its own header and line.
+      std::string why = e.what();
+      if (const auto at = why.find("exception: "); at != std::string::npos)
+        why = why.substr(at + 11);
+      throw ValueError(detail::str_cat("[tokenizer] ", model.string(),
+                                       " is not a SentencePiece model (its pieces cannot be "
+                                       "indexed: ",
+                                       why, ")"));
+    }
     if (!status.ok()) {
       // The library's parse failure names its own source line; said as what it means.
       std::string why = status.ToString();
