@@ -45,9 +45,10 @@ std::atomic<int> ddp_mpirun_pid{0};
 std::array<std::atomic<int>, 256> sweep_trial_pids{};
 
 // The processes `launch` started, for its SIGTERM handler to pass the signal on to (0: ended,
-// or not started yet).
-std::unique_ptr<std::atomic<int>[]> launched_pids;
+// or not started yet). Never freed: the handler may run while the program exits.
+std::atomic<int>* launched_pids = nullptr;
 std::atomic<std::size_t> launched_count{0};
+std::atomic<bool> launch_terminated{false};  // `launch` got SIGTERM: start no further run
 
 // The table, after a blank line that sets it off from the trials' lines above it (none for
 // `sweep --show`, which prints the table alone).
@@ -300,7 +301,7 @@ std::string this_program(const char* who) {
 // passed on to them.
 int cmd_launch(tb::api::LaunchRequest req) {
   const auto slots = static_cast<std::size_t>(std::max(req.nproc, 0));
-  launched_pids = std::make_unique<std::atomic<int>[]>(slots);
+  launched_pids = new std::atomic<int>[slots]();  // NOLINT(cppcoreguidelines-owning-memory)
   launched_count.store(0);
   {
     struct sigaction sa = {};
@@ -308,9 +309,12 @@ int cmd_launch(tb::api::LaunchRequest req) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sa.sa_handler = [](int sig) {
+      const int saved_errno = errno;
+      launch_terminated.store(true);
       const std::size_t n = launched_count.load();
       for (std::size_t i = 0; i < n; ++i)
         if (const int pid = launched_pids[i].load(); pid > 0) kill(pid, sig);
+      errno = saved_errno;
     };
     sigaction(SIGTERM, &sa, nullptr);
     // A run whose reader is gone (this process killed) goes on training and recording without
@@ -342,12 +346,16 @@ int cmd_launch(tb::api::LaunchRequest req) {
       if (launched_pids[i].compare_exchange_strong(expected, 0)) break;
     }
   };
+  // After a SIGTERM no further run starts; one started as it came (its pid not yet seen by the
+  // handler) is told here.
+  req.stop_requested = [] { return launch_terminated.load(); };
   const auto procs = tb::api::launch_runs(req, [slots](const tb::api::LaunchedProcess& p) {
     const std::size_t i = launched_count.load();
     if (i < slots) {
       launched_pids[i].store(p.pid);
       launched_count.store(i + 1);
     }
+    if (launch_terminated.load()) kill(p.pid, SIGTERM);
     std::cout << "slot " << p.slot << ": pid " << p.pid << " "
               << (p.cpus.empty() ? std::string("unbound") : "CPUs " + p.cpus)
               << ", child Cpus_allowed_list " << p.child_mask << ", " << p.config << "\n";
@@ -382,14 +390,16 @@ int cmd_launch(tb::api::LaunchRequest req) {
 int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
   // mpirun runs in a process group of its own (spawn_ddp): neither the terminal's Ctrl-C nor a
   // signal to this process's group reaches it, and this process passes on what it gets.
-  // SIGUSR1 (stop after the step), SIGUSR2 (pause) are passed on as they come; SIGINT, SIGTERM
-  // and SIGHUP (the job ends: mpirun sends the ranks SIGTERM) only the first time, as mpirun
-  // takes a second one as "quit at once", leaving the ranks running without it. The same
-  // signal again within kRepeatWindowNs is that one again (GNU timeout signals this process,
-  // then its group). A stop is remembered: this process stays to close the run if rank 0 could
-  // not, as stopped on purpose.
+  // SIGUSR1 (stop after the step) and SIGUSR2 (pause, or resume) are passed on as they come.
+  // SIGINT, SIGTERM and SIGHUP (the job ends: mpirun sends the ranks SIGTERM, then SIGKILL) are
+  // passed on once: Open MPI's mpirun takes a second one as "quit at once" and exits leaving the
+  // ranks running. A later one says that the job is stopping already, except the same signal
+  // again within kRepeatWindowNs (GNU timeout signals this process, then its group). Ctrl-Z
+  // stops mpirun with this process, and the shell's fg or bg continues both. A stop passed on is
+  // remembered: this process stays to close the run if rank 0 could not, as stopped on purpose.
   static std::atomic<bool> stopped{false};
   static std::atomic<bool> stop_passed_on{false};  // mpirun has been told: never twice
+  static std::atomic<bool> started{false};         // mpirun has been started
   static std::array<std::atomic<long long>, 65> last_ns{};
   static_assert(std::atomic<long long>::is_always_lock_free);  // used in a signal handler
   {
@@ -403,32 +413,47 @@ int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
       const bool repeat = before != 0 && ns - before < kRepeatWindowNs;
       if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
         if (stopped.exchange(true)) {
-          static const char said[] =
-              "launch --ddp: the job is stopping already (mpirun ends each rank within seconds)\n";
-          if (!repeat) (void)!write(STDERR_FILENO, said, sizeof said - 1);
+          if (!repeat) {
+            static const char said[] =
+                "launch --ddp: the job is stopping already: mpirun ends every rank within "
+                "seconds\n";
+            (void)!write(STDERR_FILENO, said, sizeof said - 1);
+          }
         } else if (const int pid = ddp_mpirun_pid.load();
                    pid > 0 && !stop_passed_on.exchange(true)) {
-          kill(pid, sig);  // else not started yet: told when it starts (below)
+          kill(pid, sig);      // else not started yet: told when it starts (below)
+          kill(pid, SIGCONT);  // one stopped by Ctrl-Z acts on it
         }
-      } else if (const int pid = ddp_mpirun_pid.load(); !repeat && pid > 0) {
-        kill(pid, sig);
+      } else if (const int pid = ddp_mpirun_pid.load(); pid > 0) {
+        if (sig == SIGTSTP) {
+          kill(pid, SIGSTOP);
+          kill(getpid(), SIGSTOP);  // this process too, as the terminal asked
+        } else {
+          kill(pid, sig);  // SIGUSR1, SIGUSR2; SIGCONT after a Ctrl-Z
+        }
+      } else if (sig == SIGTSTP) {
+        kill(getpid(), SIGSTOP);
       }
       errno = saved_errno;
     };
     sa.sa_flags = SA_RESTART;  // the job's output and the lines after it are not cut
     sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) {
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP, SIGTSTP, SIGCONT}) {
       struct sigaction old = {};
-      // A launch started ignoring SIGINT (in the background of a script) or SIGHUP (nohup)
-      // keeps ignoring it.
-      if ((sig == SIGINT || sig == SIGHUP) && sigaction(sig, nullptr, &old) == 0 &&
-          old.sa_handler == SIG_IGN)
+      // A launch started ignoring SIGINT (in the background of a script), SIGHUP (nohup) or
+      // SIGTSTP keeps ignoring it.
+      if (sig != SIGTERM && sig != SIGUSR1 && sig != SIGUSR2 && sig != SIGCONT &&
+          sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN)
         continue;
       sigaction(sig, &sa, nullptr);
     }
   }
   tb::api::LaunchRequest launch = req;
-  launch.stop_requested = [] { return stopped.load(); };
+  // Stopped on purpose: before mpirun started (it is not started then), or a stop passed on to
+  // it — not one that came after it had ended on its own.
+  launch.stop_requested = [] {
+    return stop_passed_on.load() || (stopped.load() && !started.load());
+  };
   // mpirun has ended: signals stop going to its pid before the system may give it to another.
   launch.on_exited = [](int) { ddp_mpirun_pid.store(0); };
   std::vector<std::string> after;
@@ -436,6 +461,7 @@ int cmd_launch_ddp(const tb::api::LaunchRequest& req) {
       launch,
       [](int pid, const tb::api::DdpLaunch& plan) {
         ddp_mpirun_pid.store(pid);
+        started.store(true);
         // A Ctrl-C or SIGTERM that came while mpirun was started (its pid not known to the
         // handler yet) stops it now.
         if (stopped.load() && !stop_passed_on.exchange(true)) kill(pid, SIGTERM);

@@ -155,11 +155,11 @@ int exportSweepReport(const QString& db, const QString& name, const QString& out
   return rc;
 }
 
-// Ctrl-C or SIGTERM at the window (its terminal, a logout, a supervisor) ends the program as
-// closing it does, without the question: the runs it trains stop after their step with a
-// checkpoint, the layout is saved. Before, the default action killed it and its runs were found
-// crashed. The handler only writes the signal's number to a pipe the event loop reads (the
-// self-pipe of https://doc.qt.io/qt-6/unix-signals.html). Qt's threads start with the signals
+// Ctrl-C, SIGTERM or SIGHUP at the window (its terminal, closed or not, a logout, a supervisor)
+// ends the program as closing it does, without the question: the runs it trains stop after their
+// step with a checkpoint, the layout is saved. Before, the default action killed it and its runs
+// were found crashed. The handler only writes the signal's number to a pipe the event loop reads
+// (the self-pipe of https://doc.qt.io/qt-6/unix-signals.html). Qt's threads start with the signals
 // blocked and the training threads block them (a handler run inside a oneDNN kernel corrupted
 // the CLI's heap), so it runs on the GUI thread or on a thread a library started before main().
 // Once the loop has ended, a repeat within kRepeatWindowNs counts as the same request (timeout
@@ -185,7 +185,7 @@ long long monotonicNs() {
 sigset_t stopSignals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old = {};
     // One the program was started ignoring (SIGINT of a job started with & from a script) stays
     // ignored.
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
     sa.sa_handler = stopHandler;
     sigfillset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    for (int sig : {SIGINT, SIGTERM})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
       if (sigismember(&stop, sig)) sigaction(sig, &sa, nullptr);
   }
   if (!offscreen) pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
     struct sigaction sa = {};
     sa.sa_handler = stopSignal != 0 ? afterStopHandler : SIG_DFL;
     sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGINT, SIGTERM})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP})
       if (sigismember(&stop, sig)) sigaction(sig, &sa, nullptr);
   }
   // The windows still open (exit() from --screenshot, a stop signal) are deleted here: their

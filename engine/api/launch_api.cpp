@@ -346,6 +346,16 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
           std::to_string(me.start_time) + ":" + std::to_string(launches.fetch_add(1) + 1);
   p.env.push_back(std::string(kLaunchJobVariable) + "=" + p.job);
   if (remote) p.argv.insert(p.argv.end(), {"-x", kLaunchJobVariable});
+  // mpirun starts its daemons on the other hosts with ssh, from a process group of its own
+  // (spawn_ddp): an ssh that asked for a password or about a new host key would wait unseen.
+  // BatchMode makes it fail instead, with its reason in mpirun's error.
+  if (remote && std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
+      std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
+    p.env.emplace_back("OMPI_MCA_plm_rsh_args=-o BatchMode=yes");
+    p.notes.push_back(
+        "several hosts: ssh runs with -o BatchMode=yes (it cannot ask for a password or a host "
+        "key here; `ssh -o BatchMode=yes HOST true` checks a host)");
+  }
   if (geteuid() == 0) {
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -441,9 +451,18 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  // Its output still goes to the terminal, which, set to `stty tostop`, stops a writer outside
+  // its foreground group with SIGTTOU: mpirun starts ignoring that signal (a disposition an exec
+  // keeps), so it writes.
+  struct sigaction ignore = {};
+  struct sigaction ttou = {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGTTOU, &ignore, &ttou);
   int pid = 0;
   const int rc =
       posix_spawnp(&pid, args.front().c_str(), &actions, &attr, argv.data(), envp.data());
+  sigaction(SIGTTOU, &ttou, nullptr);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   TB_CHECK(rc == 0, "[launch] cannot start ", args.front(), ": ", std::strerror(rc),

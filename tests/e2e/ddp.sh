@@ -352,12 +352,13 @@ case $mode in
       fail "the other job's crashed run changed: $("$cli" --db "$db" runs)"
     echo "SIGTERM to the launcher: ${row#*failed}"
     # A supervisor's stop (GNU timeout signals the launcher, then its process group) and a
-    # second Ctrl-C a second later: mpirun hears one signal and ends every rank. In the
-    # launcher's group it heard three, and Open MPI's mpirun quits at once on a second one,
-    # leaving the ranks training on without it.
+    # Ctrl-C half a second later: mpirun hears one signal and ends every rank. In the launcher's
+    # group it heard them all, and Open MPI's mpirun quits at once on a second one, leaving the
+    # ranks training on without it. (setsid: a group of its own to signal; env: SIGINT back to
+    # its default, which a background job of a script starts without.)
     db=$tmp/group.sqlite
-    setsid "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
-      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/group.log" 2>&1 &
+    setsid env --default-signal=INT "$cli" --db "$db" launch --ddp --nproc 2 "$config" \
+      --set threads=1 --set run.steps=100000000 --set run.log_interval=50 > "$tmp/group.log" 2>&1 &
     launcher=$!
     for _ in $(seq 1 100); do
       "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
@@ -365,9 +366,11 @@ case $mode in
     done
     [ -n "$(job_rank_pid "$launcher" 1)" ] || fail "group: rank 1 never started: $(tail -3 "$tmp/group.log")"
     kill -TERM "$launcher"
+    sleep 0.1
     kill -TERM -- "-$launcher"
-    sleep 1
-    kill -INT -- "-$launcher" 2> /dev/null
+    sleep 0.5
+    int_sent=0
+    kill -INT "$launcher" 2> /dev/null && int_sent=1
     wait "$launcher" && fail "group: the launch exited 0 after SIGTERM"
     for _ in $(seq 1 50); do
       [ -z "$(job_rank_pid "$launcher" 0)$(job_rank_pid "$launcher" 1)" ] && break
@@ -382,6 +385,10 @@ case $mode in
       *failed*"the job was stopped"*) ;;
       *) fail "group: the run is not failed as stopped: $row" ;;
     esac
+    if [ "$int_sent" = 1 ]; then
+      grep -aq '^launch --ddp: the job is stopping already' "$tmp/group.log" ||
+        fail "group: the Ctrl-C after the stop was not answered: $(tail -3 "$tmp/group.log")"
+    fi
     echo "group: SIGTERM to the launcher and its group, then SIGINT: one stop, no rank left"
     # SIGINT sent to the launcher alone (not the terminal's, which reached mpirun too) is passed
     # on: it used to be remembered only, and the job trained on.

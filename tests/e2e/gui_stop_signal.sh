@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The GUI stopped by a signal while it trains (Ctrl-C in its terminal, a logout, a supervisor):
 # it quits as closing it does, without the question — the run stops after its step with a
-# checkpoint, status cancelled, and the program exits 128 + the signal (143 for SIGTERM). Before,
-# the default action killed it and the run was found crashed without a checkpoint. The signal is
-# sent twice 20 ms apart, as `timeout` does (the process, then its group): one request.
+# checkpoint, status cancelled, and the program exits 128 + the signal (143 for SIGTERM, 129 for
+# SIGHUP: its terminal closed). Before, the default action killed it and the run was found
+# crashed without a checkpoint (and, for SIGHUP, a distributed run's mpirun, in a process group
+# of its own, trained on). The signal is sent twice 20 ms apart, as `timeout` does (the process,
+# then its group): one request.
 # Runs the GUI on Qt's offscreen platform (no display needed).
-# Usage: gui_stop_signal.sh CLI REPO_ROOT GUI
+# Usage: gui_stop_signal.sh CLI REPO_ROOT GUI [SIGNAL]   (SIGNAL: TERM, the default, or HUP)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
-e2e_start gui_stop_signal "CLI REPO_ROOT GUI" 3 3 "$@"
+e2e_start gui_stop_signal "CLI REPO_ROOT GUI [SIGNAL]" 3 4 "$@"
 gui=$3
+sig=${4:-TERM}
+case $sig in
+  TERM) expected=143 ;;
+  HUP) expected=129 ;;
+  *) fail "SIGNAL must be TERM or HUP, got '$sig'" ;;
+esac
 [ -x "$gui" ] || fail "GUI '$gui' is not an executable"
 e2e_cli "$1" "$2"
 e2e_tmpdir
@@ -34,16 +42,16 @@ for _ in $(seq 1200); do
   sleep 0.1
 done
 logged || fail "no step logged in 120 s"
-kill -TERM "$pid"
+kill "-$sig" "$pid"
 sleep 0.02
-kill -TERM "$pid" 2>/dev/null
+kill "-$sig" "$pid" 2>/dev/null
 wait "$pid"
 rc=$?
-[ "$rc" -eq 143 ] || fail "exit status $rc (143 expected); its output: $(cat "$tmp/gui.log")"
+[ "$rc" -eq "$expected" ] || fail "SIG$sig: exit status $rc ($expected expected); its output: $(cat "$tmp/gui.log")"
 grep -q "quitting; the runs training here stop after their step, with a checkpoint" "$tmp/gui.log" ||
   fail "it did not say why it quits: $(cat "$tmp/gui.log")"
 status=$("$cli" --db "$tmp/runs.sqlite" show 1 | head -n 1)
 echo "$status" | grep -q ": cancelled" || fail "the store says '$status'"
 "$cli" --db "$tmp/runs.sqlite" show 1 | grep -q "with a checkpoint to continue from" ||
   fail "run 1 has no checkpoint to continue from: $("$cli" --db "$tmp/runs.sqlite" show 1 | head -n 4)"
-echo "PASS: gui_stop_signal: SIGTERM twice at the training GUI: exit 143, run 1 cancelled with a checkpoint"
+echo "PASS: gui_stop_signal: SIG$sig twice at the training GUI: exit $expected, run 1 cancelled with a checkpoint"

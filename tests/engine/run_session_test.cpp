@@ -488,10 +488,19 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
     EXPECT_EQ(std::find(a.argv.begin(), a.argv.end(), "-x"), a.argv.end());
     api::LaunchRequest two_hosts = req;
     two_hosts.hosts = {"node1", "node2"};
-    const auto argv = api::plan_ddp_launch(two_hosts).argv;
+    const api::DdpLaunch remote = api::plan_ddp_launch(two_hosts);
+    const auto& argv = remote.argv;
     const auto x = std::find(argv.begin(), argv.end(), "-x");
     ASSERT_NE(x, argv.end());
     EXPECT_EQ(*(x + 1), "TB_LAUNCH_JOB");
+    // ssh cannot prompt from mpirun's process group: it fails instead of waiting unseen, unless
+    // the user chose the agent or its arguments.
+    const std::string batch = "OMPI_MCA_plm_rsh_args=-o BatchMode=yes";
+    if (std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
+        std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
+      EXPECT_NE(std::find(remote.env.begin(), remote.env.end(), batch), remote.env.end());
+    }
+    EXPECT_EQ(std::find(a.env.begin(), a.env.end(), batch), a.env.end()) << "one machine: no ssh";
   }
   req.configs = {gpu.string()};
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
@@ -840,8 +849,12 @@ TEST(Launch, AnEndedProcessIsAnnouncedBeforeItsPidIsFreed) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path good = dir.path() / "good.toml";
   std::ofstream(good) << kConfig;
+  // A process that lives a while: heard of too early (before it ended), it would be "S".
+  const fs::path program = dir.path() / "lives-a-while.sh";
+  std::ofstream(program) << "#!/bin/sh\nsleep 0.3\n";
+  fs::permissions(program, fs::perms::owner_all);
   api::LaunchRequest req;
-  req.program = "/bin/true";
+  req.program = program.string();
   req.configs = {good.string()};
   req.nproc = 2;
   req.db_path = (dir.path() / "runs.sqlite").string();
