@@ -59,10 +59,11 @@ losses() {
              END { for (i = 0; i < n; i++) print v[order[i]] }'
 }
 
-# start_endless_job DB LOG: a 2-rank job of run.steps = 10^8 through `launch --ddp` in the
-# background (its pid in $launcher, its output in LOG), once its run is running in DB.
+# start_endless_job DB LOG [WRAPPER...]: a 2-rank job of run.steps = 10^8 through `launch --ddp`
+# in the background (its pid in $launcher, its output in LOG; started through WRAPPER, e.g.
+# setsid, which must exec it), once its run is running in DB.
 start_endless_job() {
-  "$cli" --db "$1" launch --ddp --nproc 2 "$config" --set threads=1 \
+  "${@:3}" "$cli" --db "$1" launch --ddp --nproc 2 "$config" --set threads=1 \
     --set run.steps=100000000 --set run.log_interval=50 > "$2" 2>&1 &
   launcher=$!
   for _ in $(seq 1 100); do
@@ -357,13 +358,7 @@ case $mode in
     # ranks training on without it. (setsid: a group of its own to signal; env: SIGINT back to
     # its default, which a background job of a script starts without.)
     db=$tmp/group.sqlite
-    setsid env --default-signal=INT "$cli" --db "$db" launch --ddp --nproc 2 "$config" \
-      --set threads=1 --set run.steps=100000000 --set run.log_interval=50 > "$tmp/group.log" 2>&1 &
-    launcher=$!
-    for _ in $(seq 1 100); do
-      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
-      sleep 0.2
-    done
+    start_endless_job "$db" "$tmp/group.log" setsid env --default-signal=INT
     [ -n "$(job_rank_pid "$launcher" 1)" ] || fail "group: rank 1 never started: $(tail -3 "$tmp/group.log")"
     kill -TERM "$launcher"
     sleep 0.1
@@ -395,13 +390,7 @@ case $mode in
     # (A background job of a script starts with SIGINT ignored, and keeps it so: env gives it
     # back its default.)
     db=$tmp/int.sqlite
-    env --default-signal=INT "$cli" --db "$db" launch --ddp --nproc 2 "$config" --set threads=1 \
-      --set run.steps=100000000 --set run.log_interval=50 > "$tmp/int.log" 2>&1 &
-    launcher=$!
-    for _ in $(seq 1 100); do
-      "$cli" --db "$db" runs 2> /dev/null | grep -q ' running ' && break
-      sleep 0.2
-    done
+    start_endless_job "$db" "$tmp/int.log" env --default-signal=INT
     kill -INT "$launcher"
     deadline=$((SECONDS + 20))
     while kill -0 "$launcher" 2> /dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
