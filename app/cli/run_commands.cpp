@@ -84,16 +84,17 @@ void print_sweep_table(const tb::api::SweepResult& r, bool after_trials = true) 
   }
 }
 
-// Installs `sa`'s handler for SIGINT and SIGTERM: the one handler runs for either, never
-// nested, with SA_RESTART (output interrupted by it is not lost). A signal this process was
-// started ignoring (a job started with & from a non-interactive shell ignores SIGINT) stays
-// ignored.
+// Installs `sa`'s handler for SIGINT, SIGTERM and SIGHUP (the terminal closed: an ssh session
+// lost stops a run as Ctrl-C does, with a checkpoint, instead of killing it): the one handler
+// runs for any, never nested, with SA_RESTART (output interrupted by it is not lost). A signal
+// this process was started ignoring (a job started with & from a non-interactive shell ignores
+// SIGINT, nohup SIGHUP) stays ignored.
 void on_stop_signals(struct sigaction sa) {
   sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGINT);
-  sigaddset(&sa.sa_mask, SIGTERM);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    sigaddset(&sa.sa_mask, sig);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old = {};
     if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     sigaction(sig, &sa, nullptr);
@@ -223,7 +224,7 @@ int cmd_run(tb::api::RunRequest req) {
   // left them blocked).
   sigset_t handled;
   sigemptyset(&handled);
-  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT})
+  for (int sig : {SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP})
     sigaddset(&handled, sig);
   pthread_sigmask(SIG_BLOCK, &handled, nullptr);
   req.control = std::make_shared<tb::api::RunControl>();

@@ -3,7 +3,8 @@
 # process and then to its process group, so a run gets SIGTERM or SIGINT twice within
 # microseconds. That is one request: the run must stop after its step with a checkpoint, exit 2,
 # not die of the second copy with no checkpoint (it did, in 2 of 8 tries under `timeout -s INT`).
-# Part 1 sends SIGTERM twice 20 ms apart at a training run; part 2 runs it under `timeout`.
+# Part 1 sends SIGTERM (and, once, SIGHUP) twice 20 ms apart at a training run; part 2 runs it
+# under `timeout`.
 # Usage: signal_twice.sh CLI REPO_ROOT
 set -u
 # shellcheck source-path=SCRIPTDIR
@@ -30,15 +31,17 @@ ended_cancelled() {
 }
 
 round=0
-for gap in 0.02 0.02 0.005; do
+# SIGHUP: the run's terminal closed (an ssh session lost) stops it as SIGTERM does.
+for stop in TERM:0.02 TERM:0.02 TERM:0.005 HUP:0.02; do
   round=$((round + 1))
+  sig=${stop%:*} gap=${stop#*:}
   "$cli" --db "$tmp/runs.sqlite" run "$config" --set run.epochs=20 --set run.log_interval=50 \
     >"$tmp/run$round.log" 2>&1 &
   pid=$!
   e2e_wait_for "$pid" "$tmp/run$round.log" "^step [0-9]"
-  kill -TERM "$pid" 2>/dev/null
+  kill "-$sig" "$pid" 2>/dev/null
   sleep "$gap"
-  kill -TERM "$pid" 2>/dev/null
+  kill "-$sig" "$pid" 2>/dev/null
   wait "$pid"
   ended_cancelled "$round" $?
 done
