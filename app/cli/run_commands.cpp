@@ -298,8 +298,8 @@ std::string this_program(const char* who) {
 // launch (not --ddp): N runs as processes of their own. Their output comes back through pipes,
 // each line tagged with its slot, so several runs' progress can be told apart. Ctrl-C reaches
 // the runs from the terminal (each stops after its step, with a checkpoint) and this process
-// stays to relay what they say and report their exit; SIGTERM sent to this process alone is
-// passed on to them.
+// stays to relay what they say and report their exit; SIGTERM or SIGHUP sent to this process
+// alone is passed on to them.
 int cmd_launch(tb::api::LaunchRequest req) {
   const auto slots = static_cast<std::size_t>(std::max(req.nproc, 0));
   launched_pids = new std::atomic<int>[slots]();  // NOLINT(cppcoreguidelines-owning-memory)
@@ -318,6 +318,11 @@ int cmd_launch(tb::api::LaunchRequest req) {
       errno = saved_errno;
     };
     sigaction(SIGTERM, &sa, nullptr);
+    // SIGHUP too (its terminal closed: the runs got it as well, and take the copy that follows
+    // within microseconds as the same request); one ignored from the start (nohup) stays so.
+    struct sigaction old = {};
+    if (sigaction(SIGHUP, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)
+      sigaction(SIGHUP, &sa, nullptr);
     // A run whose reader is gone (this process killed) goes on training and recording without
     // its output rather than dying of SIGPIPE; ignoring a signal is inherited across exec.
     std::signal(SIGPIPE, SIG_IGN);

@@ -2,11 +2,13 @@
 # `launch` stopped by SIGTERM (as a supervisor stops it): the signal is passed on, each run stops
 # after its step with a checkpoint, and the summary says "cancelled", not "failed". Each run's
 # last recorded loss is at the step it was cancelled at (its plots end where it stopped).
-# Usage: launch_cancel.sh CLI REPO_ROOT
+# With SIGNAL = HUP (its terminal closed), the same.
+# Usage: launch_cancel.sh CLI REPO_ROOT [SIGNAL]   (TERM, the default, or HUP)
 set -u
 # shellcheck source-path=SCRIPTDIR
 . "$(dirname "$0")/common.sh"
-e2e_start launch_cancel "CLI REPO_ROOT" 2 2 "$@"
+e2e_start launch_cancel "CLI REPO_ROOT [SIGNAL]" 2 3 "$@"
+sig=${3:-TERM}
 e2e_cli "$1" "$2"
 e2e_tmpdir
 db=$tmp/runs.sqlite
@@ -22,7 +24,7 @@ done
 if ! grep -q "^slot 0 | step " "$tmp/out" || ! grep -q "^slot 1 | step " "$tmp/out"; then
   fail "the runs did not both log a step within 120 s: $(tail -n 5 "$tmp/out")"
 fi
-kill -TERM "$pid" 2>/dev/null
+kill "-$sig" "$pid" 2>/dev/null
 wait "$pid"
 rc=$?
 out=$(cat "$tmp/out")
@@ -43,4 +45,4 @@ for slot in 0 1; do
   [ "$last" = "$step" ] ||
     fail "run $id: last loss at step '$last', cancelled at step $step ($(head -n 3 "$tmp/m$slot.csv"))"
 done
-echo "PASS: launch_cancel: both runs cancelled, their losses end at the cancelled steps"
+echo "PASS: launch_cancel: SIG$sig: both runs cancelled, their losses end at the cancelled steps"
