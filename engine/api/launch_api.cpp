@@ -348,13 +348,15 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   if (remote) p.argv.insert(p.argv.end(), {"-x", kLaunchJobVariable});
   // mpirun starts its daemons on the other hosts with ssh, from a process group of its own
   // (spawn_ddp): an ssh that asked for a password or about a new host key would wait unseen.
-  // BatchMode makes it fail instead, with its reason in mpirun's error.
+  // BatchMode makes it fail instead, with its reason in mpirun's error. A host that does not
+  // answer held mpirun for the system's TCP timeout (two minutes and more), a stop included:
+  // mpirun waits for its ssh before it ends.
   if (remote && std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
       std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
-    p.env.emplace_back("OMPI_MCA_plm_rsh_args=-o BatchMode=yes");
+    p.env.emplace_back("OMPI_MCA_plm_rsh_args=-o BatchMode=yes -o ConnectTimeout=20");
     p.notes.push_back(
-        "several hosts: ssh runs with -o BatchMode=yes (it cannot ask for a password or a host "
-        "key here; `ssh -o BatchMode=yes HOST true` checks a host)");
+        "several hosts: ssh runs with -o BatchMode=yes -o ConnectTimeout=20 (it cannot ask for "
+        "a password or a host key here; `ssh -o BatchMode=yes HOST true` checks a host)");
   }
   if (geteuid() == 0) {
     p.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");

@@ -495,7 +495,7 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
     EXPECT_EQ(*(x + 1), "TB_LAUNCH_JOB");
     // ssh cannot prompt from mpirun's process group: it fails instead of waiting unseen, unless
     // the user chose the agent or its arguments.
-    const std::string batch = "OMPI_MCA_plm_rsh_args=-o BatchMode=yes";
+    const std::string batch = "OMPI_MCA_plm_rsh_args=-o BatchMode=yes -o ConnectTimeout=20";
     if (std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
         std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
       EXPECT_NE(std::find(remote.env.begin(), remote.env.end(), batch), remote.env.end());
