@@ -294,6 +294,43 @@ std::vector<LaunchedProcess> launch_runs(
   return procs;
 }
 
+namespace {
+
+// Whether the user chose how mpirun reaches other hosts: plm_rsh_agent or plm_rsh_args in the
+// environment or in one of Open MPI's parameter files (theirs, the system's, or those
+// OMPI_MCA_mca_base_param_files names). An OMPI_MCA_ variable set here would override a file's
+// value (a port, a key) rather than add to it.
+bool user_sets_ssh() {
+  if (std::getenv("OMPI_MCA_plm_rsh_agent") != nullptr ||
+      std::getenv("OMPI_MCA_plm_rsh_args") != nullptr)
+    return true;
+  std::vector<std::string> files = {"/etc/openmpi/openmpi-mca-params.conf"};
+  if (const char* home = std::getenv("HOME"))
+    files.push_back(std::string(home) + "/.openmpi/mca-params.conf");
+  if (const char* named = std::getenv("OMPI_MCA_mca_base_param_files")) {
+    std::string list = named;
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t end = std::min(list.find(':', at), list.size());
+      if (end > at) files.push_back(list.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#') continue;
+      if (line.compare(first, 13, "plm_rsh_agent") == 0 ||
+          line.compare(first, 12, "plm_rsh_args") == 0)
+        return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   int nproc = req.nproc;  // 0 with resume: the stored run's number of ranks
   // The ranks' distributed.world_size: --nproc, or a resumed run's own 0 (its ranks took their
@@ -367,8 +404,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   // BatchMode makes it fail instead, with its reason in mpirun's error. A host that does not
   // answer held mpirun for the system's TCP timeout (two minutes and more), a stop included:
   // mpirun waits for its ssh before it ends.
-  if (remote && std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
-      std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
+  if (remote && !user_sets_ssh()) {
     p.env.emplace_back("OMPI_MCA_plm_rsh_args=-o BatchMode=yes -o ConnectTimeout=20");
     p.notes.push_back(
         "several hosts: ssh runs with -o BatchMode=yes -o ConnectTimeout=20 (it cannot ask for "

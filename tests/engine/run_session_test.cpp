@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -494,13 +495,35 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
     ASSERT_NE(x, argv.end());
     EXPECT_EQ(*(x + 1), "TB_LAUNCH_JOB");
     // ssh cannot prompt from mpirun's process group: it fails instead of waiting unseen, unless
-    // the user chose the agent or its arguments.
+    // the user chose the agent or its arguments (in the environment or a parameter file, whose
+    // value an environment variable would override).
     const std::string batch = "OMPI_MCA_plm_rsh_args=-o BatchMode=yes -o ConnectTimeout=20";
-    if (std::getenv("OMPI_MCA_plm_rsh_agent") == nullptr &&
-        std::getenv("OMPI_MCA_plm_rsh_args") == nullptr) {
-      EXPECT_NE(std::find(remote.env.begin(), remote.env.end(), batch), remote.env.end());
+    const auto has_batch = [&](const api::DdpLaunch& plan) {
+      return std::find(plan.env.begin(), plan.env.end(), batch) != plan.env.end();
+    };
+    EXPECT_FALSE(has_batch(a)) << "one machine: no ssh";
+    std::map<std::string, std::optional<std::string>> saved;
+    for (const char* name : {"HOME", "OMPI_MCA_mca_base_param_files", "OMPI_MCA_plm_rsh_agent",
+                             "OMPI_MCA_plm_rsh_args"}) {
+      const char* v = std::getenv(name);
+      saved[name] = v ? std::optional<std::string>(v) : std::nullopt;
+      unsetenv(name);
     }
-    EXPECT_EQ(std::find(a.env.begin(), a.env.end(), batch), a.env.end()) << "one machine: no ssh";
+    setenv("HOME", dir.path().c_str(), 1);  // no ~/.openmpi/mca-params.conf
+    EXPECT_TRUE(has_batch(api::plan_ddp_launch(two_hosts)));
+    const fs::path params = dir.path() / "mca-params.conf";
+    std::ofstream(params) << "# ours\n  plm_rsh_args = -p 2222\n";
+    setenv("OMPI_MCA_mca_base_param_files", params.c_str(), 1);
+    EXPECT_FALSE(has_batch(api::plan_ddp_launch(two_hosts))) << "a port of the user's kept";
+    unsetenv("OMPI_MCA_mca_base_param_files");
+    setenv("OMPI_MCA_plm_rsh_agent", "rsh", 1);
+    EXPECT_FALSE(has_batch(api::plan_ddp_launch(two_hosts)));
+    for (const auto& [name, value] : saved) {
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
+    }
   }
   req.configs = {gpu.string()};
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"nccl\"");
