@@ -338,16 +338,25 @@ std::vector<Assignment> points_of(const SweepSpec& s) {
   return points;
 }
 
-// A config error about a point, in the sweep's terms: its values reach the config as settings,
-// but nobody typed --set ("(from --set k=v)" is "(swept as k=v)"; a swept kind keeps the base
-// config's other keys of its table, with no --set to replace them).
-std::string in_sweep_terms(std::string why) {
-  if (const auto at = why.find("(from --set "); at != std::string::npos)
-    why.replace(at, 12, "(swept as ");
-  const std::string set_kind = " is from --set; the file's other ";
-  if (const auto at = why.find(set_kind); at != std::string::npos) {
-    why.replace(at, set_kind.size(), " is swept; the config's other ");
-    const auto advice = why.find(": to replace the whole table, --set '", at);
+// A config error about a point, in the sweep's terms: the point's values reach the config as
+// settings, but nobody typed them ("(from --set k=v)" for a swept k=v is "(swept as k=v)"; a
+// swept kind keeps the base config's other keys of its table, with no --set to replace them).
+// What the user's own --set gave keeps its words.
+std::string in_sweep_terms(std::string why, const Assignment& point) {
+  for (const auto& [k, v] : point) {
+    const std::string from_set = "(from --set " + k + "=" + v + ")";
+    if (const auto at = why.find(from_set); at != std::string::npos)
+      why.replace(at, 12, "(swept as ");
+    if (k.size() < 5 || k.compare(k.size() - 5, 5, ".kind") != 0) continue;
+    const std::string table = k.substr(0, k.size() - 5);
+    const std::string set_kind =
+        " (" + k + " = " + v + " is from --set; the file's other " + table + " keys stay";
+    const auto at = why.find(set_kind);
+    if (at == std::string::npos) continue;
+    const std::string swept =
+        " (" + k + " = " + v + " is swept; the config's other " + table + " keys stay";
+    why.replace(at, set_kind.size(), swept);
+    const auto advice = why.find(": to replace the whole table, --set '", at + swept.size());
     const auto close = advice == std::string::npos ? advice : why.find("}')", advice);
     if (close != std::string::npos) why.erase(advice, close + 2 - advice);
   }
@@ -448,17 +457,17 @@ SweepPlan plan_sweep(const std::string& toml_text, const std::string& source,
         const std::string& path = e.problem().key_path;
         if (!not_applicable(e) || path.empty())
           throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
-                           in_sweep_terms(e.what()));
+                           in_sweep_terms(e.what(), a));
         const auto drop = std::find_if(a.begin(), a.end(), [&](const auto& kv) {
           return kv.first == path || kv.first.rfind(path + ".", 0) == 0;
         });
         if (drop != a.end()) {  // a swept key this point does not read
           // The point's values reach the config as settings: say so in the sweep's terms.
-          refusals.push_back(drop->first + ": " + in_sweep_terms(e.what()));
+          refusals.push_back(drop->first + ": " + in_sweep_terms(e.what(), a));
           a.erase(drop);
         } else if (!erase_path(point_root, path)) {  // nor a key of the config it makes moot
           throw ValueError("[sweep] " + source + ": the point " + describe(asked) + ": " +
-                           in_sweep_terms(e.what()));
+                           in_sweep_terms(e.what(), a));
         }
       }
     }

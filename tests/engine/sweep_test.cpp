@@ -172,6 +172,22 @@ TEST(Sweep, ErrorsNameTheKey) {
       error_of("[sweep]\n[sweep.parameters]\n\"model.kind\" = [\"mlp\", \"cnn\"]\n");
   EXPECT_CONTAINS(kinds, "(model.kind = \"cnn\" is swept; the config's other model keys stay)");
   EXPECT_EQ(kinds.find("--set"), std::string::npos) << kinds;
+  // What the user's own --set gave keeps its words beside a point's: a Muon point reads no
+  // optimizer.amsgrad, which the user typed.
+  const auto with_sets = [](const std::string& sweep, const std::vector<std::string>& sets) {
+    try {
+      (void)plan_sweep(kBase + sweep, "s.toml", sets);
+    } catch (const tb::ValueError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string own =
+      with_sets("[sweep]\n[sweep.parameters]\n\"optimizer.kind\" = [\"adamw\", \"muon\"]\n",
+                {"optimizer.amsgrad=true"});
+  EXPECT_CONTAINS(own, "the point optimizer.kind=\"muon\"");
+  EXPECT_CONTAINS(own, "(from --set optimizer.amsgrad=true)");
+  EXPECT_EQ(own.find("swept as"), std::string::npos) << own;
   // With Muon and AdamW points, the reason that names the key meant (an AdamW point's), not the
   // list of [optimizer]'s keys (a Muon point's, which comes first).
   EXPECT_CONTAINS(error_of("[sweep]\n[sweep.parameters]\n\"optimizer.kind\" = [\"muon\", "
