@@ -185,7 +185,8 @@ class TestScreenshots : public QObject {
 
   // First start on a laptop's 1366 x 768 screen (ui.tst_screenshots_laptop runs this under an
   // Xvfb screen of that size): the small docks join the runs table as tabs below it, and the
-  // runs table leaves the Live tab room for its three rows of plots.
+  // runs table leaves the Live tab room for its three rows of plots, and the config dock shows
+  // the LR preview without scrolling.
   void firstStartOnALaptopScreen() {
     const QRect free = QGuiApplication::primaryScreen()->availableGeometry();
     if (free.width() >= 1600 || free.height() >= 900 ||
@@ -210,6 +211,23 @@ class TestScreenshots : public QObject {
                             .arg(shown)
                             .arg(page)
                             .arg(runsDock->height())));
+    // The LR preview is in sight below the form (the form scrolls inside its tab), not below
+    // the fold of the config dock.
+    QWidget* preview = window.configEditor()->previewPlot();
+    QWidget* area = preview;
+    while (area && !qobject_cast<QScrollArea*>(area))
+      area = area->parentWidget();
+    QVERIFY(area != nullptr);
+    const QWidget* seen = qobject_cast<QScrollArea*>(area)->viewport();
+    const QRect seenRect(seen->mapTo(&window, QPoint()), seen->size());
+    const QRect previewRect(preview->mapTo(&window, QPoint()), preview->size());
+    QVERIFY2(seenRect.contains(previewRect),
+             qPrintable(QStringLiteral("the LR preview (y %1 to %2) lies outside the dock's "
+                                       "sight (y %3 to %4)")
+                            .arg(previewRect.top())
+                            .arg(previewRect.bottom())
+                            .arg(seenRect.top())
+                            .arg(seenRect.bottom())));
     const QString out = QStringLiteral(TB_SCREENSHOT_DIR);
     QDir().mkpath(out);
     QVERIFY(window.grab().save(out + QStringLiteral("/first-start-laptop.png")));

@@ -12,9 +12,22 @@ class VerticalScrollArea : public QScrollArea {
   explicit VerticalScrollArea(QWidget* parent = nullptr);
   QSize minimumSizeHint() const override;
 
+  /// Gives the page the area's height and scrolls only below the page's least height. By
+  /// default (QScrollArea's own way) a page whose layout has a height-for-width item (a
+  /// word-wrapped label) is given its preferred height, and so scrolls as soon as the area is
+  /// shorter than that, although its parts could shrink.
+  void setFitsLeastHeight(bool on);
+
  protected:
   /// The page's least width changed (its layout asked for a new one): so does this area's.
   bool eventFilter(QObject* watched, QEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  bool viewportEvent(QEvent* event) override;
+
+ private:
+  void fitPage();
+  bool m_fitsLeastHeight = false;
+  bool m_fitting = false;
 };
 
 }  // namespace tb::ui

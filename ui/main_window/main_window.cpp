@@ -223,9 +223,12 @@ void MainWindow::buildDocks() {
   buttons->addWidget(queue, 0, 1);
   buttons->addWidget(pair, 1, 0, 1, 2);
   // Scrolls up and down on a short screen; never sideways (the form's fields cut off at the
-  // right would hide what they hold), so the dock is as wide as the editor needs.
-  QScrollArea* configArea = scrollable(configHost, dockHost);
-  configArea->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  // right would hide what they hold), so the dock is as wide as the editor needs. Only below the
+  // editor's least height: at its preferred height (QScrollArea's way with the word-wrapped
+  // status line) a laptop's 768 px put the LR preview below the fold, the form scrolled inside.
+  auto* configArea = new VerticalScrollArea(dockHost);
+  configArea->setWidget(configHost);
+  configArea->setFitsLeastHeight(true);
   dockLayout->addWidget(configArea, 1);
   dockLayout->addLayout(buttons);
   configDock->setWidget(dockHost);
