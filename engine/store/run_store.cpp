@@ -242,14 +242,14 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
                       ") ended without closing the run; ",
                       last ? str_cat("every committed step is kept (last step ", *last, ")")
                            : std::string("no metrics had been committed"));
-    // The event is dated when the crash is found; the run ended when its writer was last heard
-    // from (a commit, or the idle heartbeat every WriterOptions::heartbeat_interval): a run
-    // found days later would otherwise show days of duration in compare and the GUI.
+    // The run ended when its writer was last heard from (a commit, or the idle heartbeat every
+    // WriterOptions::heartbeat_interval), not when the crash is found: a run found days later
+    // would otherwise show days of duration in compare and the GUI, and, since the time to a
+    // target reads the status events, days of training after a resume. Its status event is
+    // dated then too.
     const double found = unix_now();
-    detail::change_status(*db_, c.id, RunStatus::kCrashed, why, found);
-    detail::Statement end = db_->prepare("UPDATE runs SET ended_at = ? WHERE id = ?");
-    end.bind(1, std::min(found, w.opt_real(4).value_or(found))).bind(2, c.id);
-    end.run();
+    detail::change_status(*db_, c.id, RunStatus::kCrashed, why,
+                          std::min(found, w.opt_real(4).value_or(found)));
     changed.push_back(c.id);
   }
   tx.commit();

@@ -6,6 +6,7 @@
 #include "engine/api/workbench_api.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -764,6 +765,46 @@ TEST(WorkbenchStore, TrainedSecondsLeaveOutTheTimeARunSpentEndedBeforeItsResume)
   EXPECT_LT(reader.trained_seconds(id, end), 0.5);  // the 1.2 s cancelled left out
   EXPECT_NEAR(reader.trained_seconds(id, end), *s.duration_seconds(0), 0.01);
   EXPECT_EQ(reader.trained_seconds(id, *s.started_at), 0.0);
+}
+
+// A crash found later (the store opened a while after its writer died) and then resumed: the time
+// to a target leaves out the time from the writer's end to the resume, not only from the finding.
+TEST(WorkbenchStore, TrainedSecondsLeaveOutTheTimeACrashedRunWaitedToBeFound) {
+  TempDir dir;
+  const std::int64_t id = store::RunStore::open(dir.db()).create_run({.name = "crashed"});
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the writer dies without closing the run
+    try {
+      store::RunWriter w(dir.db(), id);
+      w.log_metrics(0, {{"loss", 1.0}});
+      w.flush();
+      _exit(0);  // the writer is never closed
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // nobody looks
+  (void)store::RunStore::open(dir.db());  // opening the store finds the crash
+  {
+    store::RunWriter w(dir.db(), id);  // a resume
+    w.set_status(store::RunStatus::kFinished);
+  }
+  auto reopened = store::RunStore::open(dir.db());
+  bool crashed = false;
+  for (const auto& e : reopened.events(id))
+    crashed |= e.text.rfind("status running -> crashed", 0) == 0;
+  ASSERT_TRUE(crashed) << "the writer's end was not taken as a crash";
+  const store::RunSummary s = reopened.get_run(id).summary;
+  ASSERT_EQ(s.status, store::RunStatus::kFinished);
+  const double end = *s.ended_at;
+  EXPECT_GT(end - *s.started_at, 1.1);
+  api::StoreReader reader(dir.db());
+  EXPECT_LT(reader.trained_seconds(id, end), 0.5);  // the 1.2 s unseen crashed left out
+  EXPECT_NEAR(reader.trained_seconds(id, end), *s.duration_seconds(0), 0.01);
 }
 
 TEST(WorkbenchStore, DataParallelRunsShowTheirRanks) {

@@ -799,6 +799,7 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
   // It ended when last heard from, not when found: its duration is not inflated by the hour.
   ASSERT_TRUE(store.get_run(1).summary.ended_at.has_value());
   EXPECT_NEAR(*store.get_run(1).summary.ended_at, heard, 1e-3);
+  EXPECT_NEAR(ev.back().time, heard, 1e-3);  // and so is its status event, which durations read
 }
 
 // A run left running by a writer on another host (a container restarted under a new host
