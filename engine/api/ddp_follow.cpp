@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -81,41 +82,71 @@ class OutputReader {
   }
 
  private:
+  // The longest line kept, and the most of the run's description: what is past them is
+  // neither a progress line nor rank 0's table (a stray binary write, a runaway log).
+  static constexpr std::size_t kLongestLine = 64 * 1024;
+  static constexpr std::size_t kLongestDescription = 64 * 1024;
+
+  // Reads to the end: the launcher must never block on a full pipe, and nothing may escape this
+  // thread (std::terminate would end the workbench). After a failure (no memory) the rest is
+  // read and dropped.
   void read_all() {
-    static const std::regex kRunLine(R"(^(resuming )?run (\d+) \(store .*\)$)");
-    static const std::regex kStepLine(R"(step \d+/(\d+) )");
-    std::string pending;
     char buf[4096];
+    std::string pending;
     bool in_table = false;
+    bool parsing = true;
     for (;;) {
       const ssize_t n = read(fd_, buf, sizeof(buf));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
-      pending.append(buf, static_cast<std::size_t>(n));
-      for (std::size_t nl; (nl = pending.find_first_of("\n\r")) != std::string::npos;) {
-        const std::string line = pending.substr(0, nl);
-        pending.erase(0, nl + 1);
-        if (line.empty()) continue;
-        std::smatch m;
-        if (std::regex_search(line, m, kStepLine)) total_.store(std::stoll(m[1].str()));
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (run_id_.load() == 0 && std::regex_match(line, m, kRunLine)) {
-          in_table = true;
-          run_id_.store(std::stoll(m[2].str()));
-          continue;
+      if (!parsing) continue;
+      try {
+        pending.append(buf, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = pending.find_first_of("\n\r")) != std::string::npos;) {
+          const std::string line = pending.substr(0, nl);
+          pending.erase(0, nl + 1);
+          if (!line.empty()) take_line(line, in_table);
         }
-        if (in_table) {
-          if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) {
-            in_table = false;
-          } else if (line.rfind("warning: ", 0) != 0) {  // a warning is not part of the table
-            description_ += line + "\n";
-          }
-        }
-        if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) continue;  // progress
-        last_.push_back(line);
-        if (last_.size() > 12) last_.pop_front();
+        if (pending.size() > kLongestLine) pending.clear();  // no line of ours is this long
+      } catch (...) {
+        parsing = false;
       }
     }
+  }
+
+  // A whole number from a run of digits; nullopt when it does not fit (a stray line's).
+  static std::optional<std::int64_t> whole(const std::string& digits) {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+    return v;
+  }
+
+  void take_line(const std::string& line, bool& in_table) {
+    static const std::regex kRunLine(R"(^(resuming )?run (\d+) \(store .*\)$)");
+    static const std::regex kStepLine(R"(step \d+/(\d+) )");
+    std::smatch m;
+    if (std::regex_search(line, m, kStepLine))
+      if (const auto t = whole(m[1].str())) total_.store(*t);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (run_id_.load() == 0 && std::regex_match(line, m, kRunLine)) {
+      if (const auto id = whole(m[2].str())) {
+        in_table = true;
+        run_id_.store(*id);
+        return;
+      }
+    }
+    if (in_table) {
+      if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) {
+        in_table = false;
+      } else if (line.rfind("warning: ", 0) != 0 &&  // a warning is not part of the table
+                 description_.size() + line.size() < kLongestDescription) {
+        description_ += line + "\n";
+      }
+    }
+    if (line.rfind("[", 0) == 0 || line.rfind("step ", 0) == 0) return;  // progress
+    last_.push_back(line.size() > 1024 ? line.substr(0, 1024) + "..." : line);
+    if (last_.size() > 12) last_.pop_front();
   }
 
   int fd_;
@@ -185,7 +216,18 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
     throw;
   }
   close(pipefd[1]);
-  OutputReader output(pipefd[0]);
+  std::optional<OutputReader> reader;
+  try {
+    reader.emplace(pipefd[0]);
+  } catch (const std::exception& e) {  // no thread to be had: the job is not left unfollowed
+    close(pipefd[0]);
+    kill(-pid, SIGTERM);  // mpirun leads its own process group
+    waitpid(pid, nullptr, 0);
+    throw ValueError(std::string("[run] the data-parallel job was stopped: no thread to follow "
+                                 "it could be started (") +
+                     e.what() + ")");
+  }
+  OutputReader& output = *reader;
 
   RunOutcomeInfo out;
   std::int64_t run = 0;

@@ -8,6 +8,7 @@
 #include <exception>
 #include <iterator>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "engine/core/error.h"
@@ -64,8 +65,13 @@ core::Tensor decode_all(const std::vector<Item>& items, const ImageFolderOptions
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t)
-    pool.emplace_back(work);
+  for (int t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {  // no more threads to be had (a process limit): the
+      break;                              // ones started and this one decode every image
+    }
+  }
   work();
   for (auto& t : pool)
     t.join();
