@@ -539,6 +539,51 @@ class TestRunsReport : public QObject {
     }
   }
 
+  // Quitting while the queue runs as separate processes: the question counts them, and Yes
+  // stops them (each after its step, with a checkpoint) and starts no further one. The window
+  // used to close and then wait in its destructor for the processes to train to their end.
+  void quittingStopsTheQueuesProcesses() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    auto* window = new ui::MainWindow(db);
+    window->setAttribute(Qt::WA_DeleteOnClose, false);
+    window->setCliPath(QStringLiteral(TB_CLI_PATH));
+    QVERIFY(window->configEditor()->setToml(test::blobsConfig(2000000, QStringLiteral("long"))));
+    window->setQueueAsProcesses(true, QStringLiteral("none"));
+    window->setQueueParallel(2);
+    for (int i = 0; i < 3; ++i)
+      window->enqueueCurrent();
+    window->show();
+    window->startQueue();
+    QVERIFY(window->launching());
+    auto training = [&] {
+      int n = 0;
+      try {
+        for (const auto& r : api::StoreReader(db.toStdString()).runs())
+          n += r.status == "running" && r.last_step && *r.last_step >= 20;
+      } catch (const std::exception&) {  // not created yet
+      }
+      return n;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(training() == 2, 60000);
+    QTimer::singleShot(0, [] {  // "1 run(s) are still training. Cancel them and quit?": Yes
+      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget()))
+        box->button(QMessageBox::Yes)->click();
+    });
+    QElapsedTimer quitting;
+    quitting.start();
+    window->close();
+    QVERIFY(!window->isVisible());
+    delete window;  // joins the launch thread: its processes have stopped
+    QVERIFY2(quitting.elapsed() < 60000, qPrintable(QString::number(quitting.elapsed())));
+    const auto runs = api::StoreReader(db.toStdString()).runs();
+    QCOMPARE(runs.size(), std::size_t{2});  // the third config was not started
+    for (const auto& r : runs) {
+      QCOMPARE(QString::fromStdString(r.status), QStringLiteral("cancelled"));
+      QVERIFY(r.last_step && *r.last_step >= 20);
+    }
+  }
+
   void resumeACancelledRunFromTheRunsTable() {
     // A run cancelled after step 12 (a checkpoint every 4 steps) is resumed from the runs
     // table's Resume button and ends with the losses of the same run never interrupted.

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <exception>
+#include <system_error>
 
 namespace tb::ui {
 
@@ -27,7 +28,13 @@ RunWorker::~RunWorker() {
 void RunWorker::start() {
   if (m_thread.joinable()) return;
   m_running = true;
-  m_thread = std::thread([this] { runThread(); });
+  try {
+    m_thread = std::thread([this] { runThread(); });
+  } catch (const std::system_error& e) {  // no thread to be had (a process limit)
+    m_running = false;
+    Q_EMIT failedToStart(QStringLiteral("[run] no thread to train on could be started: %1")
+                             .arg(QString::fromUtf8(e.what())));
+  }
 }
 
 void RunWorker::cancel() {

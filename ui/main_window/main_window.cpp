@@ -37,6 +37,7 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include <csignal>
 #include <exception>
 
 #include "engine/api/launch_api.h"
@@ -630,6 +631,14 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   m_quitting = true;
   for (auto& w : m_workers)
     if (w) w->cancel();
+  // The queue's processes too (the question counted them): SIGTERM stops each after its step
+  // with a checkpoint, as Ctrl-C would; the launch thread, joined on the way out, then ends.
+  m_launchStop = true;
+  {
+    const std::lock_guard<std::mutex> lock(m_launchedMutex);
+    for (const int pid : m_launchedPids)
+      ::kill(pid, SIGTERM);
+  }
   // Again: the question's event loop may have seen the sweep end.
   const bool stillSweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
   // The sweep process is ours (QProcess would kill it, and its trials would train on without

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -31,8 +33,9 @@ class QProcess;
 class QSplitter;
 
 namespace tb::api {
+struct LaunchRequest;
 struct SweepPreview;
-}
+}  // namespace tb::api
 
 namespace tb::ui {
 
@@ -156,6 +159,8 @@ class MainWindow : public QMainWindow {
   void exportReport();
   void updateActions();
   void launchBatch();
+  /// The launch thread: runs the batch and reports its end on the GUI thread.
+  void launchThreadBody(const api::LaunchRequest& req);
   QString cliPath() const;
 
   QString m_dbPath;
@@ -195,6 +200,11 @@ class MainWindow : public QMainWindow {
   std::unique_ptr<QTemporaryDir> m_launchDir;
   std::thread m_launchThread;
   std::atomic<bool> m_launching{false};
+  // The launch thread's processes still alive (their pids, forgotten as each ends and before it
+  // is reaped), signalled when the window quits; and whether to start no further one.
+  std::mutex m_launchedMutex;
+  std::set<int> m_launchedPids;
+  std::atomic<bool> m_launchStop{false};
   int m_launchBatch = 0;
 };
 

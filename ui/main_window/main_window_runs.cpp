@@ -22,7 +22,9 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTextCursor>
+#include <csignal>
 #include <exception>
+#include <system_error>
 
 #include "engine/api/launch_api.h"
 #include "engine/api/sweep_api.h"
@@ -369,17 +371,24 @@ void MainWindow::launchBatch() {
   req.binding = m_queueBinding->currentText().toStdString();
   req.fallback = true;  // a slot that cannot be bound runs unbound, with a warning event
   req.db_path = m_dbPath.toStdString();
+  // Quitting stops the batch's runs (each after its step, with a checkpoint) and starts no more.
+  req.stop_requested = [this] { return m_launchStop.load(); };
+  req.on_exited = [this](int pid) {
+    const std::lock_guard<std::mutex> lock(m_launchedMutex);
+    m_launchedPids.erase(pid);
+  };
   const int n = std::min<int>(m_parallel->value(), static_cast<int>(m_queue.size()));
   ++m_launchBatch;
+  // The configs leave the queue only once the batch is on its way: a file that cannot be
+  // written, or no thread to launch from, keeps them queued.
   for (int k = 0; k < n; ++k) {
-    const QueueEntry e = m_queue.front();
-    m_queue.erase(m_queue.begin());
-    delete m_queueList->takeItem(0);
     const QString file =
         m_launchDir->filePath(QStringLiteral("batch%1-slot%2.toml").arg(m_launchBatch).arg(k));
     QFile f(file);
-    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) || f.write(e.configText.toUtf8()) < 0) {
-      log(QStringLiteral("error"), tr("[launch] cannot write %1: %2").arg(file, f.errorString()));
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) ||
+        f.write(m_queue[static_cast<std::size_t>(k)].configText.toUtf8()) < 0) {
+      log(QStringLiteral("error"),
+          tr("[launch] cannot write %1: %2; the queue is kept").arg(file, f.errorString()));
       return;
     }
     req.configs.push_back(file.toStdString());
@@ -387,41 +396,61 @@ void MainWindow::launchBatch() {
   req.nproc = n;
   if (m_launchThread.joinable()) m_launchThread.join();
   m_launching = true;
+  try {
+    m_launchThread = std::thread([this, req] { launchThreadBody(req); });
+  } catch (const std::system_error& e) {  // no thread to be had (a process limit)
+    m_launching = false;
+    log(QStringLiteral("error"), tr("[launch] no thread to launch from could be started (%1); "
+                                    "the queue is kept")
+                                     .arg(QString::fromUtf8(e.what())));
+    return;
+  }
+  for (int k = 0; k < n; ++k) {
+    m_queue.erase(m_queue.begin());
+    delete m_queueList->takeItem(0);
+  }
   updateActions();
   log(QStringLiteral("info"),
       tr("launching %1 process(es), binding %2").arg(n).arg(m_queueBinding->currentText()));
-  m_launchThread = std::thread([this, req] {
-    QString summary;
-    try {
-      const auto procs = api::launch_runs(req, [this](const api::LaunchedProcess& p) {
-        const QString line =
-            QStringLiteral("slot %1: pid %2, %3")
-                .arg(p.slot)
-                .arg(p.pid)
-                .arg(p.cpus.empty() ? tr("unbound")
-                                    : tr("CPUs %1").arg(QString::fromStdString(p.cpus)));
-        QMetaObject::invokeMethod(
-            this, [this, line] { log(QStringLiteral("info"), line); }, Qt::QueuedConnection);
-      });
-      for (const auto& p : procs)
-        summary += QStringLiteral("slot %1 exited with %2; ").arg(p.slot).arg(p.exit_code);
-    } catch (const std::exception& e) {
-      summary = QString::fromUtf8(e.what());
-    }
-    QMetaObject::invokeMethod(
-        this,
-        [this, summary] {
-          m_launching = false;
-          log(QStringLiteral("info"), summary);
-          m_runsModel->refresh();
-          updateActions();
-          startQueue();
-        },
-        Qt::QueuedConnection);
-  });
+}
+
+void MainWindow::launchThreadBody(const api::LaunchRequest& req) {
+  QString summary;
+  try {
+    const auto procs = api::launch_runs(req, [this](const api::LaunchedProcess& p) {
+      {
+        const std::lock_guard<std::mutex> lock(m_launchedMutex);
+        m_launchedPids.insert(p.pid);
+        if (m_launchStop) ::kill(p.pid, SIGTERM);  // started as the window quit
+      }
+      const QString line =
+          QStringLiteral("slot %1: pid %2, %3")
+              .arg(p.slot)
+              .arg(p.pid)
+              .arg(p.cpus.empty() ? tr("unbound")
+                                  : tr("CPUs %1").arg(QString::fromStdString(p.cpus)));
+      QMetaObject::invokeMethod(
+          this, [this, line] { log(QStringLiteral("info"), line); }, Qt::QueuedConnection);
+    });
+    for (const auto& p : procs)
+      summary += QStringLiteral("slot %1 exited with %2; ").arg(p.slot).arg(p.exit_code);
+  } catch (const std::exception& e) {
+    summary = QString::fromUtf8(e.what());
+  }
+  QMetaObject::invokeMethod(
+      this,
+      [this, summary] {
+        m_launching = false;
+        log(QStringLiteral("info"), summary);
+        m_runsModel->refresh();
+        updateActions();
+        startQueue();
+      },
+      Qt::QueuedConnection);
 }
 
 void MainWindow::startQueue() {
+  if (m_quitting) return;  // a run cancelled by quitting ended: the queue is not started again
   if (m_asProcesses->isChecked()) {
     launchBatch();
     return;
