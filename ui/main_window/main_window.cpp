@@ -280,8 +280,13 @@ void MainWindow::buildDocks() {
   connect(m_runsView, &RunsView::compareRequested, this, &MainWindow::compareRuns);
   connect(m_runsView, &RunsView::resumeRequested, this, &MainWindow::resumeRun);
   connect(m_runsView, &RunsView::duplicateRequested, this, [this](qint64 id) {
+    api::StoreReader* store = m_runsModel->store();
+    if (store == nullptr) {  // the store went away since the table was drawn
+      log(QStringLiteral("error"), tr("no run store is open: %1").arg(m_runsModel->lastError()));
+      return;
+    }
     try {
-      const QString text = QString::fromStdString(m_runsModel->store()->config_text(id));
+      const QString text = QString::fromStdString(store->config_text(id));
       m_editor->setToml(text, tr("run %1").arg(id));
       log(QStringLiteral("info"), tr("config of run %1 loaded into the editor").arg(id));
     } catch (const std::exception& e) {
@@ -540,8 +545,14 @@ void MainWindow::exportReport() {
                                                     QStringLiteral("trainbench-report.html"),
                                                     tr("HTML report (*.html);;PDF report (*.pdf)"));
   if (path.isEmpty()) return;
+  api::StoreReader* store = m_runsModel->store();
+  if (store == nullptr) {
+    QMessageBox::warning(this, tr("Export report"),
+                         tr("No run store is open: %1").arg(m_runsModel->lastError()));
+    return;
+  }
   try {
-    const Report r = buildReport(*m_runsModel->store(), ids);
+    const Report r = buildReport(*store, ids);
     const QString err = writeReport(r, path);
     if (!err.isEmpty()) throw std::runtime_error(err.toStdString());
     log(QStringLiteral("info"), tr("report written to %1").arg(path));
