@@ -54,6 +54,23 @@ bool wantsOffscreen(int argc, char** argv) {
   return false;
 }
 
+bool hasOption(int argc, char** argv, const char* name) {
+  const std::size_t n = std::strlen(name);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) break;
+    if (std::strncmp(argv[i], name, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+      return true;
+  }
+  return false;
+}
+
+// Whether Qt would find a display: X11's or Wayland's, or a platform the user chose.
+bool hasDisplay() {
+  for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"})
+    if (const char* value = std::getenv(v); value != nullptr && *value != '\0') return true;
+  return false;
+}
+
 // The config the window opens with: the given file, else the example Fashion-MNIST config
 // (installed or in the source tree), else the engine's defaults.
 QString defaultConfigPath() {
@@ -233,6 +250,21 @@ int main(int argc, char** argv) {
   quietRuntimeDir();
   g_previousHandler = qInstallMessageHandler(quietOffscreenHandler);
   const bool offscreen = wantsOffscreen(argc, argv);
+  if (!offscreen && !hasDisplay()) {
+    if (hasOption(argc, argv, "--screenshot")) {
+      // A picture of the window needs no display: drawn offscreen, at the first-start size.
+      setenv("QT_QPA_PLATFORM", "offscreen", 1);
+    } else {
+      // Qt would abort with "could not connect to display ... no Qt platform plugin could be
+      // initialized. Reinstalling the application may fix this problem", which it would not.
+      std::fprintf(stderr,
+                   "trainbench: no display to open the window on (DISPLAY and WAYLAND_DISPLAY "
+                   "are not set).\nWithout one: trainbench-cli trains and compares runs, "
+                   "trainbench --screenshot FILE and --export-report work, or start the window "
+                   "under a virtual display: xvfb-run -a trainbench\n");
+      return 1;
+    }
+  }
   if (offscreen && std::getenv("QT_QPA_PLATFORM") == nullptr)
     setenv("QT_QPA_PLATFORM", "offscreen", 1);
   // Blocked while QApplication starts its threads, which inherit the mask (see above).

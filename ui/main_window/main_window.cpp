@@ -12,6 +12,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGridLayout>
+#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -140,8 +141,11 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
   });
   QSettings settings;
   if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) {
-    // First start: 1720 x 950, or the screen's free area when that is smaller.
-    const QRect free = screen() != nullptr ? screen()->availableGeometry() : QRect(0, 0, 1720, 950);
+    // First start: 1720 x 950, or the screen's free area when that is smaller. The offscreen
+    // platform's made-up 800 x 800 screen (a screenshot without a display) is no limit.
+    const bool offscreen = QGuiApplication::platformName() == QLatin1String("offscreen");
+    const QRect free = screen() != nullptr && !offscreen ? screen()->availableGeometry()
+                                                         : QRect(0, 0, 1720, 950);
     resize(std::min(1720, free.width()), std::min(950, free.height()));
   }
   if (!restoreState(settings.value(QStringLiteral("window/state")).toByteArray()) &&
