@@ -198,8 +198,18 @@ MainWindow::~MainWindow() {
     if (!m_sweepStopping) m_sweepProcess->terminate();
     if (!m_sweepProcess->waitForFinished(kSweepStopWaitMs)) m_sweepProcess->kill();
   }
-  // Launched processes are independent runs; wait for the launcher so its thread ends cleanly.
+  stopLaunchedProcesses();
   if (m_launchThread.joinable()) m_launchThread.join();
+}
+
+void MainWindow::stopLaunchedProcesses() {
+  // SIGTERM stops each of the queue's processes after its step with a checkpoint, as Ctrl-C
+  // would; the launch thread, joined on the way out, then ends. Once: a second SIGTERM would
+  // make a run quit at once.
+  if (m_launchStop.exchange(true)) return;
+  const std::lock_guard<std::mutex> lock(m_launchedMutex);
+  for (const int pid : m_launchedPids)
+    ::kill(pid, SIGTERM);
 }
 
 void MainWindow::buildDocks() {
@@ -646,14 +656,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   m_quitting = true;
   for (auto& w : m_workers)
     if (w) w->cancel();
-  // The queue's processes too (the question counted them): SIGTERM stops each after its step
-  // with a checkpoint, as Ctrl-C would; the launch thread, joined on the way out, then ends.
-  m_launchStop = true;
-  {
-    const std::lock_guard<std::mutex> lock(m_launchedMutex);
-    for (const int pid : m_launchedPids)
-      ::kill(pid, SIGTERM);
-  }
+  stopLaunchedProcesses();  // the question counted them
   // Again: the question's event loop may have seen the sweep end.
   const bool stillSweeping = m_sweepProcess && m_sweepProcess->state() != QProcess::NotRunning;
   // The sweep process is ours (QProcess would kill it, and its trials would train on without

@@ -159,6 +159,8 @@ class MainWindow : public QMainWindow {
   void exportReport();
   void updateActions();
   void launchBatch();
+  /// Stops the queue's separate processes (once) and starts no further one.
+  void stopLaunchedProcesses();
   /// The launch thread: runs the batch and reports its end on the GUI thread.
   void launchThreadBody(const api::LaunchRequest& req);
   QString cliPath() const;
