@@ -556,20 +556,8 @@ class TestRunsReport : public QObject {
     window->show();
     window->startQueue();
     QVERIFY(window->launching());
-    auto training = [&] {
-      int n = 0;
-      try {
-        for (const auto& r : api::StoreReader(db.toStdString()).runs())
-          n += r.status == "running" && r.last_step && *r.last_step >= 20;
-      } catch (const std::exception&) {  // not created yet
-      }
-      return n;
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(training() == 2, 60000);
-    QTimer::singleShot(0, [] {  // "1 run(s) are still training. Cancel them and quit?": Yes
-      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget()))
-        box->button(QMessageBox::Yes)->click();
-    });
+    QTRY_VERIFY_WITH_TIMEOUT(test::runsTrainingPast(db, 20) == 2, 60000);
+    test::answerYesSoon();  // "1 run(s) are still training. Cancel them and quit?"
     QElapsedTimer quitting;
     quitting.start();
     window->close();

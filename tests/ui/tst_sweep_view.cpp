@@ -397,20 +397,8 @@ class TestSweepView : public QObject {
     QCOMPARE(e->check(), 2);
     e->findChild<QPushButton*>(QStringLiteral("runSweepButton"))->click();
     QVERIFY(w->sweepRunning());
-    auto training = [&] {
-      int n = 0;
-      try {
-        for (const auto& r : api::StoreReader(db.toStdString()).runs())
-          n += r.status == "running" && r.last_step && *r.last_step >= 50;
-      } catch (const std::exception&) {  // not created yet
-      }
-      return n;
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(training() == 2, 60000);
-    QTimer::singleShot(0, [] {  // "Sweep closed is running. Stop it and quit?": Yes
-      if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget()))
-        box->button(QMessageBox::Yes)->click();
-    });
+    QTRY_VERIFY_WITH_TIMEOUT(test::runsTrainingPast(db, 50) == 2, 60000);
+    test::answerYesSoon();  // "Sweep closed is running. Stop it and quit?"
     w->close();
     QVERIFY(w->isVisible());  // until the sweep has ended
     QTRY_VERIFY_WITH_TIMEOUT(!w->isVisible(), 60000);

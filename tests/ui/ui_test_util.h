@@ -1,9 +1,17 @@
 // Helpers shared by the Qt tests: fast configs and temporary stores.
 #pragma once
 
+#include <QApplication>
 #include <QFile>
+#include <QMessageBox>
+#include <QPushButton>
 #include <QString>
 #include <QTemporaryDir>
+#include <QTimer>
+
+#include <exception>
+
+#include "engine/api/workbench_api.h"
 
 namespace tb::test {
 
@@ -29,6 +37,26 @@ inline QString blobsConfig(int steps = 40, const QString& name = QStringLiteral(
       .arg(steps)
       .arg(lr)
       .arg(optimizer);
+}
+
+/// How many runs of the store at `db` are running and past step `step` (0 while the store or
+/// its runs do not exist yet).
+inline int runsTrainingPast(const QString& db, std::int64_t step) {
+  int n = 0;
+  try {
+    for (const auto& r : api::StoreReader(db.toStdString()).runs())
+      n += r.status == "running" && r.last_step && *r.last_step >= step;
+  } catch (const std::exception&) {  // not created yet
+  }
+  return n;
+}
+
+/// Answers Yes to the question the next event-loop turn shows (a window asking before it quits).
+inline void answerYesSoon() {
+  QTimer::singleShot(0, [] {
+    if (auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget()))
+      box->button(QMessageBox::Yes)->click();
+  });
 }
 
 }  // namespace tb::test
