@@ -339,7 +339,13 @@ int main(int argc, char** argv) {
 
   // On the heap and deleted when closed: File > Open run store… replaces it with a new window,
   // and a closed one must not go on polling its store.
-  auto* window = new tb::ui::MainWindow(db);
+  // A screenshot without a display: the first start's layout at its full size (the offscreen
+  // platform's screen is a made-up 800 x 800; the saved layout belongs to a real screen).
+  const bool picture =
+      parser.isSet(screenshotOpt) && QGuiApplication::platformName() == QLatin1String("offscreen");
+  auto* window = new tb::ui::MainWindow(
+      db, nullptr,
+      picture ? tb::ui::MainWindow::Layout::Picture : tb::ui::MainWindow::Layout::Remembered);
   window->setAttribute(Qt::WA_DeleteOnClose);
   // A store that cannot be opened (a --db that is not a run store, a folder without write
   // access) is said on stderr; with --run it ends the program (exit code 1) rather than showing

@@ -12,6 +12,7 @@
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSet>
+#include <QSettings>
 #include <QSplitter>
 #include <QStandardPaths>
 #include <QTabWidget>
@@ -87,6 +88,9 @@ class TestScreenshots : public QObject {
 
  private Q_SLOTS:
   void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+  // Each test opens its windows as on a first start: no layout saved by an earlier one, or by an
+  // earlier run of this program.
+  void init() { QSettings().clear(); }
 
   void mainWindowDuringARunAndTheCompareView() {
     QTemporaryDir dir;

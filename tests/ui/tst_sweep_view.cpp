@@ -12,7 +12,9 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QSettings>
 #include <QSignalSpy>
+#include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -61,7 +63,12 @@ class TestSweepView : public QObject {
   Q_OBJECT
 
  private slots:
+  // Each test opens its windows as on a first start: no layout saved by an earlier one, or by an
+  // earlier run of this program (in the test settings, not the user's).
+  void init() { QSettings().clear(); }
+
   void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
     QVERIFY(m_dir.isValid());
     m_db = m_dir.filePath(QStringLiteral("runs.sqlite"));
     QProcess p;

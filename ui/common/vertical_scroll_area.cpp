@@ -58,6 +58,9 @@ bool VerticalScrollArea::viewportEvent(QEvent* event) {
 
 QSize VerticalScrollArea::minimumSizeHint() const {
   QSize hint = QScrollArea::minimumSizeHint();
+  // A fitted page changes the height only: its width stays the caller's (the config dock sets
+  // it once the editor is shown).
+  if (m_fitsLeastHeight) return hint;
   if (const QWidget* content = widget()) {
     const int least = std::max(content->minimumSizeHint().width(), content->minimumWidth());
     hint.setWidth(

@@ -15,7 +15,8 @@ class VerticalScrollArea : public QScrollArea {
   /// Gives the page the area's height and scrolls only below the page's least height. By
   /// default (QScrollArea's own way) a page whose layout has a height-for-width item (a
   /// word-wrapped label) is given its preferred height, and so scrolls as soon as the area is
-  /// shorter than that, although its parts could shrink.
+  /// shorter than that, although its parts could shrink. The area's least width is then
+  /// QScrollArea's own.
   void setFitsLeastHeight(bool on);
 
  protected:

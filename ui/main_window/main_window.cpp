@@ -12,7 +12,6 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGridLayout>
-#include <QGuiApplication>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
@@ -58,8 +57,8 @@
 
 namespace tb::ui {
 
-MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
-    : QMainWindow(parent), m_dbPath(dbPath) {
+MainWindow::MainWindow(const QString& dbPath, QWidget* parent, Layout layout)
+    : QMainWindow(parent), m_dbPath(dbPath), m_layout(layout) {
   setWindowTitle(tr("TrainBench"));
   setObjectName(QStringLiteral("TrainBenchMainWindow"));
   m_runsModel = new RunsModel(dbPath, 1000, this);
@@ -140,15 +139,15 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent)
                                 configArea->verticalScrollBar()->sizeHint().width());
   });
   QSettings settings;
-  if (!restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) {
-    // First start: 1720 x 950, or the screen's free area when that is smaller. The offscreen
-    // platform's made-up 800 x 800 screen (a screenshot without a display) is no limit.
-    const bool offscreen = QGuiApplication::platformName() == QLatin1String("offscreen");
-    const QRect free = screen() != nullptr && !offscreen ? screen()->availableGeometry()
-                                                         : QRect(0, 0, 1720, 950);
+  const bool picture = layout == Layout::Picture;
+  if (picture ||
+      !restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray())) {
+    // First start: 1720 x 950, or the screen's free area when that is smaller.
+    const QRect free =
+        screen() != nullptr && !picture ? screen()->availableGeometry() : QRect(0, 0, 1720, 950);
     resize(std::min(1720, free.width()), std::min(950, free.height()));
   }
-  if (!restoreState(settings.value(QStringLiteral("window/state")).toByteArray()) &&
+  if ((picture || !restoreState(settings.value(QStringLiteral("window/state")).toByteArray())) &&
       width() < 1600) {
     // First start on a narrow screen (a laptop's 1366 pixels): the queue, topology and events
     // join the runs table as tabs below, so the plots keep the middle's width.
@@ -681,6 +680,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 }
 
 void MainWindow::saveLayout() {
+  if (m_layout == Layout::Picture) return;  // not the user's layout
   QSettings settings;
   settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
   settings.setValue(QStringLiteral("window/state"), saveState());

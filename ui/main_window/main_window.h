@@ -62,8 +62,16 @@ class MainWindow : public QMainWindow {
   Q_OBJECT
 
  public:
+  /// How the window is laid out when it opens.
+  enum class Layout {
+    Remembered,  ///< the size and docks saved last time, else the first start's for the screen
+    /// The first start's, 1720 x 950 whatever the screen, nothing saved on the way out: a
+    /// picture without a display (the offscreen platform's screen is a made-up 800 x 800).
+    Picture,
+  };
   /// A window over the store `dbPath` ("" = the default store).
-  explicit MainWindow(const QString& dbPath = QString(), QWidget* parent = nullptr);
+  explicit MainWindow(const QString& dbPath = QString(), QWidget* parent = nullptr,
+                      Layout layout = Layout::Remembered);
   ~MainWindow() override;
 
   /// Loads a config file into the editor; false (with a message box unless `quiet`, and the
@@ -166,6 +174,7 @@ class MainWindow : public QMainWindow {
   QString cliPath() const;
 
   QString m_dbPath;
+  Layout m_layout = Layout::Remembered;
   ConfigEditor* m_editor = nullptr;
   PlotsPanel* m_live = nullptr;
   CompareView* m_compare = nullptr;
