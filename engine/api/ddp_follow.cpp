@@ -222,7 +222,8 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
   } catch (const std::exception& e) {  // no thread to be had: the job is not left unfollowed
     close(pipefd[0]);
     kill(-pid, SIGTERM);  // mpirun leads its own process group
-    waitpid(pid, nullptr, 0);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
     throw ValueError(std::string("[run] the data-parallel job was stopped: no thread to follow "
                                  "it could be started (") +
                      e.what() + ")");

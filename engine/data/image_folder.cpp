@@ -65,6 +65,7 @@ core::Tensor decode_all(const std::vector<Item>& items, const ImageFolderOptions
     }
   };
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads - 1));  // no allocation once threads run
   for (int t = 1; t < threads; ++t) {
     try {
       pool.emplace_back(work);

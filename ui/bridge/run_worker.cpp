@@ -25,16 +25,18 @@ RunWorker::~RunWorker() {
   if (m_thread.joinable()) m_thread.join();
 }
 
-void RunWorker::start() {
-  if (m_thread.joinable()) return;
+bool RunWorker::start() {
+  if (m_thread.joinable()) return true;
   m_running = true;
   try {
     m_thread = std::thread([this] { runThread(); });
-  } catch (const std::system_error& e) {  // no thread to be had (a process limit)
+  } catch (const std::exception& e) {  // no thread to be had (a process limit, no memory)
     m_running = false;
     Q_EMIT failedToStart(QStringLiteral("[run] no thread to train on could be started: %1")
                              .arg(QString::fromUtf8(e.what())));
+    return false;
   }
+  return true;
 }
 
 void RunWorker::cancel() {

@@ -32,8 +32,8 @@ class RunWorker : public QObject {
   /// Cancels a running run and joins its thread.
   ~RunWorker() override;
 
-  /// Starts the run thread (once).
-  void start();
+  /// Starts the run thread (once); false, after failedToStart, when no thread could be started.
+  bool start();
   /// Asks the run to stop after its current step.
   void cancel();
   /// Holds the run before its next step / releases it.

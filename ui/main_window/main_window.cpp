@@ -39,6 +39,7 @@
 
 #include <csignal>
 #include <exception>
+#include <utility>
 
 #include "engine/api/launch_api.h"
 #include "engine/api/sweep_api.h"
@@ -187,6 +188,7 @@ void MainWindow::showPage(QWidget* content) {
 }
 
 MainWindow::~MainWindow() {
+  stopLaunchedProcesses();  // first: nothing below may delay it
   for (auto& w : m_workers)
     if (w) w->cancel();
   // Ended without closing the window (a stop signal, --screenshot): the sweep is stopped as
@@ -197,18 +199,18 @@ MainWindow::~MainWindow() {
     if (!m_sweepStopping) m_sweepProcess->terminate();
     if (!m_sweepProcess->waitForFinished(kSweepStopWaitMs)) m_sweepProcess->kill();
   }
-  stopLaunchedProcesses();
   if (m_launchThread.joinable()) m_launchThread.join();
 }
 
 void MainWindow::stopLaunchedProcesses() {
-  // SIGTERM stops each of the queue's processes after its step with a checkpoint, as Ctrl-C
-  // would; the launch thread, joined on the way out, then ends. Once: a second SIGTERM would
-  // make a run quit at once.
+  // SIGUSR1 cancels each of the queue's processes after its step, with a checkpoint; the launch
+  // thread, joined on the way out, then ends. Not SIGTERM: the processes share this program's
+  // process group, so a Ctrl-C in its terminal has reached them already, and a second stop
+  // signal half a second later makes a run quit at once, without its checkpoint.
   if (m_launchStop.exchange(true)) return;
   const std::lock_guard<std::mutex> lock(m_launchedMutex);
   for (const int pid : m_launchedPids)
-    ::kill(pid, SIGTERM);
+    ::kill(pid, SIGUSR1);
 }
 
 void MainWindow::buildDocks() {
@@ -647,8 +649,14 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     const QString text = !sweeping           ? runs
                          : activeRuns() == 0 ? sweep
                                              : runs + QStringLiteral("\n\n") + sweep;
-    if (QMessageBox::question(this, tr("Quit"), text) != QMessageBox::Yes) {
+    // The question's event loop runs: a batch or run that ends meanwhile does not start the
+    // next queued config, unless the answer is No.
+    m_askingToQuit = true;
+    const bool quit = QMessageBox::question(this, tr("Quit"), text) == QMessageBox::Yes;
+    m_askingToQuit = false;
+    if (!quit) {
       event->ignore();
+      if (std::exchange(m_queueDeferred, false)) startQueue();
       return;
     }
   }

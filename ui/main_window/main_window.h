@@ -140,6 +140,8 @@ class MainWindow : public QMainWindow {
   void setQueueAsProcesses(bool processes, const QString& binding = QStringLiteral("node"));
   /// Sets how many queued runs go at a time.
   void setQueueParallel(int n);
+  /// How many configs wait in the queue.
+  int queuedCount() const { return static_cast<int>(m_queue.size()); }
   /// The trainbench-cli used for separate processes (default: next to this program).
   void setCliPath(const QString& path) { m_cliPath = path; }
   /// Whether a launched batch is still running.
@@ -159,7 +161,8 @@ class MainWindow : public QMainWindow {
   /// Shows the central tab that holds `content`.
   void showPage(QWidget* content);
   void showRunsLive(const QList<qint64>& ids);
-  void startEntry(const QueueEntry& entry);
+  /// Starts `entry` in this process; false when it could not start (its thread).
+  bool startEntry(const QueueEntry& entry);
   void drainWorkers();
   void pollStore();
   void log(const QString& level, const QString& text);
@@ -186,6 +189,8 @@ class MainWindow : public QMainWindow {
   QString m_pendingSweep;              // its name, until the Sweeps tab shows it
   QString m_sweepName;                 // its name
   bool m_sweepStopping = false;        // asked to stop (closing the window), not ended yet
+  bool m_askingToQuit = false;         // the quit question is open (its event loop runs)
+  bool m_queueDeferred = false;        // the queue was to go on while the question was open
   bool m_quitting = false;             // the window is closing (asked and answered once)
   // How long closing the window waits for its sweep to stop its trials (then it is killed).
   static constexpr int kSweepStopWaitMs = 60000;
@@ -213,7 +218,7 @@ class MainWindow : public QMainWindow {
   std::atomic<bool> m_launching{false};
   // The launch thread's processes still alive (their pids, forgotten as each ends and before it
   // is reaped), signalled when the window quits; and whether to start no further one.
-  std::mutex m_launchedMutex;
+  mutable std::mutex m_launchedMutex;
   std::set<int> m_launchedPids;
   std::atomic<bool> m_launchStop{false};
   int m_launchBatch = 0;

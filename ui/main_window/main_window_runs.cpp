@@ -22,6 +22,7 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTextCursor>
+#include <algorithm>
 #include <csignal>
 #include <exception>
 #include <system_error>
@@ -70,7 +71,7 @@ void MainWindow::resumeRun(qint64 id) {
   startEntry(e);
 }
 
-void MainWindow::startEntry(const QueueEntry& entry) {
+bool MainWindow::startEntry(const QueueEntry& entry) {
   auto* worker = new RunWorker(entry.configText, entry.label, m_dbPath, this, entry.resumeRun);
   m_workers.append(worker);
   const QString label = entry.label;
@@ -114,8 +115,9 @@ void MainWindow::startEntry(const QueueEntry& entry) {
     worker->deleteLater();
     updateActions();
   });
-  worker->start();
+  const bool started = worker->start();
   updateActions();
+  return started;
 }
 
 void MainWindow::drainWorkers() {
@@ -398,7 +400,7 @@ void MainWindow::launchBatch() {
   m_launching = true;
   try {
     m_launchThread = std::thread([this, req] { launchThreadBody(req); });
-  } catch (const std::system_error& e) {  // no thread to be had (a process limit)
+  } catch (const std::exception& e) {  // no thread to be had (a process limit, no memory)
     m_launching = false;
     log(QStringLiteral("error"), tr("[launch] no thread to launch from could be started (%1); "
                                     "the queue is kept")
@@ -421,7 +423,7 @@ void MainWindow::launchThreadBody(const api::LaunchRequest& req) {
       {
         const std::lock_guard<std::mutex> lock(m_launchedMutex);
         m_launchedPids.insert(p.pid);
-        if (m_launchStop) ::kill(p.pid, SIGTERM);  // started as the window quit
+        if (m_launchStop) ::kill(p.pid, SIGUSR1);  // started as the window quit
       }
       const QString line =
           QStringLiteral("slot %1: pid %2, %3")
@@ -451,20 +453,28 @@ void MainWindow::launchThreadBody(const api::LaunchRequest& req) {
 
 void MainWindow::startQueue() {
   if (m_quitting) return;  // a run cancelled by quitting ended: the queue is not started again
+  if (m_askingToQuit) {    // the quit question's event loop: go on only if the answer is No
+    m_queueDeferred = true;
+    return;
+  }
   if (m_asProcesses->isChecked()) {
     launchBatch();
     return;
   }
   while (!m_queue.empty() && activeRuns() < m_parallel->value()) {
     const QueueEntry e = m_queue.front();
+    if (!startEntry(e)) break;  // said in the Events dock; the entry stays queued
     m_queue.erase(m_queue.begin());
     delete m_queueList->takeItem(0);
-    startEntry(e);
   }
 }
 
 int MainWindow::activeRuns() const {
-  int n = m_launching ? 1 : 0;
+  int n = 0;
+  if (m_launching) {  // the batch's processes still running (1 while it starts them)
+    const std::lock_guard<std::mutex> lock(m_launchedMutex);
+    n = std::max<int>(1, static_cast<int>(m_launchedPids.size()));
+  }
   for (const auto& w : m_workers)
     if (w && w->isRunning()) ++n;
   return n;
