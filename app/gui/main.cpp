@@ -7,6 +7,7 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QImage>
+#include <QSaveFile>
 #include <QSocketNotifier>
 #include <QStandardPaths>
 #include <QTextStream>
@@ -116,8 +117,14 @@ int writeReportFiles(const QString& db, const QString& out, const QString& pages
       for (int i = 0; i < pages.size(); ++i) {
         const QString file = QDir(pagesDir).filePath(
             QStringLiteral("page-%1.png").arg(i + 1, digits, 10, QLatin1Char('0')));
-        if (!pages[i].save(file)) {
-          err << "trainbench: --pages: cannot write " << file << "\n";
+        QSaveFile png(file);  // whole or not at all (a full disk)
+        if (!png.open(QIODevice::WriteOnly | QIODevice::Unbuffered) ||
+            !pages[i].save(&png, "PNG") || !png.commit()) {
+          err << "trainbench: --pages: cannot write " << file << ": "
+              << (png.error() != QFileDevice::NoError
+                      ? png.errorString()
+                      : QStringLiteral("a write fell short (is the disk full?)"))
+              << "\n";
           return 1;
         }
       }

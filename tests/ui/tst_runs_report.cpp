@@ -29,8 +29,11 @@
 #include <QTextTable>
 #include <QXmlStreamReader>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <iterator>
 #include <map>
 #include <numeric>
@@ -1212,6 +1215,37 @@ class TestRunsReport : public QObject {
           view.summaryTable()->verticalHeaderItem(r)->text() == QStringLiteral("steps"))
         dash = view.summaryTable()->item(r, 0)->text() == QStringLiteral("–");
     QVERIFY(dash);
+  }
+
+  // A report that cannot be written whole (a full disk; here a file-size limit, which fails the
+  // same writes with EFBIG) is an error naming the file, and an earlier report there is kept:
+  // it used to be said "written" with the file cut short, the earlier one lost.
+  void aReportThatCannotBeWrittenWholeKeepsTheOldFile() {
+    QTemporaryDir dir;
+    ui::Report report;
+    report.html = QStringLiteral("<p>%1</p>").arg(QString(400000, QLatin1Char('x')));
+    report.htmlWithResources = QStringLiteral("<p>%1</p>").arg(QString(4000, QLatin1Char('x')));
+    for (const QString& name : {QStringLiteral("r.html"), QStringLiteral("r.pdf")}) {
+      const QString path = dir.filePath(name);
+      QVERIFY(test::writeFile(path, QStringLiteral("the earlier report")));
+      struct rlimit old {};
+      QCOMPARE(getrlimit(RLIMIT_FSIZE, &old), 0);
+      const auto oldHandler = std::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit small = old;
+      small.rlim_cur = name.endsWith(QLatin1String(".pdf")) ? 2000 : 100000;
+      QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+      const QString error = ui::writeReport(report, path);
+      setrlimit(RLIMIT_FSIZE, &old);
+      std::signal(SIGXFSZ, oldHandler);
+      QVERIFY2(error.startsWith(QStringLiteral("[report] cannot write ") + path + QLatin1Char(':')),
+               qPrintable(error));
+      QVERIFY2(error.contains(QStringLiteral("the file is left as it was")), qPrintable(error));
+      QFile kept(path);
+      QVERIFY(kept.open(QIODevice::ReadOnly));
+      QCOMPARE(kept.readAll(), QByteArray("the earlier report"));
+      QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 1);  // no temporary file left
+      QVERIFY(QFile::remove(path));
+    }
   }
 
   // Muon against AdamW: the report's config differences list the keys the runs differ on first

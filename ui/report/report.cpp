@@ -4,13 +4,13 @@
 #include <QAbstractTextDocumentLayout>
 #include <QBuffer>
 #include <QDateTime>
-#include <QFile>
 #include <QFont>
 #include <QMarginsF>
 #include <QPageLayout>
 #include <QPageSize>
 #include <QPainter>
-#include <QPrinter>
+#include <QPdfWriter>
+#include <QSaveFile>
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
@@ -596,22 +596,41 @@ QList<QImage> pdfPageImages(const Report& report, double pixelsPerPoint) {
 }
 
 QString writeReport(const Report& report, const QString& path) {
+  QByteArray bytes;
   if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
+    // Laid out in memory: QPdfWriter takes a short write of its file (a full disk) as done.
     const auto doc = pdfDocument(report);
-    QPrinter printer(QPrinter::HighResolution);
-    printer.setOutputFormat(QPrinter::PdfFormat);
-    printer.setOutputFileName(path);
-    printer.setPageLayout(QPageLayout(QPageSize(QPageSize::A4), QPageLayout::Landscape,
-                                      QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter));
-    doc->print(&printer);
-    if (!QFile::exists(path)) return QStringLiteral("[report] could not write %1").arg(path);
-    return {};
+    QBuffer buffer(&bytes);
+    buffer.open(QIODevice::WriteOnly);
+    QPdfWriter pdf(&buffer);
+    pdf.setResolution(1200);  // QPrinter::HighResolution's, for the figures
+    pdf.setPageLayout(QPageLayout(QPageSize(QPageSize::A4), QPageLayout::Landscape,
+                                  QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter));
+    doc->print(&pdf);
+  } else {
+    bytes = report.html.toUtf8();
   }
-  QFile f(path);
-  if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate))
-    return QStringLiteral("[report] %1: %2").arg(path, f.errorString());
-  f.write(report.html.toUtf8());
-  if (!f.flush()) return QStringLiteral("[report] %1: %2").arg(path, f.errorString());
+  // Through QSaveFile: written beside `path` and put in its place only once every byte is on the
+  // disk, so a full disk leaves neither a truncated report nor a lost earlier one.
+  QSaveFile f(path);
+  // Unbuffered: each write reaches the file here, where a short one is seen (QSaveFile can let
+  // a failure in its final flush pass).
+  if (!f.open(QIODevice::WriteOnly | QIODevice::Unbuffered))
+    return QStringLiteral("[report] cannot write %1: %2").arg(path, f.errorString());
+  for (qint64 done = 0; done < bytes.size();) {
+    const qint64 n = f.write(bytes.constData() + done, bytes.size() - done);
+    if (n <= 0)  // the write after a short one says why (no space left on the device)
+      return QStringLiteral(
+                 "[report] cannot write %1: %2 (%3 of %4 bytes written; the file is "
+                 "left as it was)")
+          .arg(path, f.errorString())
+          .arg(done)
+          .arg(bytes.size());
+    done += n;
+  }
+  if (!f.commit())
+    return QStringLiteral("[report] cannot write %1: %2 (the file is left as it was)")
+        .arg(path, f.errorString());
   return {};
 }
 
