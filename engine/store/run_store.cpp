@@ -179,7 +179,17 @@ RunStore RunStore::open(const std::filesystem::path& path, const StoreOptions& o
   o.check = options.check;
   o.busy_timeout_ms = options.busy_timeout_ms;
   RunStore store(path, detail::open_database(path, o));
-  if (!options.read_only && options.recover_crashed) store.recover_crashed_runs();
+  if (!options.read_only && options.recover_crashed) {
+    try {
+      store.recover_crashed_runs();
+    } catch (const StoreError& e) {
+      // A full disk (SQLITE_FULL) or an I/O error while marking a dead writer's run crashed:
+      // the store still reads (`runs`, `show`, `export` must work to free space wisely), and a
+      // later open with room marks it. Writing commands meet the same error when they write.
+      const int primary = e.sqlite_code() & 0xff;
+      if (primary != 13 && primary != 10) throw;
+    }
+  }
   return store;
 }
 

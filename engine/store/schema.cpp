@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,6 +313,23 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
                   "writes its -wal and -shm files beside the database, even to read it); copy it "
                   "to a writable folder to read it there, or get write access to the folder. The "
                   "file was left unchanged."));
+    // SQLITE_FULL (13) and SQLITE_IOERR (10, e.g. IOERR_SHMSIZE when the -shm file cannot grow):
+    // the disk is full or failing, which is not the file's fault; moving it away (the advice
+    // for a corrupted file) could lose a good store.
+    const int primary = e.sqlite_code() & 0xff;
+    if (primary == 13 || primary == 10) {
+      std::error_code space_ec;
+      const auto room =
+          std::filesystem::space(std::filesystem::absolute(file, space_ec).parent_path(), space_ec);
+      const std::string disk =
+          !space_ec && room.available < (1u << 20)
+              ? str_cat("its disk is full (", room.available, " bytes free)")
+              : std::string("SQLite could not write beside it (a full disk or an I/O error)");
+      throw DatabaseRejectedError(str_cat("[store] ", file, ": cannot be opened: ", disk,
+                                          "; free space on that disk and try again. The file was "
+                                          "left unchanged (",
+                                          e.what(), ")"));
+    }
     reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", e.what()));
   }
 

@@ -1047,6 +1047,26 @@ TEST_F(StoreTest, DiskFullIsReportedAndCommittedStepsSurvive) {
   EXPECT_EQ(store.series(1, "loss").size(), static_cast<std::size_t>(k + 1));
 }
 
+// A full disk when the store is opened (SQLite cannot make its -shm file; here every write is
+// past the file-size limit): said as such, not "corrupted? ... move this file away", which could
+// lose a good store; the store opens again once there is room.
+TEST_F(StoreTest, AStoreOnAFullDiskIsNotCalledCorrupted) {
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "kept"});
+  }
+  const std::string message = error_in_child(dir_ / "message.txt", [&] {
+    limit_file_size(0);
+    (void)RunStore::open(db()).list_runs();
+  });
+  EXPECT_NE(message.find("runs.sqlite: cannot be opened: "), std::string::npos) << message;
+  EXPECT_NE(message.find("free space on that disk and try again. The file was left unchanged"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("corrupted"), std::string::npos) << message;
+  EXPECT_EQ(RunStore::open(db()).list_runs().size(), 1u);
+}
+
 // Another process holds the database's write lock: a short hold is waited out (nothing lost), a
 // hold longer than the busy timeout ends the writer with an error naming the lock, and the steps
 // committed before stay.
