@@ -268,10 +268,15 @@ int cmd_run(tb::api::RunRequest req) {
                                ? out.message
                                : out.status + (out.message.empty() ? "" : ": " + out.message);
   // Every rank says how the run ended (they agree, or one names the rank that failed); the
-  // others than rank 0 say who they are, so the job's output does not read as two runs.
-  std::cout << (rank_number > 0 ? "rank " + std::to_string(rank_number) + ": " : std::string())
-            << "run " << out.run_id << " " << said << "\n"
-            << std::flush;
+  // others than rank 0 say who they are, so the job's output does not read as two runs. A run
+  // that failed, diverged or crashed says so on standard error, where a script that keeps only
+  // the errors (or a terminal whose standard output goes to a full disk) still sees why.
+  const bool ended_well = out.status == "finished" || out.status == "cancelled";
+  std::ostream& say = ended_well ? std::cout : std::cerr;
+  std::cout << std::flush;
+  say << (rank_number > 0 ? "rank " + std::to_string(rank_number) + ": " : std::string()) << "run "
+      << out.run_id << " " << said << "\n"
+      << std::flush;
   // How to go on from the checkpoint (once, from the process that writes the store), after a
   // Ctrl-C; a stop at --stop-at's step was asked for (a sweep's rung: the sweep goes on).
   if (out.status == "cancelled" && !out.stopped_as_asked && rank_number <= 0 &&
