@@ -3,7 +3,9 @@
 #include "engine/api/sweep_api.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -161,11 +163,29 @@ std::string last_error(const std::string& log, std::uintmax_t from) {
   return error;
 }
 
+// Whole or not at all (written beside it, then renamed over it): a full disk leaves no empty
+// trial config for a resume to read, and the error says why.
 void write_file(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream f(file, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  TB_CHECK(static_cast<bool>(f), "[sweep] cannot write ", file.string());
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  std::error_code ec;
+  {
+    errno = 0;
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.close();
+    if (!f) {
+      const int why = errno;
+      std::filesystem::remove(tmp, ec);
+      throw ValueError("[sweep] cannot write " + file.string() + ": " +
+                       (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    throw ValueError("[sweep] cannot write " + file.string() + ": " + why);
+  }
 }
 
 store::SweepRecord find_or_explain(store::RunStore& st, const std::string& name) {
