@@ -6,6 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -241,6 +246,33 @@ std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
   return ids;
 }
 
+namespace {
+// Writes `bytes` to `file` beside it and renames it over it: whole or not at all, and an error
+// with the system's reason (a full disk).
+void write_whole(const std::filesystem::path& file, const std::string& bytes) {
+  const std::filesystem::path tmp = file.string() + ".tmp";
+  std::error_code ec;
+  {
+    errno = 0;
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    if (!f) {
+      const int why = errno;
+      std::filesystem::remove(tmp, ec);
+      throw ValueError("[tokenizer] cannot write " + file.string() + ": " +
+                       (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    throw ValueError("[tokenizer] cannot write " + file.string() + ": " + why);
+  }
+}
+}  // namespace
+
 std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
                                           const SentencePieceTrainOptions& o) {
   TB_CHECK(!o.model_prefix.empty(), "[tokenizer] the model prefix (-o) is empty");
@@ -269,7 +301,6 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
            " bytes, the longest sentence SentencePiece trains on; break the text into lines");
   TB_CHECK(!lines.done(), "[tokenizer] ", corpus.source, " has no non-empty line to train on");
   const std::unordered_map<std::string, std::string> args = {
-      {"model_prefix", o.model_prefix.string()},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
       {"character_coverage", std::to_string(o.character_coverage)},
@@ -277,9 +308,26 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
       {"num_threads", "1"},  // the same model on every machine
       {"minloglevel", "2"},  // warnings and errors only
   };
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines);
+  // The model comes back in memory and is written here, whole or not at all: SentencePiece's
+  // own writer reported success on a full disk and left a cut .model and an empty .vocab.
+  std::string proto;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &proto);
   TB_CHECK(status.ok(), "[tokenizer] training on ", corpus.source, " failed: ", status.ToString());
-  return o.model_prefix.string() + ".model";
+  sentencepiece::SentencePieceProcessor trained;
+  const auto loaded = trained.LoadFromSerializedProto(proto);
+  TB_CHECK(loaded.ok(), "[tokenizer] training on ", corpus.source,
+           " gave no readable model: ", loaded.ToString());
+  // The .vocab beside it, as SentencePiece writes it: each piece and its score, in id order.
+  std::string vocab;
+  char score[32];
+  for (int id = 0; id < trained.GetPieceSize(); ++id) {
+    std::snprintf(score, sizeof score, "%g", static_cast<double>(trained.GetScore(id)));
+    vocab += trained.IdToPiece(id) + "\t" + score + "\n";
+  }
+  const std::filesystem::path model = o.model_prefix.string() + ".model";
+  write_whole(model, proto);
+  write_whole(o.model_prefix.string() + ".vocab", vocab);
+  return model;
 }
 
 // The length of the well-formed UTF-8 sequence at s[i] (Unicode's table 3-7: no overlong forms,

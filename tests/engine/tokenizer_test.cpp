@@ -3,6 +3,10 @@
 // round-trip, errors naming the file or field, windows that are the encoded text's, and a run
 // whose samples and `sample` come back as text.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -115,8 +119,8 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
   const auto sp = data::load_sentencepiece(f.model);
   EXPECT_EQ(sp->vocab(), 40);
   EXPECT_EQ(sp->describe(), "sentencepiece " + f.model.string());
-  // The same text and options give the same pieces and scores (the .vocab files; the .model
-  // file also records its own prefix).
+  // The same text and options give the same model, byte for byte, and the same pieces and
+  // scores in the .vocab files.
   data::SentencePieceTrainOptions o;
   o.model_prefix = f.dir.path() / "again";
   o.vocab_size = 40;
@@ -124,6 +128,7 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
   auto vocab_of = [](std::filesystem::path m) { return read_bytes(m.replace_extension(".vocab")); };
   EXPECT_FALSE(vocab_of(f.model).empty());
   EXPECT_TRUE(vocab_of(again) == vocab_of(f.model));
+  EXPECT_TRUE(read_bytes(again) == read_bytes(f.model));
   // Single-spaced words round-trip; frequent words are one piece each.
   const std::string line = "the dog ran after the red ball";
   const auto ids = sp->encode(line);
@@ -168,6 +173,43 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
 // The fuzz target's seed models (tests/fuzz/corpus/sentencepiece, made by hand as ModelProto
 // bytes): the valid one encodes and decodes; a truncated, foreign or inconsistent one is refused
 // with the file and what is wrong, in words rather than the library's source line.
+// A full disk while the model is written (here a file-size limit, which fails the same writes
+// with EFBIG): an error naming the file and why, and neither file left behind; SentencePiece's
+// own writer had reported success and left a cut .model and an empty .vocab.
+TEST(Tokenizer, AModelThatCannotBeWrittenWholeIsNotLeftBehind) {
+  Fixture f;
+  const std::filesystem::path prefix = f.dir.path() / "full";
+  const std::filesystem::path said = f.dir.path() / "said.txt";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string message = "(no error)";
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit small{100000, RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &small);
+    try {
+      data::SentencePieceTrainOptions o;
+      o.model_prefix = prefix;
+      o.vocab_size = 40;
+      (void)data::train_sentencepiece(data::load_text_corpus(f.text), o);
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const rlimit any{RLIM_INFINITY, RLIM_INFINITY};
+    setrlimit(RLIMIT_FSIZE, &any);
+    std::ofstream(said) << message;
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::string message = read_bytes(said);
+  EXPECT_EQ(message, "[tokenizer] cannot write " + prefix.string() + ".model: File too large");
+  EXPECT_FALSE(std::filesystem::exists(prefix.string() + ".model"));
+  EXPECT_FALSE(std::filesystem::exists(prefix.string() + ".model.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(prefix.string() + ".vocab"));
+}
+
 TEST(Tokenizer, HandMadeAndHostileModels) {
   const std::string dir = std::string(TB_TEST_DATA_DIR) + "/../fuzz/corpus/sentencepiece/";
   const auto sp = data::load_sentencepiece(dir + "valid-bpe.model");
