@@ -513,6 +513,12 @@ void StoreReader::rename_run(std::int64_t run, const std::string& name) {
   impl_->store.rename_run(run, name);
 }
 
+bool StoreReader::close_own_run_left_running(std::int64_t run, const std::string& message) {
+  const bool changed = impl_->store.close_own_run_left_running(run, message);
+  if (changed) impl_->facts.erase(run);
+  return changed;
+}
+
 void StoreReader::set_tags(std::int64_t run, const std::vector<std::string>& tags) {
   impl_->store.set_tags(run, tags);
 }

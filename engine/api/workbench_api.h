@@ -230,6 +230,10 @@ class StoreReader {
   std::vector<std::string> events(std::int64_t run) const;
   /// Renames a run (non-empty name, else tb::ValueError).
   void rename_run(std::int64_t run, const std::string& name);
+  /// Marks run `run` failed with `message` if it is still running with this process as its
+  /// writer, although this process's run of it has ended (its last store writes failed, e.g. a
+  /// full disk; a later try may succeed). Returns whether it changed the run.
+  bool close_own_run_left_running(std::int64_t run, const std::string& message);
   /// Replaces a run's tags.
   void set_tags(std::int64_t run, const std::vector<std::string>& tags);
   /// Deletes a run and its metrics, events and checkpoint records (not a running one: error).

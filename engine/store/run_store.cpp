@@ -266,6 +266,24 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
   return changed;
 }
 
+bool RunStore::close_own_run_left_running(std::int64_t run, const std::string& message) {
+  const ProcessIdentity me = current_process();
+  detail::Transaction tx(*db_);
+  if (detail::read_status(*db_, run) != RunStatus::kRunning) return false;
+  detail::Statement w = db_->prepare(
+      "SELECT writer_pid, writer_host, writer_start_time, COALESCE(heartbeat_at, started_at, "
+      "created_at) FROM runs WHERE id = ?");
+  w.bind(1, run);
+  if (!w.step() || w.opt_int64(0).value_or(0) != me.pid || w.text(1) != me.host ||
+      w.opt_int64(2).value_or(0) != me.start_time)
+    return false;  // another process writes it
+  const double found = unix_now();
+  detail::change_status(*db_, run, RunStatus::kFailed, message,
+                        std::min(found, w.opt_real(3).value_or(found)));
+  tx.commit();
+  return true;
+}
+
 std::int64_t RunStore::create_run(const NewRun& run) {
   if (run.name.empty()) {
     throw ValueError(str_cat("[store] ", path_.string(), ": a run needs a non-empty name"));

@@ -802,6 +802,44 @@ TEST_F(StoreTest, RunOfVanishedProcessBecomesCrashedOnOpen) {
   EXPECT_NEAR(ev.back().time, heard, 1e-3);  // and so is its status event, which durations read
 }
 
+// A writer of this process ended without closing its run (its last writes failed: a full disk).
+// The process lives on (the workbench), so recovery never marks the run, and every resume
+// refuses a running run; close_own_run_left_running marks it failed, once, and only a run this
+// process writes.
+TEST_F(StoreTest, ARunLeftRunningByThisProcessIsClosedOnRequest) {
+  const ProcessIdentity me = current_process();
+  {
+    auto store = RunStore::open(db());
+    store.create_run({.name = "mine"});
+    store.create_run({.name = "another's"});
+  }
+  const auto parent = static_cast<std::int64_t>(getppid());
+  {
+    RawDb raw(db());
+    auto set = [&](int id, std::int64_t pid, std::int64_t start) {
+      raw.exec("UPDATE runs SET status = 'running', started_at = " +
+               std::to_string(unix_now() - 7200) + ", heartbeat_at = " +
+               std::to_string(unix_now() - 3600) + ", writer_pid = " + std::to_string(pid) +
+               ", writer_host = '" + me.host + "', writer_start_time = " + std::to_string(start) +
+               " WHERE id = " + std::to_string(id));
+    };
+    set(1, me.pid, me.start_time);
+    set(2, parent, process_start_time(parent).value_or(0));  // alive, not this process
+  }
+  auto store = RunStore::open(db());
+  ASSERT_EQ(store.get_run(1).summary.status, RunStatus::kRunning);  // its writer's process lives
+  ASSERT_EQ(store.get_run(2).summary.status, RunStatus::kRunning);
+  EXPECT_TRUE(store.close_own_run_left_running(1, "the run store failed: the disk is full"));
+  const RunSummary closed = store.get_run(1).summary;
+  EXPECT_EQ(closed.status, RunStatus::kFailed);
+  EXPECT_EQ(closed.message, "the run store failed: the disk is full");
+  ASSERT_TRUE(closed.ended_at.has_value());
+  EXPECT_NEAR(*closed.ended_at, unix_now() - 3600, 5.0);  // when it was last heard from
+  EXPECT_FALSE(store.close_own_run_left_running(1, "again"));
+  EXPECT_FALSE(store.close_own_run_left_running(2, "not this process's"));
+  EXPECT_EQ(store.get_run(2).summary.status, RunStatus::kRunning);
+}
+
 // A run left running by a writer on another host (a container restarted under a new host
 // name) cannot be checked by pid: it is crashed once its writer has been silent for
 // kWriterSilenceLimit, and left alone while its heartbeat is fresh. A writer stamps its heartbeat

@@ -1215,6 +1215,14 @@ class TestRunsReport : public QObject {
           view.summaryTable()->verticalHeaderItem(r)->text() == QStringLiteral("steps"))
         dash = view.summaryTable()->item(r, 0)->text() == QStringLiteral("–");
     QVERIFY(dash);
+    // Resume is offered for a failed run, as `run --resume` takes one (this one, which has no
+    // checkpoint, is then refused saying so).
+    ui::MainWindow window(db);
+    window.runsModel()->refresh();
+    auto* resume = window.runsView()->findChild<QPushButton*>(QStringLiteral("resumeButton"));
+    QVERIFY(resume);
+    window.runsView()->selectRun(out.run_id);
+    QTRY_VERIFY(resume->isEnabled());
   }
 
   // A report that cannot be written whole (a full disk; here a file-size limit, which fails the

@@ -7,6 +7,7 @@
 
 #include <QList>
 #include <QMainWindow>
+#include <QMap>
 #include <QPointer>
 #include <QString>
 #include <QTimer>
@@ -33,6 +34,7 @@ class QProcess;
 class QSplitter;
 
 namespace tb::api {
+class StoreReader;
 struct LaunchRequest;
 struct SweepPreview;
 }  // namespace tb::api
@@ -165,6 +167,7 @@ class MainWindow : public QMainWindow {
   bool startEntry(const QueueEntry& entry);
   void drainWorkers();
   void pollStore();
+  void closeRunsLeftRunning(api::StoreReader& store);
   void log(const QString& level, const QString& text);
   void saveConfigAs();
   void exportReport();
@@ -206,6 +209,7 @@ class MainWindow : public QMainWindow {
   QAction* m_cancelAction = nullptr;
   QAction* m_pauseAction = nullptr;
   std::vector<QueueEntry> m_queue;
+  QMap<qint64, QString> m_leftRunning;  // runs trained here that the store could not close
   QList<QPointer<RunWorker>> m_workers;
   QTimer m_drainTimer;
   QTimer m_pollTimer;

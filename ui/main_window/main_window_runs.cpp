@@ -101,6 +101,8 @@ bool MainWindow::startEntry(const QueueEntry& entry) {
             log(status == QLatin1String("finished") ? QStringLiteral("info")
                                                     : QStringLiteral("warning"),
                 tr("run %1 %2: %3").arg(id).arg(status, message));
+            if (message.startsWith(QLatin1String("the run store failed")))
+              m_leftRunning.insert(id, message);  // closed by pollStore once the store can
             m_runsModel->refresh();
             m_workers.removeAll(worker);
             worker->deleteLater();
@@ -120,6 +122,25 @@ bool MainWindow::startEntry(const QueueEntry& entry) {
   return started;
 }
 
+void MainWindow::closeRunsLeftRunning(api::StoreReader& store) {
+  // A run trained here whose last store writes failed (a full disk) is still "running" with
+  // this process as its writer: nothing else would ever close it (this process lives on), and
+  // Resume, here or from trainbench-cli, refuses a running run. Tried again on each poll until
+  // the store takes it (room made on the disk).
+  for (auto it = m_leftRunning.begin(); it != m_leftRunning.end();) {
+    try {
+      if (store.close_own_run_left_running(it.key(), it.value().toStdString())) {
+        log(QStringLiteral("info"),
+            tr("run %1 closed as failed in the store: it can be resumed").arg(it.key()));
+        m_runsModel->refresh();
+      }
+      it = m_leftRunning.erase(it);    // closed now, or by someone else, or not ours
+    } catch (const std::exception&) {  // the store still cannot write: the next poll tries
+      ++it;
+    }
+  }
+}
+
 void MainWindow::drainWorkers() {
   for (auto& w : m_workers) {
     if (!w) continue;
@@ -136,6 +157,7 @@ void MainWindow::pollStore() {
   // Runs shown live that another process writes (or ours, deduplicated by step).
   api::StoreReader* store = m_runsModel->store();
   if (!store) return;
+  closeRunsLeftRunning(*store);
   for (qint64 id : m_live->runIds()) {
     const int row = m_runsModel->rowOf(id);
     if (row < 0 || m_runsModel->run(row).status != "running") continue;

@@ -478,8 +478,10 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
 bool RunsView::canResume(qint64 id) const {
   const int row = m_model->rowOf(id);
   if (row < 0) return false;
+  // As `run --resume` takes them: a failed run too (a full disk, a checkpoint that could not
+  // be written) goes on from its newest checkpoint; a run without one is refused, saying so.
   const std::string& status = m_model->run(row).status;
-  return status == "crashed" || status == "cancelled";
+  return status == "crashed" || status == "cancelled" || status == "failed";
 }
 
 void RunsView::updateButtons() {
