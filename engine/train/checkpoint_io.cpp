@@ -215,14 +215,36 @@ void prune_checkpoints(const std::filesystem::path& dir, std::int64_t keep,
 }  // namespace detail
 
 std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& final_dir) {
-  State& s = *s_;
   // Written into a hidden sibling folder, synced, then renamed into place: a save killed midway
   // leaves only the hidden folder (cleared by the next save), never a half checkpoint under the
-  // real name, and never touches the previous checkpoint.
+  // real name, and never touches the previous checkpoint. A save that fails removes it at once
+  // (on a full disk it held the space a later save needs).
+  const std::filesystem::path parent =
+      final_dir.has_parent_path() ? final_dir.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path partial = parent / ("." + final_dir.filename().string() + ".partial");
+  const auto clear = [&] {
+    std::error_code ec;
+    std::filesystem::remove_all(partial, ec);
+  };
+  try {
+    write_checkpoint(final_dir, partial);
+  } catch (const std::filesystem::filesystem_error& e) {
+    clear();
+    throw ValueError("[checkpoint] cannot write " + final_dir.string() + ": " + e.code().message() +
+                     (e.path1().empty() ? std::string() : " (" + e.path1().string() + ")"));
+  } catch (...) {
+    clear();
+    throw;
+  }
+  return final_dir;
+}
+
+void Trainer::write_checkpoint(const std::filesystem::path& final_dir,
+                               const std::filesystem::path& dir) {
+  State& s = *s_;
   const std::filesystem::path parent =
       final_dir.has_parent_path() ? final_dir.parent_path() : std::filesystem::path(".");
   const std::string leaf = final_dir.filename().string();
-  const std::filesystem::path dir = parent / ("." + leaf + ".partial");
   std::filesystem::create_directories(parent);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -301,7 +323,6 @@ std::filesystem::path Trainer::save_checkpoint(const std::filesystem::path& fina
     std::filesystem::rename(dir, final_dir);
   }
   sync_to_disk(parent);
-  return final_dir;
 }
 
 namespace {

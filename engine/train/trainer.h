@@ -141,12 +141,17 @@ class Trainer {
   Metrics evaluate();
   /// Writes a checkpoint of the current state to `dir` and returns it. The files are written into
   /// a hidden sibling folder (".<name>.partial"), synced, and the folder renamed to `dir`: a save
-  /// killed midway never leaves a partial checkpoint under `dir` nor touches older ones.
+  /// killed midway never leaves a partial checkpoint under `dir` nor touches older ones. A save
+  /// that fails (a full disk, a folder that cannot be written) removes its hidden folder and
+  /// throws a tb::ValueError naming the checkpoint and the reason.
   std::filesystem::path save_checkpoint(const std::filesystem::path& dir);
 
   struct State;  ///< (internal) everything a run owns: engine/train/trainer_state.h
 
  private:
+  /// save_checkpoint's files, written into `partial` and renamed to `final_dir`.
+  void write_checkpoint(const std::filesystem::path& final_dir,
+                        const std::filesystem::path& partial);
   void emit_event(const std::string& level, const std::string& text);
   void emit_samples();  // eval.samples texts as "sample at step N: ..." events
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);

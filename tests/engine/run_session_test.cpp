@@ -213,6 +213,32 @@ TEST(RunLifecycle, ARefusedResumeSaysWhatToDoInstead) {
 // writer's next batch while the trainer deleted the folders it replaced: a process killed in
 // between left a store naming only deleted folders, and `sweep --resume` failed with
 // "state.json: cannot open" (tests/e2e/sweep_resume.sh, about one run in thirty).
+// A checkpoint that cannot be written fails the run with "[checkpoint] cannot write DIR: why",
+// not the standard library's "filesystem error: cannot create directories". Here the run's
+// folder is made a file after step 1, so the save at step 2 cannot make its folder.
+TEST(RunLifecycle, ACheckpointThatCannotBeWrittenIsNamed) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec spec = spec_for(db);
+  api::RunObserver obs;
+  fs::path run_dir;
+  obs.on_metrics = [&](const api::StepMetrics& m) {
+    if (m.step != 1) return;
+    const std::string id = store::RunStore::open(db).store_id();
+    run_dir = dir.path() / "checkpoints" / (db.stem().string() + "-" + id) / "run-1";
+    fs::remove_all(run_dir);
+    fs::create_directories(run_dir.parent_path());
+    std::ofstream(run_dir) << "not a folder";
+  };
+  const auto out = api::execute_run(spec, obs);
+  EXPECT_EQ(out.status, "failed");
+  EXPECT_NE(out.message.find("[checkpoint] cannot write " + (run_dir / "step-00000002").string() +
+                             ": Not a directory"),
+            std::string::npos)
+      << out.message;
+  EXPECT_EQ(out.message.find("filesystem error"), std::string::npos) << out.message;
+}
+
 TEST(RunLifecycle, ACheckpointIsInTheStoreBeforeOlderOnesArePruned) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";
