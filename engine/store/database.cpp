@@ -23,6 +23,9 @@ std::string os_error_note(sqlite3* db, int rc) {
     return "";
   }
   const int err = sqlite3_system_errno(db);
+  if (err == 0 && primary == SQLITE_READONLY)  // opened read-only: SQLite kept no errno
+    return " (the store is read-only for this user: give the file and its folder write access, "
+           "or copy it to a writable folder)";
   if (err == 0) {
     // SQLite does not always keep errno; a failed write or sync is still most likely space.
     const bool write_failed = primary == SQLITE_FULL || rc == SQLITE_IOERR_WRITE ||
@@ -38,6 +41,13 @@ std::string os_error_note(sqlite3* db, int rc) {
     note += ": the database or its folder is not writable";
   }
   return note + ")";
+}
+
+// A statement as an error names it: its start, not a whole INSERT of fifteen columns.
+std::string brief(std::string_view sql) {
+  constexpr std::size_t kMost = 48;
+  if (sql.size() <= kMost) return std::string(sql);
+  return std::string(sql.substr(0, kMost - 8)) + " ...";
 }
 
 [[noreturn]] void throw_sqlite(sqlite3* db, int rc, const std::string& file,
@@ -73,7 +83,7 @@ Statement::Statement(sqlite3* db, std::string_view sql, const std::string& file)
   const int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
                                     SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
   if (rc != SQLITE_OK) {
-    throw_sqlite(db, rc, file, ::tb::detail::str_cat("cannot prepare '", sql, "'"));
+    throw_sqlite(db, rc, file, ::tb::detail::str_cat("cannot prepare '", brief(sql), "'"));
   }
 }
 
@@ -140,7 +150,7 @@ bool Statement::step() {
   if (rc == SQLITE_DONE) return false;
   const std::string sql = sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "";
   sqlite3_reset(stmt_);
-  throw_sqlite(db_, rc, *file_, ::tb::detail::str_cat("'", sql, "' failed"));
+  throw_sqlite(db_, rc, *file_, ::tb::detail::str_cat("'", brief(sql), "' failed"));
 }
 
 void Statement::run() {
@@ -231,7 +241,7 @@ void Connection::exec(std::string_view sql) {
   if (rc != SQLITE_OK) {
     const std::string msg = err != nullptr ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
-    throw StoreError(::tb::detail::str_cat("[store] ", file_, ": '", sql, "' failed: ", msg,
+    throw StoreError(::tb::detail::str_cat("[store] ", file_, ": '", brief(sql), "' failed: ", msg,
                                            os_error_note(db_, rc), " (SQLite code ", rc, ")"),
                      rc & 0xff);
   }
