@@ -247,7 +247,8 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
                                   : std::string("no metrics had been committed"))
         : now == RunStatus::kQueued
             ? str_cat("the process that created it (pid ", c.who.pid, " on ", c.who.host,
-                      ") ended while setting the run up; nothing was trained")
+                      ") ended before the run's start was stored (killed while setting it up, or "
+                      "its first writes failed: a full disk); nothing of it was stored")
             : str_cat("the writing process (pid ", c.who.pid, " on ", c.who.host,
                       ") ended without closing the run; ",
                       last ? str_cat("every committed step is kept (last step ", *last, ")")

@@ -817,11 +817,11 @@ TEST_F(StoreTest, ARunLeftRunningByThisProcessIsClosedOnRequest) {
   {
     RawDb raw(db());
     auto set = [&](int id, std::int64_t pid, std::int64_t start) {
-      raw.exec("UPDATE runs SET status = 'running', started_at = " +
-               std::to_string(unix_now() - 7200) + ", heartbeat_at = " +
-               std::to_string(unix_now() - 3600) + ", writer_pid = " + std::to_string(pid) +
-               ", writer_host = '" + me.host + "', writer_start_time = " + std::to_string(start) +
-               " WHERE id = " + std::to_string(id));
+      raw.exec(
+          "UPDATE runs SET status = 'running', started_at = " + std::to_string(unix_now() - 7200) +
+          ", heartbeat_at = " + std::to_string(unix_now() - 3600) +
+          ", writer_pid = " + std::to_string(pid) + ", writer_host = '" + me.host +
+          "', writer_start_time = " + std::to_string(start) + " WHERE id = " + std::to_string(id));
     };
     set(1, me.pid, me.start_time);
     set(2, parent, process_start_time(parent).value_or(0));  // alive, not this process
@@ -913,7 +913,9 @@ TEST_F(StoreTest, QueuedRunOfVanishedCreatorBecomesCrashedOnOpen) {
   EXPECT_EQ(again.get_run(1).summary.status, RunStatus::kCrashed);
   EXPECT_EQ(again.get_run(1).summary.message,
             "the process that created it (pid " + std::to_string(child) + " on " +
-                current_process().host + ") ended while setting the run up; nothing was trained");
+                current_process().host +
+                ") ended before the run's start was stored (killed while setting it up, or its "
+                "first writes failed: a full disk); nothing of it was stored");
   EXPECT_EQ(again.get_run(mine).summary.status, RunStatus::kQueued);
 }
 
