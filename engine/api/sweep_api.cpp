@@ -165,6 +165,15 @@ std::string last_error(const std::string& log, std::uintmax_t from) {
 
 // Whole or not at all (written beside it, then renamed over it): a full disk leaves no empty
 // trial config for a resume to read, and the error says why.
+// "see LOG", saying so when the log is empty although its trial ran: a full disk takes a
+// trial's output without a word (the run does not stop for its progress lines).
+std::string see_log(const std::string& log) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(log, ec);
+  return "see " + log +
+         (!ec && size == 0 ? " (empty: its output could not be written; is the disk full?)" : "");
+}
+
 void write_file(const std::filesystem::path& file, const std::string& text) {
   const std::filesystem::path tmp = file.string() + ".tmp";
   std::error_code ec;
@@ -449,8 +458,8 @@ std::string SweepTrialEvent::outcome() const {
     if (!why.empty()) out += " (" + why + ")";
     out += ", ";
   }
-  return out + "exit code " + (exit_code ? std::to_string(*exit_code) : std::string("?")) +
-         ", see " + log;
+  return out + "exit code " + (exit_code ? std::to_string(*exit_code) : std::string("?")) + ", " +
+         see_log(log);
 }
 
 // A run.device this machine cannot use: every trial would be refused before its run exists, the
@@ -628,7 +637,7 @@ SweepResult run_sweep(const SweepRequest& request,
           if (killed || cancelled)
             unfinished.push_back("trial " + std::to_string(t.trial) + " (" + e.trial.name +
                                  (killed ? ", killed: exit code " : ", cancelled: exit code ") +
-                                 std::to_string(p.exit_code) + ", see " + e.log + ")");
+                                 std::to_string(p.exit_code) + ", " + see_log(e.log) + ")");
           else
             errors[t.trial] = "exit code " + std::to_string(p.exit_code);
         }
