@@ -163,17 +163,16 @@ std::string last_error(const std::string& log, std::uintmax_t from) {
   return error;
 }
 
-// Whole or not at all (written beside it, then renamed over it): a full disk leaves no empty
-// trial config for a resume to read, and the error says why.
-// "see LOG", saying so when the log is empty although its trial ran: a full disk takes a
-// trial's output without a word (the run does not stop for its progress lines).
+// "see LOG", and why it is empty when its disk is full (a run does not stop for its output).
 std::string see_log(const std::string& log) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(log, ec);
+  std::error_code ec, full;
+  const bool empty = std::filesystem::file_size(log, ec) == 0 && !ec;
+  const auto room = std::filesystem::space(std::filesystem::path(log).parent_path(), full);
   return "see " + log +
-         (!ec && size == 0 ? " (empty: its output could not be written; is the disk full?)" : "");
+         (empty && !full && room.available < (1u << 20) ? " (empty: its disk is full)" : "");
 }
 
+// Whole or not at all (beside it, then renamed): no empty trial config; the error says why.
 void write_file(const std::filesystem::path& file, const std::string& text) {
   const std::filesystem::path tmp = file.string() + ".tmp";
   std::error_code ec;
