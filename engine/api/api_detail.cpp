@@ -36,13 +36,17 @@ void require_run(const store::RunStore& st, std::int64_t id) {
            " (trainbench-cli runs lists them)");
 }
 
-void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag) {
+void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag,
+                       const std::string& recovery_error) {
   // A run another process is training (or setting up) is refused before its checkpoints are
   // touched: that process may be pruning or re-saving them (opening the store has already taken
-  // a run whose process is gone as crashed).
-  TB_CHECK(stored.summary.status != store::RunStatus::kRunning &&
-               stored.summary.status != store::RunStatus::kQueued,
-           tag, " run ", id, " is ", store::to_string(stored.summary.status),
+  // a run whose process is gone as crashed, unless it could not write that: a full disk).
+  const bool busy = stored.summary.status == store::RunStatus::kRunning ||
+                    stored.summary.status == store::RunStatus::kQueued;
+  TB_CHECK(!busy || recovery_error.empty(), tag, " run ", id, " reads ",
+           store::to_string(stored.summary.status),
+           ", but whether its process is gone could not be recorded: ", recovery_error);
+  TB_CHECK(!busy, tag, " run ", id, " is ", store::to_string(stored.summary.status),
            " in another process: let it end (or cancel it) before resuming it");
   // A finished run has nothing left to train; resuming it would only rewrite its summary and end
   // time. Its weights can start a new run.

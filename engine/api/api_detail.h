@@ -40,7 +40,8 @@ void require_run(const store::RunStore& st, std::int64_t id);
 /// one another process trains (running, queued) must end first, and a finished one has nothing
 /// left (its weights can start a new run). The one wording of `run --resume` and
 /// `launch --ddp --resume`.
-void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag);
+void require_resumable(const store::RunDetails& stored, std::int64_t id, const char* tag,
+                       const std::string& recovery_error = "");
 
 /// Whether the store at `db` (as store_path) is there; list commands show nothing when the
 /// default store is not made yet.

@@ -530,7 +530,7 @@ void check_ddp_resume(const LaunchRequest& req) {
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.resume);
   const store::RunDetails run = st.get_run(req.resume);
-  detail::require_resumable(run, req.resume, "[launch]");
+  detail::require_resumable(run, req.resume, "[launch]", st.recovery_error());
   // The config the ranks would continue with (the stored one and --set) against the
   // checkpoint they would read.
   train::RunConfig now = train::parse_run_config(

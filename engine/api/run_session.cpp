@@ -171,7 +171,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.run_id = *spec.resume;
   detail::require_run(st, s.run_id);
   const store::RunDetails stored = st.get_run(s.run_id);
-  detail::require_resumable(stored, s.run_id, "[run]");
+  detail::require_resumable(stored, s.run_id, "[run]", st.recovery_error());
   const std::string text = spec.config_text.empty() ? stored.config : spec.config_text;
   const std::string source = spec.config_text.empty()
                                  ? "run " + std::to_string(s.run_id) + "'s stored config"

@@ -247,28 +247,44 @@ std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
 }
 
 namespace {
-// Writes `bytes` to `file` beside it and renames it over it: whole or not at all, and an error
-// with the system's reason (a full disk).
-void write_whole(const std::filesystem::path& file, const std::string& bytes) {
+// Writes `bytes` to a file beside `file` ("FILE.tmp") and returns its path; on failure nothing is
+// left and the error gives the system's reason (a full disk).
+std::filesystem::path write_beside(const std::filesystem::path& file, const std::string& bytes) {
   const std::filesystem::path tmp = file.string() + ".tmp";
-  std::error_code ec;
-  {
-    errno = 0;
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) {
-      const int why = errno;
-      std::filesystem::remove(tmp, ec);
-      throw ValueError("[tokenizer] cannot write " + file.string() + ": " +
-                       (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
-    }
+  errno = 0;
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) {
+    const int why = errno;
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw ValueError("[tokenizer] cannot write " + file.string() + ": " +
+                     (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
   }
-  std::filesystem::rename(tmp, file, ec);
+  return tmp;
+}
+
+// The .model and .vocab as a pair: both written beside their places first, then both renamed
+// over them, so a failure leaves neither new file beside an old or missing other.
+void write_model_and_vocab(const std::filesystem::path& model, const std::string& proto,
+                           const std::filesystem::path& vocab, const std::string& pieces) {
+  const std::filesystem::path model_tmp = write_beside(model, proto);
+  std::error_code ec;
+  std::filesystem::path vocab_tmp;
+  try {
+    vocab_tmp = write_beside(vocab, pieces);
+  } catch (...) {
+    std::filesystem::remove(model_tmp, ec);
+    throw;
+  }
+  std::filesystem::rename(model_tmp, model, ec);
+  if (!ec) std::filesystem::rename(vocab_tmp, vocab, ec);
   if (ec) {
     const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    throw ValueError("[tokenizer] cannot write " + file.string() + ": " + why);
+    for (const auto& tmp : {model_tmp, vocab_tmp})
+      std::filesystem::remove(tmp, ec);
+    throw ValueError("[tokenizer] cannot write " + model.string() + ": " + why);
   }
 }
 }  // namespace
@@ -325,8 +341,7 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
     vocab += trained.IdToPiece(id) + "\t" + score + "\n";
   }
   const std::filesystem::path model = o.model_prefix.string() + ".model";
-  write_whole(model, proto);
-  write_whole(o.model_prefix.string() + ".vocab", vocab);
+  write_model_and_vocab(model, proto, o.model_prefix.string() + ".vocab", vocab);
   return model;
 }
 

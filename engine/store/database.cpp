@@ -23,7 +23,7 @@ std::string os_error_note(sqlite3* db, int rc) {
     return "";
   }
   const int err = sqlite3_system_errno(db);
-  if (err == 0 && primary == SQLITE_READONLY)  // opened read-only: SQLite kept no errno
+  if (err == 0 && rc == SQLITE_READONLY)  // opened read-only (not _DBMOVED): no errno kept
     return " (the store is read-only for this user: give the file and its folder write access, "
            "or copy it to a writable folder)";
   if (err == 0) {

@@ -188,6 +188,7 @@ RunStore RunStore::open(const std::filesystem::path& path, const StoreOptions& o
       // later open with room marks it. Writing commands meet the same error when they write.
       const int primary = e.sqlite_code() & 0xff;
       if (primary != 13 && primary != 10) throw;
+      store.recovery_error_ = e.what();
     }
   }
   return store;
@@ -270,7 +271,9 @@ std::vector<std::int64_t> RunStore::recover_crashed_runs() {
 bool RunStore::close_own_run_left_running(std::int64_t run, const std::string& message) {
   const ProcessIdentity me = current_process();
   detail::Transaction tx(*db_);
-  if (detail::read_status(*db_, run) != RunStatus::kRunning) return false;
+  // Queued too: a writer whose first commit failed never marked it running.
+  const RunStatus now = detail::read_status(*db_, run);
+  if (now != RunStatus::kRunning && now != RunStatus::kQueued) return false;
   detail::Statement w = db_->prepare(
       "SELECT writer_pid, writer_host, writer_start_time, COALESCE(heartbeat_at, started_at, "
       "created_at) FROM runs WHERE id = ?");

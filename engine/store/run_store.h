@@ -68,12 +68,15 @@ class RunStore {
   /// for kWriterSilenceLimit.
   /// Returns the ids changed. Called by open() unless options.recover_crashed is false.
   std::vector<std::int64_t> recover_crashed_runs();
-  /// Marks run `run` `failed` with `message` when it is still `running` with this process as its
-  /// writer: for a process whose writer of that run has ended without closing it (its last
-  /// writes failed: a full disk), which recovery never marks since the process lives on. The
-  /// end is dated when the writer was last heard from. Returns whether it changed the run; the
+  /// Marks run `run` `failed` with `message` when it is still `running` (or `queued`) with this
+  /// process as its writer: for a process whose writer of that run has ended without closing it
+  /// (its last writes failed: a full disk), which recovery never marks since the process lives on.
+  /// The end is dated when the writer was last heard from. Returns whether it changed the run; the
   /// caller must know that no writer of the run is open in this process.
   bool close_own_run_left_running(std::int64_t run, const std::string& message);
+  /// Why open() could not mark the crashed runs it found ("" when it could, or did not try): a
+  /// full disk. Such a run still reads `running`; a refusal to resume it says this.
+  const std::string& recovery_error() const noexcept { return recovery_error_; }
 
   // --- writing run metadata -------------------------------------------------------------------
 
@@ -142,6 +145,7 @@ class RunStore {
   RunStatus status_of(std::int64_t run) const;
   void require_run(std::int64_t run) const;
 
+  std::string recovery_error_;
   std::filesystem::path path_;
   std::unique_ptr<detail::Connection> db_;
 };

@@ -838,6 +838,10 @@ TEST_F(StoreTest, ARunLeftRunningByThisProcessIsClosedOnRequest) {
   EXPECT_FALSE(store.close_own_run_left_running(1, "again"));
   EXPECT_FALSE(store.close_own_run_left_running(2, "not this process's"));
   EXPECT_EQ(store.get_run(2).summary.status, RunStatus::kRunning);
+  // Queued by this process, whose writer's first commit failed: closed as well.
+  const std::int64_t queued = store.create_run({.name = "never started"});
+  EXPECT_TRUE(store.close_own_run_left_running(queued, "the run store failed: no room"));
+  EXPECT_EQ(store.get_run(queued).summary.status, RunStatus::kFailed);
 }
 
 // A run left running by a writer on another host (a container restarted under a new host

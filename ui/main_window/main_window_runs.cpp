@@ -101,8 +101,8 @@ bool MainWindow::startEntry(const QueueEntry& entry) {
             log(status == QLatin1String("finished") ? QStringLiteral("info")
                                                     : QStringLiteral("warning"),
                 tr("run %1 %2: %3").arg(id).arg(status, message));
-            if (message.startsWith(QLatin1String("the run store failed")))
-              m_leftRunning.insert(id, message);  // closed by pollStore once the store can
+            if (status != QLatin1String("finished") && status != QLatin1String("cancelled"))
+              m_leftRunning.insert(id, message);  // if the store kept it running: pollStore
             m_runsModel->refresh();
             m_workers.removeAll(worker);
             worker->deleteLater();

@@ -612,7 +612,9 @@ QString writeReport(const Report& report, const QString& path) {
   }
   // Through QSaveFile: written beside `path` and put in its place only once every byte is on the
   // disk, so a full disk leaves neither a truncated report nor a lost earlier one.
+  if (bytes.isEmpty()) return QStringLiteral("[report] %1: the report came out empty").arg(path);
   QSaveFile f(path);
+  f.setDirectWriteFallback(true);  // a writable file in a folder this user may not write
   // Unbuffered: each write reaches the file here, where a short one is seen (QSaveFile can let
   // a failure in its final flush pass).
   if (!f.open(QIODevice::WriteOnly | QIODevice::Unbuffered))
