@@ -251,7 +251,8 @@ int cmd_schedule_config(const std::string& path, const std::vector<std::string>&
 }
 
 int cmd_runs(const std::string& db_path, const std::string& sweep) {
-  const auto rows = tb::api::list_runs(db_path, sweep);  // an error prints no header
+  std::string unrecovered;
+  const auto rows = tb::api::list_runs(db_path, sweep, &unrecovered);  // an error: no header
   int name_width = 24;  // wider for long names (a sweep's trials), so columns never touch
   for (const auto& r : rows)
     name_width = std::max(name_width, static_cast<int>(tb::api::display_width(r.name)) + 2);
@@ -268,6 +269,10 @@ int cmd_runs(const std::string& db_path, const std::string& sweep) {
                 << r.point.value_or(0) << "]";
     std::cout << "\n";
   }
+  if (!unrecovered.empty())  // stderr: stdout stays the table
+    std::cerr << "warning: a run whose process is gone may still read running or queued: "
+                 "marking it crashed could not be written ("
+              << unrecovered << ")\n";
   // Nothing listed: say where that was looked for (stderr: stdout stays the table).
   if (rows.empty())
     std::cerr << "(no runs" << (sweep.empty() ? std::string() : " of sweep " + sweep) << " in "

@@ -199,9 +199,11 @@ std::string fit_width(std::string_view text, std::size_t width) {
   return std::string(text.substr(0, i)) + "...";
 }
 
-std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep) {
+std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep,
+                              std::string* warning) {
   if (db_path.empty() && sweep.empty() && !detail::store_exists(db_path)) return {};
   auto st = detail::existing_store(db_path);
+  if (warning != nullptr) *warning = st.recovery_error();
   std::map<std::int64_t, std::string> sweep_names;
   for (const auto& s : store::list_sweeps(st))
     sweep_names[s.id] = s.name;

@@ -67,8 +67,11 @@ struct RunRow {
   std::optional<std::int64_t> point;      ///< its point in that sweep
 };
 /// Every run of the store at `db_path` ("" = default), newest first; with `sweep`, only that
-/// sweep's runs (an unknown sweep is an error naming it).
-std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep = "");
+/// sweep's runs (an unknown sweep is an error naming it). `warning`, when given, gets why runs
+/// whose process is gone could not be marked crashed ("" when they could: a full disk leaves
+/// them reading running or queued).
+std::vector<RunRow> list_runs(const std::string& db_path, const std::string& sweep = "",
+                              std::string* warning = nullptr);
 
 /// A run for display: status, times, config text, and last/min/max of each metric as text.
 std::string show_run(const std::string& db_path, std::int64_t run_id);
