@@ -3,9 +3,7 @@
 #include "engine/api/sweep_api.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -20,6 +18,7 @@
 #include "engine/api/launch_api.h"
 #include "engine/core/device.h"
 #include "engine/core/error.h"
+#include "engine/core/file_write.h"
 #include "engine/numa/binding.h"
 #include "engine/store/run_store.h"
 #include "engine/store/sweeps.h"
@@ -170,30 +169,6 @@ std::string see_log(const std::string& log) {
   const auto room = std::filesystem::space(std::filesystem::path(log).parent_path(), full);
   return "see " + log +
          (empty && !full && room.available < (1u << 20) ? " (empty: its disk is full)" : "");
-}
-
-// Whole or not at all (beside it, then renamed): no empty trial config; the error says why.
-void write_file(const std::filesystem::path& file, const std::string& text) {
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  std::error_code ec;
-  {
-    errno = 0;
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) {
-      const int why = errno;
-      std::filesystem::remove(tmp, ec);
-      throw ValueError("[sweep] cannot write " + file.string() + ": " +
-                       (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
-    }
-  }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    std::filesystem::remove(tmp, ec);
-    throw ValueError("[sweep] cannot write " + file.string() + ": " + why);
-  }
 }
 
 store::SweepRecord find_or_explain(store::RunStore& st, const std::string& name) {
@@ -528,7 +503,7 @@ SweepResult run_sweep(const SweepRequest& request,
       return (dir / ("trial-" + std::to_string(trial) + ".log")).string();
     };
     for (const auto& t : stored)
-      write_file(file_of(t.trial), t.config);
+      core::write_whole(file_of(t.trial), t.config, "sweep");  // no empty trial config
 
     // Trials whose process ended with an error and no result (a resume refused, a data file gone:
     // exit code 1) in this invocation: they fail, as a failed run does — ranked last at a rung,

@@ -6,11 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -19,6 +16,7 @@
 #include <utility>
 
 #include "engine/core/error.h"
+#include "engine/core/file_write.h"
 #include "engine/core/thread_pool.h"
 
 namespace tb::data {
@@ -247,44 +245,20 @@ std::vector<std::int32_t> encode_corpus_lines(const Tokenizer& tokenizer,
 }
 
 namespace {
-// Writes `bytes` to a file beside `file` ("FILE.tmp") and returns its path; on failure nothing is
-// left and the error gives the system's reason (a full disk).
-std::filesystem::path write_beside(const std::filesystem::path& file, const std::string& bytes) {
-  const std::filesystem::path tmp = file.string() + ".tmp";
-  errno = 0;
-  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) {
-    const int why = errno;
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw ValueError("[tokenizer] cannot write " + file.string() + ": " +
-                     (why != 0 ? std::strerror(why) : "a write failed (a full disk?)"));
-  }
-  return tmp;
-}
-
 // The .model and .vocab as a pair: both written beside their places first, then both renamed
 // over them, so a failure leaves neither new file beside an old or missing other.
 void write_model_and_vocab(const std::filesystem::path& model, const std::string& proto,
                            const std::filesystem::path& vocab, const std::string& pieces) {
-  const std::filesystem::path model_tmp = write_beside(model, proto);
-  std::error_code ec;
-  std::filesystem::path vocab_tmp;
+  const std::filesystem::path model_tmp = core::write_beside(model, proto, "tokenizer");
   try {
-    vocab_tmp = write_beside(vocab, pieces);
+    const std::filesystem::path vocab_tmp = core::write_beside(vocab, pieces, "tokenizer");
+    core::put_in_place(model_tmp, model, "tokenizer");
+    core::put_in_place(vocab_tmp, vocab, "tokenizer");
   } catch (...) {
+    std::error_code ec;
     std::filesystem::remove(model_tmp, ec);
+    std::filesystem::remove(vocab.string() + ".tmp", ec);
     throw;
-  }
-  std::filesystem::rename(model_tmp, model, ec);
-  if (!ec) std::filesystem::rename(vocab_tmp, vocab, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    for (const auto& tmp : {model_tmp, vocab_tmp})
-      std::filesystem::remove(tmp, ec);
-    throw ValueError("[tokenizer] cannot write " + model.string() + ": " + why);
   }
 }
 }  // namespace

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/file_write.h"
 #include "engine/ops/ops.h"
 #include "engine/train/safetensors.h"
 #include "tests/engine/test_util.h"
@@ -321,6 +322,32 @@ TEST_F(Safetensors, AFullDiskLeavesNoPartialFile) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the error was not the disk-full message";
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(dir_ / "w.safetensors.tmp"));
+}
+
+// core::write_whole, which sweeps and the tokenizer write through: on a full disk (the same
+// file-size limit) the error names the file and gives the system's reason, the old file stays as
+// it was, and no ".tmp" is left; with room the new content is in place.
+TEST_F(Safetensors, WriteWholeKeepsTheOldFileOnAFullDisk) {
+  const fs::path path = dir_ / "trial-0.toml";
+  tb::core::write_whole(path, "old", "sweep");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    const std::string e =
+        error_of([&] { tb::core::write_whole(path, std::string(1 << 20, 'x'), "sweep"); });
+    ::_exit(e == "[sweep] cannot write " + path.string() + ": File too large" ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the error was not the file-size message";
+  EXPECT_EQ(tb::test::read_bytes(path), "old");
+  EXPECT_FALSE(fs::exists(dir_ / "trial-0.toml.tmp"));
+  tb::core::write_whole(path, "new", "sweep");
+  EXPECT_EQ(tb::test::read_bytes(path), "new");
 }
 
 // A writer killed at a random moment (20 times, SIGKILL from the parent) never leaves a broken file

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
@@ -103,5 +105,13 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// The bytes of file `p` ("" when it cannot be read).
+inline std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
 
 }  // namespace tb::test

@@ -33,6 +33,7 @@
 namespace {
 
 using namespace tb;
+using test::read_bytes;
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -42,13 +43,6 @@ std::string error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "no error";
   return "";
-}
-
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
 }
 
 // 600 lines of sentences over a small vocabulary of words (a fixed pseudo-random walk).
