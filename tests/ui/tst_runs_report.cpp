@@ -43,6 +43,7 @@
 
 #include "engine/api/sweep_api.h"
 #include "engine/api/workbench_api.h"
+#include "engine/store/run_store.h"
 #include "tests/engine/test_util.h"
 #include "tests/ui/plot_test_util.h"
 #include "tests/ui/ui_test_util.h"
@@ -52,6 +53,7 @@
 #include "ui/main_window/main_window.h"
 #include "ui/report/report.h"
 #include "ui/run_config/config_editor.h"
+#include "ui/runs/left_running.h"
 #include "ui/runs/runs_model.h"
 #include "ui/sweeps/sweep_editor.h"
 
@@ -717,6 +719,37 @@ class TestRunsReport : public QObject {
              QFileInfo(b).absoluteFilePath());
     QCOMPARE(second->configEditor()->fieldText(QStringLiteral("run.name")),
              QStringLiteral("carried-over"));
+    delete second;
+  }
+
+  void aRunLeftRunningIsClosedOnceItsWindowHasGone() {
+    // A run trained here whose store could not close it (its last writes failed: a full disk)
+    // stays "running" with this live process as its writer: no other process closes it and
+    // Resume refuses it. File > Open run store closes the window that trained it; the run is
+    // still closed as failed once its store takes it.
+    QTemporaryDir dir;
+    const QString a = dir.filePath(QStringLiteral("a.sqlite"));
+    std::int64_t left = 0;
+    {
+      auto store = store::RunStore::open(a.toStdString());
+      left = store.create_run({.name = "left running"});
+      store.set_status(left, store::RunStatus::kRunning);  // written by this process
+    }
+    auto* window = new ui::MainWindow(a);
+    window->setAttribute(Qt::WA_DeleteOnClose);
+    const QPointer<ui::MainWindow> first(window);
+    window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(window));
+    QString error;
+    ui::MainWindow* second = window->openStore(dir.filePath(QStringLiteral("b.sqlite")), &error);
+    QVERIFY2(second != nullptr, qPrintable(error));
+    QTRY_VERIFY(first.isNull());
+    ui::LeftRunning::instance().add(a, left, QStringLiteral("the run store failed: disk full"));
+    QCOMPARE(ui::LeftRunning::instance().pending(a), QList<qint64>{left});
+    QTRY_VERIFY(ui::LeftRunning::instance().pending(a).isEmpty());
+    const auto closed = store::RunStore::open(a.toStdString()).get_run(left).summary;
+    QCOMPARE(closed.status, store::RunStatus::kFailed);
+    QCOMPARE(closed.message, std::string("the run store failed: disk full"));
     delete second;
   }
 

@@ -51,6 +51,7 @@
 #include "ui/report/report.h"
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
+#include "ui/runs/left_running.h"
 #include "ui/runs/runs_model.h"
 #include "ui/sweeps/sweep_editor.h"
 #include "ui/sweeps/sweep_view.h"
@@ -127,6 +128,13 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent, Layout layout)
   m_pollTimer.setInterval(500);
   connect(&m_pollTimer, &QTimer::timeout, this, &MainWindow::pollStore);
   m_pollTimer.start();
+  connect(&LeftRunning::instance(), &LeftRunning::closed, this,
+          [this](const QString& db, qint64 run, bool byThis) {
+            if (!byThis || QFileInfo(db) != QFileInfo(m_dbPath)) return;
+            log(QStringLiteral("info"),
+                tr("run %1 closed as failed in the store: it can be resumed").arg(run));
+            m_runsModel->refresh();
+          });
 
   // The config dock as wide as its editor needs once shown (its fields have their size then):
   // the dock scrolls up and down, never sideways.

@@ -167,7 +167,6 @@ class MainWindow : public QMainWindow {
   bool startEntry(const QueueEntry& entry);
   void drainWorkers();
   void pollStore();
-  void closeRunsLeftRunning(api::StoreReader& store);
   void log(const QString& level, const QString& text);
   void saveConfigAs();
   void exportReport();
@@ -209,7 +208,6 @@ class MainWindow : public QMainWindow {
   QAction* m_cancelAction = nullptr;
   QAction* m_pauseAction = nullptr;
   std::vector<QueueEntry> m_queue;
-  QMap<qint64, QString> m_leftRunning;  // runs trained here that the store could not close
   QList<QPointer<RunWorker>> m_workers;
   QTimer m_drainTimer;
   QTimer m_pollTimer;

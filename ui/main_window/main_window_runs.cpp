@@ -36,6 +36,7 @@
 #include "ui/report/report.h"
 #include "ui/report/sweep_report.h"
 #include "ui/run_config/config_editor.h"
+#include "ui/runs/left_running.h"
 #include "ui/runs/runs_model.h"
 #include "ui/sweeps/sweep_editor.h"
 #include "ui/sweeps/sweep_view.h"
@@ -102,7 +103,7 @@ bool MainWindow::startEntry(const QueueEntry& entry) {
                                                     : QStringLiteral("warning"),
                 tr("run %1 %2: %3").arg(id).arg(status, message));
             if (status != QLatin1String("finished") && status != QLatin1String("cancelled"))
-              m_leftRunning.insert(id, message);  // if the store kept it running: pollStore
+              LeftRunning::instance().add(m_dbPath, id, message);  // if the store kept it running
             m_runsModel->refresh();
             m_workers.removeAll(worker);
             worker->deleteLater();
@@ -122,25 +123,6 @@ bool MainWindow::startEntry(const QueueEntry& entry) {
   return started;
 }
 
-void MainWindow::closeRunsLeftRunning(api::StoreReader& store) {
-  // A run trained here whose last store writes failed (a full disk) is still "running" with
-  // this process as its writer: nothing else would ever close it (this process lives on), and
-  // Resume, here or from trainbench-cli, refuses a running run. Tried again on each poll until
-  // the store takes it (room made on the disk).
-  for (auto it = m_leftRunning.begin(); it != m_leftRunning.end();) {
-    try {
-      if (store.close_own_run_left_running(it.key(), it.value().toStdString())) {
-        log(QStringLiteral("info"),
-            tr("run %1 closed as failed in the store: it can be resumed").arg(it.key()));
-        m_runsModel->refresh();
-      }
-      it = m_leftRunning.erase(it);    // closed now, or by someone else, or not ours
-    } catch (const std::exception&) {  // the store still cannot write: the next poll tries
-      ++it;
-    }
-  }
-}
-
 void MainWindow::drainWorkers() {
   for (auto& w : m_workers) {
     if (!w) continue;
@@ -157,7 +139,6 @@ void MainWindow::pollStore() {
   // Runs shown live that another process writes (or ours, deduplicated by step).
   api::StoreReader* store = m_runsModel->store();
   if (!store) return;
-  closeRunsLeftRunning(*store);
   for (qint64 id : m_live->runIds()) {
     const int row = m_runsModel->rowOf(id);
     if (row < 0 || m_runsModel->run(row).status != "running") continue;
