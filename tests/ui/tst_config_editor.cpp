@@ -166,6 +166,10 @@ class TestConfigEditor : public QObject {
     QVERIFY(curves.count(QStringLiteral("lr.adamw")) && curves.count(QStringLiteral("lr.muon")));
     QVERIFY(curves.at(QStringLiteral("lr.adamw")).right);
     QVERIFY(!curves.at(QStringLiteral("lr.muon")).right);
+    // Named and drawn as on the live LR plot.
+    QCOMPARE(curves.at(QStringLiteral("lr.adamw")).label, QStringLiteral("AdamW LR (right)"));
+    QCOMPARE(curves.at(QStringLiteral("lr.muon")).label, QStringLiteral("Muon LR"));
+    QCOMPARE(curves.at(QStringLiteral("lr.adamw")).style, Qt::DashLine);
     QVERIFY(editor.previewPlot()->plot()->yAxis2->visible());
     QCOMPARE(editor.previewPlot()->plot()->yAxis->label(), QStringLiteral("Muon lr"));
     // Redrawn as values change.

@@ -523,8 +523,10 @@ void ConfigEditor::updatePreview(const api::ParsedConfig& config) {
     }
     m_previewValues[name] = y;
     const bool right = muon && names[g].rfind("lr.adamw", 0) == 0;
-    m_preview->ensureCurve(name, right ? name + tr(" (right)") : name,
-                           runColor(static_cast<int>(g)), Qt::SolidLine, false, right);
+    // Named and drawn as on the live LR plot ("AdamW LR (right)", dashed), a colour each.
+    const MetricRoute route = routeMetric(name);
+    m_preview->ensureCurve(name, right ? route.label + tr(" (right)") : route.label,
+                           runColor(static_cast<int>(g)), route.style, false, right);
     m_preview->append(name, x, x, y);
   }
   m_preview->replotNow();
