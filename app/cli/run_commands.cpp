@@ -622,6 +622,7 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
                                           : "")
                     << (e.stop_at > 0 ? "to step " + std::to_string(e.stop_at) + ", " : "")
                     << t.values << "\n";
+          if (!e.warning.empty()) std::cout << "  warning: " << e.warning << "\n";
         } else {
           std::cout << "trial " << t.index << " (" << t.name << "): " << e.outcome() << "\n";
         }

@@ -577,6 +577,7 @@ SweepResult run_sweep(const SweepRequest& request,
           e.stop_at = target;
           e.pid = p.pid;
           e.cpus = p.cpus;
+          e.warning = p.warning;
           e.log = log_of(e.trial.index);
           return e;
         };

@@ -91,6 +91,7 @@ struct SweepTrialEvent {
   std::int64_t stop_at = 0;      ///< the rung it stops at (0: runs to the end)
   int pid = 0;                   ///< process id
   std::string cpus;              ///< its slot's CPUs ("" = unbound)
+  std::string warning;           ///< why its slot runs unbound (a binding that cannot be met)
   std::optional<int> exit_code;  ///< set when it ended
   std::string log;               ///< its output (STORE_FOLDER/sweeps/NAME/trial-INDEX.log)
   std::int64_t run = 0;          ///< when it ended: its stored run (0: none was made)

@@ -39,4 +39,14 @@ again=$("$cli" --db "$work/runs.sqlite" sweep "$src/tests/data/sweep_grid.toml" 
   fail "starting sweep opt-lr a second time succeeded"
 echo "$again" | grep -q "already has a sweep 'opt-lr'.*--resume opt-lr" ||
   fail "a second opt-lr is refused without naming --resume: $again"
+# Eight at a time in exclusive slots, on a machine with fewer physical cores: the slots cannot be
+# met, so the trials run unbound, and each start says why (it said "unbound" and nothing more).
+cores=$(lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)
+if [ "$cores" -ge 1 ] && [ "$cores" -lt 8 ]; then
+  sed 's/^name = "opt-lr"/name = "crowd"/' "$src/tests/data/sweep_grid.toml" > "$work/crowd.toml"
+  out=$("$cli" --db "$work/runs.sqlite" sweep "$work/crowd.toml" --set run.steps=5 \
+        --parallel 8 --binding exclusive 2>&1) || fail "the crowded sweep exited with $?: $out"
+  warned=$(printf '%s\n' "$out" | grep -c "^  warning: \[binding\] there are only $cores physical cores.* runs unbound$")
+  [ "$warned" = 8 ] || fail "expected each of 8 unbound trials to say why: $out"
+fi
 echo "PASS: sweep: 8 runs in 4 points, 2 at a time"
