@@ -102,9 +102,15 @@ store::Checkpoint newest_checkpoint(store::RunStore& st, std::int64_t run,
   TB_CHECK(!cks.empty(), prefix, " run ", run, " ", none);
   std::error_code ec;
   const fs::path beside = fs::absolute(st.path(), ec).parent_path() / "checkpoints";
-  const auto there = [](const fs::path& dir) {
+  const auto there = [&](const fs::path& dir) {
     std::error_code e;
     if (fs::is_regular_file(dir / "state.json", e)) return true;
+    // A folder that is there but cannot be read is not gone: an older checkpoint taken instead
+    // would drop from the store every step after it.
+    TB_CHECK(!e || e == std::errc::no_such_file_or_directory || e == std::errc::not_a_directory,
+             prefix, " run ", run, "'s checkpoint ", dir.string(), " cannot be read (", e.message(),
+             "); make it readable, or resume from an older one with run --resume ", run,
+             " --from-checkpoint DIR");
     // A re-save of this step killed between its two renames (checkpoint_io.cpp) left the
     // previous save of the step aside, whole (.step-N.old): put it back under its name.
     const fs::path aside = dir.parent_path() / ("." + dir.filename().string() + ".old");

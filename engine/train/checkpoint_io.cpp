@@ -10,13 +10,17 @@
 //                              config (TOML) and the owner (store id/run)
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
+#include "engine/ops/ops.h"
 #include "engine/train/safetensors.h"
 #include "engine/train/trainer_state.h"
 
@@ -145,7 +149,20 @@ nlohmann::json hyper_to_json(const optim::HyperValue& v) {
   return {{"tensor", std::get<Tensor>(v).item()}};
 }
 
-optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperValue& current) {
+// A saved hyper-parameter, of the kind the optimizer holds now (a number, a flag, a name): a
+// state.json edited by hand ("lr": "fast") is refused here, naming the key, not at the first step.
+optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperValue& current,
+                                  const std::string& key) {
+  const bool number =
+      std::holds_alternative<double>(current) || std::holds_alternative<Tensor>(current);
+  const bool fits = number ? j.is_number() || (j.is_object() && j.contains("tensor") &&
+                                               j.at("tensor").is_number())
+                    : std::holds_alternative<bool>(current) ? j.is_boolean()
+                                                            : j.is_string();
+  TB_CHECK(fits, "hyper-parameter '", key, "' is ", j.dump(), ", not ",
+           number                                  ? "a number"
+           : std::holds_alternative<bool>(current) ? "true or false"
+                                                   : "a string");
   if (j.is_boolean()) return j.get<bool>();
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object()) {
@@ -329,12 +346,17 @@ namespace {
 
 nlohmann::json read_checkpoint_state(const std::filesystem::path& dir) {
   std::ifstream in(dir / "state.json");
-  TB_CHECK(in.good(), "[checkpoint] ", (dir / "state.json").string(), ": cannot open");
+  TB_CHECK(in.good(), "[checkpoint] ", (dir / "state.json").string(), ": cannot open (",
+           std::strerror(errno), ")");
   nlohmann::json state = nlohmann::json::parse(in, nullptr, false);
-  TB_CHECK(!state.is_discarded() && state.is_object() && state.contains("version") &&
-               state.at("version") == 1 && state.contains("config") &&
+  const std::string file = (dir / "state.json").string();
+  TB_CHECK(!state.is_discarded(), "[checkpoint] ", file,
+           ": not JSON (cut short, or changed after the save)");
+  TB_CHECK(state.is_object() && state.contains("version") && state.contains("config") &&
                state.at("config").is_string(),
-           "[checkpoint] ", (dir / "state.json").string(), ": not a TrainBench checkpoint state");
+           "[checkpoint] ", file, ": not a TrainBench checkpoint state (no version and config)");
+  TB_CHECK(state.at("version") == 1, "[checkpoint] ", file, ": checkpoint format version ",
+           state.at("version").dump(), "; this build reads version 1");
   return state;
 }
 
@@ -414,9 +436,64 @@ std::vector<std::string> check_resume_config(const std::filesystem::path& dir,
   return warnings;
 }
 
+namespace {
+
+// Weights that hold a NaN or inf (a file changed after it was saved) are refused with the tensor's
+// name: training from them would only diverge. x * 0 sums to NaN exactly when some x is not finite.
+void require_finite(const SafetensorsFile& f, const std::filesystem::path& file) {
+  for (const auto& [name, t] : f.tensors) {
+    if (!core::is_floating_point(t.dtype()) || t.numel() == 0) continue;
+    autograd::NoGradGuard no_grad;
+    const double probe = ops::sum(ops::mul(t.to(core::ScalarType::Float64), 0.0)).item();
+    TB_CHECK(!std::isnan(probe), "[checkpoint] ", file.string(), ": ", name,
+             " holds NaN or infinite values");
+  }
+}
+
+// The step a checkpoint folder is named for ("step-00000010": 10), or nullopt.
+std::optional<std::int64_t> folder_step(const std::filesystem::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  std::int64_t step = 0;
+  const auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
+  if (ec != std::errc() || end != name.data() + name.size()) return std::nullopt;
+  return step;
+}
+
+}  // namespace
+
 void Trainer::resume_from(const std::filesystem::path& dir) {
+  // Whatever in the folder is wrong is said with the folder (a state.json or weights file changed
+  // after the save, a file of another model): "[checkpoint] DIR: ...". A refused resume leaves
+  // the run as it was.
+  try {
+    load_checkpoint(dir);
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    if (what.find(dir.string()) != std::string::npos) throw;
+    throw ValueError("[checkpoint] " + dir.string() + ": " + what);
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError("[checkpoint] " + (dir / "state.json").string() +
+                     ": not a state this build wrote (" + e.what() + ")");
+  }
+}
+
+void Trainer::load_checkpoint(const std::filesystem::path& dir) {
   State& s = *s_;
   const nlohmann::json state = read_checkpoint_state(dir);
+  // Its step: the one the folder is named for, within the run. A state.json whose step was
+  // changed would resume at the wrong place, and the store drop what it held after that step.
+  const auto& step = state.contains("step") ? state.at("step") : nlohmann::json();
+  TB_CHECK(step.is_number_integer() && step.get<std::int64_t>() >= 0 &&
+               step.get<std::int64_t>() <= total_steps_ &&
+               folder_step(dir).value_or(step.get<std::int64_t>()) == step.get<std::int64_t>(),
+           "[checkpoint] ", (dir / "state.json").string(), ": step ", step.dump(),
+           " is not this checkpoint's (",
+           folder_step(dir)
+               ? "the folder is step " + std::to_string(*folder_step(dir))
+               : std::string("a step from 0 to the run's ") + std::to_string(total_steps_),
+           "): the file was changed after it was saved; resume from another checkpoint "
+           "(run --resume N --from-checkpoint DIR)");
   if (state.contains("owner") && state.at("owner").is_object()) {
     const std::string key = state.at("owner").value("key", std::string());
     // Keys are "<store id>/<run id>": another run of this same store is resumed by its own id,
@@ -435,6 +512,7 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   for (auto& w : check_resume_config(dir, state.at("config").get<std::string>(), config_))
     s.setup_warnings.push_back(std::move(w));
   const auto model_file = load_safetensors(dir / "model.safetensors");
+  require_finite(model_file, dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
   const auto opt_file = load_safetensors(dir / "optimizer.safetensors");
   std::map<std::string, Tensor> opt_tensors(opt_file.tensors.begin(), opt_file.tensors.end());
@@ -450,8 +528,8 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
       for (auto it = gj.at("options").begin(); it != gj.at("options").end(); ++it) {
         const auto& cur = current.param_groups.at(gi).options;
         auto c = cur.find(it.key());
-        g.options[it.key()] =
-            hyper_from_json(it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second);
+        g.options[it.key()] = hyper_from_json(
+            it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second, it.key());
       }
       g.params = gj.at("params").get<std::vector<std::int64_t>>();
       sd.param_groups.push_back(std::move(g));
@@ -483,6 +561,7 @@ void Trainer::resume_from(const std::filesystem::path& dir) {
   }
   if (s.average) {
     const auto avg_file = load_safetensors(dir / "average.safetensors");
+    require_finite(avg_file, dir / "average.safetensors");
     s.average->load_state_dict(nn::NamedTensors(avg_file.tensors.begin(), avg_file.tensors.end()));
   }
   s.scaler_skipped =

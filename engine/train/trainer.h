@@ -97,7 +97,9 @@ class Trainer {
   /// Adds a sink (before start()/run()).
   void add_sink(std::shared_ptr<MetricSink> sink);
   /// Restores model, optimizer, scheduler, loader and generator state from a checkpoint folder
-  /// written by this trainer's config (checked); the run continues at the step after it.
+  /// written by this trainer's config (checked); the run continues at the step after it. What is
+  /// wrong with the folder (a file changed after the save, another model's) is a tb::ValueError
+  /// naming it.
   void resume_from(const std::filesystem::path& checkpoint);
 
   /// Runs the loop on the calling thread until done, cancelled, diverged or failed. Never throws
@@ -149,6 +151,7 @@ class Trainer {
   struct State;  ///< (internal) everything a run owns: engine/train/trainer_state.h
 
  private:
+  void load_checkpoint(const std::filesystem::path& dir);  // resume_from without its wording
   /// save_checkpoint's files, written into `partial` and renamed to `final_dir`.
   void write_checkpoint(const std::filesystem::path& final_dir,
                         const std::filesystem::path& partial);

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -19,6 +21,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/api/api_detail.h"
 #include "engine/api/launch_api.h"
@@ -376,6 +380,92 @@ TEST(RunResume, AResumeFromAnEarlierCheckpointReplacesTheStepsAfterIt) {
                         std::string::npos &&
                     e.text.find(", 2 checkpoint records") != std::string::npos);
   EXPECT_TRUE(said) << "no event names what the resume removed";
+}
+
+// A checkpoint changed after its save (by hand, or a file cut short) is refused, naming the file
+// and what is wrong, and the run stays as it was: a state.json whose step was lowered had resumed
+// at that step and dropped every later step from the store, a raised one had skipped training;
+// a folder that cannot be read had been taken as deleted and an older checkpoint used instead.
+TEST(RunResume, ACheckpointChangedAfterItsSaveIsRefusedAndTheRunStaysAsItWas) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  ASSERT_TRUE(stopped_at_six(db).stopped_as_asked);
+  const fs::path six = store::RunStore::open(db).checkpoints(1).back().path;
+  ASSERT_EQ(six.filename(), "step-00000006");
+  const fs::path state = six / "state.json";
+  const fs::path model = six / "model.safetensors";
+  const std::string state_text = tb::test::read_bytes(state);
+  const std::string model_bytes = tb::test::read_bytes(model);
+  auto unchanged = [&] {
+    auto st = store::RunStore::open(db);
+    EXPECT_EQ(st.get_run(1).summary.status, store::RunStatus::kCancelled);
+    EXPECT_EQ(st.series(1, "loss").size(), 6u);
+    EXPECT_EQ(st.checkpoints(1).size(), 3u);
+    EXPECT_TRUE(fs::exists(state));
+  };
+  api::RunSpec resume;
+  resume.db_path = db.string();
+  resume.resume = 1;
+  auto refused = [&](const std::function<void()>& change) {
+    change();
+    const std::string error = tb::test::error_of([&] { api::execute_run(resume); });
+    tb::test::write_bytes(state, state_text);
+    tb::test::write_bytes(model, model_bytes);
+    unchanged();
+    return error;
+  };
+  auto edit_state = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return [&, edit] {
+      nlohmann::json j = nlohmann::json::parse(state_text);
+      edit(j);
+      tb::test::write_bytes(state, j.dump());
+    };
+  };
+  const std::string in_state = "[checkpoint] " + state.string() + ": ";
+  for (const int step : {-5, 4, 25})
+    EXPECT_EQ(refused(edit_state([step](nlohmann::json& j) { j["step"] = step; })),
+              in_state + "step " + std::to_string(step) +
+                  " is not this checkpoint's (the folder is step 6): the file was changed "
+                  "after it was saved; resume from another checkpoint (run --resume N "
+                  "--from-checkpoint DIR)");
+  EXPECT_EQ(refused(edit_state([](nlohmann::json& j) {
+              j["optimizers"][0]["param_groups"][0]["options"]["lr"] = "fast";
+            })),
+            "[checkpoint] " + six.string() + ": hyper-parameter 'lr' is \"fast\", not a number");
+  EXPECT_EQ(refused(edit_state([](nlohmann::json& j) { j["version"] = 99; })),
+            in_state + "checkpoint format version 99; this build reads version 1");
+  EXPECT_EQ(refused([&] { tb::test::write_bytes(state, state_text.substr(0, 100)); }),
+            in_state + "not JSON (cut short, or changed after the save)");
+  const std::string nan = refused([&] {
+    std::string bytes = model_bytes;  // the first weight of the first tensor made NaN
+    std::uint64_t header = 0;
+    std::memcpy(&header, bytes.data(), sizeof header);
+    const float not_a_number = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(bytes.data() + 8 + header, &not_a_number, sizeof not_a_number);
+    tb::test::write_bytes(model, bytes);
+  });
+  EXPECT_EQ(nan.rfind("[checkpoint] " + model.string() + ": ", 0), 0u) << nan;
+  EXPECT_NE(nan.find(" holds NaN or infinite values"), std::string::npos) << nan;
+  // A folder that is there but cannot be read (its permissions, here a link to itself) is named,
+  // not skipped for step 4's.
+  const fs::path aside = dir.path() / "aside";
+  fs::rename(six, aside);
+  fs::create_directory_symlink(six.filename(), six);
+  const std::string unreadable = tb::test::error_of([&] { api::execute_run(resume); });
+  EXPECT_EQ(unreadable.rfind("[run] run 1's checkpoint " + six.string() + " cannot be read (", 0),
+            0u)
+      << unreadable;
+  EXPECT_NE(unreadable.find("); make it readable, or resume from an older one with run --resume 1 "
+                            "--from-checkpoint DIR"),
+            std::string::npos)
+      << unreadable;
+  fs::remove(six);
+  fs::rename(aside, six);
+  unchanged();
+  resume.stop_at = 7;  // and the checkpoint, whole again, resumes
+  const auto out = api::execute_run(resume);
+  EXPECT_TRUE(out.stopped_as_asked) << out.message;
+  EXPECT_EQ(out.from_step, 6);
 }
 
 TEST(RunLifecycle, ResumeWithoutACheckpointOrRunSaysSoAndChangesNothing) {

@@ -114,4 +114,9 @@ inline std::string read_bytes(const std::filesystem::path& p) {
   return os.str();
 }
 
+/// Replaces file `p`'s contents with `bytes`.
+inline void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
 }  // namespace tb::test
