@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <cmath>
 
 #include <ctime>
 #include <filesystem>
@@ -307,6 +308,18 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
       if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
       throw ValueError(at + what);
     }
+    // A schedule whose LR is no LR (NaN or infinite: an lr_lambda of 1/0; negative: a gamma or
+    // swa_lr below 0) would diverge or climb the loss, found once the run is stored: said here,
+    // with its first such step (of the first 100k: a longer run's later steps are not previewed).
+    std::vector<std::string> groups;
+    const ScheduleTable t =
+        preview_config(c, static_cast<int>(std::min<std::int64_t>(c.run.steps, 100000)), groups);
+    for (const ScheduleRow& row : t.rows)
+      for (std::size_t g = 0; g < row.lr.size() && g < groups.size(); ++g)
+        TB_CHECK(std::isfinite(row.lr[g]) && row.lr[g] >= 0, at, "scheduler: kind = \"", t.kind,
+                 "\" gives ", groups[g], " = ", row.lr[g], " at step ", row.step,
+                 " (a learning rate must be a finite number >= 0); trainbench-cli schedule "
+                 "CONFIG shows the whole schedule");
   }
   check_run_files(c, source, overrides);
 }

@@ -1,5 +1,6 @@
 // make_scheduler (a scheduler from a JSON config) and preview (a schedule on a throwaway
 // optimizer). The config format is documented in docs/config-reference.md, "LR schedulers".
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -63,6 +64,9 @@ const json& SchedulerFields::value(const char* k) const {
 double SchedulerFields::num(const char* k) const {
   const auto& v = value(k);
   if (!v.is_number()) fail(k, "must be a number, got " + v.dump());
+  // The field's own bounds (every float field of a kind is finite: a NaN gamma is refused here).
+  if (const core::FieldSpec* f = core::find_field(specs_, k))
+    if (const auto problem = f->check(v)) fail(k, *problem);
   return v.get<double>();
 }
 
@@ -86,12 +90,18 @@ std::string SchedulerFields::str(const char* k) const {
 
 PerGroup SchedulerFields::per_group(const char* k) const {
   const auto& v = value(k);
-  if (v.is_number()) return v.get<double>();
+  // An LR, momentum or bound of a group: finite (a NaN max_lr makes every LR NaN).
+  const auto number = [&](const json& x) {
+    if (x.is_number() && !std::isfinite(x.get<double>()))
+      fail(k, "expected finite numbers, found " + core::format_double(x.get<double>()));
+    return x.get<double>();
+  };
+  if (v.is_number()) return number(v);
   if (!v.is_array() || v.empty()) fail(k, "must be a number or a list of numbers, got " + v.dump());
   std::vector<double> out;
   for (const auto& x : v) {
     if (!x.is_number()) fail(k, "must be a number or a list of numbers, got " + v.dump());
-    out.push_back(x.get<double>());
+    out.push_back(number(x));
   }
   return out;
 }

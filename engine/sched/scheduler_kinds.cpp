@@ -47,6 +47,10 @@ SchedulerKind kind(const char* name, const char* cls, const char* help,
   k.torch_class = cls;
   k.help = help;
   k.fields = std::move(fields);
+  // A NaN or infinite factor, gamma or bound makes every LR after it NaN: refused by key (PyTorch
+  // takes it and the run diverges).
+  for (FieldSpec& f : k.fields)
+    if (f.type == FieldType::kFloat) f.finite_only();
   k.make = std::move(make);
   return k;
 }

@@ -931,6 +931,34 @@ TEST(RunLifecycle, AOneCycleShorterThanTheRunCreatesNoRun) {
   EXPECT_EQ(api::execute_run(spec).status, "finished");
 }
 
+// A schedule whose learning rate is no LR is refused before a run is stored, naming the key where
+// one is at fault (PyTorch takes a NaN gamma and the run diverges), else the first step whose LR is
+// NaN, infinite or negative.
+TEST(RunLifecycle, AScheduleWithoutAUsableLrCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  const std::string at = "[config] side-by-side.toml: scheduler: ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{kind=\"cosine\", T_max=4, eta_min=nan}",
+       "[lr_scheduler] cosine: field 'eta_min' expected a finite number, found nan"},
+      {"{kind=\"exponential\", gamma=inf}",
+       "[lr_scheduler] exponential: field 'gamma' expected a finite number, found inf"},
+      {"{kind=\"one_cycle\", max_lr=nan, total_steps=8}",
+       "[lr_scheduler] one_cycle: field 'max_lr' expected finite numbers, found nan"},
+      {"{kind=\"lambda\", lr_lambda=\"1/epoch\"}",
+       "kind = \"lambda\" gives lr.adamw = inf at step 0 (a learning rate must be a finite "
+       "number >= 0); trainbench-cli schedule CONFIG shows the whole schedule"},
+      {"{kind=\"step\", step_size=2, gamma=-1}",
+       "kind = \"step\" gives lr.adamw = -0.01 at step 2 (a learning rate must be a finite "
+       "number >= 0); trainbench-cli schedule CONFIG shows the whole schedule"}};
+  for (const auto& [scheduler, error] : cases) {
+    api::RunSpec spec = spec_for(db);
+    spec.overrides = {"scheduler=" + scheduler};
+    EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }), at + error) << scheduler;
+  }
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+}
+
 // `launch` checks every config before it starts a process: a mistake in the last one does not
 // surface after the others have started training.
 TEST(Launch, EveryConfigIsCheckedBeforeAProcessStarts) {
