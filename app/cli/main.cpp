@@ -121,8 +121,8 @@ int cli_main(int argc, char** argv) {
                                             "run configs; process k runs config k % count");
   launch
       ->add_option("--nproc", launch_req.nproc,
-                   "number of processes (= slots; default: one per config; with --ddp, 1, or "
-                   "the resumed run's ranks)")
+                   "number of processes (= slots; default: one per config; with --ddp, the "
+                   "config's distributed.world_size or 1, or the resumed run's ranks)")
       ->check(CLI::Range(1, 4096));
   launch
       ->add_option("--binding", launch_req.binding, "none, node, socket, exclusive or core-complex")
@@ -152,9 +152,9 @@ int cli_main(int argc, char** argv) {
     // `launch A B C`: one process per config (with --nproc 1, B and C never ran).
     if (!launch_req.ddp && launch->count("--nproc") == 0)
       launch_req.nproc = static_cast<int>(launch_configs->count());
-    // `launch --ddp --resume N`: on as many ranks as the run had (0: the stored run's).
-    if (launch_req.ddp && launch_req.resume > 0 && launch->count("--nproc") == 0)
-      launch_req.nproc = 0;
+    // `launch --ddp` without --nproc (0): the config's distributed.world_size (else 1 rank, said),
+    // or with --resume N as many ranks as the run had.
+    if (launch_req.ddp && launch->count("--nproc") == 0) launch_req.nproc = 0;
   });
 
   auto* model = app.add_subcommand(

@@ -203,7 +203,7 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
     req.configs = {file.string()};
   }
   const DdpLaunch plan = plan_ddp_launch(req);
-  if (req.resume > 0) check_ddp_resume(req);  // said here once, not by each rank
+  check_ddp_start(req);  // said here once, not by each rank
 
   int pipefd[2];
   TB_CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "[run] pipe: ", std::strerror(errno));

@@ -336,8 +336,23 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   // The ranks' distributed.world_size: --nproc, or a resumed run's own 0 (its ranks took their
   // number from the environment, and a resume must not change its config).
   std::int64_t world_size = -1;
-  TB_CHECK(nproc >= 1 || (nproc == 0 && req.resume > 0), "[launch] --nproc must be >= 1, got ",
-           nproc);
+  TB_CHECK(nproc >= 0, "[launch] --nproc must be >= 1, got ", nproc);
+  std::string ranks_note;
+  // A new run without --nproc (0): the config's distributed.world_size, else one rank, said.
+  if (nproc == 0 && req.resume == 0 && req.configs.size() == 1) {
+    std::int64_t configured = 0;
+    try {
+      configured =
+          train::load_run_config(req.configs.front(), req.overrides).distributed.world_size;
+    } catch (const std::exception&) {  // check_ddp_start says what is wrong with it
+    }
+    nproc = configured > 0 ? static_cast<int>(configured) : 1;
+    ranks_note = configured > 0 ? "--nproc not given: " + std::to_string(nproc) +
+                                      " ranks, the config's distributed.world_size"
+                                : std::string(
+                                      "--nproc not given and no distributed.world_size in the "
+                                      "config: 1 rank (give --nproc N for N ranks)");
+  }
   TB_CHECK(req.configs.size() == 1 || (req.resume > 0 && req.configs.empty()),
            "[launch] --ddp runs one config over its ranks, got ", req.configs.size());
   TB_CHECK(!req.program.empty(), "[launch] no program to run");
@@ -369,6 +384,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
              ")");
   }
   DdpLaunch p;
+  if (!ranks_note.empty()) p.notes.push_back(ranks_note);
   p.argv = {req.mpirun, "-np", std::to_string(nproc), "--bind-to", "none"};
   const bool remote = !req.hosts.empty() || !req.hostfile.empty();
   if (!req.hosts.empty()) {
@@ -524,9 +540,18 @@ int spawn_ddp(const DdpLaunch& plan, int output_fd) {
   return pid;
 }
 
-// `launch --ddp --resume`: what each rank would refuse under mpirun's abort banner, said once
-// before mpirun starts.
-void check_ddp_resume(const LaunchRequest& req) {
+// `launch --ddp`: what each rank would refuse under mpirun's abort banner, said once before
+// mpirun starts.
+void check_ddp_start(const LaunchRequest& req) {
+  if (req.resume == 0) {
+    TB_CHECK(!req.configs.empty(), "[launch] give a run config");
+    // The ranks start in this folder with this config and --set (the launcher's own settings,
+    // backend, world size and binding, are valid by construction).
+    train::RunConfig c = train::load_run_config(req.configs.front(), req.overrides);
+    train::make_paths_absolute(c);
+    detail::check_new_run(c, req.configs.front(), req.overrides);
+    return;
+  }
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.resume);
   const store::RunDetails run = st.get_run(req.resume);
@@ -615,7 +640,7 @@ int launch_ddp(const LaunchRequest& req,
                const std::function<void(int pid, const DdpLaunch& plan)>& on_started,
                std::vector<std::string>* after) {
   const DdpLaunch plan = plan_ddp_launch(req);
-  if (req.resume > 0) check_ddp_resume(req);
+  check_ddp_start(req);
   TB_CHECK(!(req.stop_requested && req.stop_requested()),
            "[launch] stopped before mpirun started: no rank ran");
   const int pid = spawn_ddp(plan);

@@ -82,10 +82,11 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& request);
 /// (once: Open MPI's mpirun takes a second SIGINT or SIGTERM as "quit at once, leaving the
 /// ranks"). Returns its pid; a failed start is a tb::ValueError naming the program.
 int spawn_ddp(const DdpLaunch& plan, int output_fd = -1);
-/// `launch --ddp --resume`: what each rank would refuse, as a tb::ValueError before mpirun
-/// starts — a run finished or running elsewhere, no checkpoint, a config (stored, with
+/// `launch --ddp`: what each rank would refuse, as a tb::ValueError before mpirun starts. A new
+/// run: its config with `request.overrides`, checked as `run` checks it (keys, files, device). A
+/// resume: a run finished or running elsewhere, no checkpoint, a config (stored, with
 /// `request.overrides`) that differs from its newest checkpoint's.
-void check_ddp_resume(const LaunchRequest& request);
+void check_ddp_start(const LaunchRequest& request);
 
 /// After a failed job (`plan.job`, over the store at `db_path`): its run, if rank 0 (which
 /// writes the store) ended before it could close it, is closed — failed when `stopped` (the job

@@ -488,6 +488,11 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     Section s = section("distributed");
     s.read("backend", c.distributed.backend);
     s.check_enum("backend", c.distributed.backend, {"none", "mpi", "nccl"});
+    // Said with the config, before a launcher starts ranks that would each fail on it.
+    if (c.distributed.backend == "nccl" && c.run.device.rfind("cuda", 0) != 0)
+      s.ctx().fail("distributed.backend",
+                   "\"nccl\" trains on CUDA devices, and run.device is " + quote(c.run.device) +
+                       ": use distributed.backend = \"mpi\" on CPUs, or run.device = \"cuda\"");
     s.read("world_size", c.distributed.world_size);
     s.check_min("world_size", c.distributed.world_size, 0);
     s.read("timeout_s", c.distributed.timeout_s);

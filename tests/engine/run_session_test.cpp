@@ -557,6 +557,43 @@ TEST(RunLifecycle, CliAndGuiEntryPointsShareTheLifecycle) {
   EXPECT_EQ(again.status, "finished");
 }
 
+// `launch --ddp` without --nproc runs the config's distributed.world_size ranks, else one rank and
+// says so (it started a one-rank job without a word); and the config is checked as `run` checks
+// it before mpirun starts (each rank refused "nccl" on a CPU under mpirun's abort banner).
+TEST(DdpLaunchPlan, RanksWithoutNprocAndTheConfigCheckedFirst) {
+  tb::test::TempDir dir;
+  const fs::path config = dir.path() / "mlp.toml";
+  std::ofstream(config) << "[model]\nkind = \"mlp\"\ninput = 16\nhidden = [8]\nclasses = 4\n"
+                           "[data]\nkind = \"synthetic-blobs\"\n";
+  api::LaunchRequest req;
+  req.program = "trainbench-cli";
+  req.ddp = true;
+  req.nproc = 0;
+  req.db_path = dir.db();
+  req.configs = {config.string()};
+  auto ranks = [&](const std::string& note) {
+    const api::DdpLaunch plan = api::plan_ddp_launch(req);
+    EXPECT_NE(std::find(plan.notes.begin(), plan.notes.end(), note), plan.notes.end())
+        << "no note: " << note;
+    return plan.argv.at(1) == "-np" ? plan.argv.at(2) : "?";
+  };
+  EXPECT_EQ(ranks("--nproc not given and no distributed.world_size in the config: 1 rank (give "
+                  "--nproc N for N ranks)"),
+            "1");
+  req.overrides = {"distributed.world_size=3"};
+  EXPECT_EQ(ranks("--nproc not given: 3 ranks, the config's distributed.world_size"), "3");
+  api::check_ddp_start(req);  // a config `run` takes
+  req.overrides = {"distributed.backend=\"nccl\""};
+  EXPECT_EQ(tb::test::error_of([&] { api::check_ddp_start(req); }),
+            "[config] " + config.string() +
+                ": distributed.backend: \"nccl\" trains on CUDA devices, and run.device is "
+                "\"cpu\": use distributed.backend = \"mpi\" on CPUs, or run.device = \"cuda\" "
+                "(from --set distributed.backend=\"nccl\")");
+  req.overrides = {"data.path=\"" + (dir.path() / "nowhere").string() + "\""};
+  EXPECT_NE(tb::test::error_of([&] { api::check_ddp_start(req); }).find("data.path"),
+            std::string::npos);
+}
+
 // `launch --ddp` sets each rank's backend: the config's "nccl" is kept (from the config file,
 // or the stored config of a run resumed without one); anything else runs over "mpi".
 TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
