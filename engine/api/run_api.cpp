@@ -506,10 +506,12 @@ SampleResult sample_run(const SampleRequest& req) {
   const auto [vocab, context] = train::language_model_shape(*model);
   (void)context;
   (void)train::load_weights(*model, dir / "model.safetensors");
-  // The text form of the run's ids: its data kind's tokenizer (bytes, a SentencePiece model),
-  // bytes for any other 256-id model, else none (bare ids, e.g. GPT-2 token files).
+  // The text form of the run's ids: its data kind's tokenizer (bytes, a SentencePiece model), or
+  // none (bare ids: token files, also of 256 ids); bytes for a 256-id model of a kind this build
+  // does not know.
   std::shared_ptr<const data::Tokenizer> tokenizer;
-  if (const auto kind = data::dataset_registry().find(config.data.kind)) {
+  const auto kind = data::dataset_registry().find(config.data.kind);
+  if (kind) {
     try {
       tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
     } catch (const ValueError& e) {
@@ -519,7 +521,7 @@ SampleResult sample_run(const SampleRequest& req) {
                        std::to_string(req.run_id) + " --tokenizer-model PATH");
     }
   }
-  if (tokenizer == nullptr && vocab == 256) tokenizer = data::byte_tokenizer();
+  if (!kind && vocab == 256) tokenizer = data::byte_tokenizer();
   out.has_text = tokenizer != nullptr;
   out.tokenizer = tokenizer != nullptr ? tokenizer->describe() : "";
   std::vector<std::int64_t> prompt = req.prompt_tokens;

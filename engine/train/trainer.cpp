@@ -201,10 +201,9 @@ void Trainer::emit_samples() {
     const auto out = sample_tokens(
         *s_->model, std::vector<std::int64_t>(row, row + std::min(plen, prompts.size(1))), o);
     std::string text;
-    if (s_->tokenizer != nullptr || vocab == 256) {
+    if (s_->tokenizer != nullptr) {
       // Valid UTF-8 on one line: the store, the GUI and the JSON export take it as text.
-      text = data::printable_line(s_->tokenizer != nullptr ? s_->tokenizer->decode(out)
-                                                           : data::byte_tokenizer()->decode(out));
+      text = data::printable_line(s_->tokenizer->decode(out));
     } else {
       for (std::size_t k = 0; k < out.size(); ++k)
         text += (k ? "," : "") + std::to_string(out[k]);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <string>
 
 #include "engine/api/run_api.h"
@@ -271,4 +272,55 @@ TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
   EXPECT_NE(
       error_of([&] { api::sample_run(req); }).find(": no run 99 (trainbench-cli runs lists them)"),
       std::string::npos);
+}
+
+// A run on a token file of 256 ids is ids, not bytes (they were taken for bytes: a token prompt
+// was refused, a text one encoded as bytes, and its eval samples printed as text).
+TEST(Sample, ARunOnATokenFileOf256IdsSamplesIds) {
+  const test::TempDir dir("tb_sample_tokens");
+  const auto file = dir.path() / "train.bin";
+  {
+    std::vector<std::int32_t> header(256, 0);
+    header[0] = 20240520;  // llm.c's GPT-2 token file: magic, version, count
+    header[1] = 1;
+    header[2] = 4000;
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    for (int i = 0; i < 4000; ++i) {
+      const auto t = static_cast<std::uint16_t>((i * 7) % 31);
+      out.write(reinterpret_cast<const char*>(&t), 2);
+    }
+  }
+  const auto config = dir.path() / "tokens.toml";
+  std::ofstream(config) << "[run]\nsteps = 4\n[model]\nkind = \"gpt\"\nvocab = 256\n"
+                           "context_length = 8\nn_layers = 1\nn_heads = 2\nd_model = 16\n"
+                           "[data]\nkind = \"tokens\"\npath = \""
+                        << file.string()
+                        << "\"\ncontext_length = 8\nvocab = 256\nbatch_size = 4\nworkers = 0\n"
+                           "[eval]\ninterval = 4\nbatches = 1\nsamples = 1\nsample_tokens = 3\n";
+  const auto db = (dir.path() / "runs.sqlite").string();
+  const auto run = api::run_training(api::RunRequest{config.string(), {}, db, std::nullopt, ""},
+                                     nullptr, nullptr);
+  ASSERT_EQ(run.status, "finished") << run.message;
+  bool sampled = false;
+  for (const auto& e : api::StoreReader(db).events(run.run_id)) {
+    const auto at = e.find("sample at step 4: ");
+    if (at == std::string::npos) continue;
+    sampled = true;
+    EXPECT_TRUE(std::regex_match(e.substr(at + 18), std::regex("[0-9]+(,[0-9]+)*"))) << e;
+  }
+  EXPECT_TRUE(sampled);
+  api::SampleRequest req;
+  req.db_path = db;
+  req.run_id = run.run_id;
+  req.prompt_tokens = {5, 6};
+  req.tokens = 3;
+  const auto out = api::sample_run(req);
+  EXPECT_FALSE(out.has_text);
+  ASSERT_EQ(out.tokens.size(), 5u);
+  EXPECT_EQ(out.tokens[0], 5);
+  req.prompt_tokens.clear();
+  req.prompt = "hello";
+  EXPECT_NE(error_of([&] { api::sample_run(req); }).find("give the prompt as ids"),
+            std::string::npos);
 }
