@@ -305,6 +305,30 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     cut = cut || f.size() != v.size();
     return pad_left(f, w);
   };
+  // A row of values that first differ past the column's width would look alike cut at the end
+  // (["fashion-mnist", "mlp", "m... twice): they are cut in front instead, from a few characters
+  // before where they first differ.
+  const auto fit_row = [&](const std::vector<std::string>& vals) {
+    std::size_t same = 0;
+    while (std::all_of(vals.begin(), vals.end(), [&](const std::string& v) {
+      return same < v.size() && v[same] == vals[0][same];
+    }))
+      ++same;
+    std::size_t from = same > 8 ? same - 8 : 0;
+    while (from > 0 && (static_cast<unsigned char>(vals[0][from]) & 0xC0) == 0x80)
+      --from;
+    const bool front = display_width(std::string_view(vals[0]).substr(0, same)) + 4 > vw;
+    std::string out;
+    for (const auto& v : vals) {
+      if (!front || display_width(v) <= vw) {
+        out += fit(v);
+        continue;
+      }
+      cut = true;
+      out += pad_left(fit_width("..." + v.substr(from), vw), w);
+    }
+    return out;
+  };
   std::ostringstream os;
   os << pad_right("", kw + 2);
   for (const auto& r : runs)
@@ -346,19 +370,13 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   bool folded = false;
   for (const auto& sec : sections) {
     for (std::size_t i = 0; i < shared[sec].size(); ++i) {
-      os << "  " << pad_right(shared_keys[sec][i], kw);
-      for (const auto& v : shared[sec][i])
-        os << fit(v);
-      os << "\n";
+      os << "  " << pad_right(shared_keys[sec][i], kw) << fit_row(shared[sec][i]) << "\n";
     }
     const auto& rows = one_sided[sec];
     if (rows.empty()) continue;
     if (all_keys) {
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        os << "  " << pad_right(one_sided_keys[sec][i], kw);
-        for (const auto& v : rows[i])
-          os << fit(v);
-        os << "\n";
+        os << "  " << pad_right(one_sided_keys[sec][i], kw) << fit_row(rows[i]) << "\n";
       }
       continue;
     }

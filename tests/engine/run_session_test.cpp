@@ -1149,6 +1149,30 @@ TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
 
 // Muon against AdamW: the keys only one run's config has (each optimizer's own table) are
 // counted per section — listed with --all — so that the keys both have stand out.
+// Values that first differ past the column's width are cut in front, where they differ: cut at
+// the end, both read ["fashion-mnist", "mlp", "m... on a row that says they differ.
+TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const std::string db = (dir.path() / "runs.sqlite").string();
+  {
+    auto st = store::RunStore::open(db);
+    for (const std::string last : {"alpha", "omega"}) {
+      store::NewRun nr;
+      nr.name = last;
+      nr.config = api::check_config_text("[run]\ntags = [\"fashion-mnist\", \"mlp\", \"muon\", \"" +
+                                         last + "\"]\n")
+                      .effective_toml;
+      st.create_run(nr);
+    }
+  }
+  const std::string table = api::compare_runs(db, {1, 2});
+  EXPECT_TRUE(std::regex_search(
+      table,
+      std::regex("\n  run\\.tags +\\.\\.\\.[^\n]*\"alpha\"\\] +\\.\\.\\.[^\n]*\"omega\"\\]\n")))
+      << table;
+  EXPECT_NE(table.find("(... : cut to the column"), std::string::npos) << table;
+}
+
 TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
   tb::test::TempDir dir("tb_run_session_test");
   const std::string db = (dir.path() / "runs.sqlite").string();
