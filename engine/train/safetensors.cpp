@@ -169,7 +169,7 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path, bool data) {
   if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
     bad(path, "is not a regular file");
   std::ifstream in(path, std::ios::binary);
-  if (!in.good()) bad(path, "cannot open the file");
+  if (!in.good()) bad(path, std::string("cannot open the file (") + std::strerror(errno) + ")");
   in.seekg(0, std::ios::end);
   const auto file_size = static_cast<std::uint64_t>(in.tellg());
   in.seekg(0);
@@ -193,6 +193,10 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path, bool data) {
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | len[i];
+  // Any other file (a config, a text) reads as a huge header length: said as what it is.
+  if ((n > kMaxSafetensorsHeader || n > file_size - 8) && !json_follows)
+    bad(path,
+        "is not a safetensors file (one starts with an 8-byte header length and a JSON header)");
   if (n > kMaxSafetensorsHeader) {
     bad(path, "header length " + std::to_string(n) + " exceeds the limit of " +
                   std::to_string(kMaxSafetensorsHeader) + " bytes");

@@ -152,6 +152,15 @@ TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
     has(p, "truncated: 3 bytes, no header");
   }
   has(raw("{}", "", 1ULL << 60), "exceeds the limit");  // hostile length: nothing allocated
+  {
+    // Another kind of file (a config given as run.init_from): said as what it is, not as the
+    // header length its first 8 bytes would be.
+    const fs::path p = dir_ / "config.toml";
+    std::ofstream(p, std::ios::binary) << "[run]\nname = \"not weights\"\n";
+    has(p,
+        "is not a safetensors file (one starts with an 8-byte header length and a JSON "
+        "header)");
+  }
   has(raw(R"({"x":{})", "", 5000), "truncated: header length 5000 but only 7 bytes follow");
   has(raw("[1,2]", ""), "the header is not a JSON object");
   has(raw("{not json", ""), "the header is not a JSON object");
