@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -80,11 +82,15 @@ std::string encode_token_file(const TokenFileRequest& r) {
   TB_CHECK(!ids.empty(), "[tokenizer] ", corpus.source, ": no text to encode");
   // Written next to its place and renamed over it: whole or not at all.
   const std::filesystem::path out = r.output;
+  std::error_code is_dir;
+  TB_CHECK(!std::filesystem::is_directory(out, is_dir), "[tokenizer] -o ", out.string(),
+           ": is a folder; give the token file to write (e.g. ", (out / "train.bin").string(), ")");
   const std::filesystem::path tmp =
       out.string() + ".tmp-" + std::to_string(static_cast<long>(::getpid()));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    TB_CHECK(f.good(), "[tokenizer] ", out.string(), ": cannot write (", tmp.string(), ")");
+    TB_CHECK(f.good(), "[tokenizer] ", out.string(), ": cannot write (", std::strerror(errno),
+             ", writing ", tmp.string(), ")");
     // Little-endian, as llm.c writes it (and as this machine stores it).
     static_assert(std::endian::native == std::endian::little);
     if (!r.raw) {
@@ -107,8 +113,9 @@ std::string encode_token_file(const TokenFileRequest& r) {
   std::error_code ec;
   std::filesystem::rename(tmp, out, ec);
   if (ec) {
+    const std::string why = ec.message();  // before remove() reuses ec
     std::filesystem::remove(tmp, ec);
-    throw ValueError("[tokenizer] " + out.string() + ": cannot write: " + ec.message());
+    throw ValueError("[tokenizer] " + out.string() + ": cannot write: " + why);
   }
   std::ostringstream os;
   os << "wrote " << out.string() << ": " << ids.size() << " tokens of " << tok->describe()

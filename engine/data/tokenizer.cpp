@@ -276,6 +276,14 @@ std::filesystem::path train_sentencepiece(const TextCorpus& corpus,
   TB_CHECK(o.max_lines >= 0, "[tokenizer] max_lines must be >= 0, got ", o.max_lines);
   // The output folder is checked before the training (seconds to minutes), not after it.
   {
+    // "-o tok/" (a folder) wrote tok/.model and tok/.vocab, hidden.
+    std::error_code is_dir;
+    TB_CHECK(
+        o.model_prefix.has_filename() && !std::filesystem::is_directory(o.model_prefix, is_dir),
+        "[tokenizer] -o ", o.model_prefix.string(),
+        ": is a folder; give the name the files start with (PREFIX.model and PREFIX.vocab "
+        "are written, e.g. -o ",
+        (o.model_prefix / "tok").lexically_normal().string(), ")");
     const std::filesystem::path folder = o.model_prefix.has_parent_path()
                                              ? o.model_prefix.parent_path()
                                              : std::filesystem::path(".");

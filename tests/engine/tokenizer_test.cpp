@@ -170,6 +170,22 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
 // A full disk while the model is written (here a file-size limit, which fails the same writes
 // with EFBIG): an error naming the file and why, and neither file left behind; SentencePiece's
 // own writer had reported success and left a cut .model and an empty .vocab.
+// -o naming a folder ("-o tok/") wrote the hidden files tok/.model and tok/.vocab.
+TEST(Tokenizer, AModelPrefixThatIsAFolderIsRefused) {
+  Fixture f;
+  data::SentencePieceTrainOptions o;
+  o.vocab_size = 40;
+  for (const std::string& prefix : {f.dir.path().string() + "/", f.dir.path().string()}) {
+    o.model_prefix = prefix;
+    EXPECT_EQ(error_of([&] { (void)data::train_sentencepiece(data::load_text_corpus(f.text), o); }),
+              "[tokenizer] -o " + prefix +
+                  ": is a folder; give the name the files start with (PREFIX.model and "
+                  "PREFIX.vocab are written, e.g. -o " +
+                  (f.dir.path() / "tok").string() + ")");
+  }
+  EXPECT_FALSE(std::filesystem::exists(f.dir.path() / ".model"));
+}
+
 TEST(Tokenizer, AModelThatCannotBeWrittenWholeIsNotLeftBehind) {
   Fixture f;
   const std::filesystem::path prefix = f.dir.path() / "full";
@@ -563,6 +579,20 @@ TEST(Gpt2Bpe, TextBecomesATokenFileTheTokensKindReads) {
   EXPECT_NE(error_of([&] { (void)api::encode_token_file(none); }).find("missing"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(none.output));
+  // An output that is a folder is named as one (it said "cannot write: Success": the rename's
+  // reason was lost), and one that cannot be created says the system's reason.
+  api::TokenFileRequest to_folder = none;
+  to_folder.input = (dir.path() / "text").string();
+  to_folder.output = (dir.path() / "text").string();
+  EXPECT_EQ(error_of([&] { (void)api::encode_token_file(to_folder); }),
+            "[tokenizer] -o " + to_folder.output +
+                ": is a folder; give the token file to write (e.g. " +
+                (dir.path() / "text" / "train.bin").string() + ")");
+  to_folder.output = (dir.path() / "no-such-folder" / "x.bin").string();
+  EXPECT_NE(error_of([&] {
+              (void)api::encode_token_file(to_folder);
+            }).find(": cannot write (No such file or directory, writing "),
+            std::string::npos);
 }
 
 // data.kind = "tokens" with tokenizer = "gpt2": the kind's tokenizer is the BPE (so samples and
