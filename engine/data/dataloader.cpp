@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "engine/core/error.h"
@@ -107,12 +108,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
   TB_CHECK(size_ >= 0, "[dataloader] the dataset reports a negative size ", size_);
   num_batches_ = options_.drop_last ? size_ / options_.batch_size
                                     : (size_ + options_.batch_size - 1) / options_.batch_size;
-  try {
-    workers_.reserve(static_cast<std::size_t>(options_.num_workers));
-    for (int w = 0; w < options_.num_workers; ++w) {
-      workers_.emplace_back([this, w] { worker_loop(w); });
-    }
-  } catch (...) {
+  const auto stop_started = [this] {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
@@ -121,6 +117,21 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, const DataLoaderO
     for (std::thread& t : workers_) {
       t.join();
     }
+  };
+  try {
+    workers_.reserve(static_cast<std::size_t>(options_.num_workers));
+    for (int w = 0; w < options_.num_workers; ++w) {
+      workers_.emplace_back([this, w] { worker_loop(w); });
+    }
+  } catch (const std::system_error& e) {
+    // The system's thread limit (ulimit -u, a container's pids limit): said with the key.
+    const std::size_t started = workers_.size();
+    stop_started();
+    throw ValueError(detail::str_cat("[dataloader] data.workers = ", options_.num_workers,
+                                     ": the system refused loader thread ", started + 1, " (",
+                                     e.what(), "); use fewer workers"));
+  } catch (...) {
+    stop_started();
     throw;
   }
 }

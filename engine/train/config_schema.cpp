@@ -59,7 +59,8 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "and tokens have none and need it)"),
         FieldSpec("batch_size", FieldType::kInt, 128, "samples per step").at_least(1),
         FieldSpec("workers", FieldType::kInt, 1, "loader threads (0 = in the run thread)")
-            .at_least(0),
+            .at_least(0)
+            .at_most(256),
         FieldSpec("shuffle", FieldType::kBool, true, "new order every epoch"),
         FieldSpec("drop_last", FieldType::kBool, false, "drop a last partial batch"),
         FieldSpec("context_length", FieldType::kInt, 64, "text, tokens: tokens per sample")

@@ -102,6 +102,7 @@ void read_data(Section& s, DataSection& d) {
   s.check_min("batch_size", d.batch_size, 1);
   s.read("workers", d.workers);
   s.check_min("workers", d.workers, 0);
+  s.check_max("workers", d.workers, 256);
   s.read("shuffle", d.shuffle);
   s.read("drop_last", d.drop_last);
   s.read("context_length", d.context_length);

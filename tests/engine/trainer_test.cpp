@@ -637,6 +637,15 @@ conv_filters = "flatten"
 
 TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   auto cfg = blobs_config();
+  // A batch larger than the data with drop_last: no batch at all ("the data loader produced no
+  // batch" at the first step, naming no key).
+  cfg.data.drop_last = true;
+  cfg.data.batch_size = 100000;
+  EXPECT_NE(error_of([&] { train::Trainer t(cfg); })
+                .find("[data] data.batch_size = 100000 with data.drop_last = true leaves no batch "
+                      "of the "),
+            std::string::npos);
+  cfg = blobs_config();
   cfg.data.kind = "synthetic-text";
   EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("does not fit data.kind"),
             std::string::npos);
