@@ -201,7 +201,7 @@ ModelKind gpt_kind() {
       FieldSpec("context_length", FieldType::kInt, d.context_length,
                 "longest sequence (position table rows)")
           .documented_as("", "> 0"),
-      FieldSpec("n_layers", FieldType::kInt, d.n_layers, "blocks").documented_as("", "> 0"),
+      FieldSpec("n_layers", FieldType::kInt, d.n_layers, "blocks").at_least(1).at_most(1000),
       FieldSpec("n_heads", FieldType::kInt, d.n_heads, "attention heads")
           .documented_as("", "> 0, divides d_model"),
       FieldSpec("d_model", FieldType::kInt, d.d_model, "width (the MLP is 4x wider)")

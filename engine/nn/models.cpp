@@ -401,7 +401,7 @@ ModelKind qwen_tiny_kind() {
       positive(FieldSpec("vocab", FieldType::kInt, 256, "vocabulary (256: bytes)")),
       positive(FieldSpec("d_model", FieldType::kInt, 128,
                          "width (divisible by n_heads, even head size)")),
-      positive(FieldSpec("n_layers", FieldType::kInt, 4, "decoder blocks")),
+      positive(FieldSpec("n_layers", FieldType::kInt, 4, "decoder blocks")).at_most(1000),
       positive(FieldSpec("n_heads", FieldType::kInt, 4, "attention heads")),
       FieldSpec("n_kv_heads", FieldType::kInt, 0,
                 "key/value heads (grouped-query attention); 0 = n_heads")

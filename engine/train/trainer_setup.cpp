@@ -2,7 +2,9 @@
 // schedulers, GradScaler and SWA/EMA — each a named step the Trainer's constructor calls in
 // order. Every kind comes from its registry; every error is raised here, before any step.
 #include <algorithm>
+#include <new>
 #include <string>
+#include <string_view>
 
 #include "engine/core/error.h"
 #include "engine/data/registry.h"
@@ -135,7 +137,21 @@ void setup_model(const RunConfig& c, Trainer::State& s) {
            model_kind->task, ") does not fit data.kind '", c.data.kind, "' (", data_kind->task,
            ")");
   s.gen.manual_seed(c.run.seed);
-  s.model = nn::build_model(c.model, &s.gen);
+  // A model larger than the memory ("hidden = [100000, 100000]": 40 GB; a context_length of 2e9)
+  // is said with the section that sizes it, not as std::bad_alloc.
+  const auto too_big = [&c](const std::string& what) {
+    return ValueError("[model] model.kind = \"" + c.model.kind +
+                      "\" with these sizes needs more memory than there is (" + what +
+                      "): make the [model] smaller");
+  };
+  try {
+    s.model = nn::build_model(c.model, &s.gen);
+  } catch (const std::bad_alloc&) {
+    throw too_big("std::bad_alloc");
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind("[allocator] out of memory", 0) != 0) throw;
+    throw too_big(e.what());
+  }
   // Pretrained weights replace the initialisation (the generator has drawn it all the same, so
   // the data order and dropout do not depend on whether weights are loaded).
   if (!c.run.init_from.empty())

@@ -645,6 +645,13 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
                 .find("[data] data.batch_size = 100000 with data.drop_last = true leaves no batch "
                       "of the "),
             std::string::npos);
+  // A model larger than any memory is said with its section (it was "std::bad_alloc").
+  cfg = blobs_config();
+  cfg.model.fields["hidden"] = {3000000, 3000000};  // 9e12 weights
+  EXPECT_NE(error_of([&] { train::Trainer t(cfg); })
+                .find("[model] model.kind = \"mlp\" with these sizes needs more memory than there "
+                      "is ("),
+            std::string::npos);
   cfg = blobs_config();
   cfg.data.kind = "synthetic-text";
   EXPECT_NE(error_of([&] { train::Trainer t(cfg); }).find("does not fit data.kind"),
