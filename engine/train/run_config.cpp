@@ -140,9 +140,11 @@ void read_settings(Section& s, OptimizerSettings& o) {
   for (const auto& other : optim::optimizer_registry().entries()) {
     for (const auto& f : other->fields) {
       if (std::find(mine.begin(), mine.end(), f.key) != mine.end() || !s.peek(f.key)) continue;
+      // A kind set by --set keeps the file's keys of the old kind: said, as for other tables.
+      const std::string from = s.ctx().origin(s.path(f.key));
       s.ctx().fail_at(s.path(f.key), "unknown key '" + s.path(f.key) + "' for optimizer kind " +
                                          quote(o.kind) + " (its keys: " + join(mine, ", ") + ")" +
-                                         s.ctx().origin(s.path(f.key)));
+                                         (from.empty() ? s.ctx().kind_hint(s.path(f.key)) : from));
     }
   }
 }

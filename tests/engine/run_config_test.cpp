@@ -480,6 +480,10 @@ TEST(RunConfigTest, BadOverrides) {
               HasSubstr("did you mean 'optimizer.muon.lr' (or 'optimizer.adamw.lr')? "
                         "(optimizer.kind = muon " +
                         hint + "optimizer keys stay"));
+  EXPECT_THAT(error_of("[optimizer]\nkind = \"adamw\"\nbeta1 = 0.8\n", {"optimizer.kind=sgd"}),
+              HasSubstr("unknown key 'optimizer.beta1' for optimizer kind \"sgd\" (its keys: lr, "
+                        "weight_decay, momentum, nesterov) (optimizer.kind = sgd " +
+                        hint + "optimizer keys stay"));
   // Not for a key the file does not have (left at the new kind's default: the file's keys are
   // not to blame), nor for a key --set gave itself, nor without a kind from --set.
   const std::string blobs_cnn = "[model]\nkind = \"cnn\"\n[data]\nkind = \"synthetic-blobs\"\n";
