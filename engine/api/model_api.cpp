@@ -13,12 +13,19 @@
 namespace tb::api {
 namespace {
 
-// A model's config as a run config writes it: "[model]", its kind, then its fields by name.
-std::string model_toml(const nlohmann::json& config) {
+// A model's config as a run config writes it: "[model]", its kind, then its fields by name, as
+// given (ready to paste: a 0 that means "derived" stays 0, so it follows a changed d_model),
+// with what a derived value is for this model as a comment ("ffn_hidden = 0  # 352 here").
+std::string model_toml(const nlohmann::json& given, const nlohmann::json& resolved) {
   std::string out = "[model]\n";
-  if (config.contains("kind")) out += "kind = " + core::json_to_toml(config.at("kind")) + "\n";
-  for (const auto& [key, value] : config.items())
-    if (key != "kind") out += key + " = " + core::json_to_toml(value) + "\n";
+  if (given.contains("kind")) out += "kind = " + core::json_to_toml(given.at("kind")) + "\n";
+  for (const auto& [key, value] : given.items()) {
+    if (key == "kind") continue;
+    out += key + " = " + core::json_to_toml(value);
+    if (resolved.contains(key) && resolved.at(key) != value)
+      out += "  # " + core::json_to_toml(resolved.at(key)) + " here";
+    out += "\n";
+  }
   return out;
 }
 
@@ -31,7 +38,7 @@ ModelSummary describe_model(const std::string& kind, const std::vector<std::stri
   ModelSummary out;
   out.kind = nn::model_kind(cfg);
   out.config_json = nn::to_json(model->config()).dump(2);
-  out.config_toml = model_toml(nn::to_json(model->config()));
+  out.config_toml = model_toml(nn::to_json(cfg), nn::to_json(model->config()));
   out.table = nn::parameter_table(*model);
   out.parameters = model->num_parameters();
   return out;
@@ -46,7 +53,7 @@ ModelSummary describe_config_model(const std::string& toml_path,
   ModelSummary out;
   out.kind = nn::model_kind(c.model);
   out.config_json = nn::to_json(model->config()).dump(2);
-  out.config_toml = model_toml(nn::to_json(model->config()));
+  out.config_toml = model_toml(nn::to_json(c.model), nn::to_json(model->config()));
   out.parameters = model->num_parameters();
   if (!optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind.empty())
     out.table =
