@@ -543,9 +543,10 @@ int cmd_sweep(tb::api::SweepRequest req, bool dry_run, const std::string& show,
       if (row.name == plan.name)
         std::cout << "note: the store already has a sweep '" << plan.name << "' (" << row.status
                   << ", " << row.finished << " of " << row.trials
-                  << " trials finished): running this config would be refused; continue that one "
-                     "with --resume "
-                  << plan.name << ", or give this one another sweep.name\n";
+                  << " trials finished): running this config would be refused; "
+                  << (row.status == "finished" ? "sweep --show " + plan.name + " prints its table"
+                                               : "continue that one with --resume " + plan.name)
+                  << ", or give this one another sweep.name\n";
     return 0;
   }
   req.program = this_program("sweep");

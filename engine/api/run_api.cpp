@@ -533,7 +533,13 @@ SampleResult sample_run(const SampleRequest& req) {
     try {
       tokenizer = data::tokenizer_of(*kind, train::data_settings(config.data));
     } catch (const ValueError& e) {
-      if (!req.tokenizer_model.empty()) throw;  // the place given is wrong: said as it is
+      // The place given is wrong: said with the option given, not the config key it replaces.
+      if (!req.tokenizer_model.empty()) {
+        std::string why = e.what();
+        const std::string key = "data.tokenizer_model: ";
+        if (const auto at = why.find(key); at != std::string::npos) why.erase(0, at + key.size());
+        throw ValueError("[sample] --tokenizer-model " + req.tokenizer_model + ": " + why);
+      }
       throw ValueError(std::string(e.what()) +
                        "; if the tokenizer moved, give its new place: trainbench-cli sample " +
                        std::to_string(req.run_id) + " --tokenizer-model PATH");

@@ -78,11 +78,15 @@ std::int64_t create_sweep(RunStore& store, const NewSweep& s) {
     throw ValueError(str_cat("[store] ", store.path().string(), ": a sweep needs a name"));
   detail::Transaction tx(db);
   {
-    detail::Statement q = db.prepare("SELECT id FROM sweeps WHERE name = ?");
+    detail::Statement q = db.prepare("SELECT id, status FROM sweeps WHERE name = ?");
     q.bind(1, s.name);
     if (q.step()) {
+      // A finished one has nothing to continue: --resume would only print its table again.
+      const bool finished = q.text(1) == "finished";
       throw ValueError(str_cat("[sweep] ", store.path().string(), " already has a sweep '", s.name,
-                               "' (id ", q.int64(0), "): continue it with --resume ", s.name,
+                               "' (id ", q.int64(0), finished ? ", finished" : "",
+                               finished ? "): sweep --show " : "): continue it with --resume ",
+                               s.name, finished ? " prints its table" : "",
                                ", or give this one another sweep.name"));
     }
   }

@@ -506,8 +506,9 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
              " belongs to ", state.at("owner").value("description", key), ", not to ",
              owner_description_.empty() ? owner_key_ : owner_description_,
              same_store
-                 ? "; resume that run instead (run --resume " + key.substr(key.rfind('/') + 1) + ")"
-                 : std::string("; resume that run from its own store"));
+                 ? "; it continues run " + key.substr(key.rfind('/') + 1) + " only (run --resume " +
+                       key.substr(key.rfind('/') + 1) + ", if that run is not finished)"
+                 : std::string("; it continues that run only, from its own store"));
   }
   for (auto& w : check_resume_config(dir, state.at("config").get<std::string>(), config_))
     s.setup_warnings.push_back(std::move(w));

@@ -37,8 +37,8 @@ shown=$("$cli" --db "$work/runs.sqlite" sweep --show opt-lr | sed -n '/^point /,
 [ "$shown" = "$table" ] || fail "sweep --show differs from the sweep's own table: $shown"
 again=$("$cli" --db "$work/runs.sqlite" sweep "$src/tests/data/sweep_grid.toml" 2>&1) &&
   fail "starting sweep opt-lr a second time succeeded"
-echo "$again" | grep -q "already has a sweep 'opt-lr'.*--resume opt-lr" ||
-  fail "a second opt-lr is refused without naming --resume: $again"
+echo "$again" | grep -q "already has a sweep 'opt-lr' (id 1, finished): sweep --show opt-lr prints its table, or give this one another sweep.name" ||
+  fail "a second, finished opt-lr is refused without naming sweep --show: $again"
 # Eight at a time in exclusive slots, on a machine with fewer physical cores: the slots cannot be
 # met, so the trials run unbound, and each start says why (it said "unbound" and nothing more).
 cores=$(lscpu -p=core,socket 2>/dev/null | grep -v '^#' | sort -u | wc -l)

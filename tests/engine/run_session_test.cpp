@@ -170,7 +170,8 @@ TEST(RunLifecycle, ResumingFromAnotherStoresCheckpointIsRefused) {
   EXPECT_NE(error.find("belongs to run 1 of store a.sqlite (id " + a_id + ")"), std::string::npos)
       << error;
   EXPECT_NE(error.find("not to run 1 of store b.sqlite"), std::string::npos) << error;
-  EXPECT_NE(error.find("; resume that run from its own store"), std::string::npos) << error;
+  EXPECT_NE(error.find("; it continues that run only, from its own store"), std::string::npos)
+      << error;
   // b's run is left as it was: cancelled at step 4, resumable from its own checkpoint.
   const auto run_b = store::RunStore::open(b).get_run(1).summary;
   EXPECT_EQ(run_b.status, store::RunStatus::kCancelled);
@@ -197,7 +198,9 @@ TEST(RunLifecycle, ARefusedResumeSaysWhatToDoInstead) {
   const std::string error = tb::test::error_of([&] { api::execute_run(cross); });
   EXPECT_NE(error.find("belongs to run 1 of store a.sqlite"), std::string::npos) << error;
   EXPECT_NE(error.find("not to run 2 of store a.sqlite"), std::string::npos) << error;
-  EXPECT_NE(error.find("; resume that run instead (run --resume 1)"), std::string::npos) << error;
+  EXPECT_NE(error.find("; it continues run 1 only (run --resume 1, if that run is not finished)"),
+            std::string::npos)
+      << error;
 
   api::RunSpec moved;
   moved.db_path = a.string();

@@ -424,7 +424,11 @@ TEST(Tokenizer, ARunOverPiecesSamplesText) {
       << gone;
   req.tokenizer_model = (f.model.parent_path() / "nowhere.model").string();
   const std::string wrong = error_of([&] { (void)api::sample_run(req); });
-  EXPECT_NE(wrong.find("nowhere.model"), std::string::npos) << wrong;
+  // Named by the option given, not the config key it stands in for.
+  EXPECT_EQ(wrong.rfind("[sample] --tokenizer-model " + req.tokenizer_model + ": [tokenizer] ", 0),
+            0u)
+      << wrong;
+  EXPECT_EQ(wrong.find("data.tokenizer_model"), std::string::npos) << wrong;
   EXPECT_EQ(wrong.find("if the tokenizer moved"), std::string::npos) << wrong;
   req.tokenizer_model = moved.string();
   const auto b = api::sample_run(req);

@@ -269,7 +269,10 @@ TEST_F(StoreTest, SweepsAreRecordsWithTrialsAndRunsThatKnowThem) {
     create_sweep(store, s);
     ADD_FAILURE() << "a second sweep 'lr' was created";
   } catch (const tb::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("already has a sweep 'lr'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("already has a sweep 'lr' (id " + std::to_string(id) +
+                                         "): continue it with --resume lr, or give this one "
+                                         "another sweep.name"),
+              std::string::npos)
         << e.what();
   }
   NewRun run;
