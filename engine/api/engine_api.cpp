@@ -159,9 +159,15 @@ std::string error_text(const std::exception& e) {
   if (config == nullptr) return what;
   const ConfigProblem& p = config->problem();
   const std::string at = "[config] " + p.source + ": ";
-  if (p.line > 0 && what.rfind(at, 0) == 0)
+  if (p.line > 0 && what.rfind(at, 0) == 0) {
+    std::string rest = what.substr(at.size());
+    // A TOML syntax error says its place in words too ("line 2, column 10: "): once is enough.
+    const std::string words =
+        "line " + std::to_string(p.line) + ", column " + std::to_string(p.column) + ": ";
+    if (rest.rfind(words, 0) == 0) rest.erase(0, words.size());
     what = "[config] " + p.source + ":" + std::to_string(p.line) + ":" +
-           std::to_string(std::max(p.column, 1)) + ": " + what.substr(at.size());
+           std::to_string(std::max(p.column, 1)) + ": " + rest;
+  }
   return what;
 }
 

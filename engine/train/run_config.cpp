@@ -400,7 +400,12 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     root = toml::parse(std::string_view(toml_text), std::string_view(source));
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
-    ConfigProblem p = ctx.problem("", "invalid TOML: " + std::string(e.description()));
+    std::string why(e.description());
+    // toml++'s words for a string left open ("name = \"x" and the line's end).
+    if (why.find("Error while parsing string") != std::string::npos &&
+        why.find("control characters") != std::string::npos)
+      why += " (is a string not closed with its quote before the end of the line?)";
+    ConfigProblem p = ctx.problem("", "invalid TOML: " + why);
     p.line = static_cast<int>(b.line);
     p.column = static_cast<int>(b.column);
     throw ConfigError(p, "[config] " + source + ": line " + std::to_string(b.line) + ", column " +

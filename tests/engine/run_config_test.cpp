@@ -282,6 +282,12 @@ TEST(RunConfigTest, ErrorTextGivesTheKeysLineAndColumn) {
             "[config] run.toml:5:6: optimizer.lr: expected a number, found string \"fast\"");
   EXPECT_EQ(text_of("", {"optimizer.lr=-1"}).rfind("[config] run.toml: optimizer.lr: ", 0), 0u);
   EXPECT_EQ(tb::api::error_text(tb::ValueError("[data] plain")), "[data] plain");
+  // A TOML syntax error gives its place once (it said "run.toml:2:10: line 2, column 10: ..."),
+  // and a string left open says so.
+  EXPECT_EQ(text_of("[run]\nname = \"x\n"),
+            "[config] run.toml:2:10: invalid TOML: Error while parsing string: unescaped control "
+            "characters other than TAB (U+0009) are explicitly prohibited (is a string not closed "
+            "with its quote before the end of the line?)");
 }
 
 TEST(RunConfigTest, EnumErrors) {
