@@ -11,8 +11,10 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -539,7 +541,7 @@ std::string read_config_file(const std::string& path, const std::string& what) {
   if (std::filesystem::is_directory(path, ec))
     fail("is a folder, not a config file (give a .toml file)");
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open the file for reading");
+  if (!in) fail(std::string("cannot open the file for reading (") + std::strerror(errno) + ")");
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) fail("error while reading the file");

@@ -592,7 +592,9 @@ TEST(RunConfigTest, AFolderOrAMissingFileIsNotAConfig) {
     (void)read_config_file(missing, "sweep");
     ADD_FAILURE() << "a missing file was read";
   } catch (const ValueError& e) {
-    EXPECT_EQ(std::string(e.what()), "[sweep] " + missing + ": cannot open the file for reading");
+    EXPECT_EQ(std::string(e.what()), "[sweep] " + missing +
+                                         ": cannot open the file for reading (No such file or "
+                                         "directory)");
   }
 }
 
