@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -200,9 +201,13 @@ std::size_t read_header_through_sqlite(const std::filesystem::path& path,
     sqlite3* db;
     ~Close() { sqlite3_close_v2(db); }
   } close{db};
-  if (rc != SQLITE_OK)
+  if (rc != SQLITE_OK) {
+    // SQLite's words ("unable to open database file") and the system's reason behind them.
+    const int os = db != nullptr ? sqlite3_system_errno(db) : 0;
     throw StoreError(str_cat("[store] ", path.string(), ": cannot be read (",
-                             db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc), ")"));
+                             db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc),
+                             os != 0 ? std::string(": ") + std::strerror(os) : std::string(), ")"));
+  }
   sqlite3_file* f = nullptr;
   if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
       f == nullptr || f->pMethods == nullptr)
