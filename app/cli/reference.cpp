@@ -81,8 +81,24 @@ std::map<std::string, std::string> reference_blocks() {
 }
 
 void print_reference(std::ostream& out) {
-  for (const auto& [name, text] : reference_blocks())
-    out << kBegin << name << " -->\n" << text << kEnd << "\n\n";
+  // In the order a config is read, each under a heading (the markers alone vanish once the
+  // Markdown is rendered): the sections, then each family's kinds and each kind's fields.
+  const auto blocks = reference_blocks();
+  const auto block = [&](const std::string& heading, const std::string& name) {
+    const auto it = blocks.find(name);
+    if (it == blocks.end()) return;
+    out << heading << "\n\n" << kBegin << name << " -->\n" << it->second << kEnd << "\n\n";
+  };
+  out << "# TrainBench config reference (trainbench-cli reference; the whole text with examples: "
+         "docs/config-reference.md)\n\n";
+  for (const auto& s : api::config_sections())
+    block(s.name.empty() ? "## Top-level keys" : "## `[" + s.name + "]`",
+          "section:" + (s.name.empty() ? std::string("top") : s.name));
+  for (const auto& family : api::config_families()) {
+    block("## " + family + " kinds", "kinds:" + family);
+    for (const auto& k : api::list_kinds(family))
+      block("### " + family + " kind `" + k.name + "`", "kind:" + family + ":" + k.name);
+  }
 }
 
 int check_reference(const std::string& path, bool update, std::ostream& err) {
