@@ -321,6 +321,16 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
                  " (a learning rate must be a finite number >= 0); trainbench-cli schedule "
                  "CONFIG shows the whole schedule");
   }
+  // A binding this machine cannot give (more exclusive slots than cores, CPUs not allowed here),
+  // as the trainer would refuse it once the run is stored.
+  try {
+    train::check_binding(c);
+  } catch (const ValueError& e) {
+    std::string what = e.what();
+    const std::string tag = "[trainer] ";
+    if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
+    throw ValueError(at + what);
+  }
   check_run_files(c, source, overrides);
 }
 

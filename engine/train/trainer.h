@@ -65,6 +65,11 @@ const char* outcome_name(RunOutcome outcome);
 std::vector<std::string> check_schedule_length(const RunConfig& config, std::int64_t steps,
                                                const std::string& run_length);
 
+/// The CPU binding of `config` planned on this machine as the trainer plans it (binding.cpus
+/// allowed here; binding.mode's slot found, unless binding.fallback): tb::ValueError as the
+/// trainer would throw it, said before a run is stored.
+void check_binding(const RunConfig& config);
+
 /// The end of a run.
 struct TrainResult {
   RunOutcome outcome = RunOutcome::kFinished;  ///< how it ended

@@ -304,4 +304,9 @@ std::vector<std::string> check_schedule_length(const RunConfig& config, std::int
   return warnings;
 }
 
+void check_binding(const RunConfig& config) {
+  Trainer::State scratch;
+  detail::plan_binding(config, scratch);
+}
+
 }  // namespace tb::train

@@ -971,6 +971,27 @@ TEST(RunLifecycle, AOneCycleShorterThanTheRunCreatesNoRun) {
   EXPECT_EQ(api::execute_run(spec).status, "finished");
 }
 
+// A binding this machine cannot give is refused before a run is stored (the run was created and
+// failed at set-up, exit 2): CPUs this process may not use, more exclusive slots than cores.
+TEST(RunLifecycle, ABindingThisMachineCannotGiveCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = {"binding.cpus=\"0-4095\""};
+  const std::string cpus = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_EQ(cpus.rfind("[config] side-by-side.toml: binding.cpus '0-4095': CPUs ", 0), 0u) << cpus;
+  EXPECT_NE(cpus.find(" are not allowed for this process (allowed: "), std::string::npos) << cpus;
+  spec.overrides = {"binding.mode=\"exclusive\"", "binding.slots=5000", "binding.slot=4999"};
+  const std::string slots = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_EQ(
+      slots.rfind("[config] side-by-side.toml: binding.mode 'exclusive' (slot 4999 of 5000): ", 0),
+      0u)
+      << slots;
+  EXPECT_NE(slots.find("(set binding.fallback = true to run unbound instead)"), std::string::npos)
+      << slots;
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+}
+
 // A schedule whose learning rate is no LR is refused before a run is stored, naming the key where
 // one is at fault (PyTorch takes a NaN gamma and the run diverges), else the first step whose LR is
 // NaN, infinite or negative.
