@@ -171,6 +171,12 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
   if (!rest_kind.empty()) {
     const auto split = optim::split_params(*s.model, os.split, os.flattens_conv_filters());
     s.split_table = split.str();
+    if (split.muon.empty())
+      s.setup_warnings.push_back(
+          "optimizer.kind = \"" + os.main.kind +
+          "\" takes the 2-D hidden matrices, and this model has none (optimizer.split and "
+          "the model's layers decide): " +
+          rest_kind + " trains every parameter");
     if (!split.muon.empty()) {
       s.opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));
       s.opt_names.push_back(os.main.kind);
@@ -259,6 +265,12 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
                             std::to_string(s.loader->num_batches()) + " steps per epoch";
   for (auto& w : train::check_schedule_length(c, steps, run_length))
     s.setup_warnings.push_back(std::move(w));
+  // An average that starts after the run's last step averages nothing.
+  if (c.swa.kind != "none" && c.swa.start_step >= steps)
+    s.setup_warnings.push_back("swa.start_step = " + std::to_string(c.swa.start_step) +
+                               " is not before the run's last step (" + run_length + "): no " +
+                               c.swa.kind + " average is taken and no eval_" + c.swa.kind +
+                               " metrics are written");
   // A plateau steps after each evaluation but the last: with none before it, the LR never moves.
   const auto& sc = c.scheduler.config;
   if (sc.is_object() && sc.value("kind", std::string()) == "plateau") {
@@ -275,6 +287,10 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
 
 void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
   // Mixed precision: autocast in the forward pass, loss scaling when asked.
+  if (c.amp.grad_scaler && !c.amp.enabled)
+    s.setup_warnings.push_back(
+        "amp.grad_scaler = true does nothing with amp.enabled = false (nothing is computed in "
+        "reduced precision, so no loss is scaled)");
   if (c.amp.grad_scaler) {
     amp::GradScalerOptions so;
     so.enabled = c.amp.enabled;

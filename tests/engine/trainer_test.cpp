@@ -668,6 +668,45 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   EXPECT_NE(e.find("binding.fallback = true"), std::string::npos) << e;
 }
 
+// Settings that would do nothing are said once, at set-up: a matrix optimizer with no matrix, an
+// average that starts after the last step, a loss scaler without mixed precision.
+TEST(Trainer, SettingsThatDoNothingAreWarnedAbout) {
+  auto warnings_of = [](const train::RunConfig& c) {
+    train::Trainer t(c);
+    auto rec = std::make_shared<Recorder>();
+    t.add_sink(rec);
+    EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+    std::vector<std::string> out;
+    for (const auto& ev : rec->events)
+      if (ev.rfind("warning: ", 0) == 0) out.push_back(ev);
+    return out;
+  };
+  EXPECT_TRUE(warnings_of(blobs_config()).empty());
+  auto cfg = blobs_config();  // 30 steps
+  cfg.model.fields["hidden"] = nlohmann::json::array();
+  cfg.optimizer.main = train::OptimizerSettings("muon");
+  EXPECT_EQ(warnings_of(cfg),
+            std::vector<std::string>{
+                "warning: optimizer.kind = \"muon\" takes the 2-D hidden matrices, and this model "
+                "has none (optimizer.split and the model's layers decide): adamw trains every "
+                "parameter"});
+  cfg = blobs_config();
+  cfg.swa.kind = "swa";
+  cfg.swa.start_step = 30;
+  EXPECT_EQ(warnings_of(cfg),
+            std::vector<std::string>{
+                "warning: swa.start_step = 30 is not before the run's last step (run.steps = 30): "
+                "no swa average is taken and no eval_swa metrics are written"});
+  cfg.swa.start_step = 29;
+  EXPECT_TRUE(warnings_of(cfg).empty());
+  cfg = blobs_config();
+  cfg.amp.grad_scaler = true;
+  EXPECT_EQ(warnings_of(cfg), std::vector<std::string>{
+                                  "warning: amp.grad_scaler = true does nothing with amp.enabled = "
+                                  "false (nothing is computed in reduced precision, so no loss is "
+                                  "scaled)"});
+}
+
 // A schedule measured against the steps it is stepped: a one-cycle schedule that would fail at
 // its end (OneCycleLR raises "Tried to step ...", as PyTorch's does) is refused before any step;
 // a cosine that would climb back up after T_max (CosineAnnealingLR is periodic) is a warning,
