@@ -2,8 +2,11 @@
 // store), compare, demo, dispatch, devices, topo, launch, model, schedule, reference: the
 // command line's options, parsed here, and the commands they call (commands.h).
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -37,10 +40,28 @@ CLI::Validator number_above_zero(bool inclusive) {
         const double v = std::strtod(text.c_str(), &end);
         if (text.empty() || end == text.c_str() || *end != '\0')
           return "expected a number, got '" + text + "'";
+        if (!std::isfinite(v)) return "expected a finite number " + want + ", got " + text;
         if (inclusive ? !(v >= 0) : !(v > 0)) return "must be " + want + ", got " + text;
         return {};
       },
       want);
+}
+
+// An integer from `lo` to `hi`, said plainly when it is not (CLI11's Range says "Value abc not
+// in range 0 to 1024" for a word too).
+CLI::Validator integer_in(long long lo, long long hi) {
+  const std::string want = std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, want](std::string& text) -> std::string {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.empty() || ec == std::errc::invalid_argument || end != text.data() + text.size())
+          return "expected an integer (" + want + "), got '" + text + "'";
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+          return "expected an integer from " + want + ", got " + text;
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + " - " + std::to_string(hi) + "]");
 }
 const CLI::Validator kPositive = number_above_zero(false);
 const CLI::Validator kNonNegative = number_above_zero(true);
@@ -62,7 +83,7 @@ int cli_main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "kernel and BLAS threads (default, or 0: TB_NUM_THREADS or the CPUs this process "
                  "may use)")
-      ->check(CLI::Range(0, 1024));  // the engine's most (tb::core::kMaxNumThreads)
+      ->check(integer_in(0, 1024));  // the engine's most (tb::core::kMaxNumThreads)
   app.add_option("--gemm-backend", gemm, "auto, onednn, openblas, reference, cublas or cublaslt");
   bool tf32 = false;
   app.add_flag("--tf32", tf32,
@@ -74,7 +95,7 @@ int cli_main(int argc, char** argv) {
   int steps = 200;
   demo->add_option("--seed", seed, "random seed")->capture_default_str();
   demo->add_option("--steps", steps, "gradient-descent steps")
-      ->check(CLI::Range(1, 1000000))
+      ->check(integer_in(1, 1000000))
       ->capture_default_str();
 
   auto* dispatch = app.add_subcommand("dispatch", "print the dispatcher's kernel table");
@@ -123,7 +144,7 @@ int cli_main(int argc, char** argv) {
       ->add_option("--nproc", launch_req.nproc,
                    "number of processes (= slots; default: one per config; with --ddp, the "
                    "config's distributed.world_size or 1, or the resumed run's ranks)")
-      ->check(CLI::Range(1, 4096));
+      ->check(integer_in(1, 4096));
   launch
       ->add_option("--binding", launch_req.binding, "none, node, socket, exclusive or core-complex")
       ->capture_default_str();
@@ -194,7 +215,7 @@ int cli_main(int argc, char** argv) {
                    "base learning rate (default 0.1); repeat for several param groups")
       ->allow_extra_args(false);
   schedule->add_option("--steps", sched_steps, "scheduler steps to print (default 20)")
-      ->check(CLI::Range(0, 10000000));
+      ->check(integer_in(0, 10000000));
   schedule->add_flag("--momentum", sched_momentum,
                      "also print the momentum (or beta1 with --set optimizer=adam)");
 

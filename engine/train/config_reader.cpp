@@ -106,6 +106,11 @@ void apply_override(Ctx& ctx, toml::table& root, const std::string& text) {
     is_toml = false;
   }
   if (!is_toml) {
+    // Digits that are no TOML integer are one beyond 64 bits, not a word.
+    const std::size_t sign = !raw.empty() && (raw[0] == '+' || raw[0] == '-') ? 1 : 0;
+    if (raw.size() > sign && raw.find_first_not_of("0123456789_", sign) == std::string::npos)
+      ctx.fail_plain("--set " + text + ": " + raw.substr(sign) +
+                     " is larger than the largest integer (2^63 - 1)");
     doc = toml::table{};
     doc.insert("v", raw);
   }

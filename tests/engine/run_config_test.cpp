@@ -186,6 +186,9 @@ TEST(RunConfigTest, RangeErrors) {
   EXPECT_THAT(error_of("[optimizer]\nlr = inf\n"), HasSubstr("found inf"));
   EXPECT_THAT(error_of("[swa]\nevery = 0\n"), HasSubstr("swa.every: expected an integer >= 1"));
   EXPECT_THAT(error_of("threads = -2\n"), HasSubstr("threads: expected an integer >= 0"));
+  EXPECT_EQ(error_of("", {"data.batch_size=99999999999999999999"}),
+            "[config] run.toml: --set data.batch_size=99999999999999999999: 99999999999999999999 "
+            "is larger than the largest integer (2^63 - 1)");
   // 100000 loader threads failed the run with "Resource temporarily unavailable", naming nothing.
   EXPECT_THAT(error_of("[data]\nworkers = 100000\n"),
               HasSubstr("data.workers: expected an integer <= 256, found 100000"));
