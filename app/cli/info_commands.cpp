@@ -253,16 +253,21 @@ int cmd_schedule_config(const std::string& path, const std::vector<std::string>&
 int cmd_runs(const std::string& db_path, const std::string& sweep) {
   std::string unrecovered;
   const auto rows = tb::api::list_runs(db_path, sweep, &unrecovered);  // an error: no header
-  int name_width = 24;  // wider for long names (a sweep's trials), so columns never touch
+  // Wider for long names (a sweep's trials), so columns never touch; up to 48 cells, a longer
+  // name cut with "..." (show N prints it whole), so one name cannot widen every row.
+  constexpr std::size_t kMaxName = 48;
+  int name_width = 24;
   for (const auto& r : rows)
-    name_width = std::max(name_width, static_cast<int>(tb::api::display_width(r.name)) + 2);
+    name_width = std::max(name_width,
+                          static_cast<int>(std::min(tb::api::display_width(r.name), kMaxName)) + 2);
   std::cout << std::left << std::setw(5) << "id" << std::setw(name_width) << "name" << std::setw(11)
             << "status" << std::setw(21) << "created (UTC)" << std::setw(8) << "steps"
             << "message\n";
   for (const auto& r : rows) {
     std::cout << std::left << std::setw(5) << r.id
-              << tb::api::pad_right(r.name, static_cast<std::size_t>(name_width)) << std::setw(11)
-              << r.status << std::setw(21) << r.created << std::setw(8)
+              << tb::api::pad_right(tb::api::fit_width(r.name, kMaxName),
+                                    static_cast<std::size_t>(name_width))
+              << std::setw(11) << r.status << std::setw(21) << r.created << std::setw(8)
               << (r.last_step ? std::to_string(*r.last_step) : "-") << r.message;
     if (!r.sweep.empty())
       std::cout << (r.message.empty() ? "" : "  ") << "[sweep " << r.sweep << " p"

@@ -291,6 +291,12 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
              "run.name: a run name is one line of text, without control characters (a "
              "newline, a tab)",
              from_set(overrides, "run.name"));
+  for (const std::string& tag : c.run.tags)
+    for (const char ch : tag)
+      TB_CHECK(static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f, at,
+               "run.tags: a tag is one line of text, without control characters (a newline, a "
+               "tab, a NUL)",
+               from_set(overrides, "run.tags"));
   // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
   const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
   TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why,

@@ -971,6 +971,18 @@ TEST(RunLifecycle, AOneCycleShorterThanTheRunCreatesNoRun) {
   EXPECT_EQ(api::execute_run(spec).status, "finished");
 }
 
+// A tag is one line, as a name is (a NUL or newline in a tag was stored and split the table).
+TEST(RunLifecycle, ATagWithAControlCharacterCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = {"run.tags=[\"ok\", \"a\\nb\"]"};
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }),
+            "[config] side-by-side.toml: run.tags: a tag is one line of text, without control "
+            "characters (a newline, a tab, a NUL) (from --set run.tags=[\"ok\", \"a\\nb\"])");
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+}
+
 // A binding this machine cannot give is refused before a run is stored (the run was created and
 // failed at set-up, exit 2): CPUs this process may not use, more exclusive slots than cores.
 TEST(RunLifecycle, ABindingThisMachineCannotGiveCreatesNoRun) {
