@@ -2,9 +2,11 @@
 #include "engine/core/allocator.h"
 
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #include <array>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +29,17 @@ constexpr int kCachePerClass = 32;
 constexpr std::size_t kLargeGranule = 4096;
 constexpr std::int64_t kLargeCacheBytes = std::int64_t{1} << 30;
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// The machine's memory and swap: no single block can be larger.
+std::size_t memory_bytes() {
+  static const std::size_t bytes = [] {
+    struct sysinfo info {};
+    if (sysinfo(&info) != 0) return std::numeric_limits<std::size_t>::max();
+    return (static_cast<std::size_t>(info.totalram) + static_cast<std::size_t>(info.totalswap)) *
+           static_cast<std::size_t>(info.mem_unit);
+  }();
+  return bytes;
+}
 
 int size_class(std::size_t rounded) {
   if (rounded > (kMinClassBytes << (kNumClasses - 1))) return -1;
@@ -57,6 +70,10 @@ class CpuAllocator final : public Allocator {
     void* p = cls >= 0 ? cache().pop(cls) : large_pop(rounded);
     if (p != nullptr) {
       cached_.fetch_sub(static_cast<std::int64_t>(rounded), std::memory_order_relaxed);
+    } else if (rounded > memory_bytes()) {
+      // More than the machine's memory and swap: refused here, not left to the system (a
+      // sanitizer's allocator ends the process on such a request; overcommit fails it later).
+      p = nullptr;
     } else if (huge) {
       if (posix_memalign(&p, kHugePage, rounded) != 0) p = nullptr;
 #ifdef MADV_HUGEPAGE
