@@ -327,6 +327,16 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
                  " (a learning rate must be a finite number >= 0); trainbench-cli schedule "
                  "CONFIG shows the whole schedule");
   }
+  // A checkpoint.dir that cannot be made (a read-only place, /proc) failed the run after it was
+  // stored: made now, as the run would make it.
+  if (!c.checkpoint.dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(c.checkpoint.dir, ec);
+    TB_CHECK(!ec && std::filesystem::is_directory(c.checkpoint.dir, ec), at,
+             "checkpoint.dir: ", c.checkpoint.dir, ": cannot make this folder (",
+             ec ? ec.message() : std::string("not a folder"), ")",
+             from_set(overrides, "checkpoint.dir"));
+  }
   // A binding this machine cannot give (more exclusive slots than cores, CPUs not allowed here),
   // as the trainer would refuse it once the run is stored.
   try {

@@ -983,6 +983,22 @@ TEST(RunLifecycle, ATagWithAControlCharacterCreatesNoRun) {
   EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 
+// A checkpoint.dir that cannot be made is refused before a run is stored (the run failed at
+// its set-up): here a file's name, a folder under a file.
+TEST(RunLifecycle, ACheckpointFolderThatCannotBeMadeCreatesNoRun) {
+  tb::test::TempDir dir("tb_run_session_test");
+  const fs::path db = dir.path() / "runs.sqlite";
+  const fs::path file = dir.path() / "a-file";
+  std::ofstream(file) << "x";
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = {"checkpoint.dir=\"" + (file / "checkpoints").string() + "\""};
+  EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }),
+            "[config] side-by-side.toml: checkpoint.dir: " + (file / "checkpoints").string() +
+                ": cannot make this folder (Not a directory) (from --set " + spec.overrides[0] +
+                ")");
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+}
+
 // A binding this machine cannot give is refused before a run is stored (the run was created and
 // failed at set-up, exit 2): CPUs this process may not use, more exclusive slots than cores.
 TEST(RunLifecycle, ABindingThisMachineCannotGiveCreatesNoRun) {
