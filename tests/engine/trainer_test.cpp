@@ -668,19 +668,21 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   EXPECT_NE(e.find("binding.fallback = true"), std::string::npos) << e;
 }
 
+// The warnings a run of `c` gives ("warning: ..." events), after it finished.
+std::vector<std::string> warnings_of(const train::RunConfig& c) {
+  train::Trainer t(c);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  std::vector<std::string> out;
+  for (const auto& ev : rec->events)
+    if (ev.rfind("warning: ", 0) == 0) out.push_back(ev);
+  return out;
+}
+
 // Settings that would do nothing are said once, at set-up: a matrix optimizer with no matrix, an
 // average that starts after the last step, a loss scaler without mixed precision.
 TEST(Trainer, SettingsThatDoNothingAreWarnedAbout) {
-  auto warnings_of = [](const train::RunConfig& c) {
-    train::Trainer t(c);
-    auto rec = std::make_shared<Recorder>();
-    t.add_sink(rec);
-    EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
-    std::vector<std::string> out;
-    for (const auto& ev : rec->events)
-      if (ev.rfind("warning: ", 0) == 0) out.push_back(ev);
-    return out;
-  };
   EXPECT_TRUE(warnings_of(blobs_config()).empty());
   auto cfg = blobs_config();  // 30 steps
   cfg.model.fields["hidden"] = nlohmann::json::array();
@@ -720,16 +722,6 @@ TEST(Trainer, ASchedulerShorterThanTheRunIsRefusedOrWarnedAbout) {
   cfg.scheduler.config["total_steps"] = 30;
   EXPECT_NO_THROW(train::Trainer t(cfg));
 
-  auto warnings_of = [](const train::RunConfig& c) {
-    train::Trainer t(c);
-    auto rec = std::make_shared<Recorder>();
-    t.add_sink(rec);
-    EXPECT_EQ(t.run().outcome, train::RunOutcome::kFinished);
-    std::vector<std::string> out;
-    for (const auto& ev : rec->events)
-      if (ev.rfind("warning: ", 0) == 0) out.push_back(ev);
-    return out;
-  };
   cfg.scheduler.config = {{"kind", "cosine"}, {"T_max", 30}};
   EXPECT_TRUE(warnings_of(cfg).empty());
   // Linear warm-up for 10 steps, then the cosine is stepped 20 times; T_max = 15 is short.
