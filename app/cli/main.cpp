@@ -54,8 +54,10 @@ CLI::Validator integer_in(long long lo, long long hi) {
   return CLI::Validator(
       [lo, hi, want](std::string& text) -> std::string {
         long long v = 0;
-        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (text.empty() || ec == std::errc::invalid_argument || end != text.data() + text.size())
+        const std::size_t plus = !text.empty() && text[0] == '+' ? 1 : 0;  // "+4" is 4
+        const auto [end, ec] = std::from_chars(text.data() + plus, text.data() + text.size(), v);
+        if (text.size() == plus || ec == std::errc::invalid_argument ||
+            end != text.data() + text.size())
           return "expected an integer (" + want + "), got '" + text + "'";
         if (ec == std::errc::result_out_of_range || v < lo || v > hi)
           return "expected an integer from " + want + ", got " + text;

@@ -282,7 +282,7 @@ std::string from_set(const std::vector<std::string>& overrides, const std::strin
 }
 
 void check_new_run(const train::RunConfig& c, const std::string& source,
-                   const std::vector<std::string>& overrides) {
+                   const std::vector<std::string>& overrides, NewRunPlace place) {
   const std::string at = "[config] " + (source.empty() ? std::string() : source + ": ");
   // A name is one line (a newline split its row of the runs table). Checked for new runs only:
   // a run stored before the rule still resumes, samples and exports under its name.
@@ -298,7 +298,8 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
                "tab, a NUL)",
                from_set(overrides, "run.tags"));
   // A device this machine cannot use (no GPU, openreg:7), as the config editor says it.
-  const std::string why = core::device_unavailable_reason(core::Device::parse(c.run.device));
+  const std::string why =
+      place.here ? core::device_unavailable_reason(core::Device::parse(c.run.device)) : "";
   TB_CHECK(why.empty(), at, "run.device: '", c.run.device, "' cannot be used here: ", why,
            from_set(overrides, "run.device"));
   // A one-cycle schedule shorter than run.steps would fail at its end, or (as the trainer checks
@@ -327,8 +328,23 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
                  " (a learning rate must be a finite number >= 0); trainbench-cli schedule "
                  "CONFIG shows the whole schedule");
   }
+  if (!place.here) return;  // the device, CPUs, files and folders of other hosts
+  // A binding this machine cannot give (more exclusive slots than cores, CPUs not allowed here),
+  // as the trainer would refuse it once the run is stored.
+  if (place.own_binding) {
+    try {
+      train::check_binding(c);
+    } catch (const ValueError& e) {
+      std::string what = e.what();
+      const std::string tag = "[trainer] ";
+      if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
+      throw ValueError(at + what);
+    }
+  }
+  check_run_files(c, source, overrides);
   // A checkpoint.dir that cannot be made (a read-only place, /proc) failed the run after it was
-  // stored: made now, as the run would make it.
+  // stored: made now, as the run would make it (last: a config refused for another reason
+  // leaves no folder).
   if (!c.checkpoint.dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(c.checkpoint.dir, ec);
@@ -337,17 +353,6 @@ void check_new_run(const train::RunConfig& c, const std::string& source,
              ec ? ec.message() : std::string("not a folder"), ")",
              from_set(overrides, "checkpoint.dir"));
   }
-  // A binding this machine cannot give (more exclusive slots than cores, CPUs not allowed here),
-  // as the trainer would refuse it once the run is stored.
-  try {
-    train::check_binding(c);
-  } catch (const ValueError& e) {
-    std::string what = e.what();
-    const std::string tag = "[trainer] ";
-    if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
-    throw ValueError(at + what);
-  }
-  check_run_files(c, source, overrides);
 }
 
 void check_run_files(const train::RunConfig& c, const std::string& source,

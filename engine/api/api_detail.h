@@ -118,8 +118,13 @@ std::optional<std::int64_t> run_steps(const train::RunConfig& config);
 /// tokenizer file only when the tokenizer reads one.
 /// A key set by one of `overrides` ("key.path=value", as given to --set) gets the reader's
 /// "(from --set key=value)" after its message.
+/// Where the run will start, for what can be checked from here.
+struct NewRunPlace {
+  bool here = true;         ///< on this machine (false: ranks on other hosts; only the config)
+  bool own_binding = true;  ///< the config's [binding] places it (false: a launcher does)
+};
 void check_new_run(const train::RunConfig& c, const std::string& source,
-                   const std::vector<std::string>& overrides = {});
+                   const std::vector<std::string>& overrides = {}, NewRunPlace place = {});
 
 /// The files check_new_run checks (data.path, run.init_from, the tokenizer model), alone: a
 /// resumed run's, before its data is read.

@@ -163,6 +163,7 @@ std::vector<LaunchedProcess> launch_runs(
   // Every config is checked before a process starts: a mistake in the last one would otherwise
   // show only after the others had started training.
   std::vector<std::string> checked;
+  const bool bo_mode_none = numa::parse_binding_mode(req.binding) == numa::BindingMode::kNone;
   for (int k = 0; k < req.nproc; ++k) {
     if (static_cast<std::size_t>(k) < req.resume_runs.size() &&
         req.resume_runs[static_cast<std::size_t>(k)] > 0)
@@ -173,7 +174,8 @@ std::vector<LaunchedProcess> launch_runs(
     // As `run` checks a new run's files and device: the children start in this folder.
     train::RunConfig c = train::load_run_config(path, req.overrides);
     train::make_paths_absolute(c);
-    detail::check_new_run(c, path, req.overrides);
+    // The launcher's --binding, when it binds, places each process (binding.cpus of its slot).
+    detail::check_new_run(c, path, req.overrides, {.here = true, .own_binding = bo_mode_none});
   }
   numa::BindingOptions bo;
   bo.mode = numa::parse_binding_mode(req.binding);
@@ -549,7 +551,11 @@ void check_ddp_start(const LaunchRequest& req) {
     // backend, world size and binding, are valid by construction).
     train::RunConfig c = train::load_run_config(req.configs.front(), req.overrides);
     train::make_paths_absolute(c);
-    detail::check_new_run(c, req.configs.front(), req.overrides);
+    // Ranks on other hosts: their devices, CPUs and files are theirs (the config alone is
+    // checked here). Each rank places itself on its host (--binding, its local rank).
+    const bool remote = !req.hosts.empty() || !req.hostfile.empty();
+    detail::check_new_run(c, req.configs.front(), req.overrides,
+                          {.here = !remote, .own_binding = false});
     return;
   }
   auto st = detail::existing_store(req.db_path);

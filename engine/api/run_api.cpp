@@ -306,24 +306,30 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
     return pad_left(f, w);
   };
   // A row of values that first differ past the column's width would look alike cut at the end
-  // (["fashion-mnist", "mlp", "m... twice): they are cut in front instead, from a few characters
-  // before where they first differ.
+  // (["fashion-mnist", "mlp", "m... twice): each such value is cut in front instead, from a few
+  // characters before where it first differs from the value most like it ("-", a key a run
+  // lacks, is compared with nothing).
   const auto fit_row = [&](const std::vector<std::string>& vals) {
-    std::size_t same = 0;
-    while (std::all_of(vals.begin(), vals.end(), [&](const std::string& v) {
-      return same < v.size() && v[same] == vals[0][same];
-    }))
-      ++same;
-    std::size_t from = same > 8 ? same - 8 : 0;
-    while (from > 0 && (static_cast<unsigned char>(vals[0][from]) & 0xC0) == 0x80)
-      --from;
-    const bool front = display_width(std::string_view(vals[0]).substr(0, same)) + 4 > vw;
     std::string out;
-    for (const auto& v : vals) {
-      if (!front || display_width(v) <= vw) {
+    for (std::size_t i = 0; i < vals.size(); ++i) {
+      const std::string& v = vals[i];
+      std::size_t same = 0;
+      for (std::size_t j = 0; j < vals.size(); ++j) {
+        if (j == i || vals[j] == "-" || v == "-") continue;
+        std::size_t n = 0;
+        while (n < v.size() && n < vals[j].size() && v[n] == vals[j][n])
+          ++n;
+        same = std::max(same, n);
+      }
+      while (same > 0 && same < v.size() && (static_cast<unsigned char>(v[same]) & 0xC0) == 0x80)
+        --same;
+      if (display_width(v) <= vw || display_width(std::string_view(v).substr(0, same)) + 4 <= vw) {
         out += fit(v);
         continue;
       }
+      std::size_t from = same > 8 ? same - 8 : 0;
+      while (from > 0 && (static_cast<unsigned char>(v[from]) & 0xC0) == 0x80)
+        --from;
       cut = true;
       out += pad_left(fit_width("..." + v.substr(from), vw), w);
     }

@@ -152,7 +152,15 @@ nlohmann::json hyper_to_json(const optim::HyperValue& v) {
 // A saved hyper-parameter, of the kind the optimizer holds now (a number, a flag, a name): a
 // state.json edited by hand ("lr": "fast") is refused here, naming the key, not at the first step.
 optim::HyperValue hyper_from_json(const nlohmann::json& j, const optim::HyperValue& current,
-                                  const std::string& key) {
+                                  const std::string& key, bool known) {
+  // A setting this build's optimizer does not have (an older build's) is kept as saved.
+  if (!known)
+    return j.is_boolean()  ? optim::HyperValue(j.get<bool>())
+           : j.is_string() ? optim::HyperValue(j.get<std::string>())
+           : j.is_number() ? optim::HyperValue(j.get<double>())
+           : j.is_object() && j.contains("tensor") && j.at("tensor").is_number()
+               ? optim::HyperValue(j.at("tensor").get<double>())
+               : optim::HyperValue(j.dump());
   const bool number =
       std::holds_alternative<double>(current) || std::holds_alternative<Tensor>(current);
   const bool fits = number ? j.is_number() || (j.is_object() && j.contains("tensor") &&
@@ -485,13 +493,11 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
   // changed would resume at the wrong place, and the store drop what it held after that step.
   const auto& step = state.contains("step") ? state.at("step") : nlohmann::json();
   TB_CHECK(step.is_number_integer() && step.get<std::int64_t>() >= 0 &&
-               step.get<std::int64_t>() <= total_steps_ &&
                folder_step(dir).value_or(step.get<std::int64_t>()) == step.get<std::int64_t>(),
            "[checkpoint] ", (dir / "state.json").string(), ": step ", step.dump(),
            " is not this checkpoint's (",
-           folder_step(dir)
-               ? "the folder is step " + std::to_string(*folder_step(dir))
-               : std::string("a step from 0 to the run's ") + std::to_string(total_steps_),
+           folder_step(dir) ? "the folder is step " + std::to_string(*folder_step(dir))
+                            : std::string("a step >= 0"),
            "): the file was changed after it was saved; resume from another checkpoint "
            "(run --resume N --from-checkpoint DIR)");
   if (state.contains("owner") && state.at("owner").is_object()) {
@@ -512,6 +518,10 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
   }
   for (auto& w : check_resume_config(dir, state.at("config").get<std::string>(), config_))
     s.setup_warnings.push_back(std::move(w));
+  // The same config, yet past the run's end: a run counted in epochs over data that shrank.
+  TB_CHECK(step.get<std::int64_t>() <= total_steps_, "[checkpoint] ", dir.string(), " is at step ",
+           step.get<std::int64_t>(), ", after this run's last step (", total_steps_,
+           "): the data it reads now has fewer batches than the run's");
   const auto model_file = load_safetensors(dir / "model.safetensors");
   require_finite(model_file, dir / "model.safetensors");
   s.model->load_state_dict(nn::NamedTensors(model_file.tensors.begin(), model_file.tensors.end()));
@@ -529,8 +539,9 @@ void Trainer::load_checkpoint(const std::filesystem::path& dir) {
       for (auto it = gj.at("options").begin(); it != gj.at("options").end(); ++it) {
         const auto& cur = current.param_groups.at(gi).options;
         auto c = cur.find(it.key());
-        g.options[it.key()] = hyper_from_json(
-            it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second, it.key());
+        g.options[it.key()] =
+            hyper_from_json(it.value(), c == cur.end() ? optim::HyperValue(0.0) : c->second,
+                            it.key(), c != cur.end());
       }
       g.params = gj.at("params").get<std::vector<std::int64_t>>();
       sd.param_groups.push_back(std::move(g));

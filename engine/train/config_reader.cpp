@@ -1,6 +1,8 @@
 // The run-config reader's context, TOML -> JSON and --set overrides (see config_reader.h).
 #include "engine/train/config_reader.h"
 
+#include <charconv>
+
 namespace tb::train::detail {
 
 ConfigProblem Ctx::problem(const std::string& path, const std::string& message) const {
@@ -106,10 +108,15 @@ void apply_override(Ctx& ctx, toml::table& root, const std::string& text) {
     is_toml = false;
   }
   if (!is_toml) {
-    // Digits that are no TOML integer are one beyond 64 bits, not a word.
+    // An integer beyond 64 bits is said so, not taken as a word ("007" and "1_" stay words).
     const std::size_t sign = !raw.empty() && (raw[0] == '+' || raw[0] == '-') ? 1 : 0;
-    if (raw.size() > sign && raw.find_first_not_of("0123456789_", sign) == std::string::npos)
-      ctx.fail_plain("--set " + text + ": " + raw.substr(sign) +
+    const std::string digits = raw.substr(sign);
+    std::int64_t ignored = 0;
+    if (!digits.empty() && digits[0] != '0' &&
+        digits.find_first_not_of("0123456789") == std::string::npos &&
+        std::from_chars(digits.data(), digits.data() + digits.size(), ignored).ec ==
+            std::errc::result_out_of_range)
+      ctx.fail_plain("--set " + text + ": " + digits +
                      " is larger than the largest integer (2^63 - 1)");
     doc = toml::table{};
     doc.insert("v", raw);

@@ -194,7 +194,7 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path, bool data) {
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | len[i];
   // Any other file (a config, a text) reads as a huge header length: said as what it is.
-  if ((n > kMaxSafetensorsHeader || n > file_size - 8) && !json_follows)
+  if ((n > kMaxSafetensorsHeader || n > file_size - 8) && !json_follows && file_size > 8)
     bad(path,
         "is not a safetensors file (one starts with an 8-byte header length and a JSON header)");
   if (n > kMaxSafetensorsHeader) {

@@ -266,9 +266,9 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
   for (auto& w : train::check_schedule_length(c, steps, run_length))
     s.setup_warnings.push_back(std::move(w));
   // An average that starts after the run's last step averages nothing.
-  if (c.swa.kind != "none" && c.swa.start_step >= steps)
+  if (c.swa.kind != "none" && c.swa.start_step > steps)
     s.setup_warnings.push_back("swa.start_step = " + std::to_string(c.swa.start_step) +
-                               " is not before the run's last step (" + run_length + "): no " +
+                               " is after the run's last step (" + run_length + "): no " +
                                c.swa.kind + " average is taken and no eval_" + c.swa.kind +
                                " metrics are written");
   // A plateau steps after each evaluation but the last: with none before it, the LR never moves.

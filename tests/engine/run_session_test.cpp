@@ -595,6 +595,15 @@ TEST(DdpLaunchPlan, RanksWithoutNprocAndTheConfigCheckedFirst) {
   req.overrides = {"data.path=\"" + (dir.path() / "nowhere").string() + "\""};
   EXPECT_NE(tb::test::error_of([&] { api::check_ddp_start(req); }).find("data.path"),
             std::string::npos);
+  // Ranks on other hosts: their GPUs, files and CPUs are not this machine's; the config alone is
+  // checked (a login node without a GPU starts ranks on GPU hosts).
+  req.overrides = {"run.device=\"cuda\"", "distributed.backend=\"nccl\"",
+                   "binding.mode=\"exclusive\"", "binding.slots=5000", "binding.slot=4999"};
+  req.hosts = {"gpu1", "gpu2"};
+  api::check_ddp_start(req);
+  req.overrides.push_back("optimizer.lr=-1");
+  EXPECT_NE(tb::test::error_of([&] { api::check_ddp_start(req); }).find("optimizer.lr"),
+            std::string::npos);
 }
 
 // `launch --ddp` sets each rank's backend: the config's "nccl" is kept (from the config file,
@@ -1199,8 +1208,6 @@ TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
   }
 }
 
-// Muon against AdamW: the keys only one run's config has (each optimizer's own table) are
-// counted per section — listed with --all — so that the keys both have stand out.
 // Values that first differ past the column's width are cut in front, where they differ: cut at
 // the end, both read ["fashion-mnist", "mlp", "m... on a row that says they differ.
 TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
@@ -1223,8 +1230,23 @@ TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
       std::regex("\n  run\\.tags +\\.\\.\\.[^\n]*\"alpha\"\\] +\\.\\.\\.[^\n]*\"omega\"\\]\n")))
       << table;
   EXPECT_NE(table.find("(... : cut to the column"), std::string::npos) << table;
+  // With a third run that differs early, the two that differ late are still told apart.
+  {
+    auto st = store::RunStore::open(db);
+    store::NewRun nr;
+    nr.name = "other";
+    nr.config = api::check_config_text("[run]\ntags = [\"cifar\"]\n").effective_toml;
+    st.create_run(nr);
+  }
+  const std::string three = api::compare_runs(db, {1, 2, 3});
+  EXPECT_TRUE(std::regex_search(
+      three, std::regex("\n  run\\.tags +\\.\\.\\.[^\n]*\"alpha\"\\] +\\.\\.\\.[^\n]*"
+                        "\"omega\"\\] +\\[\"cifar\"\\]\n")))
+      << three;
 }
 
+// Muon against AdamW: the keys only one run's config has (each optimizer's own table) are
+// counted per section — listed with --all — so that the keys both have stand out.
 TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
   tb::test::TempDir dir("tb_run_session_test");
   const std::string db = (dir.path() / "runs.sqlite").string();

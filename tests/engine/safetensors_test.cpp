@@ -162,6 +162,7 @@ TEST_F(Safetensors, MalformedFilesAreRejectedWithMessages) {
         "header)");
   }
   has(raw(R"({"x":{})", "", 5000), "truncated: header length 5000 but only 7 bytes follow");
+  has(raw("", "", 5000), "truncated: header length 5000 but only 0 bytes follow");  // cut at 8
   has(raw("[1,2]", ""), "the header is not a JSON object");
   has(raw("{not json", ""), "the header is not a JSON object");
   has(raw(R"({"x":{"dtype":"F8","shape":[1],"data_offsets":[0,1]}})", "a"),

@@ -164,12 +164,6 @@ TEST(Tokenizer, ASentencePieceModelTrainsDeterministicallyAndRoundTrips) {
   EXPECT_NE(enc.find("decoded: " + line), std::string::npos) << enc;
 }
 
-// The fuzz target's seed models (tests/fuzz/corpus/sentencepiece, made by hand as ModelProto
-// bytes): the valid one encodes and decodes; a truncated, foreign or inconsistent one is refused
-// with the file and what is wrong, in words rather than the library's source line.
-// A full disk while the model is written (here a file-size limit, which fails the same writes
-// with EFBIG): an error naming the file and why, and neither file left behind; SentencePiece's
-// own writer had reported success and left a cut .model and an empty .vocab.
 // -o naming a folder ("-o tok/") wrote the hidden files tok/.model and tok/.vocab.
 TEST(Tokenizer, AModelPrefixThatIsAFolderIsRefused) {
   Fixture f;
@@ -186,6 +180,9 @@ TEST(Tokenizer, AModelPrefixThatIsAFolderIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(f.dir.path() / ".model"));
 }
 
+// A full disk while the model is written (here a file-size limit, which fails the same writes
+// with EFBIG): an error naming the file and why, and neither file left behind; SentencePiece's
+// own writer had reported success and left a cut .model and an empty .vocab.
 TEST(Tokenizer, AModelThatCannotBeWrittenWholeIsNotLeftBehind) {
   Fixture f;
   const std::filesystem::path prefix = f.dir.path() / "full";
@@ -223,6 +220,9 @@ TEST(Tokenizer, AModelThatCannotBeWrittenWholeIsNotLeftBehind) {
   EXPECT_FALSE(std::filesystem::exists(prefix.string() + ".vocab"));
 }
 
+// The fuzz target's seed models (tests/fuzz/corpus/sentencepiece, made by hand as ModelProto
+// bytes): the valid one encodes and decodes; a truncated, foreign or inconsistent one is refused
+// with the file and what is wrong, in words rather than the library's source line.
 TEST(Tokenizer, HandMadeAndHostileModels) {
   const std::string dir = std::string(TB_TEST_DATA_DIR) + "/../fuzz/corpus/sentencepiece/";
   const auto sp = data::load_sentencepiece(dir + "valid-bpe.model");

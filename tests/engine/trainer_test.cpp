@@ -694,12 +694,12 @@ TEST(Trainer, SettingsThatDoNothingAreWarnedAbout) {
                 "parameter"});
   cfg = blobs_config();
   cfg.swa.kind = "swa";
-  cfg.swa.start_step = 30;
+  cfg.swa.start_step = 31;
   EXPECT_EQ(warnings_of(cfg),
             std::vector<std::string>{
-                "warning: swa.start_step = 30 is not before the run's last step (run.steps = 30): "
-                "no swa average is taken and no eval_swa metrics are written"});
-  cfg.swa.start_step = 29;
+                "warning: swa.start_step = 31 is after the run's last step (run.steps = 30): no "
+                "swa average is taken and no eval_swa metrics are written"});
+  cfg.swa.start_step = 30;  // the last step updates the average: one is taken
   EXPECT_TRUE(warnings_of(cfg).empty());
   cfg = blobs_config();
   cfg.amp.grad_scaler = true;
