@@ -93,6 +93,9 @@ test_cuda_emulation() {
 
 # One sanitizer preset: build without the GUI, run every test but the CUDA and slow ones, and
 # fail on any sanitizer report (also in tests judged by their output rather than exit code).
+# die_after_fork=0: a few tests fork a short-lived child that starts a thread (a store writer
+# that dies unclosed); the cpu_level runs run the whole test binary in one threaded process,
+# where ThreadSanitizer would otherwise end such a child.
 run_sanitizer() {
   local preset=$1
   log "Building the $preset preset (no GUI)"
@@ -102,7 +105,7 @@ run_sanitizer() {
   local supp
   supp="$(pwd)/tests/tsan.supp"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
-    TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:exitcode=66:suppressions=$supp" \
+    TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:exitcode=66:die_after_fork=0:suppressions=$supp" \
     ctest --test-dir "build/$preset" -j "$(jobs)" -LE "slow|cuda" --output-on-failure
   if grep -Eq "ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer" \
     "build/$preset/Testing/Temporary/LastTest.log"; then
