@@ -92,6 +92,25 @@ api::RunOutcomeInfo stopped_at_six(const fs::path& db) {
   return api::execute_run(first);
 }
 
+// Stores a run named `name` with the effective config of `toml` (for the compare tables).
+void store_config_run(const std::string& db, const std::string& name, const std::string& toml) {
+  store::NewRun nr;
+  nr.name = name;
+  nr.config = api::check_config_text(toml).effective_toml;
+  store::RunStore::open(db).create_run(nr);
+}
+
+// A `launch --ddp` request of `config` on `nproc` ranks (0: not given) into `db`.
+api::LaunchRequest ddp_request(const fs::path& config, int nproc, const std::string& db) {
+  api::LaunchRequest req;
+  req.program = "trainbench-cli";
+  req.ddp = true;
+  req.nproc = nproc;
+  req.db_path = db;
+  req.configs = {config.string()};
+  return req;
+}
+
 std::vector<fs::path> step_dirs(const fs::path& run_dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::directory_iterator(run_dir))
@@ -568,12 +587,7 @@ TEST(DdpLaunchPlan, RanksWithoutNprocAndTheConfigCheckedFirst) {
   const fs::path config = dir.path() / "mlp.toml";
   std::ofstream(config) << "[model]\nkind = \"mlp\"\ninput = 16\nhidden = [8]\nclasses = 4\n"
                            "[data]\nkind = \"synthetic-blobs\"\n";
-  api::LaunchRequest req;
-  req.program = "trainbench-cli";
-  req.ddp = true;
-  req.nproc = 0;
-  req.db_path = dir.db();
-  req.configs = {config.string()};
+  api::LaunchRequest req = ddp_request(config, 0, dir.db());
   auto ranks = [&](const std::string& note) {
     const api::DdpLaunch plan = api::plan_ddp_launch(req);
     EXPECT_NE(std::find(plan.notes.begin(), plan.notes.end(), note), plan.notes.end())
@@ -625,12 +639,7 @@ TEST(DdpLaunchPlan, KeepsTheConfigsNcclBackend) {
   const std::string gpu_text =
       base + "[run]\ndevice = \"cuda\"\n[distributed]\nbackend = \"nccl\"\n";
   std::ofstream(gpu) << gpu_text;
-  api::LaunchRequest req;
-  req.program = "trainbench-cli";
-  req.ddp = true;
-  req.nproc = 2;
-  req.db_path = dir.db();
-  req.configs = {cpu.string()};
+  api::LaunchRequest req = ddp_request(cpu, 2, dir.db());
   EXPECT_EQ(backend_of(api::plan_ddp_launch(req)), "distributed.backend=\"mpi\"");
   // The launching command's own options reach every rank, before its command.
   req.program_options = {"--threads", "3", "--gemm-backend", "openblas"};
@@ -980,32 +989,33 @@ TEST(RunLifecycle, AOneCycleShorterThanTheRunCreatesNoRun) {
   EXPECT_EQ(api::execute_run(spec).status, "finished");
 }
 
+// The error of a new run of kConfig in `db` with `overrides`, which must leave no run stored.
+std::string refused_new_run(const fs::path& db, std::vector<std::string> overrides) {
+  api::RunSpec spec = spec_for(db);
+  spec.overrides = std::move(overrides);
+  const std::string error = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty()) << error;
+  return error;
+}
+
 // A tag is one line, as a name is (a NUL or newline in a tag was stored and split the table).
 TEST(RunLifecycle, ATagWithAControlCharacterCreatesNoRun) {
   tb::test::TempDir dir("tb_run_session_test");
-  const fs::path db = dir.path() / "runs.sqlite";
-  api::RunSpec spec = spec_for(db);
-  spec.overrides = {"run.tags=[\"ok\", \"a\\nb\"]"};
-  EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }),
+  EXPECT_EQ(refused_new_run(dir.path() / "runs.sqlite", {"run.tags=[\"ok\", \"a\\nb\"]"}),
             "[config] side-by-side.toml: run.tags: a tag is one line of text, without control "
             "characters (a newline, a tab, a NUL) (from --set run.tags=[\"ok\", \"a\\nb\"])");
-  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 
 // A checkpoint.dir that cannot be made is refused before a run is stored (the run failed at
 // its set-up): here a file's name, a folder under a file.
 TEST(RunLifecycle, ACheckpointFolderThatCannotBeMadeCreatesNoRun) {
   tb::test::TempDir dir("tb_run_session_test");
-  const fs::path db = dir.path() / "runs.sqlite";
   const fs::path file = dir.path() / "a-file";
   std::ofstream(file) << "x";
-  api::RunSpec spec = spec_for(db);
-  spec.overrides = {"checkpoint.dir=\"" + (file / "checkpoints").string() + "\""};
-  EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }),
+  const std::string set = "checkpoint.dir=\"" + (file / "checkpoints").string() + "\"";
+  EXPECT_EQ(refused_new_run(dir.path() / "runs.sqlite", {set}),
             "[config] side-by-side.toml: checkpoint.dir: " + (file / "checkpoints").string() +
-                ": cannot make this folder (Not a directory) (from --set " + spec.overrides[0] +
-                ")");
-  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+                ": cannot make this folder (Not a directory) (from --set " + set + ")");
 }
 
 // A binding this machine cannot give is refused before a run is stored (the run was created and
@@ -1013,20 +1023,17 @@ TEST(RunLifecycle, ACheckpointFolderThatCannotBeMadeCreatesNoRun) {
 TEST(RunLifecycle, ABindingThisMachineCannotGiveCreatesNoRun) {
   tb::test::TempDir dir("tb_run_session_test");
   const fs::path db = dir.path() / "runs.sqlite";
-  api::RunSpec spec = spec_for(db);
-  spec.overrides = {"binding.cpus=\"0-4095\""};
-  const std::string cpus = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  const std::string cpus = refused_new_run(db, {"binding.cpus=\"0-4095\""});
   EXPECT_EQ(cpus.rfind("[config] side-by-side.toml: binding.cpus '0-4095': CPUs ", 0), 0u) << cpus;
   EXPECT_NE(cpus.find(" are not allowed for this process (allowed: "), std::string::npos) << cpus;
-  spec.overrides = {"binding.mode=\"exclusive\"", "binding.slots=5000", "binding.slot=4999"};
-  const std::string slots = tb::test::error_of([&] { (void)api::execute_run(spec); });
+  const std::string slots = refused_new_run(
+      db, {"binding.mode=\"exclusive\"", "binding.slots=5000", "binding.slot=4999"});
   EXPECT_EQ(
       slots.rfind("[config] side-by-side.toml: binding.mode 'exclusive' (slot 4999 of 5000): ", 0),
       0u)
       << slots;
   EXPECT_NE(slots.find("(set binding.fallback = true to run unbound instead)"), std::string::npos)
       << slots;
-  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
 }
 
 // A schedule whose learning rate is no LR is refused before a run is stored, naming the key where
@@ -1034,7 +1041,6 @@ TEST(RunLifecycle, ABindingThisMachineCannotGiveCreatesNoRun) {
 // NaN, infinite or negative.
 TEST(RunLifecycle, AScheduleWithoutAUsableLrCreatesNoRun) {
   tb::test::TempDir dir("tb_run_session_test");
-  const fs::path db = dir.path() / "runs.sqlite";
   const std::string at = "[config] side-by-side.toml: scheduler: ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{kind=\"cosine\", T_max=4, eta_min=nan}",
@@ -1049,12 +1055,9 @@ TEST(RunLifecycle, AScheduleWithoutAUsableLrCreatesNoRun) {
       {"{kind=\"step\", step_size=2, gamma=-1}",
        "kind = \"step\" gives lr.adamw = -0.01 at step 2 (a learning rate must be a finite "
        "number >= 0); trainbench-cli schedule CONFIG shows the whole schedule"}};
-  for (const auto& [scheduler, error] : cases) {
-    api::RunSpec spec = spec_for(db);
-    spec.overrides = {"scheduler=" + scheduler};
-    EXPECT_EQ(tb::test::error_of([&] { (void)api::execute_run(spec); }), at + error) << scheduler;
-  }
-  EXPECT_TRUE(store::RunStore::open(db).list_runs().empty());
+  for (const auto& [scheduler, error] : cases)
+    EXPECT_EQ(refused_new_run(dir.path() / "runs.sqlite", {"scheduler=" + scheduler}), at + error)
+        << scheduler;
 }
 
 // `launch` checks every config before it starts a process: a mistake in the last one does not
@@ -1182,17 +1185,10 @@ TEST(TextTables, WidthsAreTerminalCells) {
 TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
   tb::test::TempDir dir("tb_run_session_test");
   const std::string db = (dir.path() / "runs.sqlite").string();
-  {
-    auto st = store::RunStore::open(db);
-    for (const std::string name : {"m\xc3\xbc"
-                                   "on-\xc3\xb1",
-                                   "\xe5\x90\x8d\xe5\x89\x8d"}) {
-      store::NewRun nr;
-      nr.name = name;
-      nr.config = api::check_config_text("[run]\nname = \"" + name + "\"\n").effective_toml;
-      st.create_run(nr);
-    }
-  }
+  for (const std::string name : {"m\xc3\xbc"
+                                 "on-\xc3\xb1",
+                                 "\xe5\x90\x8d\xe5\x89\x8d"})
+    store_config_run(db, name, "[run]\nname = \"" + name + "\"\n");
   const std::string out = api::compare_runs(db, {1, 2});
   std::vector<std::string> lines;
   std::istringstream in(out);
@@ -1213,17 +1209,9 @@ TEST(TextTables, CompareLinesUpNamesThatAreNotAscii) {
 TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
   tb::test::TempDir dir("tb_run_session_test");
   const std::string db = (dir.path() / "runs.sqlite").string();
-  {
-    auto st = store::RunStore::open(db);
-    for (const std::string last : {"alpha", "omega"}) {
-      store::NewRun nr;
-      nr.name = last;
-      nr.config = api::check_config_text("[run]\ntags = [\"fashion-mnist\", \"mlp\", \"muon\", \"" +
-                                         last + "\"]\n")
-                      .effective_toml;
-      st.create_run(nr);
-    }
-  }
+  for (const std::string last : {"alpha", "omega"})
+    store_config_run(db, last,
+                     "[run]\ntags = [\"fashion-mnist\", \"mlp\", \"muon\", \"" + last + "\"]\n");
   const std::string table = api::compare_runs(db, {1, 2});
   EXPECT_TRUE(std::regex_search(
       table,
@@ -1231,13 +1219,7 @@ TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
       << table;
   EXPECT_NE(table.find("(... : cut to the column"), std::string::npos) << table;
   // With a third run that differs early, the two that differ late are still told apart.
-  {
-    auto st = store::RunStore::open(db);
-    store::NewRun nr;
-    nr.name = "other";
-    nr.config = api::check_config_text("[run]\ntags = [\"cifar\"]\n").effective_toml;
-    st.create_run(nr);
-  }
+  store_config_run(db, "other", "[run]\ntags = [\"cifar\"]\n");
   const std::string three = api::compare_runs(db, {1, 2, 3});
   EXPECT_TRUE(std::regex_search(
       three, std::regex("\n  run\\.tags +\\.\\.\\.[^\n]*\"alpha\"\\] +\\.\\.\\.[^\n]*"
@@ -1250,20 +1232,10 @@ TEST(TextTables, CompareShowsWhereLongValuesDiffer) {
 TEST(TextTables, CompareCountsTheKeysOnlySomeRunsHave) {
   tb::test::TempDir dir("tb_run_session_test");
   const std::string db = (dir.path() / "runs.sqlite").string();
-  {
-    auto st = store::RunStore::open(db);
-    for (const std::string kind : {"adamw", "muon"}) {
-      store::NewRun nr;
-      nr.name = kind;
-      nr.config = api::check_config_text("[optimizer]\nkind = \"" + kind + "\"\n").effective_toml;
-      st.create_run(nr);
-    }
-    store::NewRun nr;  // run 3: AdamW at another learning rate
-    nr.name = "adamw-fast";
-    nr.config =
-        api::check_config_text("[optimizer]\nkind = \"adamw\"\nlr = 0.003\n").effective_toml;
-    st.create_run(nr);
-  }
+  for (const std::string kind : {"adamw", "muon"})
+    store_config_run(db, kind, "[optimizer]\nkind = \"" + kind + "\"\n");
+  // Run 3: AdamW at another learning rate.
+  store_config_run(db, "adamw-fast", "[optimizer]\nkind = \"adamw\"\nlr = 0.003\n");
   const std::string folded = api::compare_runs(db, {1, 2});
   const auto has = [](const std::string& text, const std::string& pattern) {
     return std::regex_search(text, std::regex(pattern));
