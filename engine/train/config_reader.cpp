@@ -1,6 +1,7 @@
 // The run-config reader's context, TOML -> JSON and --set overrides (see config_reader.h).
 #include "engine/train/config_reader.h"
 
+#include <cctype>
 #include <charconv>
 
 namespace tb::train::detail {
@@ -29,6 +30,23 @@ ConfigProblem Ctx::problem(const std::string& path, const std::string& message) 
   return p;
 }
 
+namespace {
+
+// Whether `text` names `word` as a whole identifier ("n_heads 3", not "n_heads_kv").
+bool names_word(const std::string& text, const std::string& word) {
+  const auto ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  };
+  for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+    const std::size_t end = at + word.size();
+    if ((at == 0 || !ident(text[at - 1])) && (end == text.size() || !ident(text[end])))
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void Ctx::fail(const std::string& path, const std::string& what,
                const std::string& key_path) const {
   // The override that set the key at fault (not any override under `path`: a --set of one field
@@ -39,6 +57,22 @@ void Ctx::fail(const std::string& path, const std::string& what,
   const std::string message = what + from;
   throw ConfigError(problem(key_path.empty() ? path : key_path, message),
                     "[config] " + source + ": " + path + ": " + message);
+}
+
+void Ctx::fail_kind(const std::string& table, const Error& e) const {
+  const auto* field = dynamic_cast<const FieldError*>(&e);
+  const std::string key = field ? table + "." + field->field() : table;
+  const std::string what = e.what();
+  if (origin(key).empty() && kind_hint(key).empty()) {
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+      if (it->first.rfind(table + ".", 0) != 0 || it->first == key) continue;
+      if (!names_word(what, it->first.substr(table.size() + 1))) continue;
+      const std::string message = what + " (from --set " + it->first + "=" + it->second + ")";
+      throw ConfigError(problem(key, message),
+                        "[config] " + source + ": " + table + ": " + message);
+    }
+  }
+  fail(table, what, key);
 }
 
 void Ctx::fail_at(const std::string& path, const std::string& what) const {
@@ -116,8 +150,9 @@ void apply_override(Ctx& ctx, toml::table& root, const std::string& text) {
         digits.find_first_not_of("0123456789") == std::string::npos &&
         std::from_chars(digits.data(), digits.data() + digits.size(), ignored).ec ==
             std::errc::result_out_of_range)
-      ctx.fail_plain("--set " + text + ": " + digits +
-                     " is larger than the largest integer (2^63 - 1)");
+      ctx.fail_plain("--set " + text + ": " + raw +
+                     (raw[0] == '-' ? " is smaller than the smallest integer (-2^63)"
+                                    : " is larger than the largest integer (2^63 - 1)"));
     doc = toml::table{};
     doc.insert("v", raw);
   }

@@ -119,6 +119,11 @@ struct Ctx {
   // `path`: a model's own check names model.<field> while the message says "model: ...").
   [[noreturn]] void fail(const std::string& path, const std::string& what,
                          const std::string& key_path = {}) const;
+  // A kind's own check failed under `table` (model, scheduler): a tb::FieldError points at
+  // table.<field>. When no override set that field, one that set another field of the table the
+  // message names is said instead ("d_model 128 is not divisible by n_heads 3" after
+  // --set model.n_heads=3).
+  [[noreturn]] void fail_kind(const std::string& table, const Error& e) const;
   // "[config] SOURCE: WHAT", where WHAT names `path` itself ("unknown key 'a.b'; ...").
   [[noreturn]] void fail_at(const std::string& path, const std::string& what) const;
   // "[config] SOURCE: WHAT", about no key.

@@ -91,8 +91,7 @@ nn::ModelConfig read_model(Section& s) {
   try {
     return nn::model_config_from_json(j);
   } catch (const Error& e) {
-    const auto* field = dynamic_cast<const FieldError*>(&e);
-    s.ctx().fail(s.path(), e.what(), field ? s.path(field->field()) : s.path());
+    s.ctx().fail_kind(s.path(), e);
   }
 }
 
@@ -274,8 +273,7 @@ json read_scheduler(const Ctx& ctx, const toml::node* n) {
     (void)sched::preview(j, 1);
   } catch (const Error& e) {
     // The scheduler's own checks: a field's error points at scheduler.<field>.
-    const auto* field = dynamic_cast<const FieldError*>(&e);
-    ctx.fail("scheduler", e.what(), field ? "scheduler." + field->field() : "scheduler");
+    ctx.fail_kind("scheduler", e);
   }
   return j;
 }

@@ -189,6 +189,9 @@ TEST(RunConfigTest, RangeErrors) {
   EXPECT_EQ(error_of("", {"data.batch_size=99999999999999999999"}),
             "[config] run.toml: --set data.batch_size=99999999999999999999: 99999999999999999999 "
             "is larger than the largest integer (2^63 - 1)");
+  EXPECT_EQ(error_of("", {"run.seed=-99999999999999999999"}),
+            "[config] run.toml: --set run.seed=-99999999999999999999: -99999999999999999999 "
+            "is smaller than the smallest integer (-2^63)");
   // 100000 loader threads failed the run with "Resource temporarily unavailable", naming nothing.
   EXPECT_THAT(error_of("[data]\nworkers = 100000\n"),
               HasSubstr("data.workers: expected an integer <= 256, found 100000"));
@@ -455,6 +458,19 @@ TEST(RunConfigTest, BadOverrides) {
   EXPECT_THAT(error_of("", {"data.batch_size=0"}),
               HasSubstr("data.batch_size: expected an integer >= 1, found 0 (from --set "
                         "data.batch_size=0)"));
+  // A model's check of two fields points at the one it names first, and says which --set
+  // changed the other: the file's d_model line alone read as if the file were wrong.
+  const std::string qwen = "[model]\nkind = \"qwen-tiny\"\nd_model = 128\n";
+  EXPECT_EQ(error_of(qwen, {"model.n_heads=3"}),
+            "[config] run.toml: model: qwen-tiny: d_model 128 is not divisible by n_heads 3 (from "
+            "--set model.n_heads=3)");
+  EXPECT_EQ(error_of(qwen, {"model.n_heads=3", "model.d_model=128"}),
+            "[config] run.toml: model: qwen-tiny: d_model 128 is not divisible by n_heads 3 (from "
+            "--set model.d_model=128)");
+  // An override of a field the message does not name is not blamed ("n_kv_heads" is not
+  // "n_heads").
+  EXPECT_THAT(error_of(qwen + "n_heads = 3\n", {"model.n_kv_heads=1"}),
+              Not(HasSubstr("from --set")));
   // A field the file gave for the kind that --set replaced: the --set of another field is not
   // blamed; the kind's --set is named, and how to replace the table.
   const std::string cosine = "[scheduler]\nkind = \"cosine\"\nT_max = 100\n";
