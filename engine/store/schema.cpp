@@ -335,7 +335,11 @@ Inspection inspect(const std::filesystem::path& path, const OpenOptions& options
                                           "left unchanged (",
                                           e.what(), ")"));
     }
-    reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", e.what()));
+    // SQLite's message without the "[store] FILE: " the rejection already starts with.
+    std::string_view why = e.what();
+    const std::string own = str_cat("[store] ", file, ": ");
+    if (why.substr(0, own.size()) == own) why.remove_prefix(own.size());
+    reject(file, str_cat("cannot be read as an SQLite database (corrupted?): ", why));
   }
 
   if (static_cast<std::uint32_t>(app_id) != static_cast<std::uint32_t>(kApplicationId)) {
@@ -406,7 +410,22 @@ Connection open_database(const std::filesystem::path& path, const OpenOptions& o
   const int latest = options.ladder.empty() ? 0 : options.ladder.back().to_version;
   Inspection found{true, 0};
   if (exists) {
-    found = inspect(path, options);
+    // A rejected file is left as it was found: the -wal and -shm files SQLite created beside it
+    // to read it (and could not remove on close: a read-only or corrupted database) go too.
+    // Ones that were there before are not touched; nor is a -wal with content.
+    const std::filesystem::path wal = file + "-wal", shm = file + "-shm";
+    const bool had_wal = std::filesystem::exists(wal, ec),
+               had_shm = std::filesystem::exists(shm, ec);
+    try {
+      found = inspect(path, options);
+    } catch (const DatabaseRejectedError&) {
+      std::error_code rm;
+      if (!had_wal && std::filesystem::exists(wal, rm) &&
+          std::filesystem::file_size(wal, rm) == 0 && !rm)
+        std::filesystem::remove(wal, rm);
+      if (!had_shm && !std::filesystem::exists(wal, rm)) std::filesystem::remove(shm, rm);
+      throw;
+    }
   } else if (options.read_only) {
     throw StoreError(str_cat("[store] ", file, ": no run database at this path"));
   } else if (path.has_parent_path()) {

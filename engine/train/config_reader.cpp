@@ -39,8 +39,7 @@ bool names_word(const std::string& text, const std::string& word) {
   };
   for (auto at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
     const std::size_t end = at + word.size();
-    if ((at == 0 || !ident(text[at - 1])) && (end == text.size() || !ident(text[end])))
-      return true;
+    if ((at == 0 || !ident(text[at - 1])) && (end == text.size() || !ident(text[end]))) return true;
   }
   return false;
 }

@@ -610,6 +610,21 @@ TEST_F(StoreTest, RefusesGarbageAndCorruptedFilesUnchanged) {
   EXPECT_NE(msg.find("[store] " + damaged.string()), std::string::npos) << msg;
   EXPECT_TRUE(msg.find("corrupted") != std::string::npos) << msg;
   EXPECT_EQ(read_bytes(damaged), bytes);
+
+  // The same store cut short (a copy that stopped half-way): refused, its name said once, and
+  // nothing left beside it (SQLite's -wal and -shm from reading it stayed behind).
+  bytes.resize(5 * 4096 + 123);
+  write_bytes(damaged, bytes);
+  msg = error_of([&] { RunStore::open(damaged); });
+  EXPECT_NE(msg.find("corrupted"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("[store]", 1), std::string::npos) << msg;
+  EXPECT_EQ(read_bytes(damaged), bytes);
+  EXPECT_FALSE(fs::exists(damaged.string() + "-wal"));
+  EXPECT_FALSE(fs::exists(damaged.string() + "-shm"));
+  // Side files that were there before the open stay.
+  write_bytes(damaged.string() + "-shm", "");
+  msg = error_of([&] { RunStore::open(damaged); });
+  EXPECT_TRUE(fs::exists(damaged.string() + "-shm"));
 }
 
 // ---------------------------------------------------------------------------------------------
