@@ -278,8 +278,8 @@ int cmd_run(tb::api::RunRequest req) {
       << out.run_id << " " << said << "\n"
       << std::flush;
   // How to go on from the checkpoint (once, from the process that writes the store), after a
-  // Ctrl-C; a stop at --stop-at's step was asked for (a sweep's rung: the sweep goes on).
-  if (out.status == "cancelled" && !out.stopped_as_asked && rank_number <= 0 &&
+  // Ctrl-C or a --stop-at of the user's; not after a sweep's rung (the sweep goes on).
+  if (out.status == "cancelled" && !(out.stopped_as_asked && out.sweep_trial) && rank_number <= 0 &&
       out.message.find("with a checkpoint to continue from") != std::string::npos)
     std::cout << "continue it with: trainbench-cli " << (db.empty() ? "" : "--db " + db + " ")
               << (rank ? "launch --ddp --resume " : "run --resume ") << out.run_id << "\n"

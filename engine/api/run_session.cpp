@@ -145,7 +145,8 @@ struct Start {
   std::string stored_config, resumed_config;
   bool renamed = false, retagged = false;
   std::string store_id;
-  std::string store_name;  // the file name, for folder names and messages
+  std::string store_name;    // the file name, for folder names and messages
+  bool sweep_trial = false;  // the run is a sweep's trial (new or resumed)
 };
 
 Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
@@ -171,6 +172,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   s.run_id = *spec.resume;
   detail::require_run(st, s.run_id);
   const store::RunDetails stored = st.get_run(s.run_id);
+  s.sweep_trial = stored.summary.sweep_id.has_value();
   detail::require_resumable(stored, s.run_id, "[run]", st.recovery_error());
   const std::string text = spec.config_text.empty() ? stored.config : spec.config_text;
   const std::string source = spec.config_text.empty()
@@ -382,6 +384,7 @@ RunOutcomeInfo execute_run(const RunSpec& spec, const RunObserver& observer) {
   RunOutcomeInfo out;
   out.run_id = start.run_id;
   out.resumed = resuming;
+  out.sweep_trial = start.sweep_trial || spec.sweep_trial.has_value();
   // A new run that cannot start ends failed in the store. A resume that cannot start is refused
   // (an error, as for a finished run or one without a checkpoint): the stored run stays as it was.
   auto fail = [&](const std::exception& e) {

@@ -56,6 +56,7 @@ struct RunOutcomeInfo {
   std::string description;        ///< the parameter / split table, for display before the run
   bool resumed = false;           ///< it continued a stored run
   bool stopped_as_asked = false;  ///< cancelled at RunSpec::stop_at, as asked
+  bool sweep_trial = false;       ///< the run is a sweep's trial (the sweep continues it)
   std::int64_t from_step = 0;     ///< resumed: the checkpoint's step
 };
 

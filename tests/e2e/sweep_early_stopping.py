@@ -110,6 +110,12 @@ with tempfile.TemporaryDirectory() as work:
             if p not in want and (stat, finished) != whole[p]:
                 fail(f"{method}: p{p} finished with {stat} {finished}, "
                      f"uninterrupted {whole[p][0]} {whole[p][1]}")
+        # A trial paused at a rung is the sweep's to continue: its log does not tell the user
+        # to resume it by hand (a run stopped by a user's own --stop-at does).
+        logs = os.path.join(work, "sweeps", name)
+        for log in sorted(f for f in os.listdir(logs) if f.endswith(".log")):
+            if "continue it with" in open(os.path.join(logs, log)).read():
+                fail(f"{method}: {log} tells the user to continue a trial the sweep continues")
         listed = run("sweeps")
         if not re.search(rf"\b{name}\s+finished\b", listed):
             fail(f"`sweeps` does not list {name} as finished:\n{listed}")
