@@ -59,8 +59,15 @@ DimVector broadcast_shapes(IntList a, IntList b, const char* op) {
 
 Tensor Tensor::empty(IntList sizes, ScalarType dtype, Device device) {
   const std::int64_t n = checked_numel(sizes, "empty");
+  // The byte count must not wrap either: 2^62 float32 elements are 0 bytes modulo 2^64, an
+  // empty block that the first write went through (a segfault from a model size in a config).
+  // Half the address space, so that the allocators' rounding up cannot wrap.
+  const auto elem = static_cast<std::int64_t>(core::element_size(dtype));
+  TB_CHECK(n <= (std::numeric_limits<std::int64_t>::max() / 2) / elem, "[empty] shape ",
+           DimVector(sizes), " of ", scalar_type_name(dtype), " needs ", n, " x ", elem,
+           " bytes, more than any machine can address");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = make_storage(static_cast<std::size_t>(n) * core::element_size(dtype), device);
+  impl->storage = make_storage(static_cast<std::size_t>(n * elem), device);
   impl->sizes = DimVector(sizes);
   impl->strides = contiguous_strides(sizes);
   impl->dtype = dtype;
@@ -152,6 +159,9 @@ DimVector infer_size(IntList shape, std::int64_t numel, const char* op) {
       infer = i;
     } else {
       TB_CHECK(shape[i] >= 0, "[", op, "] invalid size ", shape[i], " in shape ", DimVector(shape));
+      // A product that wraps could equal the input's size (0): checked, not multiplied blindly.
+      TB_CHECK(shape[i] == 0 || known <= std::numeric_limits<std::int64_t>::max() / shape[i], "[",
+               op, "] shape ", DimVector(shape), " is invalid for input of size ", numel);
       known *= shape[i];
     }
   }

@@ -91,6 +91,13 @@ TEST(TensorMeta, EmptyHasContiguousStrides) {
   EXPECT_EQ(s.dim(), 0);
   EXPECT_EQ(s.numel(), 1);
   EXPECT_ERROR_CONTAINS(Tensor::empty({2, -1}), "[empty] negative size -1 at dimension 1");
+  // 2^62 float32 elements fit an int64 count but their 2^64 bytes wrap to 0: refused, not an
+  // empty block that the first write goes through.
+  const std::int64_t big = std::int64_t{1} << 31;
+  EXPECT_ERROR_CONTAINS(Tensor::empty({big, big}),
+                        "[empty] shape [2147483648, 2147483648] of "
+                        "float32 needs");
+  EXPECT_ERROR_CONTAINS(Tensor::empty({big, big}, ScalarType::Int8), "more than any machine");
 }
 
 TEST(TensorMeta, DataPtrChecksDtype) {
@@ -143,6 +150,10 @@ TEST(Views, ViewNeedsCompatibleStrides) {
   EXPECT_ERROR_CONTAINS(tt.view({2, 12}), "use reshape()");
   EXPECT_EQ(DimVector(tt.view({2, 4, 3, 1}).sizes()), (DimVector{2, 4, 3, 1}));
   EXPECT_ERROR_CONTAINS(t.view({5, 5}), "shape [5, 5] is invalid for input of size 24");
+  // A product of sizes that wraps is not taken for the input's size.
+  const Tensor none = Tensor::empty({0});
+  EXPECT_ERROR_CONTAINS(none.view({std::int64_t{1} << 32, std::int64_t{1} << 32, 4}),
+                        "is invalid for input of size 0");
   EXPECT_ERROR_CONTAINS(t.view({-1, -1}), "only one dimension can be inferred");
 }
 
