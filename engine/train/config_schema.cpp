@@ -93,7 +93,11 @@ std::vector<SectionSchema> make_fixed_sections() {
         FieldSpec("ema_decay", FieldType::kFloat, 0.999, "EMA decay").at_least(0).at_most(1),
         FieldSpec("start_step", FieldType::kInt, 0, "first step that updates the average")
             .at_least(0),
-        FieldSpec("every", FieldType::kInt, 1, "update interval in steps").at_least(1)}});
+        FieldSpec("every", FieldType::kInt, 1, "update interval in steps").at_least(1),
+        FieldSpec("use_buffers", FieldType::kBool, true,
+                  "average the buffers (BatchNorm statistics) with the weights; false copies the "
+                  "live model's and recomputes BatchNorm statistics over the training split "
+                  "before each evaluation of the average (torch.optim.swa_utils.update_bn)")}});
   out.push_back(
       {"eval",
        {FieldSpec("interval", FieldType::kInt, 0,

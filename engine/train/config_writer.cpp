@@ -127,6 +127,7 @@ std::string to_toml(const RunConfig& c) {
   w.num("ema_decay", c.swa.ema_decay);
   w.integer("start_step", c.swa.start_step);
   w.integer("every", c.swa.every);
+  w.flag("use_buffers", c.swa.use_buffers);
 
   w.header("eval");
   w.integer("interval", c.eval.interval);

@@ -302,6 +302,7 @@ void read_swa(Section& s, SwaSection& w) {
   s.check_min("start_step", w.start_step, 0);
   s.read("every", w.every);
   s.check_min("every", w.every, 1);
+  s.read("use_buffers", w.use_buffers);
   s.finish();
 }
 

@@ -108,6 +108,9 @@ struct SwaSection {
   double ema_decay = 0.999;     ///< EMA decay
   std::int64_t start_step = 0;  ///< first step that updates the average
   std::int64_t every = 1;       ///< update interval in steps
+  /// Average the buffers (BatchNorm statistics) with the weights; false copies the live model's
+  /// and recomputes BatchNorm statistics before the average is evaluated (update_bn).
+  bool use_buffers = true;
 };
 
 /// [eval]

@@ -248,10 +248,28 @@ Metrics Trainer::evaluate() {
   Metrics m = evaluate_model(*s_->model, "eval.");
   if (s_->average && s_->average->n_averaged().item() > 0) {
     s_->average->copy_to(*s_->average_model);
+    if (!config_.swa.use_buffers) recompute_batch_norm(*s_->average_model);
     const Metrics avg = evaluate_model(*s_->average_model, "eval_" + config_.swa.kind + ".");
     m.insert(m.end(), avg.begin(), avg.end());
   }
   return m;
+}
+
+void Trainer::recompute_batch_norm(nn::Model& model) {
+  // torch.optim.swa_utils.update_bn over one pass of the training split, in order (no-op, and
+  // no batch drawn, for a model without BatchNorm). Every data-parallel rank reads the whole
+  // split, so that their averaged models keep the same statistics.
+  data::DataLoaderOptions lo;
+  lo.batch_size = config_.data.batch_size;
+  lo.seed = config_.run.seed + 3;
+  data::DataLoader loader(s_->train_set, lo);
+  swa::update_bn(
+      [&]() -> std::optional<Tensor> {
+        auto b = loader.next();
+        if (!b) return std::nullopt;
+        return b->input;
+      },
+      model, s_->device);
 }
 
 Metrics Trainer::evaluate_model(nn::Model& model, const std::string& prefix) {

@@ -163,6 +163,7 @@ class Trainer {
   void emit_event(const std::string& level, const std::string& text);
   void emit_samples();  // eval.samples texts as "sample at step N: ..." events
   Metrics evaluate_model(nn::Model& model, const std::string& prefix);
+  void recompute_batch_norm(nn::Model& model);  // update_bn over the training split
   void report_placement();
   void report_ranks();
   // The step loop (train_loop.cpp) and its parts; a Loop holds what it keeps across steps.

@@ -302,8 +302,12 @@ void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
            "' is not one of none, swa, ema");
   swa::MultiAvgFn fn = c.swa.kind == "ema" ? swa::get_ema_multi_avg_fn(c.swa.ema_decay)
                                            : swa::get_swa_multi_avg_fn();
+  // With use_buffers the BatchNorm statistics are averaged like the weights (torchvision's EMA
+  // does so); without, the live model's are copied at each update (PyTorch's default) and
+  // Trainer::evaluate recomputes them for the averaged weights, as PyTorch's SWA recipe does
+  // with update_bn: the live model's statistics do not fit the averaged weights.
   s.average = std::make_unique<swa::AveragedModel>(*s.model, std::nullopt, swa::AvgFn{},
-                                                   std::move(fn), /*use_buffers=*/false);
+                                                   std::move(fn), c.swa.use_buffers);
   rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
   s.average_model = nn::build_model(c.model, &scratch);
   if (!s.device.is_cpu()) s.average_model->to(s.device);

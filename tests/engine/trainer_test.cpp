@@ -334,6 +334,64 @@ TEST(Trainer, EmaWithDecayZeroEvaluatesTheModelItself) {
   EXPECT_EQ(rec->metric("eval_ema.accuracy"), rec->metric("eval.accuracy"));
 }
 
+// A BatchNorm model's averaged weights are evaluated with statistics that fit them: averaged
+// with the weights (swa.use_buffers, the default), or recomputed over the training split
+// (update_bn). They were the live model's, so eval_swa/eval_ema said averaging hurt when it
+// helped.
+TEST(Trainer, AveragedWeightsOfABatchNormModelGetTheirOwnStatistics) {
+  const std::string toml = R"(
+[run]
+steps = 20
+seed = 3
+[model]
+kind = "cnn"
+input = [1, 4, 4]
+channels = [4]
+convs_per_block = 1
+pool = "none"
+classes = 4
+[data]
+kind = "synthetic-blobs"
+batch_size = 16
+workers = 0
+[eval]
+interval = 20
+[swa]
+kind = "swa"
+start_step = 20
+)";
+  // The average of one model (the last step's) is that model: with its buffers averaged too it
+  // evaluates as the model; with the live statistics replaced by ones recomputed over the
+  // training split (one pass, cumulative), it does not.
+  const auto eval_of = [&](bool use_buffers) {
+    auto cfg = train::parse_run_config(toml, "cnn.toml");
+    cfg.swa.use_buffers = use_buffers;
+    train::Trainer t(cfg);
+    auto rec = std::make_shared<Recorder>();
+    t.add_sink(rec);
+    const auto r = t.run();
+    EXPECT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
+    return std::make_pair(rec->metric("eval.loss"), rec->metric("eval_swa.loss"));
+  };
+  const auto [model_loss, averaged_loss] = eval_of(true);
+  EXPECT_FALSE(std::isnan(averaged_loss));
+  EXPECT_EQ(averaged_loss, model_loss);
+  const auto [model_loss2, recomputed_loss] = eval_of(false);
+  EXPECT_EQ(model_loss2, model_loss);  // the averaging does not touch the run
+  EXPECT_FALSE(std::isnan(recomputed_loss));
+  EXPECT_NE(recomputed_loss, model_loss);
+  // Without BatchNorm there is nothing to recompute: the setting changes nothing.
+  auto mlp = blobs_config();
+  mlp.swa.kind = "ema";
+  mlp.swa.ema_decay = 0.0;
+  mlp.swa.use_buffers = false;
+  train::Trainer t(mlp);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  EXPECT_EQ(rec->metric("eval_ema.loss"), rec->metric("eval.loss"));
+}
+
 TEST(Trainer, SwaAveragesFromItsStartStepAndResumes) {
   const fs::path dir = fs::temp_directory_path() / "tb_trainer_swa_resume";
   fs::remove_all(dir);
