@@ -16,6 +16,7 @@
 #include "engine/optim/registry.h"
 #include "engine/sched/lr_scheduler.h"
 #include "engine/train/run_config.h"
+#include "engine/train/trainer.h"
 
 namespace tb::api {
 
@@ -119,27 +120,41 @@ ScheduleTable preview_run_config(const std::string& toml_path,
 
 ScheduleTable detail::preview_config(const train::RunConfig& rc, int steps,
                                      std::vector<std::string>& group_names) {
-  nlohmann::json cfg =
-      rc.scheduler.config.is_null()
-          ? nlohmann::json{{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}}
-          : rc.scheduler.config;
-  std::vector<double> lrs;
+  const nlohmann::json flat = {{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}};
   group_names.clear();
+  // One optimizer per column, each with the scheduler as the run builds it for that optimizer
+  // (with Muon, AdamW's learning-rate fields scaled to its own lr).
   const std::string rest = optim::optimizer_registry().at(rc.optimizer.main.kind)->rest_kind;
-  lrs = {rc.optimizer.main.number("lr")};
-  group_names = {core::metric::kLrPrefix + rc.optimizer.main.kind};
-  if (!rest.empty()) {
-    lrs.push_back(rc.optimizer.adamw.value_or(train::OptimizerSettings(rest)).number("lr"));
-    group_names.push_back(core::metric::kLrPrefix + rest);
-  }
+  std::vector<std::pair<std::string, double>> optimizers = {
+      {rc.optimizer.main.kind, rc.optimizer.main.number("lr")}};
+  if (!rest.empty())
+    optimizers.emplace_back(
+        rest, rc.optimizer.adamw.value_or(train::OptimizerSettings(rest)).number("lr"));
   // A run's plateau moves only with its eval.loss, unknown before the run: shown flat, and said so
   // (stepped on a made-up metric it fell by `factor` every patience + 1 steps).
-  const bool plateau = cfg.value("kind", std::string()) == "plateau";
-  if (plateau) cfg = {{"kind", "constant"}, {"factor", 1.0}, {"total_iters", 0}};
-  cfg["lr"] = lrs;
+  const bool plateau =
+      !rc.scheduler.config.is_null() && rc.scheduler.config.value("kind", "") == "plateau";
   std::string note;
   if (steps <= 0) steps = run_length(rc, note);
-  ScheduleTable t = preview_schedule_json(cfg.dump(), steps);
+  ScheduleTable t;
+  for (const auto& [kind, lr] : optimizers) {
+    nlohmann::json cfg =
+        rc.scheduler.config.is_null() || plateau ? flat : train::scheduler_for(rc, kind);
+    cfg["lr"] = std::vector<double>{lr};
+    group_names.push_back(core::metric::kLrPrefix + kind);
+    ScheduleTable one = preview_schedule_json(cfg.dump(), steps);
+    if (t.rows.empty()) {
+      t = std::move(one);
+      continue;
+    }
+    for (std::size_t i = 0; i < t.rows.size() && i < one.rows.size(); ++i) {
+      t.rows[i].lr.push_back(one.rows[i].lr.at(0));
+      t.rows[i].momentum.push_back(one.rows[i].momentum.at(0));
+    }
+    for (const auto& w : one.warnings)
+      if (std::find(t.warnings.begin(), t.warnings.end(), w) == t.warnings.end())
+        t.warnings.push_back(w);
+  }
   if (!note.empty()) t.warnings.insert(t.warnings.begin(), note);
   if (plateau)
     t.warnings.insert(t.warnings.begin(),

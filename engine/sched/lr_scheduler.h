@@ -575,6 +575,12 @@ class ReduceLROnPlateau : public LRScheduler {
 /// tb::ValueError naming the field for unknown fields, missing required fields and bad values.
 std::shared_ptr<LRScheduler> make_scheduler(Optimizer& opt, const nlohmann::json& config);
 
+/// `config` with every learning rate it gives (a kind's lr_fields: eta_min, min_lr, base_lr,
+/// max_lr, swa_lr; also inside sequential/chained children) multiplied by `factor`. Factors,
+/// steps and the rest stay. With Muon the run's scheduler is written for the Muon optimizer; the
+/// AdamW optimizer's copy is scaled by adamw.lr / muon.lr, so both keep the ratio of their LRs.
+nlohmann::json scale_lr_fields(const nlohmann::json& config, double factor);
+
 /// What preview() returns: row 0 is after construction, row i after the i-th step.
 struct SchedulePreview {
   std::vector<std::vector<double>> lr;        ///< [row][group] learning rates

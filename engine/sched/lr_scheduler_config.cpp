@@ -186,6 +186,27 @@ std::shared_ptr<LRScheduler> make_scheduler(Optimizer& opt, const json& config) 
   return entry->make(opt, f);
 }
 
+nlohmann::json scale_lr_fields(const nlohmann::json& config, double factor) {
+  nlohmann::json out = config;
+  if (!out.is_object() || !out.contains("kind") || !out.at("kind").is_string()) return out;
+  if (const auto entry = scheduler_registry().find(out.at("kind").get<std::string>())) {
+    for (const auto& key : entry->lr_fields) {
+      if (!out.contains(key)) continue;
+      nlohmann::json& v = out[key];
+      if (v.is_number()) {
+        v = v.get<double>() * factor;
+      } else if (v.is_array()) {
+        for (auto& x : v)
+          if (x.is_number()) x = x.get<double>() * factor;
+      }
+    }
+  }
+  if (out.contains("schedulers") && out.at("schedulers").is_array())
+    for (auto& child : out["schedulers"])
+      child = scale_lr_fields(child, factor);
+  return out;
+}
+
 namespace {
 
 // The throwaway optimizer of preview(): no-op step, no checks.

@@ -55,6 +55,12 @@ SchedulerKind kind(const char* name, const char* cls, const char* help,
   return k;
 }
 
+// `k` with `fields` marked as learning rates.
+SchedulerKind lrs(SchedulerKind k, std::vector<std::string> fields) {
+  k.lr_fields = std::move(fields);
+  return k;
+}
+
 void add_builtins(core::Registry<SchedulerKind>& r) {
   r.add(kind("step", "StepLR", "decay by gamma every step_size steps",
              {required("step_size", FieldType::kInt, "steps between decays (>= 1)"),
@@ -99,105 +105,114 @@ void add_builtins(core::Registry<SchedulerKind>& r) {
                return std::make_shared<PolynomialLR>(o, f.integer("total_iters"), f.num("power"),
                                                      f.integer("last_epoch"));
              }));
-  r.add(kind("cosine", "CosineAnnealingLR", "cosine from the base LR to eta_min over T_max steps",
-             {required("T_max", FieldType::kInt, "steps of a half cosine (>= 1)"),
-              FieldSpec("eta_min", FieldType::kFloat, 0.0, "the lowest LR"), last_epoch()},
-             [](Optimizer& o, const Fields& f) {
-               return std::make_shared<CosineAnnealingLR>(o, f.integer("T_max"), f.num("eta_min"),
-                                                          f.integer("last_epoch"));
-             }));
-  r.add(kind(
-      "cosine_warm_restarts", "CosineAnnealingWarmRestarts",
-      "cosine annealing restarted every T_0 (x T_mult) steps",
-      {required("T_0", FieldType::kInt, "steps of the first cycle (>= 1)"),
-       FieldSpec("T_mult", FieldType::kInt, 1, "cycle length multiplier (>= 1)"),
-       FieldSpec("eta_min", FieldType::kFloat, 0.0, "the lowest LR"), last_epoch()},
-      [](Optimizer& o, const Fields& f) {
-        if (f.has("eta_min") && !f.at("eta_min").is_number()) {
-          f.fail("eta_min", "Expected float or int eta_min, but got " + f.at("eta_min").dump() +
-                                " of type " + f.at("eta_min").type_name());
-        }
-        return std::make_shared<CosineAnnealingWarmRestarts>(
-            o, f.integer("T_0"), f.integer("T_mult"), f.num("eta_min"), f.integer("last_epoch"));
-      }));
-  r.add(kind("cyclic", "CyclicLR", "cycle the LR between base_lr and max_lr",
-             {per_group("base_lr", nullptr, "lower LR of the cycle"),
-              per_group("max_lr", nullptr, "upper LR of the cycle"),
-              FieldSpec("step_size_up", FieldType::kFloat, 2000, "steps of the rising half"),
-              FieldSpec("step_size_down", FieldType::kFloat, nullptr,
-                        "steps of the falling half (absent: step_size_up)")
-                  .may_be_absent(),
-              FieldSpec("mode", FieldType::kString, "triangular", "amplitude policy")
-                  .one_of({"triangular", "triangular2", "exp_range"}),
-              FieldSpec("gamma", FieldType::kFloat, 1.0, "exp_range: decay per step"),
-              FieldSpec("scale_fn", FieldType::kString, nullptr,
-                        "an expression over x replacing mode's amplitude")
-                  .may_be_absent(),
-              FieldSpec("scale_mode", FieldType::kString, "cycle", "what scale_fn's x counts")
-                  .one_of({"cycle", "iterations"}),
-              momentum_fields_cycle(), per_group("base_momentum", 0.8, "momentum at the LR's peak"),
-              per_group("max_momentum", 0.9, "momentum at the LR's base"), last_epoch()},
-             [](Optimizer& o, const Fields& f) {
-               CyclicLROptions c;
-               c.step_size_up = f.num("step_size_up");
-               if (f.has("step_size_down")) c.step_size_down = f.num("step_size_down");
-               c.mode = f.str("mode");
-               c.gamma = f.num("gamma");
-               if (f.has("scale_fn")) {
-                 try {
-                   c.scale_fn = LrLambda(f.str("scale_fn"));
-                 } catch (const ValueError& e) {
-                   f.fail("scale_fn", expr_message(e));
-                 }
+  r.add(
+      lrs(kind("cosine", "CosineAnnealingLR", "cosine from the base LR to eta_min over T_max steps",
+               {required("T_max", FieldType::kInt, "steps of a half cosine (>= 1)"),
+                FieldSpec("eta_min", FieldType::kFloat, 0.0, "the lowest LR"), last_epoch()},
+               [](Optimizer& o, const Fields& f) {
+                 return std::make_shared<CosineAnnealingLR>(o, f.integer("T_max"), f.num("eta_min"),
+                                                            f.integer("last_epoch"));
+               }),
+          {"eta_min"}));
+  r.add(lrs(kind("cosine_warm_restarts", "CosineAnnealingWarmRestarts",
+                 "cosine annealing restarted every T_0 (x T_mult) steps",
+                 {required("T_0", FieldType::kInt, "steps of the first cycle (>= 1)"),
+                  FieldSpec("T_mult", FieldType::kInt, 1, "cycle length multiplier (>= 1)"),
+                  FieldSpec("eta_min", FieldType::kFloat, 0.0, "the lowest LR"), last_epoch()},
+                 [](Optimizer& o, const Fields& f) {
+                   if (f.has("eta_min") && !f.at("eta_min").is_number()) {
+                     f.fail("eta_min", "Expected float or int eta_min, but got " +
+                                           f.at("eta_min").dump() + " of type " +
+                                           f.at("eta_min").type_name());
+                   }
+                   return std::make_shared<CosineAnnealingWarmRestarts>(
+                       o, f.integer("T_0"), f.integer("T_mult"), f.num("eta_min"),
+                       f.integer("last_epoch"));
+                 }),
+            {"eta_min"}));
+  r.add(lrs(
+      kind("cyclic", "CyclicLR", "cycle the LR between base_lr and max_lr",
+           {per_group("base_lr", nullptr, "lower LR of the cycle"),
+            per_group("max_lr", nullptr, "upper LR of the cycle"),
+            FieldSpec("step_size_up", FieldType::kFloat, 2000, "steps of the rising half"),
+            FieldSpec("step_size_down", FieldType::kFloat, nullptr,
+                      "steps of the falling half (absent: step_size_up)")
+                .may_be_absent(),
+            FieldSpec("mode", FieldType::kString, "triangular", "amplitude policy")
+                .one_of({"triangular", "triangular2", "exp_range"}),
+            FieldSpec("gamma", FieldType::kFloat, 1.0, "exp_range: decay per step"),
+            FieldSpec("scale_fn", FieldType::kString, nullptr,
+                      "an expression over x replacing mode's amplitude")
+                .may_be_absent(),
+            FieldSpec("scale_mode", FieldType::kString, "cycle", "what scale_fn's x counts")
+                .one_of({"cycle", "iterations"}),
+            momentum_fields_cycle(), per_group("base_momentum", 0.8, "momentum at the LR's peak"),
+            per_group("max_momentum", 0.9, "momentum at the LR's base"), last_epoch()},
+           [](Optimizer& o, const Fields& f) {
+             CyclicLROptions c;
+             c.step_size_up = f.num("step_size_up");
+             if (f.has("step_size_down")) c.step_size_down = f.num("step_size_down");
+             c.mode = f.str("mode");
+             c.gamma = f.num("gamma");
+             if (f.has("scale_fn")) {
+               try {
+                 c.scale_fn = LrLambda(f.str("scale_fn"));
+               } catch (const ValueError& e) {
+                 f.fail("scale_fn", expr_message(e));
                }
-               c.scale_mode = f.str("scale_mode");
-               c.cycle_momentum = f.flag("cycle_momentum");
-               c.base_momentum = f.per_group("base_momentum");
-               c.max_momentum = f.per_group("max_momentum");
-               c.last_epoch = f.integer("last_epoch");
-               return std::make_shared<CyclicLR>(o, f.per_group("base_lr"), f.per_group("max_lr"),
-                                                 c);
-             }));
-  r.add(kind(
-      "one_cycle", "OneCycleLR", "the 1cycle policy: warm up to max_lr, then anneal",
-      {per_group("max_lr", nullptr, "the peak LR"),
-       FieldSpec("total_steps", FieldType::kInt, nullptr, "steps of the cycle (or epochs x ...)")
-           .may_be_absent(),
-       FieldSpec("epochs", FieldType::kInt, nullptr, "with steps_per_epoch, instead of total_steps")
-           .may_be_absent(),
-       FieldSpec("steps_per_epoch", FieldType::kInt, nullptr, "with epochs").may_be_absent(),
-       FieldSpec("pct_start", FieldType::kFloat, 0.3, "share of the cycle rising (a float)"),
-       FieldSpec("anneal_strategy", FieldType::kString, "cos", "annealing shape")
-           .one_of({"cos", "linear"}),
-       momentum_fields_cycle(), per_group("base_momentum", 0.85, "momentum at the LR's peak"),
-       per_group("max_momentum", 0.95, "momentum at the LR's base"),
-       FieldSpec("div_factor", FieldType::kFloat, 25.0, "initial LR = max_lr / div_factor"),
-       FieldSpec("final_div_factor", FieldType::kFloat, 1e4,
-                 "final LR = initial LR / final_div_factor"),
-       FieldSpec("three_phase", FieldType::kBool, false, "anneal back before the final decay"),
-       last_epoch()},
-      [](Optimizer& o, const Fields& f) {
-        OneCycleLROptions c;
-        if (f.has("total_steps")) c.total_steps = f.integer("total_steps");
-        if (f.has("epochs")) c.epochs = f.integer("epochs");
-        if (f.has("steps_per_epoch")) c.steps_per_epoch = f.integer("steps_per_epoch");
-        if (f.has("pct_start")) {
-          // PyTorch requires a float: the integers 0 and 1 are rejected too.
-          const auto& v = f.at("pct_start");
-          if (!v.is_number_float())
-            f.fail("pct_start", "Expected float between 0 and 1 pct_start, but got " + v.dump());
-          c.pct_start = v.get<double>();
-        }
-        c.anneal_strategy = f.str("anneal_strategy");
-        c.cycle_momentum = f.flag("cycle_momentum");
-        c.base_momentum = f.per_group("base_momentum");
-        c.max_momentum = f.per_group("max_momentum");
-        c.div_factor = f.num("div_factor");
-        c.final_div_factor = f.num("final_div_factor");
-        c.three_phase = f.flag("three_phase");
-        c.last_epoch = f.integer("last_epoch");
-        return std::make_shared<OneCycleLR>(o, f.per_group("max_lr"), c);
-      }));
+             }
+             c.scale_mode = f.str("scale_mode");
+             c.cycle_momentum = f.flag("cycle_momentum");
+             c.base_momentum = f.per_group("base_momentum");
+             c.max_momentum = f.per_group("max_momentum");
+             c.last_epoch = f.integer("last_epoch");
+             return std::make_shared<CyclicLR>(o, f.per_group("base_lr"), f.per_group("max_lr"), c);
+           }),
+      {"base_lr", "max_lr"}));
+  r.add(lrs(
+      kind("one_cycle", "OneCycleLR", "the 1cycle policy: warm up to max_lr, then anneal",
+           {per_group("max_lr", nullptr, "the peak LR"),
+            FieldSpec("total_steps", FieldType::kInt, nullptr,
+                      "steps of the cycle (or epochs x ...)")
+                .may_be_absent(),
+            FieldSpec("epochs", FieldType::kInt, nullptr,
+                      "with steps_per_epoch, instead of total_steps")
+                .may_be_absent(),
+            FieldSpec("steps_per_epoch", FieldType::kInt, nullptr, "with epochs").may_be_absent(),
+            FieldSpec("pct_start", FieldType::kFloat, 0.3, "share of the cycle rising (a float)"),
+            FieldSpec("anneal_strategy", FieldType::kString, "cos", "annealing shape")
+                .one_of({"cos", "linear"}),
+            momentum_fields_cycle(), per_group("base_momentum", 0.85, "momentum at the LR's peak"),
+            per_group("max_momentum", 0.95, "momentum at the LR's base"),
+            FieldSpec("div_factor", FieldType::kFloat, 25.0, "initial LR = max_lr / div_factor"),
+            FieldSpec("final_div_factor", FieldType::kFloat, 1e4,
+                      "final LR = initial LR / final_div_factor"),
+            FieldSpec("three_phase", FieldType::kBool, false, "anneal back before the final decay"),
+            last_epoch()},
+           [](Optimizer& o, const Fields& f) {
+             OneCycleLROptions c;
+             if (f.has("total_steps")) c.total_steps = f.integer("total_steps");
+             if (f.has("epochs")) c.epochs = f.integer("epochs");
+             if (f.has("steps_per_epoch")) c.steps_per_epoch = f.integer("steps_per_epoch");
+             if (f.has("pct_start")) {
+               // PyTorch requires a float: the integers 0 and 1 are rejected too.
+               const auto& v = f.at("pct_start");
+               if (!v.is_number_float())
+                 f.fail("pct_start",
+                        "Expected float between 0 and 1 pct_start, but got " + v.dump());
+               c.pct_start = v.get<double>();
+             }
+             c.anneal_strategy = f.str("anneal_strategy");
+             c.cycle_momentum = f.flag("cycle_momentum");
+             c.base_momentum = f.per_group("base_momentum");
+             c.max_momentum = f.per_group("max_momentum");
+             c.div_factor = f.num("div_factor");
+             c.final_div_factor = f.num("final_div_factor");
+             c.three_phase = f.flag("three_phase");
+             c.last_epoch = f.integer("last_epoch");
+             return std::make_shared<OneCycleLR>(o, f.per_group("max_lr"), c);
+           }),
+      {"max_lr"}));
   const auto lambda_field = [] {
     return FieldSpec("lr_lambda", FieldType::kAny, nullptr,
                      "an expression over epoch, or a list with one per group")
@@ -239,7 +254,7 @@ void add_builtins(core::Registry<SchedulerKind>& r) {
              {schedulers_field()}, [](Optimizer& o, const Fields& f) {
                return std::make_shared<ChainedScheduler>(f.children(o), &o);
              }));
-  r.add(
+  r.add(lrs(
       kind("plateau", "ReduceLROnPlateau",
            "reduce the LR when eval.loss stops improving (stepped after each evaluation)",
            {FieldSpec("mode", FieldType::kString, "min", "whether lower or higher is better")
@@ -263,17 +278,20 @@ void add_builtins(core::Registry<SchedulerKind>& r) {
              c.min_lr = f.per_group("min_lr");
              c.eps = f.num("eps");
              return std::make_shared<ReduceLROnPlateau>(o, c);
-           }));
-  r.add(kind("swa", "SWALR", "anneal to a constant swa_lr (stochastic weight averaging)",
-             {per_group("swa_lr", nullptr, "the LR after annealing"),
-              FieldSpec("anneal_epochs", FieldType::kInt, 10, "steps of the annealing (>= 0)"),
-              FieldSpec("anneal_strategy", FieldType::kString, "cos", "annealing shape")
-                  .one_of({"cos", "linear"}),
-              last_epoch()},
-             [](Optimizer& o, const Fields& f) {
-               return std::make_shared<SWALR>(o, f.per_group("swa_lr"), f.integer("anneal_epochs"),
-                                              f.str("anneal_strategy"), f.integer("last_epoch"));
-             }));
+           }),
+      {"min_lr"}));
+  r.add(lrs(kind("swa", "SWALR", "anneal to a constant swa_lr (stochastic weight averaging)",
+                 {per_group("swa_lr", nullptr, "the LR after annealing"),
+                  FieldSpec("anneal_epochs", FieldType::kInt, 10, "steps of the annealing (>= 0)"),
+                  FieldSpec("anneal_strategy", FieldType::kString, "cos", "annealing shape")
+                      .one_of({"cos", "linear"}),
+                  last_epoch()},
+                 [](Optimizer& o, const Fields& f) {
+                   return std::make_shared<SWALR>(
+                       o, f.per_group("swa_lr"), f.integer("anneal_epochs"),
+                       f.str("anneal_strategy"), f.integer("last_epoch"));
+                 }),
+            {"swa_lr"}));
 }
 
 }  // namespace

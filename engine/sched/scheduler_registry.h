@@ -55,6 +55,9 @@ struct SchedulerKind {
   std::string torch_class;              ///< PyTorch's class ("CosineAnnealingLR")
   std::string help;                     ///< one line for the GUI and the reference
   std::vector<core::FieldSpec> fields;  ///< PyTorch's argument names, with defaults
+  /// The fields that hold learning rates rather than factors (eta_min, max_lr, swa_lr, ...):
+  /// what scale_lr_fields() scales for a second optimizer.
+  std::vector<std::string> lr_fields;
   /// The scheduler on `opt` from a config's fields (read through `f`).
   std::function<std::shared_ptr<LRScheduler>(Optimizer&, const SchedulerFields&)> make;
 };

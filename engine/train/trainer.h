@@ -65,6 +65,13 @@ const char* outcome_name(RunOutcome outcome);
 std::vector<std::string> check_schedule_length(const RunConfig& config, std::int64_t steps,
                                                const std::string& run_length);
 
+/// The [scheduler] table as the optimizer `kind` of a run gets it. A matrix kind's run (Muon)
+/// has two optimizers; the table's learning rates (eta_min, max_lr, swa_lr, ...) are the matrix
+/// kind's, and the other optimizer's copy has them scaled by its lr / the matrix kind's lr, so
+/// each keeps its own scale (one_cycle's max_lr = 0.02 gave AdamW 20x its lr = 0.001). With a
+/// matrix lr of 0 the values are taken as written. Null when the run has no scheduler.
+nlohmann::json scheduler_for(const RunConfig& config, const std::string& kind);
+
 /// The CPU binding of `config` planned on this machine as the trainer plans it (binding.cpus
 /// allowed here; binding.mode's slot found, unless binding.fallback): tb::ValueError as the
 /// trainer would throw it, said before a run is stored.

@@ -197,8 +197,8 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
     for (auto& o : s.opts)
       if (auto* m = dynamic_cast<optim::Muon*>(o.get())) s.ddp->partition_muon(*m);
   if (c.scheduler.config.is_null()) return;
-  for (auto& o : s.opts)
-    s.scheds.push_back(sched::make_scheduler(*o, c.scheduler.config));
+  for (std::size_t i = 0; i < s.opts.size(); ++i)
+    s.scheds.push_back(sched::make_scheduler(*s.opts[i], scheduler_for(c, s.opt_names[i])));
 }
 
 namespace {
@@ -316,6 +316,18 @@ void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
 }  // namespace tb::train::detail
 
 namespace tb::train {
+
+nlohmann::json scheduler_for(const RunConfig& c, const std::string& kind) {
+  const OptimizerSection& os = c.optimizer;
+  const std::string rest_kind = optim::optimizer_registry().at(os.main.kind)->rest_kind;
+  if (c.scheduler.config.is_null() || rest_kind.empty() || kind != rest_kind)
+    return c.scheduler.config;
+  const double main_lr = os.main.number("lr");
+  if (main_lr == 0.0) return c.scheduler.config;
+  const OptimizerSettings rest =
+      os.adamw && os.adamw->kind == rest_kind ? *os.adamw : OptimizerSettings(rest_kind);
+  return sched::scale_lr_fields(c.scheduler.config, rest.number("lr") / main_lr);
+}
 
 std::vector<std::string> check_schedule_length(const RunConfig& config, std::int64_t steps,
                                                const std::string& run_length) {

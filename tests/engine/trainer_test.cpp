@@ -283,6 +283,23 @@ TEST(Trainer, MuonSplitRunLearnsAndReportsMetrics) {
   EXPECT_LT(rec->metric("time.newton_schulz_ms"), rec->metric("time.optimizer_ms"));
 }
 
+// The scheduler's learning rates are Muon's; AdamW's optimizer gets them scaled by its own lr
+// (both used to anneal to the same swa_lr).
+TEST(Trainer, MuonRunsScaleTheSchedulersLearningRatesForAdamW) {
+  auto cfg = blobs_config();
+  cfg.optimizer.main = tb::train::OptimizerSettings("muon");
+  cfg.optimizer.main.set("lr", 0.02);
+  cfg.optimizer.adamw = train::OptimizerSettings{};
+  cfg.optimizer.adamw->set("lr", 1e-2);
+  cfg.scheduler.config = {{"kind", "swa"}, {"swa_lr", 0.004}, {"anneal_epochs", 5}};
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  EXPECT_NEAR(rec->metric("lr.muon.0"), 0.004, 1e-15);
+  EXPECT_NEAR(rec->metric("lr.adamw.0"), 0.002, 1e-15);
+}
+
 TEST(Trainer, Bf16AutocastChangesTheNumbersButStillLearnsDeterministically) {
   auto cfg = blobs_config();
   const auto fp32 = run_losses(cfg);

@@ -26,6 +26,7 @@
 #include "engine/api/schedule_api.h"
 #include "engine/core/error.h"
 #include "engine/data/fashion_mnist.h"
+#include "engine/sched/lr_scheduler.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "tests/engine/test_util.h"
@@ -317,6 +318,41 @@ TEST(WorkbenchConfig, PreviewOfATextEqualsPreviewOfItsFile) {
   EXPECT_EQ(t.rows.size(), 21u);  // run.steps = 20
   EXPECT_EQ(groups, std::vector<std::string>{"lr.adamw"});
   EXPECT_THROW(api::preview_config_text("[optimizer]\nlr = -1\n", 5, groups), tb::ValueError);
+}
+
+// With Muon the scheduler's learning rates are Muon's; AdamW's copy is scaled by adamw.lr /
+// muon.lr (one_cycle's max_lr = 0.02 gave AdamW, configured at 0.001, a peak of 0.02), in a
+// sequential's children too. Factor-only schedules are untouched.
+TEST(WorkbenchConfig, MuonRunsScaleTheSchedulersLearningRatesForAdamW) {
+  const auto preview = [&](const std::string& scheduler) {
+    std::vector<std::string> groups;
+    auto t = api::preview_run_config(kConfigDir + "/fmnist-mlp-muon.toml",
+                                     {"scheduler={ " + scheduler + " }"}, 100, groups);
+    EXPECT_EQ(groups, (std::vector<std::string>{"lr.muon", "lr.adamw"}));
+    return t;
+  };
+  // fmnist-mlp-muon.toml: muon lr 0.02, adamw lr 0.001 (a ratio of 0.05).
+  const auto cycle = preview("kind = \"one_cycle\", max_lr = 0.04, total_steps = 100");
+  ASSERT_EQ(cycle.rows.size(), 101u);
+  EXPECT_NEAR(cycle.rows[29].lr[0], 0.04, 1e-15);  // the peak: step pct_start x 100 - 1
+  EXPECT_NEAR(cycle.rows[29].lr[1], 0.002, 1e-15);
+  const auto seq = preview(
+      "kind = \"sequential\", milestones = [10], schedulers = [{ kind = \"constant\", factor = "
+      "0.5, total_iters = 10 }, { kind = \"cosine\", T_max = 90, eta_min = 0.004 }]");
+  EXPECT_NEAR(seq.rows[5].lr[0], 0.01, 1e-15);
+  EXPECT_NEAR(seq.rows[5].lr[1], 0.0005, 1e-15);
+  EXPECT_NEAR(seq.rows[100].lr[0], 0.004, 1e-12);
+  EXPECT_NEAR(seq.rows[100].lr[1], 0.0002, 1e-12);
+  const auto swa = preview("kind = \"swa\", swa_lr = 0.01, anneal_epochs = 5");
+  EXPECT_NEAR(swa.rows[50].lr[0], 0.01, 1e-15);
+  EXPECT_NEAR(swa.rows[50].lr[1], 0.0005, 1e-15);
+  // The scaling itself: only the kinds' learning-rate fields, lists element-wise.
+  const nlohmann::json cyclic = {
+      {"kind", "cyclic"}, {"base_lr", {0.1, 0.2}}, {"max_lr", 1.0}, {"step_size_up", 4}};
+  const auto scaled = tb::sched::scale_lr_fields(cyclic, 0.5);
+  EXPECT_EQ(scaled.at("base_lr"), nlohmann::json({0.05, 0.1}));
+  EXPECT_EQ(scaled.at("max_lr"), 0.5);
+  EXPECT_EQ(scaled.at("step_size_up"), 4);
 }
 
 // A run counted in epochs previews its whole length: epochs times the batches per epoch of its
