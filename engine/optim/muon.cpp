@@ -370,9 +370,15 @@ OptimizerKind muon_kind() {
   k.help = "Muon for the 2-D hidden weight matrices, AdamW for the rest (torch.optim.Muon)";
   k.rest_kind = "adamw";
   k.fields = {
-      FieldSpec("lr", FieldType::kFloat, 1e-3, "learning rate (the schedule's base)").at_least(0),
-      FieldSpec("weight_decay", FieldType::kFloat, 0.01, "decoupled weight decay").at_least(0),
-      FieldSpec("momentum", FieldType::kFloat, 0.95, "momentum (EMA factor)").at_least(0).below(1),
+      // The defaults are torch.optim.Muon's (MuonOptions): weight_decay 0.1, not AdamW's 0.01.
+      FieldSpec("lr", FieldType::kFloat, MuonOptions{}.lr, "learning rate (the schedule's base)")
+          .at_least(0),
+      FieldSpec("weight_decay", FieldType::kFloat, MuonOptions{}.weight_decay,
+                "decoupled weight decay")
+          .at_least(0),
+      FieldSpec("momentum", FieldType::kFloat, MuonOptions{}.momentum, "momentum (EMA factor)")
+          .at_least(0)
+          .below(1),
       FieldSpec("nesterov", FieldType::kBool, true, "Nesterov-style update input"),
       FieldSpec("eps", FieldType::kFloat, 1e-7, "Newton-Schulz normalisation: norm clamped to eps")
           .at_least(0),

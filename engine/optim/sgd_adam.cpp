@@ -193,14 +193,17 @@ FieldSpec lr_field() {
       .at_least(0);
 }
 
-std::vector<FieldSpec> adam_fields(const char* decay_help) {
+// The config's defaults are the classes' (PyTorch's): Adam's weight_decay 0, AdamW's 1e-2.
+std::vector<FieldSpec> adam_fields(const AdamOptions& d, const char* decay_help) {
   return {
       lr_field(),
-      FieldSpec("weight_decay", FieldType::kFloat, 0.01, decay_help).at_least(0),
-      FieldSpec("beta1", FieldType::kFloat, 0.9, "first moment decay rate").at_least(0).below(1),
-      FieldSpec("beta2", FieldType::kFloat, 0.999, "second moment decay rate").at_least(0).below(1),
-      FieldSpec("eps", FieldType::kFloat, 1e-8, "added to the denominator").at_least(0),
-      FieldSpec("amsgrad", FieldType::kBool, false, "AMSGrad variant")};
+      FieldSpec("weight_decay", FieldType::kFloat, d.weight_decay, decay_help).at_least(0),
+      FieldSpec("beta1", FieldType::kFloat, d.beta1, "first moment decay rate").at_least(0).below(1),
+      FieldSpec("beta2", FieldType::kFloat, d.beta2, "second moment decay rate")
+          .at_least(0)
+          .below(1),
+      FieldSpec("eps", FieldType::kFloat, d.eps, "added to the denominator").at_least(0),
+      FieldSpec("amsgrad", FieldType::kBool, d.amsgrad, "AMSGrad variant")};
 }
 
 AdamOptions adam_options(const nlohmann::json& s) {
@@ -220,7 +223,7 @@ OptimizerKind adamw_kind() {
   OptimizerKind k;
   k.name = "adamw";
   k.help = "AdamW (decoupled weight decay; torch.optim.AdamW)";
-  k.fields = adam_fields("decoupled weight decay");
+  k.fields = adam_fields(AdamW::default_options(), "decoupled weight decay");
   k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
     return std::make_unique<AdamW>(std::move(params), adam_options(s));
   };
@@ -231,7 +234,7 @@ OptimizerKind adam_kind() {
   OptimizerKind k;
   k.name = "adam";
   k.help = "Adam (L2 weight decay; torch.optim.Adam)";
-  k.fields = adam_fields("L2 penalty added to the gradient");
+  k.fields = adam_fields(AdamOptions{}, "L2 penalty added to the gradient");
   k.make = [](std::vector<Tensor> params, const nlohmann::json& s) -> std::unique_ptr<Optimizer> {
     return std::make_unique<Adam>(std::move(params), adam_options(s));
   };
@@ -244,9 +247,11 @@ OptimizerKind sgd_kind() {
   k.help = "SGD with optional (Nesterov) momentum (torch.optim.SGD)";
   k.fields = {
       lr_field(),
-      FieldSpec("weight_decay", FieldType::kFloat, 0.01, "L2 penalty added to the gradient")
+      FieldSpec("weight_decay", FieldType::kFloat, SgdOptions{}.weight_decay,
+                "L2 penalty added to the gradient")
           .at_least(0),
-      FieldSpec("momentum", FieldType::kFloat, 0.0, "momentum factor").at_least(0),
+      FieldSpec("momentum", FieldType::kFloat, SgdOptions{}.momentum, "momentum factor")
+          .at_least(0),
       FieldSpec("nesterov", FieldType::kBool, false, "Nesterov momentum (needs momentum > 0)")};
   k.validate = [](const nlohmann::json& s) -> std::optional<core::FieldProblem> {
     if (s.at("nesterov").get<bool>() && s.at("momentum").get<double>() <= 0)
