@@ -223,15 +223,15 @@ std::vector<std::pair<std::string, std::string>> flatten_toml_ordered(const std:
   return out;
 }
 
-int ranks_in_metrics(const std::vector<store::MetricSummary>& metrics) {
+int ranks_in_metrics(const std::vector<std::string>& metric_keys) {
   const std::string prefix = core::metric::kRankPrefix;
   int ranks = 0;
-  for (const auto& m : metrics) {
-    if (m.key.rfind(prefix, 0) != 0) continue;
-    const auto slash = m.key.find('/', prefix.size());
+  for (const auto& key : metric_keys) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const auto slash = key.find('/', prefix.size());
     if (slash == std::string::npos) continue;
     try {
-      ranks = std::max(ranks, std::stoi(m.key.substr(prefix.size(), slash - prefix.size())) + 1);
+      ranks = std::max(ranks, std::stoi(key.substr(prefix.size(), slash - prefix.size())) + 1);
     } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): not a rank's metric
     }
   }

@@ -104,7 +104,7 @@ bool only_some(const std::vector<std::string>& values);
 /// A data-parallel run's ranks as its metrics tell them (rank 0 logs each rank's as rank<r>/...):
 /// the largest r + 1, 0 without such metrics. Ranks started from a torchrun-style environment
 /// store world_size = 0; this is how many there were.
-int ranks_in_metrics(const std::vector<store::MetricSummary>& metrics);
+int ranks_in_metrics(const std::vector<std::string>& metric_keys);
 
 /// The steps a run of `config` takes: run.steps, else run.epochs times the steps per epoch of its
 /// data (read to count its samples; remembered per [data] table); nullopt when that cannot be

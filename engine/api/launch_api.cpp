@@ -366,7 +366,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
   if (req.resume > 0) {
     auto st = detail::existing_store(req.db_path);
     detail::require_run(st, req.resume);
-    const store::RunDetails run = st.get_run(req.resume);
+    const store::RunDetails run = st.get_run(req.resume, store::RunStore::Metrics::kNone);
     const train::RunConfig c = train::parse_run_config(
         run.config, "run " + std::to_string(req.resume) + "'s stored config");
     TB_CHECK(c.distributed.backend != "none", "[launch] run ", req.resume,
@@ -377,7 +377,7 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
     // 0, and their per-rank metrics (rank<r>/...) say how many there were.
     std::int64_t ranks = c.distributed.world_size;
     if (ranks == 0) world_size = 0;
-    if (ranks == 0) ranks = detail::ranks_in_metrics(run.metrics);
+    if (ranks == 0) ranks = detail::ranks_in_metrics(st.metric_keys(req.resume));
     if (ranks > 0 && nproc == 0) nproc = static_cast<int>(ranks);
     TB_CHECK(nproc > 0, "[launch] run ", req.resume,
              "'s number of ranks is not stored: give --nproc, as many as it ran on");
@@ -452,7 +452,8 @@ DdpLaunch plan_ddp_launch(const LaunchRequest& req) {
       const std::string db = req.db_path.empty() ? default_store_path() : req.db_path;
       auto st = store::RunStore::open(db);
       if (st.has_run(req.resume) &&
-          train::parse_run_config(st.get_run(req.resume).config, "the stored config", req.overrides)
+          train::parse_run_config(st.get_run(req.resume, store::RunStore::Metrics::kNone).config,
+                                  "the stored config", req.overrides)
                   .distributed.backend == "nccl")
         backend = "nccl";
     }
@@ -560,7 +561,7 @@ void check_ddp_start(const LaunchRequest& req) {
   }
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.resume);
-  const store::RunDetails run = st.get_run(req.resume);
+  const store::RunDetails run = st.get_run(req.resume, store::RunStore::Metrics::kNone);
   detail::require_resumable(run, req.resume, "[launch]", st.recovery_error());
   // The config the ranks would continue with (the stored one and --set) against the
   // checkpoint they would read.
@@ -597,7 +598,7 @@ std::vector<std::string> close_ddp_job(const std::string& db_path, const DdpLaun
     // A run still running lost rank 0 before it could close it.
     // Its writer, rank 0, must be gone from this host (mpirun killed by SIGKILL leaves ranks
     // running; a rank 0 on another host is left to the store's recovery).
-    const store::RunDetails details = st.get_run(mine->id);
+    const store::RunDetails details = st.get_run(mine->id, store::RunStore::Metrics::kNone);
     store::ProcessIdentity writer;
     writer.host = details.writer_host;
     writer.pid = details.writer_pid.value_or(0);
@@ -618,7 +619,7 @@ std::vector<std::string> close_ddp_job(const std::string& db_path, const DdpLaun
                       "rank 0, the process that writes the store, ended without closing the "
                       "run (killed, or out of memory); every committed step is kept" +
                           last);
-      mine = st.get_run(mine->id).summary;
+      mine = st.get_run(mine->id, store::RunStore::Metrics::kNone).summary;
     }
     if (mine->status != store::RunStatus::kFailed && mine->status != store::RunStatus::kCrashed)
       return lines;

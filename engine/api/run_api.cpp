@@ -461,8 +461,9 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
                            const std::string& layout, const std::string& checkpoint) {
   auto st = detail::existing_store(db_path);
   detail::require_run(st, run_id);
-  const train::RunConfig config = train::parse_run_config(
-      st.get_run(run_id).config, "run " + std::to_string(run_id) + "'s stored config");
+  const train::RunConfig config =
+      train::parse_run_config(st.get_run(run_id, store::RunStore::Metrics::kNone).config,
+                              "run " + std::to_string(run_id) + "'s stored config");
   std::filesystem::path dir = checkpoint;
   std::string from = dir.string();
   if (!dir.empty()) check_checkpoint_of(st, run_id, dir, "[weights]");
@@ -491,7 +492,7 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
 SampleResult sample_run(const SampleRequest& req) {
   auto st = detail::existing_store(req.db_path);
   detail::require_run(st, req.run_id);
-  const std::string stored = st.get_run(req.run_id).config;
+  const std::string stored = st.get_run(req.run_id, store::RunStore::Metrics::kNone).config;
   const std::string source = "run " + std::to_string(req.run_id) + "'s stored config";
   train::RunConfig config = train::parse_run_config(stored, source);
   if (!req.tokenizer_model.empty()) {

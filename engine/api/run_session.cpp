@@ -171,7 +171,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   }
   s.run_id = *spec.resume;
   detail::require_run(st, s.run_id);
-  const store::RunDetails stored = st.get_run(s.run_id);
+  const store::RunDetails stored = st.get_run(s.run_id, store::RunStore::Metrics::kNone);
   s.sweep_trial = stored.summary.sweep_id.has_value();
   detail::require_resumable(stored, s.run_id, "[run]", st.recovery_error());
   const std::string text = spec.config_text.empty() ? stored.config : spec.config_text;
@@ -183,7 +183,7 @@ Start prepare(const RunSpec& spec, const std::filesystem::path& db) {
   // trainer ("needs a process group") without the command that does it.
   if (s.config.distributed.backend != "none" && !started_as_rank()) {
     std::int64_t ranks = s.config.distributed.world_size;
-    if (ranks == 0) ranks = detail::ranks_in_metrics(stored.metrics);
+    if (ranks == 0) ranks = detail::ranks_in_metrics(st.metric_keys(s.run_id));
     throw ValueError(tb::detail::str_cat(
         "[run] run ", s.run_id, " is a data-parallel run (distributed.backend '",
         s.config.distributed.backend, "'",

@@ -596,7 +596,8 @@ SweepResult run_sweep(const SweepRequest& request,
           // is whether its trial got there, or ended with a result (finished, failed, diverged).
           const auto& t = after[jobs[static_cast<std::size_t>(first + p.slot)].trial];
           if (t.run_id) {
-            const store::RunSummary run = st.get_run(*t.run_id).summary;
+            const store::RunSummary run =
+                st.get_run(*t.run_id, store::RunStore::Metrics::kNone).summary;
             e.run = run.id;
             e.run_status = std::string(store::to_string(run.status));
             e.run_message = run.message;

@@ -288,7 +288,7 @@ std::vector<ConfigDiffRow> config_diff(const std::vector<std::string>& toml_text
 
 namespace {
 
-// What runs() reads per run besides the summary: from the config and the metric summaries.
+// What runs() reads per run besides the summary: from the config and four metrics.
 struct RunFacts {
   store::RunStatus status = store::RunStatus::kQueued;
   std::optional<std::int64_t> last_step;
@@ -297,13 +297,52 @@ struct RunFacts {
   int world_size = 1;
   std::string dist_backend;
   std::optional<double> final_loss, best_eval_loss, best_accuracy, best_perplexity;
+  // The table's metrics up to last_step, kept up to date from the points after it while the
+  // run trains (reading every point of every metric once a second grew with the run).
+  std::map<std::string, store::MetricSummary> tracked;
 };
+
+constexpr const char* kTableMetrics[] = {core::metric::kLoss, core::metric::kEvalLoss,
+                                         core::metric::kEvalAccuracy,
+                                         core::metric::kEvalPerplexity};
 
 std::optional<double> finite(double v) {
   return std::isnan(v) ? std::nullopt : std::optional<double>(v);
 }
 
-RunFacts read_facts(const store::RunDetails& d) {
+// `m` extended by `points` (later steps than any it holds), as RunStore::get_run summarises a
+// series: the last point, and the extremes over the non-NaN values.
+void absorb(store::MetricSummary& m, const std::vector<store::SeriesPoint>& points) {
+  for (const store::SeriesPoint& p : points) {
+    if (m.count++ == 0) m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
+    m.last_step = p.step;
+    m.last_value = p.value;
+    if (std::isnan(p.value)) continue;
+    if (std::isnan(m.min_value) || p.value < m.min_value) {
+      m.min_value = p.value;
+      m.min_step = p.step;
+    }
+    if (std::isnan(m.max_value) || p.value > m.max_value) {
+      m.max_value = p.value;
+      m.max_step = p.step;
+    }
+  }
+}
+
+void derive_metrics(RunFacts& f) {
+  const auto value = [&](const char* key, double store::MetricSummary::*field) {
+    const auto it = f.tracked.find(key);
+    return it == f.tracked.end() || it->second.count == 0 ? std::nullopt
+                                                          : finite(it->second.*field);
+  };
+  f.final_loss = value(core::metric::kLoss, &store::MetricSummary::last_value);
+  f.best_eval_loss = value(core::metric::kEvalLoss, &store::MetricSummary::min_value);
+  f.best_accuracy = value(core::metric::kEvalAccuracy, &store::MetricSummary::max_value);
+  f.best_perplexity = value(core::metric::kEvalPerplexity, &store::MetricSummary::min_value);
+}
+
+RunFacts read_facts(const store::RunStore& st, std::int64_t run) {
+  const store::RunDetails d = st.get_run(run, store::RunStore::Metrics::kNone);
   RunFacts f;
   f.status = d.summary.status;
   f.last_step = d.summary.last_step;
@@ -330,14 +369,27 @@ RunFacts read_facts(const store::RunDetails& d) {
     }
   }
   if (!f.dist_backend.empty())
-    f.world_size = std::max(f.world_size, detail::ranks_in_metrics(d.metrics));
-  for (const auto& m : d.metrics) {
-    if (m.key == core::metric::kLoss) f.final_loss = finite(m.last_value);
-    if (m.key == core::metric::kEvalLoss) f.best_eval_loss = finite(m.min_value);
-    if (m.key == core::metric::kEvalAccuracy) f.best_accuracy = finite(m.max_value);
-    if (m.key == core::metric::kEvalPerplexity) f.best_perplexity = finite(m.min_value);
+    f.world_size = std::max(f.world_size, detail::ranks_in_metrics(st.metric_keys(run)));
+  for (const char* key : kTableMetrics) {
+    store::MetricSummary& m = f.tracked[key];
+    m.key = key;
+    absorb(m, st.series(run, key));
   }
+  derive_metrics(f);
   return f;
+}
+
+// A run that was training and still is only appended points since `f` was read: the points
+// after its last step. (A resume rewinds a run that had ended: read again in full.)
+bool follow_facts(const store::RunStore& st, const store::RunSummary& s, RunFacts& f) {
+  if (f.status != store::RunStatus::kRunning || s.status != store::RunStatus::kRunning ||
+      f.created_at != s.created_at || !f.last_step || !s.last_step || *s.last_step < *f.last_step)
+    return false;
+  for (const char* key : kTableMetrics)
+    absorb(f.tracked[key], st.series(s.id, key, *f.last_step + 1));
+  f.last_step = s.last_step;
+  derive_metrics(f);
+  return true;
 }
 
 // FNV-1a, 64 bits.
@@ -386,9 +438,11 @@ std::vector<RunInfo> StoreReader::runs() const {
     if (it != impl_->facts.end() && it->second.status == s.status &&
         it->second.last_step == s.last_step && it->second.created_at == s.created_at) {
       fresh.emplace(s.id, std::move(it->second));
+    } else if (it != impl_->facts.end() && follow_facts(impl_->store, s, it->second)) {
+      fresh.emplace(s.id, std::move(it->second));
     } else {
       try {
-        fresh.emplace(s.id, read_facts(impl_->store.get_run(s.id)));
+        fresh.emplace(s.id, read_facts(impl_->store, s.id));
       } catch (const ValueError&) {  // deleted by another connection since list_runs()
         continue;
       }
@@ -454,7 +508,7 @@ std::vector<std::string> StoreReader::metric_keys(std::int64_t run) const {
 }
 
 double StoreReader::trained_seconds(std::int64_t run, double when) const {
-  const store::RunSummary s = impl_->store.get_run(run).summary;
+  const store::RunSummary s = impl_->store.get_run(run, store::RunStore::Metrics::kNone).summary;
   if (!s.started_at) return 0;
   double paused = 0;
   double ended = -1;  // the end a resume follows (-1: none)

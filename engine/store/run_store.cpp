@@ -406,7 +406,7 @@ std::string RunStore::store_id() const {
   return st.text(0);
 }
 
-RunDetails RunStore::get_run(std::int64_t run) const {
+RunDetails RunStore::get_run(std::int64_t run, Metrics metrics) const {
   detail::Statement st = db_->prepare(
       str_cat("SELECT ", kSummaryColumns,
               ", config, config_format, seed, cpu_info, gpu_info, engine_version, writer_pid, "
@@ -425,6 +425,7 @@ RunDetails RunStore::get_run(std::int64_t run) const {
   d.writer_pid = st.opt_int64(c + 6);
   d.writer_host = st.text(c + 7);
   d.writer_start_time = st.opt_int64(c + 8);
+  if (metrics == Metrics::kNone) return d;
 
   // Per key: the whole series (both metric tables, later writes winning), then count, final
   // point and extremes (the earliest step among equal extremes; NaN points are skipped).

@@ -106,9 +106,14 @@ class RunStore {
   /// The store's identity: 16 hex digits made once when the store was created (or migrated to
   /// schema version 2); a copy of the file keeps it. Checkpoint folders are keyed by it.
   std::string store_id() const;
-  /// One run with config, hardware and per-metric final/min/max. Throws ValueError naming the
-  /// run when it does not exist.
-  RunDetails get_run(std::int64_t run) const;
+  /// What get_run() reads of a run's metrics.
+  enum class Metrics {
+    kSummaries,  ///< every metric's count, final point and extremes (reads every point)
+    kNone,       ///< none: RunDetails::metrics stays empty (summary, config and hardware only)
+  };
+  /// One run with config, hardware and (with kSummaries) per-metric final/min/max. Throws
+  /// ValueError naming the run when it does not exist.
+  RunDetails get_run(std::int64_t run, Metrics metrics = Metrics::kSummaries) const;
   /// Names of the metrics a run has points for, sorted.
   std::vector<std::string> metric_keys(std::int64_t run) const;
   /// The points of metric `key` of `run` with step >= from_step, by increasing step (empty for

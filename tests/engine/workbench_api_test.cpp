@@ -758,6 +758,22 @@ TEST(WorkbenchStore, RunFactsFromStoredMetrics) {
     w.log_metrics(5, {{"loss", 2.2}, {"eval.loss", 2.6}, {"eval.perplexity", 13.5}});
     w.flush();
     EXPECT_NE(reader.fingerprint(), fp);  // a new step
+    // Still running: the facts follow from the points after step 2 (not every point again),
+    // and come out as a whole read would.
+    const auto followed = reader.runs();
+    ASSERT_EQ(followed.size(), 1u);
+    EXPECT_EQ(followed[0].last_step, 5);
+    EXPECT_EQ(followed[0].final_loss, 2.2);
+    EXPECT_EQ(followed[0].best_eval_loss, 2.4);
+    EXPECT_EQ(followed[0].best_perplexity, 11.0);
+    w.log_metrics(6, {{"loss", std::nan("")}, {"eval.loss", 2.3}});
+    w.flush();
+    const auto nan_last = reader.runs();
+    EXPECT_FALSE(nan_last[0].final_loss.has_value());  // the last loss is NaN
+    EXPECT_EQ(nan_last[0].best_eval_loss, 2.3);
+    w.log_metrics(7, {{"loss", 2.2}});
+    w.flush();
+    EXPECT_EQ(reader.runs()[0].final_loss, 2.2);
     w.set_status(store::RunStatus::kFinished, "done");
     w.close();
   }
@@ -771,12 +787,12 @@ TEST(WorkbenchStore, RunFactsFromStoredMetrics) {
   EXPECT_EQ(r.scheduler, "sequential");  // warm-up, then cosine
   EXPECT_EQ(r.dataset, "text");
   EXPECT_EQ(r.final_loss, 2.2);
-  EXPECT_EQ(r.best_eval_loss, 2.4);
+  EXPECT_EQ(r.best_eval_loss, 2.3);
   EXPECT_EQ(r.best_perplexity, 11.0);
   EXPECT_FALSE(r.best_accuracy.has_value());
   const auto s = reader.series(id, "eval.loss", 4);
-  EXPECT_EQ(s.step, (std::vector<double>{4, 5}));
-  EXPECT_EQ(s.value, (std::vector<double>{2.4, 2.6}));
+  EXPECT_EQ(s.step, (std::vector<double>{4, 5, 6}));
+  EXPECT_EQ(s.value, (std::vector<double>{2.4, 2.6, 2.3}));
   EXPECT_GE(s.wall_s[0], 0.0);
 }
 

@@ -358,7 +358,17 @@ void MetricPlot::rebuildGraphs() {
   m_smoothLowGraphs.clear();
   QCPGraph* below = nullptr;
   bool anyRight = false;
-  for (auto& [id, c] : m_curves) {
+  // The left axis's curves first, the right axis's drawn over them: each axis scaled to its own
+  // curves, a right-hand curve of the same shape as a left-hand one (an AdamW-only run's LR
+  // beside a Muon run's) lies exactly on it, and drawn under it could not be seen.
+  std::vector<std::pair<const QString, Curve>*> order;
+  for (auto& e : m_curves)
+    if (!e.second.right || m_stacked) order.push_back(&e);
+  for (auto& e : m_curves)
+    if (e.second.right && !m_stacked) order.push_back(&e);
+  for (auto* entry : order) {
+    const QString& id = entry->first;
+    Curve& c = entry->second;
     // A stacked chart (the step time's parts) is one sum: its curves share the left axis.
     const bool right = c.right && !m_stacked;
     anyRight |= right;
@@ -617,7 +627,7 @@ void MetricPlot::fitLegend() {
 }
 
 void MetricPlot::fitTicks() {
-  // About one y label per 30 px: a short plot with QCustomPlot's default (5, rounded to a nice
+  // About one y label per 22-30 px: a short plot with QCustomPlot's default (5, rounded to a nice
   // step) stacked seven labels such as 0.0125 into 70 px. Called after each layout, when the
   // axis rect has its height (for the widget, or for a report's image of another size); the
   // ticks of this draw are already made, so a changed count is drawn by one more replot.
@@ -626,7 +636,9 @@ void MetricPlot::fitTicks() {
   const int h = m_plot->axisRect()->height();
   const int w = m_plot->axisRect()->width();
   if (h <= 0 || w <= 0) return;
-  const int n = std::clamp(h / 30, 2, 5);
+  // One per 22 px: at one per 30 a loss plot 70 px high asked for two, which a range of 0.3 to
+  // 1.8 rounds to a step of 1: a single label, "1".
+  const int n = std::clamp(h / 22, 2, 5);
   // Long labels on a narrow axis may still touch at that count ("100", "200" and "300" in 55 px
   // between the LR plot's two y axes read "1002003300"): then one fewer, for this width, as the
   // last draw shows them.

@@ -13,6 +13,7 @@
 #include <QFileInfo>
 #include <QGridLayout>
 #include <QHBoxLayout>
+#include <QKeyEvent>
 #include <QKeySequence>
 #include <QLabel>
 #include <QListWidget>
@@ -34,6 +35,7 @@
 #include <QTemporaryDir>
 #include <QTextCursor>
 #include <QTextStream>
+#include <QTimer>
 #include <QToolBar>
 #include <QVBoxLayout>
 
@@ -260,7 +262,10 @@ void MainWindow::buildDocks() {
   connect(run, &QPushButton::clicked, this, [this] { startRun(); });
   connect(queue, &QPushButton::clicked, this, &MainWindow::enqueueCurrent);
   connect(pair, &QPushButton::clicked, this, &MainWindow::enqueueMuonAndAdamw);
-  connect(m_editor, &ConfigEditor::validityChanged, run, &QPushButton::setEnabled);
+  // Nothing that would start or queue the config is offered while it does not validate (the
+  // queue took it and only then said why it could not run).
+  for (QPushButton* b : {run, queue, pair})
+    connect(m_editor, &ConfigEditor::validityChanged, b, &QPushButton::setEnabled);
   m_sweepEditor = new SweepEditor([this] { return m_editor->toToml(); }, m_editor);
   m_sweepEditor->setName(m_editor->fieldText(QStringLiteral("run.name")) +
                          QStringLiteral("-sweep"));
@@ -278,7 +283,8 @@ void MainWindow::buildDocks() {
               log(QStringLiteral("error"), m_editor->errorText());
             }
           });
-  run->setEnabled(m_editor->isValid());
+  for (QPushButton* b : {run, queue, pair})
+    b->setEnabled(m_editor->isValid());
 
   auto* runsDock = new QDockWidget(tr("Runs"), this);
   runsDock->setObjectName(QStringLiteral("runsDock"));
@@ -399,6 +405,9 @@ void MainWindow::buildActions() {
   file->addSeparator();
   QAction* exportAct = file->addAction(tr("&Export report…"), this, &MainWindow::exportReport);
   exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  m_exportAction = exportAct;
+  // Ctrl+E also from a text field (eventFilter).
+  qApp->installEventFilter(this);
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -408,15 +417,33 @@ void MainWindow::buildActions() {
   m_runAction = runMenu->addAction(tr("&Run this config"), this, [this] { startRun(); });
   m_runAction->setIconText(tr("Run"));
   m_runAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
-  runMenu->addAction(tr("Add to &queue"), this, &MainWindow::enqueueCurrent);
-  runMenu->addAction(tr("Queue &Muon + AdamW"), this, &MainWindow::enqueueMuonAndAdamw);
+  QAction* queueAct = runMenu->addAction(tr("Add to &queue"), this, &MainWindow::enqueueCurrent);
+  QAction* pairAct =
+      runMenu->addAction(tr("Queue &Muon + AdamW"), this, &MainWindow::enqueueMuonAndAdamw);
+  for (QAction* a : {m_runAction, queueAct, pairAct}) {
+    connect(m_editor, &ConfigEditor::validityChanged, a, &QAction::setEnabled);
+    a->setEnabled(m_editor->isValid());
+  }
   runMenu->addAction(tr("Start q&ueue"), this, &MainWindow::startQueue);
   runMenu->addSeparator();
   m_pauseAction = runMenu->addAction(tr("&Pause"), this, [this] {
     const bool pause = m_pauseAction->isChecked();
+    QStringList runs;
     for (auto& w : m_workers)
-      if (w && w->isRunning()) w->setPaused(pause);
-    log(QStringLiteral("info"), pause ? tr("paused") : tr("resumed"));
+      if (w && w->isRunning()) {
+        w->setPaused(pause);
+        if (w->runId() > 0) runs << tr("run %1").arg(w->runId());
+      }
+    // Said on the button and in the status bar: a pressed "Pause" alone read as still running.
+    m_pauseAction->setText(pause ? tr("&Continue") : tr("&Pause"));
+    m_pauseAction->setIconText(pause ? tr("Continue") : tr("Pause"));
+    const QString who = runs.isEmpty() ? tr("the runs") : runs.join(QStringLiteral(", "));
+    log(QStringLiteral("info"),
+        pause ? tr("%1 paused (Continue goes on)").arg(who) : tr("%1 continued").arg(who));
+    if (pause)
+      statusBar()->showMessage(tr("%1 paused").arg(who));
+    else
+      statusBar()->clearMessage();
   });
   m_pauseAction->setCheckable(true);
   m_cancelAction = runMenu->addAction(tr("&Cancel"), this, [this] {
@@ -546,14 +573,42 @@ void MainWindow::updateActions() {
   const bool running = activeRuns() > 0;
   m_cancelAction->setEnabled(running);
   m_pauseAction->setEnabled(running);
-  if (!running) m_pauseAction->setChecked(false);
+  if (!running && m_pauseAction->isChecked()) {
+    m_pauseAction->setChecked(false);
+    m_pauseAction->setText(tr("&Pause"));
+    m_pauseAction->setIconText(tr("Pause"));
+    statusBar()->clearMessage();
+  }
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  // A line or text edit takes Ctrl+E ("end of line" on X11) by accepting the shortcut-override
+  // event, so Export report never fired while the form, the search box or the TOML page had the
+  // focus (where it usually is). Filtered out unaccepted, the key goes to the shortcut.
+  if (event->type() == QEvent::ShortcutOverride && m_exportAction != nullptr) {
+    const auto* w = qobject_cast<QWidget*>(watched);
+    const auto* key = static_cast<QKeyEvent*>(event);
+    if (w != nullptr && w->window() == this && m_exportAction->isEnabled() &&
+        QKeySequence(key->keyCombination()) == m_exportAction->shortcut())
+      return true;
+  }
+  return QMainWindow::eventFilter(watched, event);
 }
 
 void MainWindow::log(const QString& level, const QString& text) {
   const QString line =
       QStringLiteral("%1 %2: %3")
           .arg(QDateTime::currentDateTime().toString(QStringLiteral("HH:mm:ss")), level, text);
+  // The newest line in view, unless the user scrolled up to read an older one (appendPlainText
+  // follows only while the dock is visible and laid out: after a pause or cancel the newest
+  // event was often the hidden one).
+  QScrollBar* bar = m_log->verticalScrollBar();
+  const bool follow = bar->value() >= bar->maximum() - 1;
   m_log->appendPlainText(line);
+  if (follow) {
+    bar->setValue(bar->maximum());
+    QTimer::singleShot(0, m_log, [bar] { bar->setValue(bar->maximum()); });
+  }
   if (level == QLatin1String("error")) statusBar()->showMessage(text, 8000);
 }
 
@@ -564,9 +619,7 @@ void MainWindow::exportReport() {
     QMessageBox::information(this, tr("Export report"), tr("Select one or more runs first."));
     return;
   }
-  const QString path = QFileDialog::getSaveFileName(this, tr("Export report"),
-                                                    QStringLiteral("trainbench-report.html"),
-                                                    tr("HTML report (*.html);;PDF report (*.pdf)"));
+  const QString path = askReportPath(tr("Export report"), QStringLiteral("trainbench-report"));
   if (path.isEmpty()) return;
   api::StoreReader* store = m_runsModel->store();
   if (store == nullptr) {
@@ -582,6 +635,31 @@ void MainWindow::exportReport() {
   } catch (const std::exception& e) {
     QMessageBox::warning(this, tr("Export report"), QString::fromUtf8(e.what()));
   }
+}
+
+QString MainWindow::askReportPath(const QString& title, const QString& baseName) {
+  // Starts where the last report went, else beside the store (not the process's working
+  // folder); the chosen filter sets the extension, as the format follows the extension.
+  QSettings settings;
+  QString dir = settings.value(QStringLiteral("reports/folder")).toString();
+  if (dir.isEmpty() || !QFileInfo(dir).isDir())
+    dir = m_dbPath.isEmpty() ? QDir::homePath() : QFileInfo(m_dbPath).absolutePath();
+  const QString html = tr("HTML report (*.html)"), pdf = tr("PDF report (*.pdf)");
+  QFileDialog dialog(this, title, dir, html + QStringLiteral(";;") + pdf);
+  dialog.setAcceptMode(QFileDialog::AcceptSave);
+  dialog.setDefaultSuffix(QStringLiteral("html"));
+  dialog.selectFile(baseName + QStringLiteral(".html"));
+  connect(&dialog, &QFileDialog::filterSelected, &dialog, [&](const QString& filter) {
+    const QString suffix = filter == pdf ? QStringLiteral("pdf") : QStringLiteral("html");
+    dialog.setDefaultSuffix(suffix);
+    const QStringList chosen = dialog.selectedFiles();
+    const QString name = chosen.isEmpty() ? baseName : QFileInfo(chosen.first()).completeBaseName();
+    dialog.selectFile(name + QLatin1Char('.') + suffix);
+  });
+  if (dialog.exec() != QDialog::Accepted || dialog.selectedFiles().isEmpty()) return QString();
+  const QString path = dialog.selectedFiles().first();
+  settings.setValue(QStringLiteral("reports/folder"), QFileInfo(path).absolutePath());
+  return path;
 }
 
 void MainWindow::chooseRunStore() {

@@ -153,8 +153,13 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  /// Lets Ctrl+E reach Export report from a text field of this window.
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
+  /// A save dialog for an HTML or PDF report: in the last report's folder (else the store's), the
+  /// extension following the chosen filter; "" when cancelled.
+  QString askReportPath(const QString& title, const QString& baseName);
   void buildActions();
   void buildDocks();
   /// `content` in a frameless scroll area that lets it fill the area and scrolls only when the
@@ -207,6 +212,7 @@ class MainWindow : public QMainWindow {
   QAction* m_runAction = nullptr;
   QAction* m_cancelAction = nullptr;
   QAction* m_pauseAction = nullptr;
+  QAction* m_exportAction = nullptr;
   std::vector<QueueEntry> m_queue;
   QList<QPointer<RunWorker>> m_workers;
   QTimer m_drainTimer;

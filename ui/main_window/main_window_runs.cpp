@@ -161,7 +161,9 @@ void MainWindow::pollStore() {
   QWidget* const page = currentPage();
   if (page == m_livePage) updateSamples();
   if (page == m_compare) m_compare->refresh();
-  if (page == m_sweeps && (m_sweepProcess || m_sweeps->running())) {
+  // A sweep started by another process (trainbench-cli sweep) shows up, and a shown one follows
+  // its trials while it runs.
+  if (page == m_sweeps && (m_sweepProcess || m_sweeps->running() || m_sweeps->listChanged())) {
     m_sweeps->refresh();
     if (!m_pendingSweep.isEmpty()) {
       m_sweeps->showSweep(m_pendingSweep);
@@ -284,9 +286,8 @@ void MainWindow::showRunsLive(const QList<qint64>& selected) {
 void MainWindow::exportSweepReport(const QString& name) {
   api::StoreReader* store = m_runsModel->store();
   if (!store) return;
-  const QString path = QFileDialog::getSaveFileName(this, tr("Export sweep report"),
-                                                    QStringLiteral("sweep-%1.html").arg(name),
-                                                    tr("HTML report (*.html);;PDF report (*.pdf)"));
+  const QString path =
+      askReportPath(tr("Export sweep report"), QStringLiteral("sweep-%1").arg(name));
   if (path.isEmpty()) return;
   try {
     const QString err = writeReport(buildSweepReport(*store, name), path);

@@ -11,6 +11,7 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTabWidget>
@@ -369,8 +370,26 @@ void ConfigEditor::kindChanged(const QString& key) {
   if (!setToml(text, m_source)) {
     // Keep the user's form; the message says what the new kind needs.
     m_validateTimer.start();
+  } else {
+    // The rebuilt form keeps the edited section in view, its kind field focused, with the new
+    // kind's fields below it (it jumped to wherever the old form's height put the scroll bar,
+    // another section, with Muon's fields off screen).
+    revealField(key);
   }
   Q_EMIT edited();
+}
+
+void ConfigEditor::revealField(const QString& key) {
+  QWidget* widget = nullptr;
+  for (const auto& f : m_fields)
+    if (QString::fromStdString(f.spec.key) == key) widget = f.widget;
+  auto* scroll = qobject_cast<QScrollArea*>(m_tabs->widget(0));
+  if (widget == nullptr || scroll == nullptr) return;
+  m_formHost->layout()->activate();
+  // Its section's box at the top of the view.
+  QWidget* box = widget->parentWidget() != nullptr ? widget->parentWidget() : widget;
+  scroll->verticalScrollBar()->setValue(box->mapTo(m_formHost, QPoint(0, 0)).y());
+  widget->setFocus(Qt::OtherFocusReason);
 }
 
 QString ConfigEditor::tomlWithKind(const QString& section, const QString& kind) const {

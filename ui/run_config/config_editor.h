@@ -88,6 +88,7 @@ class ConfigEditor : public QWidget {
   void buildForm(const std::vector<api::ConfigField>& fields);
   void onFieldEdited(const QString& key);
   void kindChanged(const QString& key);
+  void revealField(const QString& key);  // scrolls the form to `key`'s section and focuses it
   void updatePreview(const api::ParsedConfig& config);
   void updateSplit(const api::ParsedConfig& config);
   QString literal(const Field& f) const;

@@ -261,6 +261,24 @@ void SweepView::refresh() {
   showSweep(m_name);
 }
 
+bool SweepView::listChanged() const {
+  if (!m_store) return false;
+  std::vector<api::SweepRow> rows;
+  try {
+    rows = m_store->sweeps();
+  } catch (const std::exception&) {
+    return false;  // refresh() says why when it runs
+  }
+  if (static_cast<int>(rows.size()) != m_sweepBox->count()) return true;
+  for (int i = 0; i < m_sweepBox->count(); ++i) {
+    const auto& r = rows[static_cast<std::size_t>(i)];
+    if (m_sweepBox->itemText(i) != QStringLiteral("%1 (%2)").arg(QString::fromStdString(r.name),
+                                                                 QString::fromStdString(r.status)))
+      return true;
+  }
+  return false;
+}
+
 void SweepView::showSweep(const QString& name) {
   QString want = name;
   if (want.isEmpty() && m_sweepBox->count() > 0) want = m_sweepBox->itemData(0).toString();

@@ -65,6 +65,9 @@ class SweepView : public QWidget {
   QString sweepName() const { return m_name; }
   /// Whether the shown sweep is still running.
   bool running() const { return m_result.status == "running"; }
+  /// Whether the store's sweeps (names, statuses) differ from the list shown: a sweep another
+  /// process started or ended. One short query.
+  bool listChanged() const;
   /// The x choices and the current one.
   QStringList xKeys() const;
   /// Chooses the x of the curve plot (a swept key or kAnyLearningRate); false if unknown.
