@@ -79,7 +79,7 @@ std::string folder_problem(const std::string& file) {
 }  // namespace
 
 Statement::Statement(sqlite3* db, std::string_view sql, const std::string& file)
-    : db_(db), file_(&file) {
+    : db_(db), file_(file) {
   const int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
                                     SQLITE_PREPARE_PERSISTENT, &stmt_, nullptr);
   if (rc != SQLITE_OK) {
@@ -92,39 +92,47 @@ Statement::~Statement() {
 }
 
 Statement::Statement(Statement&& other) noexcept
-    : stmt_(std::exchange(other.stmt_, nullptr)), db_(other.db_), file_(other.file_) {}
+    : stmt_(std::exchange(other.stmt_, nullptr)), db_(other.db_), file_(std::move(other.file_)) {}
 
 Statement& Statement::operator=(Statement&& other) noexcept {
   if (this != &other) {
     sqlite3_finalize(stmt_);
     stmt_ = std::exchange(other.stmt_, nullptr);
     db_ = other.db_;
-    file_ = other.file_;
+    file_ = std::move(other.file_);
   }
   return *this;
 }
 
+// A bind that fails (SQLITE_TOOBIG for a text or blob over the limit, SQLITE_RANGE for an index
+// the SQL does not have) is said at once, naming the statement: unchecked it left the parameter
+// NULL, and the statement stored NULL or failed later with a misleading constraint error.
+void Statement::check_bind(int rc, int i) {
+  if (rc == SQLITE_OK) return;
+  const std::string sql = sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "";
+  throw_sqlite(db_, rc, file_,
+               ::tb::detail::str_cat("cannot bind parameter ", i, " of '", brief(sql), "'"));
+}
+
 Statement& Statement::bind(int i, std::int64_t value) {
-  sqlite3_bind_int64(stmt_, i, value);
+  check_bind(sqlite3_bind_int64(stmt_, i, value), i);
   return *this;
 }
 
 Statement& Statement::bind(int i, double value) {
-  if (std::isnan(value)) {
-    sqlite3_bind_null(stmt_, i);
-  } else {
-    sqlite3_bind_double(stmt_, i, value);
-  }
+  check_bind(std::isnan(value) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, value),
+             i);
   return *this;
 }
 
 Statement& Statement::bind(int i, std::string_view value) {
-  sqlite3_bind_text64(stmt_, i, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+  check_bind(
+      sqlite3_bind_text64(stmt_, i, value.data(), value.size(), SQLITE_TRANSIENT, SQLITE_UTF8), i);
   return *this;
 }
 
 Statement& Statement::bind_blob(int i, const void* data, std::size_t bytes) {
-  sqlite3_bind_blob64(stmt_, i, data, bytes, SQLITE_TRANSIENT);
+  check_bind(sqlite3_bind_blob64(stmt_, i, data, bytes, SQLITE_TRANSIENT), i);
   return *this;
 }
 
@@ -136,7 +144,7 @@ std::span<const unsigned char> Statement::blob(int i) const {
 }
 
 Statement& Statement::bind_null(int i) {
-  sqlite3_bind_null(stmt_, i);
+  check_bind(sqlite3_bind_null(stmt_, i), i);
   return *this;
 }
 
@@ -150,7 +158,7 @@ bool Statement::step() {
   if (rc == SQLITE_DONE) return false;
   const std::string sql = sqlite3_sql(stmt_) != nullptr ? sqlite3_sql(stmt_) : "";
   sqlite3_reset(stmt_);
-  throw_sqlite(db_, rc, *file_, ::tb::detail::str_cat("'", brief(sql), "' failed"));
+  throw_sqlite(db_, rc, file_, ::tb::detail::str_cat("'", brief(sql), "' failed"));
 }
 
 void Statement::run() {

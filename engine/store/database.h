@@ -64,9 +64,13 @@ class Statement {
   std::optional<double> opt_real(int i) const;
 
  private:
+  void check_bind(int rc, int i);  // throws StoreError naming the statement unless SQLITE_OK
+
   sqlite3_stmt* stmt_ = nullptr;
   sqlite3* db_ = nullptr;
-  const std::string* file_ = nullptr;
+  // The database's file, for messages: a copy (a pointer into the Connection dangled once the
+  // connection was moved).
+  std::string file_;
 };
 
 /// How to open a connection.

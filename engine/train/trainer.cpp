@@ -55,7 +55,7 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
     TB_CHECK(group == nullptr, "[trainer] a process group was given but distributed.backend is ",
              "none");
   }
-  if (config_.threads > 0) core::set_num_threads(static_cast<int>(config_.threads));
+  if (config_.threads > 0) s_->threads.emplace(static_cast<int>(config_.threads));
   s_->device = detail::setup_device(config_);
   // NCCL: each rank trains on its own GPU (cuda:LOCAL_RANK mod the host's GPUs).
   if (s_->ddp && !s_->ddp->group().device().is_cpu()) s_->device = s_->ddp->group().device();

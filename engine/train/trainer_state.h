@@ -13,6 +13,7 @@
 
 #include "engine/amp/grad_scaler.h"
 #include "engine/core/device.h"
+#include "engine/core/thread_pool.h"
 #include "engine/data/dataloader.h"
 #include "engine/data/tokenizer.h"
 #include "engine/nn/models.h"
@@ -29,6 +30,10 @@ namespace tb::train {
 /// Everything a run owns. Declaration order = construction order (the generator outlives the
 /// model whose Dropout layers draw from it; optimizers and schedulers outlive nothing).
 struct Trainer::State {
+  /// config.threads > 0: the process's kernel thread count while this trainer lives, the one
+  /// before it again afterwards (a GUI run with threads = 2 left the whole workbench at 2, and a
+  /// later run with threads = 0, "the default", got 2). First, so that it is restored last.
+  std::optional<core::ScopedNumThreads> threads;
   rng::CpuGenerator gen;                                ///< model init and dropout
   std::shared_ptr<data::Dataset> train_set;             ///< what the loader draws from
   std::shared_ptr<data::Dataset> eval_set;              ///< what evaluation reads

@@ -339,6 +339,21 @@ TEST(Trainer, Fp16WithGradScalerReportsTheLossScaleAndResumesBitForBit) {
   fs::remove_all(dir);
 }
 
+// threads = N holds while the run lives, and the process's count is as before afterwards: a GUI
+// run with threads = 2 left the whole workbench at 2 threads.
+TEST(Trainer, ARunsThreadCountEndsWithTheRun) {
+  const tb::core::ScopedNumThreads outer(1);
+  {
+    auto cfg = blobs_config();
+    cfg.threads = 2;
+    cfg.run.steps = 2;
+    train::Trainer t(cfg);
+    EXPECT_EQ(tb::core::num_threads(), 2);
+    ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  }
+  EXPECT_EQ(tb::core::num_threads(), 1);
+}
+
 TEST(Trainer, EmaWithDecayZeroEvaluatesTheModelItself) {
   auto cfg = blobs_config();
   cfg.swa.kind = "ema";

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/store/database.h"
 #include "engine/store/process_info.h"
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
@@ -540,6 +541,21 @@ TEST_F(StoreTest, DamagedChunkIsReportedWithTheFile) {
     EXPECT_NE(std::string(e.what()).find("holds 24 bytes for 2 points"), std::string::npos)
         << e.what();
   }
+}
+
+// A bind SQLite refuses is an error naming the file and the statement; it was ignored, leaving
+// the parameter NULL. The statement's file name outlives a move of its connection.
+TEST_F(StoreTest, AFailedBindIsAnErrorNamingTheStatement) {
+  namespace d = tb::store::detail;
+  d::Connection moved(db(), {.read_only = false, .create = true});
+  d::Connection db_conn = std::move(moved);
+  d::Statement st = db_conn.prepare("SELECT ?1");
+  const std::string msg = error_of([&] { st.bind(2, std::int64_t{1}); });
+  EXPECT_NE(msg.find("[store] " + db().string()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cannot bind parameter 2 of 'SELECT ?1'"), std::string::npos) << msg;
+  st.bind(1, std::int64_t{7});
+  ASSERT_TRUE(st.step());
+  EXPECT_EQ(st.int64(0), 7);
 }
 
 TEST_F(StoreTest, RefusesDatabaseFromNewerVersionUnchanged) {

@@ -111,8 +111,13 @@ void RunWorker::runThread() {
     else
       Q_EMIT finished(m_runId, QStringLiteral("failed"), QString::fromStdString(e.what()));
   } catch (...) {
+    // As above: a run already stored ends failed (and is closed by the window), else it never
+    // started.
     m_running = false;
-    Q_EMIT failedToStart(QStringLiteral("unknown error"));
+    if (m_runId == 0)
+      Q_EMIT failedToStart(QStringLiteral("unknown error"));
+    else
+      Q_EMIT finished(m_runId, QStringLiteral("failed"), QStringLiteral("unknown error"));
   }
 }
 
