@@ -576,7 +576,11 @@ class JoinWatchdog {
                        "connected. Ending this rank.\n",
                        rank, size);
           std::fflush(stderr);
-          MPI_Abort(MPI_COMM_SELF, 3);
+          // Not MPI_Abort: the thread level is MPI_THREAD_SERIALIZED and the main thread is
+          // inside MPI_Comm_accept/connect right now, so a second MPI call from this thread is
+          // erroneous (it may hang the very path meant to end a hang). The process ends without
+          // MPI; a launcher (mpirun, torchrun) sees the exit code and stops the other ranks.
+          _exit(3);
         }) {}
   ~JoinWatchdog() {
     {
