@@ -976,6 +976,36 @@ class TestRunsReport : public QObject {
     QCOMPARE(model.data(d, Qt::UserRole + 1).toInt(), 1);  // sorts by the number of ranks
   }
 
+  void compareOfManyRunsPutsTheSummaryUnderThePlots() {
+    // Eight runs beside the plots cut every summary cell to "c…" and the plots to strips: where
+    // the values cannot read whole beside the plots, the summary goes under them, every value
+    // whole; two runs stay side by side.
+    QTemporaryDir dir;
+    const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
+    QList<qint64> ids;
+    for (int i = 0; i < 8; ++i)
+      ids << train(db, test::blobsConfig(4, QStringLiteral("run-%1").arg(i)));
+    api::StoreReader store(db.toStdString());
+    ui::CompareView view;
+    view.resize(850, 700);
+    view.setRuns(&store, ids.mid(0, 2));
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTRY_COMPARE(view.splitter()->orientation(), Qt::Horizontal);
+    view.setRuns(&store, ids);
+    QTRY_COMPARE(view.splitter()->orientation(), Qt::Vertical);
+    QTest::qWait(50);
+    QTableWidget* summary = view.summaryTable();
+    QCOMPARE(summary->columnCount(), 8);
+    for (int r = 0; r < summary->rowCount(); ++r)
+      for (int c = 0; c < summary->columnCount(); ++c) {
+        const QString text = summary->item(r, c)->text();
+        QVERIFY2(
+            summary->fontMetrics().horizontalAdvance(text) + 6 <= summary->columnWidth(c),
+            qPrintable(QStringLiteral("'%1' in %2 px").arg(text).arg(summary->columnWidth(c))));
+      }
+  }
+
   void compareReadsAtAGlance() {
     // Muon against AdamW in a narrow compare pane: both runs' summary columns in view without a
     // horizontal scroll; the diff grouped by section, the keys only one optimizer has folded

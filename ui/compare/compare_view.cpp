@@ -162,7 +162,10 @@ void CompareView::arrange() {
   // the summary beside the plots.)
   const int sideLeast =
       std::max(kSideComfort, m_side->minimumSizeHint().width() + m_summaryNamesGiven);
-  const bool wide = across >= plotsLeast + sideLeast;
+  // Beside the plots only where the summary's values read whole there: with 8 runs every cell
+  // of a 280 px side panel came down to "c…" while the plots were 170 px strips. Else the
+  // summary and the diff go under the plots, at the full width.
+  const bool wide = across >= plotsLeast + std::max(sideLeast, summaryWidthWanted());
   // Stacked in a scroll area: the plots as tall as its viewport less a strip where the target
   // row shows that more follows. Elsewhere (a window of its own) at their least height: a
   // height that followed the view's own would grow it without end.
@@ -184,7 +187,8 @@ void CompareView::arrange() {
   }
   if (m_userSplit) return;
   if (wide) {
-    const int side = std::clamp(across * 2 / 5, sideLeast, across - plotsLeast);
+    const int side =
+        std::clamp(std::max(across * 2 / 5, summaryWidthWanted()), sideLeast, across - plotsLeast);
     m_split->setSizes({across - side, side});
   } else {
     const int down = height() - m.top() - m.bottom() - m_split->handleWidth();
@@ -312,6 +316,28 @@ void CompareView::fitDiffColumns() {
   header->resizeSection(0, std::min(key, width * 45 / 100));
   for (int c = 1; c <= runs; ++c)
     header->setSectionResizeMode(c, QHeaderView::Stretch);
+}
+
+int CompareView::summaryWidthWanted() const {
+  const int runs = m_summary->columnCount();
+  if (runs < 1) return 0;
+  const QFontMetrics fm = m_summary->fontMetrics();
+  const QFontMetrics headFm = m_summary->verticalHeader()->fontMetrics();
+  int names = 0, widest = 0;
+  for (int r = 0; r < m_summary->rowCount(); ++r)
+    if (const QTableWidgetItem* item = m_summary->verticalHeaderItem(r))
+      names = std::max(names, headFm.horizontalAdvance(item->text()) + 16);
+  for (int c = 0; c < runs; ++c) {
+    if (const QTableWidgetItem* head = m_summary->horizontalHeaderItem(c))
+      widest = std::max(widest, headFm.horizontalAdvance(head->text()));
+    for (int r = 0; r < m_summary->rowCount(); ++r)
+      if (const QTableWidgetItem* item = m_summary->item(r, c))
+        widest = std::max(widest, fm.horizontalAdvance(item->text()));
+  }
+  // The names may give way down to a third of the width (fitSummaryColumns), the values not.
+  const int values = runs * (widest + 12);
+  return values + std::min(names, values / 2) + 2 * m_summary->frameWidth() +
+         m_summary->verticalScrollBar()->sizeHint().width();
 }
 
 void CompareView::fitSummaryColumns() {
@@ -448,6 +474,7 @@ void CompareView::fillSummary() {
     }
   }
   fitSummaryColumns();
+  arrange();  // beside the plots or under them, as the new values need
 }
 
 }  // namespace tb::ui

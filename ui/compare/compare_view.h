@@ -81,6 +81,8 @@ class CompareView : public QWidget {
   // The summary's row names as wide as they need, or narrower (elided) where the runs' values
   // would not fit whole beside them.
   void fitSummaryColumns();
+  // The summary's width with every value whole (the row names giving way as they may).
+  int summaryWidthWanted() const;
   int m_summaryNamesGiven = 0;  // px the row names gave way by (fitSummaryColumns)
 
   const api::StoreReader* m_store = nullptr;
