@@ -976,6 +976,30 @@ class TestRunsReport : public QObject {
     QCOMPARE(model.data(d, Qt::UserRole + 1).toInt(), 1);  // sorts by the number of ranks
   }
 
+  void manyRunsOnScreenGetOneKeyInsteadOfALegendUnderEveryPlot() {
+    // Two legend rows per run under every plot left the data a strip from three runs on: on
+    // screen the plots then drop their legends and one key names each run in its colour. A
+    // report's panel (no key) keeps its legends.
+    ui::PlotsPanel screen, report;
+    screen.setRunKey(true);
+    for (ui::PlotsPanel* p : {&screen, &report})
+      for (int i = 0; i < 2; ++i)
+        p->addRun(i + 1, QStringLiteral("%1 run-%1").arg(i + 1), ui::runColor(i));
+    QVERIFY(screen.plots()[ui::PlotsPanel::Loss]->legendShown());
+    QVERIFY(screen.runKeyText().isEmpty());
+    for (ui::PlotsPanel* p : {&screen, &report})
+      p->addRun(3, QStringLiteral("3 run-3"), ui::runColor(2));
+    for (ui::MetricPlot* plot : screen.plots())
+      QVERIFY(!plot->legendShown());
+    QCOMPARE(screen.runKeyText(), QStringLiteral("1 run-1, 2 run-2, 3 run-3"));
+    for (ui::MetricPlot* plot : report.plots())
+      QVERIFY(plot->legendShown());
+    QVERIFY(report.runKeyText().isEmpty());
+    screen.clearRuns();
+    QVERIFY(screen.plots()[ui::PlotsPanel::Loss]->legendShown());
+    QVERIFY(screen.runKeyText().isEmpty());
+  }
+
   void compareOfManyRunsPutsTheSummaryUnderThePlots() {
     // Eight runs beside the plots cut every summary cell to "c…" and the plots to strips: where
     // the values cannot read whole beside the plots, the summary goes under them, every value

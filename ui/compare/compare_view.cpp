@@ -45,6 +45,7 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   layout->setContentsMargins(4, 4, 4, 4);
   m_split = new QSplitter(Qt::Horizontal, this);
   m_plots = new PlotsPanel(m_split);
+  m_plots->setRunKey(true);
   auto* side = new QWidget(m_split);
   m_side = side;
   auto* sideLayout = new QVBoxLayout(side);

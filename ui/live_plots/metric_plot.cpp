@@ -350,8 +350,8 @@ const std::vector<double>& MetricPlot::xs(const Curve& c) const {
 void MetricPlot::rebuildGraphs() {
   m_plot->clearGraphs();
   // An empty legend would still claim its row; show it once there is something to name.
-  m_plot->legend->setVisible(!m_curves.empty());
-  if (m_legendRow) m_legendRow->setVisible(!m_curves.empty());
+  m_plot->legend->setVisible(!m_curves.empty() && m_legendShown);
+  if (m_legendRow) m_legendRow->setVisible(!m_curves.empty() && m_legendShown);
   m_rawGraphs.clear();
   m_smoothGraphs.clear();
   m_bandLowGraphs.clear();
@@ -424,6 +424,9 @@ void MetricPlot::rebuildGraphs() {
       m_smoothLowGraphs[id] = low;
     }
   }
+  // A hidden legend holds no items: hidden, it still claimed the height of its rows in the
+  // layout, and eight runs' sixteen rows left the data a strip.
+  if (!m_legendShown) m_plot->legend->clearItems();
   // The right axis only while a curve is on it; the left one then names its own curves.
   m_plot->yAxis2->setVisible(anyRight);
   m_plot->yAxis2->setTickLabels(anyRight);
@@ -613,6 +616,14 @@ void MetricPlot::replotNow() {
 
 int MetricPlot::legendColumns() const {
   return m_plot->legend->wrap();
+}
+
+void MetricPlot::setLegendShown(bool shown) {
+  if (shown == m_legendShown) return;
+  m_legendShown = shown;
+  rebuildGraphs();  // the legend's items go (or come back) with the graphs
+  fitLegend();
+  scheduleReplot();
 }
 
 void MetricPlot::fitLegend() {

@@ -96,6 +96,10 @@ class MetricPlot : public QWidget {
   void setEmptyText(const QString& text);
   /// Whether the last redraw showed the empty text (tests).
   bool showsEmptyText() const;
+  /// Whether the legend row is drawn (default true). Off, the plot keeps its height for the
+  /// data; whoever turns it off says elsewhere which colour is which (PlotsPanel's run key).
+  void setLegendShown(bool shown);
+  bool legendShown() const { return m_legendShown; }
   /// Resets zoom and pan to show everything (also on double-click).
   void resetView();
   /// Redraws now (normally coalesced on a timer).
@@ -195,6 +199,7 @@ class MetricPlot : public QWidget {
   std::map<QString, QCPGraph*> m_bandLowGraphs;    // lower edge of a reduced raw series' band
   std::map<QString, QCPGraph*> m_smoothLowGraphs;  // the same for the smoothed series
   XAxis m_xAxis = XAxis::Step;
+  bool m_legendShown = true;
   bool m_logY = false;
   bool m_stacked = false;
   bool m_robustY = false;

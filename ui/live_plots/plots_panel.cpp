@@ -160,6 +160,12 @@ PlotsPanel::PlotsPanel(QWidget* parent) : QWidget(parent) {
   m_runsLabel->setMinimumWidth(60);  // a long run name is cut, never widens the page
   controls->addWidget(m_runsLabel);
   outer->addLayout(controls);
+  m_runKey = new QLabel(this);
+  m_runKey->setObjectName(QStringLiteral("runKey"));
+  m_runKey->setTextFormat(Qt::RichText);
+  m_runKey->setWordWrap(true);
+  m_runKey->setVisible(false);
+  outer->addWidget(m_runKey);
 
   auto* grid = new QGridLayout;
   grid->setSpacing(4);
@@ -301,6 +307,7 @@ void PlotsPanel::clearRuns() {
   updateStackedMode();
   updateVisibility();
   updateRunsLabel();
+  updateRunKey();
 }
 
 void PlotsPanel::addRun(qint64 runId, const QString& name, const QColor& color) {
@@ -310,6 +317,7 @@ void PlotsPanel::addRun(qint64 runId, const QString& name, const QColor& color) 
   s.index = static_cast<int>(m_runs.size()) - 1;
   updateStackedMode();
   updateRunsLabel();
+  updateRunKey();
 }
 
 QString PlotsPanel::shownRunsText() const {
@@ -331,6 +339,42 @@ void PlotsPanel::updateRunsLabel() {
   m_runsLabel->setPalette(palette);
   m_runsLabel->setToolTip(m_runsLabel->text());  // whole where a long name is cut
   refitControls();                               // a longer label may wrap the controls
+}
+
+void PlotsPanel::setRunKey(bool on) {
+  m_runKeyOn = on;
+  updateRunKey();
+}
+
+QString PlotsPanel::runKeyText() const {
+  return m_runKey->isHidden() ? QString() : m_runKey->toolTip();
+}
+
+void PlotsPanel::updateRunKey() {
+  const bool key = m_runKeyOn && static_cast<int>(m_runs.size()) >= kKeyRuns;
+  for (MetricPlot* p : m_plots)
+    p->setLegendShown(!key);
+  m_runKey->setVisible(key);
+  if (!key) {
+    m_runKey->clear();
+    m_runKey->setToolTip(QString());
+    return;
+  }
+  // Each run as its colour's square and "#id name" (long names cut, whole in the tooltip); how
+  // to tell a plot's series apart, which the legends said, after them.
+  QStringList items, plain;
+  for (const auto& [id, s] : m_runs) {
+    QString name = s.name;
+    if (name.size() > 32) name = name.left(31) + QChar(0x2026);
+    items << QStringLiteral("<span style=\"color:%1\">&#9632;</span>&nbsp;%2")
+                 .arg(s.color.name(),
+                      name.toHtmlEscaped().replace(QLatin1Char(' '), QStringLiteral("&nbsp;")));
+    plain << s.name;
+  }
+  m_runKey->setText(items.join(QStringLiteral(" &nbsp; ")) +
+                    tr(" &nbsp; <i>(solid: train or Muon; dashed: eval or the other optimizer; "
+                       "hover a curve for its values)</i>"));
+  m_runKey->setToolTip(plain.join(QStringLiteral(", ")));
 }
 
 QList<qint64> PlotsPanel::runIds() const {

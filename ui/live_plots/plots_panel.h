@@ -76,6 +76,13 @@ class PlotsPanel : public QWidget {
   QList<qint64> runIds() const;
   /// What the controls row says about them: "run 12 name", "3 runs" or "no run".
   QString shownRunsText() const;
+  /// On screen (the Live tab, Compare): from kKeyRuns runs on, the plots draw no legend (two
+  /// rows per run under every plot left the data a strip) and one key above them names each
+  /// run in its colour. Off (the default: a report's images), every plot keeps its legend.
+  void setRunKey(bool on);
+  static constexpr int kKeyRuns = 3;
+  /// The run key's text (tests): "#12 name, #13 name, ..." or "" when not shown.
+  QString runKeyText() const;
   /// Appends the metrics of logged steps (from an in-process run).
   void appendSteps(qint64 runId, const std::vector<api::StepMetrics>& steps);
   /// Loads (or extends, from the last step seen) every series of `runId` from the store.
@@ -165,6 +172,9 @@ class PlotsPanel : public QWidget {
   QSlider* m_smoothing = nullptr;
   QLabel* m_smoothingLabel = nullptr;
   QLabel* m_runsLabel = nullptr;
+  QLabel* m_runKey = nullptr;  // setRunKey: the runs in their colours, above the plots
+  bool m_runKeyOn = false;
+  void updateRunKey();
   FlowLayout* m_controls = nullptr;
   int m_controlsExtra = 0;  // the wrapped controls' height beyond one row, at the last refit
 };

@@ -70,6 +70,7 @@ MainWindow::MainWindow(const QString& dbPath, QWidget* parent, Layout layout)
 
   m_tabs = new QTabWidget(this);
   m_live = new PlotsPanel(m_tabs);
+  m_live->setRunKey(true);  // on screen: one key for many runs, the plots kept for the data
   m_live->setObjectName(QStringLiteral("livePlots"));
   m_compare = new CompareView(m_tabs);
   m_sweeps = new SweepView(m_tabs);
