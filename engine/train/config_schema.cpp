@@ -235,6 +235,11 @@ std::optional<FieldSpec> describe_key(const std::string& key, const std::string&
   if (section == "optimizer" && leaf == "kind")
     return kind_field(optim::optimizer_registry(), "adamw",
                       "the optimizer; muon = Muon for 2-D hidden matrices, AdamW for the rest");
+  if (section == "optimizer" && leaf == "weight_decay_params")
+    return FieldSpec("weight_decay_params", FieldType::kString, "all",
+                     "parameters weight decay applies to: all, or matrices (2+ dimensions; "
+                     "biases and norm weights train without it, as nanoGPT)")
+        .one_of({"all", "matrices"});
   if (section == "optimizer" && leaf == "split")
     return FieldSpec("split", FieldType::kAny, json::array(),
                      "muon: [glob, \"muon\" | \"adamw\"] pairs overriding the default split "

@@ -90,6 +90,7 @@ std::string to_toml(const RunConfig& c) {
 
   w.header("optimizer");
   w.str("kind", c.optimizer.main.kind);
+  w.str("weight_decay_params", c.optimizer.weight_decay_params);
   const std::string rest = optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind;
   if (!rest.empty()) {
     json split = json::array();

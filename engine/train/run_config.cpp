@@ -172,6 +172,11 @@ std::string origin_or_kind(const Ctx& ctx, const std::string& path) {
   return from.empty() ? ctx.kind_hint(path) : from;
 }
 
+void read_decay_params(Section& s, OptimizerSection& o) {
+  s.read("weight_decay_params", o.weight_decay_params);
+  s.check_enum("weight_decay_params", o.weight_decay_params, {"all", "matrices"});
+}
+
 void read_optimizer(Section& s, OptimizerSection& o) {
   std::string kind = "adamw";
   s.read("kind", kind);
@@ -192,10 +197,12 @@ void read_optimizer(Section& s, OptimizerSection& o) {
     if (s.peek("split"))
       s.ctx().fail(s.path("split"), "only read with " + kind_eq_list(matrix_kinds()) +
                                         ", found kind = " + quote(kind));
+    read_decay_params(s, o);
     read_settings(s, o.main);
     s.finish();
     return;
   }
+  read_decay_params(s, o);
   // A matrix kind: its settings in [optimizer.<kind>], the rest's (defaults when absent) in
   // [optimizer.<rest_kind>].
   const std::string rest = entry->rest_kind;

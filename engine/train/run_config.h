@@ -82,6 +82,10 @@ struct OptimizerSection {
   OptimizerSettings main;                  ///< the only optimizer, or Muon's settings
   std::optional<OptimizerSettings> adamw;  ///< the companion for the rest (Muon runs)
   std::vector<std::pair<std::string, std::string>> split;  ///< glob -> "muon" | "adamw"
+  /// Which parameters weight decay applies to: "all" (PyTorch's one group), or "matrices": those
+  /// of 2 or more dimensions, biases and norm weights in a second group without it (nanoGPT's
+  /// configure_optimizers).
+  std::string weight_decay_params = "all";
   /// True when the matrix optimizer takes convolution filters too, flattened to
   /// [out, in·kh·kw] (optimizer.muon.conv_filters = "flatten"): optim::split_params's
   /// `flatten_conv`.

@@ -31,6 +31,46 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerSettings& s,
   return kind->make(std::move(params), values);
 }
 
+// make_optimizer for a run: with optimizer.weight_decay_params = "matrices" the parameters of
+// fewer than 2 dimensions (biases, norm weights) go to a second group with weight_decay 0, as
+// nanoGPT's configure_optimizers builds its AdamW.
+std::unique_ptr<optim::Optimizer> make_run_optimizer(const RunConfig& c, const OptimizerSettings& s,
+                                                     std::vector<core::Tensor> params,
+                                                     Trainer::State& st) {
+  if (c.optimizer.weight_decay_params != "matrices") return make_optimizer(s, std::move(params));
+  std::vector<core::Tensor> decay, plain;
+  std::int64_t plain_values = 0;
+  for (auto& p : params) {
+    if (p.dim() >= 2) {
+      decay.push_back(std::move(p));
+    } else {
+      plain_values += p.numel();
+      plain.push_back(std::move(p));
+    }
+  }
+  if (!plain.empty())
+    st.setup_notes.push_back(s.kind + ": " + std::to_string(plain.size()) +
+                             " tensors of fewer than 2 dimensions (" +
+                             std::to_string(plain_values) +
+                             " values: biases, norm weights) train without weight decay "
+                             "(optimizer.weight_decay_params = \"matrices\")");
+  if (decay.empty()) {
+    OptimizerSettings none = s;
+    none.set("weight_decay", 0.0);
+    return make_optimizer(none, std::move(plain));
+  }
+  auto opt = make_optimizer(s, std::move(decay));
+  if (!plain.empty()) {
+    optim::ParamGroup g;
+    g.params = std::move(plain);
+    for (const auto& [k, v] : opt->param_groups().front().options)
+      g.options[k] = optim::copy_value(v);
+    g.options["weight_decay"] = 0.0;
+    opt->add_param_group(std::move(g));
+  }
+  return opt;
+}
+
 std::vector<core::Tensor> tensors_of(const nn::NamedTensors& named) {
   std::vector<core::Tensor> out;
   for (const auto& [n, t] : named)
@@ -178,17 +218,17 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
           "the model's layers decide): " +
           rest_kind + " trains every parameter");
     if (!split.muon.empty()) {
-      s.opts.push_back(make_optimizer(os.main, tensors_of(split.muon)));
+      s.opts.push_back(make_run_optimizer(c, os.main, tensors_of(split.muon), s));
       s.opt_names.push_back(os.main.kind);
     }
     if (!split.adamw.empty()) {
       OptimizerSettings rest = os.adamw.value_or(OptimizerSettings(rest_kind));
       if (rest.kind != rest_kind) rest = OptimizerSettings(rest_kind);
-      s.opts.push_back(make_optimizer(rest, tensors_of(split.adamw)));
+      s.opts.push_back(make_run_optimizer(c, rest, tensors_of(split.adamw), s));
       s.opt_names.push_back(rest_kind);
     }
   } else {
-    s.opts.push_back(make_optimizer(os.main, s.model->parameters()));
+    s.opts.push_back(make_run_optimizer(c, os.main, s.model->parameters(), s));
     s.opt_names.push_back(os.main.kind);
     s.split_table = nn::parameter_table(*s.model);
   }

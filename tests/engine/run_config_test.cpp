@@ -174,6 +174,21 @@ TEST(RunConfigTest, TypeErrors) {
                         "language model"));
 }
 
+TEST(RunConfigTest, WeightDecayParams) {
+  EXPECT_EQ(tb::train::parse_run_config("", "run.toml").optimizer.weight_decay_params, "all");
+  EXPECT_EQ(
+      tb::train::parse_run_config("[optimizer]\nweight_decay_params = \"matrices\"\n", "run.toml")
+          .optimizer.weight_decay_params,
+      "matrices");
+  // At [optimizer] level with Muon too (its matrices always decay; AdamW's rest is split).
+  EXPECT_EQ(tb::train::parse_run_config(
+                "[optimizer]\nkind = \"muon\"\nweight_decay_params = \"matrices\"\n", "run.toml")
+                .optimizer.weight_decay_params,
+            "matrices");
+  EXPECT_THAT(error_of("[optimizer]\nweight_decay_params = \"bias\"\n"),
+              HasSubstr("optimizer.weight_decay_params: expected one of \"all\", \"matrices\""));
+}
+
 TEST(RunConfigTest, RangeErrors) {
   EXPECT_EQ(error_of("[optimizer]\nlr = -0.1\n"),
             "[config] run.toml: optimizer.lr: expected a finite number >= 0.0, found -0.1");

@@ -339,6 +339,32 @@ TEST(Trainer, Fp16WithGradScalerReportsTheLossScaleAndResumesBitForBit) {
   fs::remove_all(dir);
 }
 
+// optimizer.weight_decay_params = "matrices": biases and norm weights train in a second group
+// without weight decay (nanoGPT's configure_optimizers); nothing else changes.
+TEST(Trainer, WeightDecayOnMatricesOnlyPutsTheRestInAGroupWithoutIt) {
+  auto cfg = blobs_config();
+  cfg.model.fields["dropout"] = 0.0;
+  cfg.optimizer.main.set("weight_decay", 0.0);
+  const auto plain = run_losses(cfg);
+  cfg.optimizer.weight_decay_params = "matrices";
+  EXPECT_EQ(run_losses(cfg), plain);  // without decay the two groups train as one
+  cfg.optimizer.main.set("weight_decay", 0.5);
+  train::Trainer t(cfg);
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  // The second group is a group of its own, at the same learning rate.
+  EXPECT_EQ(rec->metric("lr.adamw.1"), rec->metric("lr.adamw.0"));
+  bool noted = false;
+  for (const auto& e : rec->events)
+    noted |= e.find(
+                 "adamw: 2 tensors of fewer than 2 dimensions (36 values: biases, norm "
+                 "weights) train without weight decay") != std::string::npos;
+  EXPECT_TRUE(noted);
+  cfg.optimizer.weight_decay_params = "all";
+  EXPECT_NE(run_losses(cfg), rec->losses);  // the biases were decayed before
+}
+
 // threads = N holds while the run lives, and the process's count is as before afterwards: a GUI
 // run with threads = 2 left the whole workbench at 2 threads.
 TEST(Trainer, ARunsThreadCountEndsWithTheRun) {
