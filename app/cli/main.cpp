@@ -346,7 +346,10 @@ int cli_main(int argc, char** argv) {
   std::string weights_out;
   std::string weights_layout = "trainbench";
   std::string weights_checkpoint;
+  bool weights_average = false;
   weights->add_option("run", weights_id, "run id")->required();
+  weights->add_flag("--average", weights_average,
+                    "the checkpoint's SWA/EMA average (swa.kind) instead of the trained weights");
   weights->add_option("-o,--output", weights_out, "the .safetensors file to write")->required();
   weights
       ->add_option("--layout", weights_layout,
@@ -613,7 +616,7 @@ int cli_main(int argc, char** argv) {
     }
     if (weights->parsed()) {
       std::cout << tb::api::export_weights(db_path, weights_id, weights_out, weights_layout,
-                                           weights_checkpoint);
+                                           weights_checkpoint, weights_average);
       return 0;
     }
     if (tok_train->parsed()) {

@@ -457,8 +457,24 @@ std::string compare_runs(const std::string& db_path, const std::vector<std::int6
   return os.str();
 }
 
+namespace {
+
+// Whether `model` holds BatchNorm running statistics (a "running_mean" buffer, as update_bn
+// looks for them).
+bool has_batch_norm(const nn::Module& model) {
+  const std::string suffix = ".running_mean";
+  for (const auto& [name, t] : model.state_dict())
+    if (name == "running_mean" ||
+        (name.size() > suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0))
+      return true;
+  return false;
+}
+
+}  // namespace
+
 std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
-                           const std::string& layout, const std::string& checkpoint) {
+                           const std::string& layout, const std::string& checkpoint, bool average) {
   auto st = detail::existing_store(db_path);
   detail::require_run(st, run_id);
   const train::RunConfig config =
@@ -475,9 +491,16 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
     dir = ck.path;
     from = "checkpoint of step " + std::to_string(ck.step);
   }
+  TB_CHECK(!average || config.swa.kind != "none", "[weights] --average: run ", run_id,
+           " keeps no SWA/EMA average (swa.kind = \"none\"); its trained weights are written "
+           "without --average");
+  const std::filesystem::path file = dir / (average ? "average.safetensors" : "model.safetensors");
+  TB_CHECK(!average || std::filesystem::exists(file), "[weights] --average: ", dir.string(),
+           " holds no average.safetensors (it was written before swa.start_step = ",
+           config.swa.start_step, ")");
   rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
   const auto model = nn::build_model(config.model, &gen);
-  (void)train::load_weights(*model, dir / "model.safetensors");
+  (void)train::load_weights(*model, file);
   const train::WeightsSaved saved = train::save_weights(*model, out, layout);
   std::ostringstream os;
   os << "wrote " << out << ": " << saved.tensors << " tensors, " << saved.elements << " values";
@@ -485,7 +508,14 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
   // file's count differ from the model's.
   if (saved.elements != model->num_parameters())
     os << " (the model's " << model->num_parameters() << " parameters in layout " << layout << ")";
-  os << " of run " << run_id << " (" << from << "), layout " << layout << "\n";
+  os << " of run " << run_id << " (" << (average ? "its " + config.swa.kind + " average, " : "")
+     << from << "), layout " << layout << "\n";
+  // Without swa.use_buffers the average holds the live model's BatchNorm statistics (PyTorch's
+  // AveragedModel default): they do not fit the averaged weights until recomputed.
+  if (average && !config.swa.use_buffers && has_batch_norm(*model))
+    os << "note: swa.use_buffers = false: the BatchNorm statistics are the trained model's; "
+          "recompute them for the averaged weights (torch.optim.swa_utils.update_bn) before "
+          "evaluating\n";
   return os.str();
 }
 

@@ -128,11 +128,13 @@ std::string export_tensorboard(const std::string& db_path, std::int64_t run_id,
 /// Writes the weights of stored run `run_id` — its newest checkpoint, or the checkpoint folder
 /// `checkpoint` — to the safetensors file `out` in `layout` ("trainbench": the model's own names,
 /// which torch.nn modules of the same structure load; "hf-gpt2": a gpt run as transformers'
-/// GPT2LMHeadModel). Returns one line saying what was written. Throws tb::ValueError for a run
-/// without checkpoints, a layout that does not fit, or a file that cannot be written.
+/// GPT2LMHeadModel). With `average`, the checkpoint's SWA/EMA average (swa.kind) instead of the
+/// trained weights. Returns one line saying what was written. Throws tb::ValueError for a run
+/// without checkpoints (or without an average), a layout that does not fit, or a file that
+/// cannot be written.
 std::string export_weights(const std::string& db_path, std::int64_t run_id, const std::string& out,
                            const std::string& layout = "trainbench",
-                           const std::string& checkpoint = "");
+                           const std::string& checkpoint = "", bool average = false);
 
 /// Runs side by side: the config keys whose values differ (from the stored effective configs;
 /// keys only some runs have are counted per section, or listed with `all_keys`) and, per run,

@@ -1,5 +1,6 @@
 #include "engine/train/weights_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -122,8 +123,20 @@ nn::NamedTensors map_gpt2(const nn::Gpt& gpt, const SafetensorsFile& f, WeightsL
 }  // namespace
 
 WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
-  const SafetensorsFile f = load_safetensors(file);
+  SafetensorsFile f = load_safetensors(file);
   WeightsLoad out;
+  // An AveragedModel's state_dict (torch.optim.swa_utils; a checkpoint's average.safetensors):
+  // "n_averaged" and the averaged module under "module.": the module's weights, the count left.
+  // It was "Unexpected key(s) in state_dict: n_averaged".
+  const auto count = std::find_if(f.tensors.begin(), f.tensors.end(),
+                                  [](const auto& e) { return e.first == "n_averaged"; });
+  if (count != f.tensors.end() && count->second.dim() == 0 &&
+      std::all_of(f.tensors.begin(), f.tensors.end(), [](const auto& e) {
+        return e.first == "n_averaged" || e.first.rfind("module.", 0) == 0;
+      })) {
+    out.ignored.push_back("n_averaged (the count of an AveragedModel's average)");
+    f.tensors.erase(count);
+  }
   nn::NamedTensors state;
   // A gpt takes GPT-2's names with or without the "transformer." prefix and either weight
   // layout (its own files are nanoGPT's: prefixed, Linear layout, lm_head.weight tied).

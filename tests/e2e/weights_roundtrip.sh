@@ -84,4 +84,25 @@ case $out in
   *) fail "a .pt in run.init_from said: $out" ;;
 esac
 [ "$("$cli" --db "$db" runs | wc -l)" = "$runs_before" ] || fail "the refused run was stored"
+# A run's SWA/EMA average out (`weights --average`) and back in: evaluates to the run's stored
+# eval_ema metrics, digit for digit (an MLP: no BatchNorm statistics to recompute).
+"$cli" --db "$db" run "$config" --set run.steps=40 --set eval.batches=4 --set eval.interval=40 \
+  --set swa.kind=ema --set swa.ema_decay=0.9 >/dev/null 2>&1 || fail "the ema run failed"
+ema=$("$cli" --db "$db" runs | awk 'NR > 1 {print $1}' | sort -n | tail -1)
+out=$("$cli" --db "$db" weights "$ema" --average -o "$tmp/avg.safetensors" 2>&1) ||
+  fail "weights --average: $out"
+case $out in *"of run $ema (its ema average, checkpoint of step 40)"*) ;;
+  *) fail "unexpected weights --average output: $out" ;; esac
+"$cli" --db "$db" run "$config" --set run.steps=1 --set eval.batches=4 --set eval.interval=1 \
+  --set optimizer.lr=0 --set optimizer.weight_decay=0 --set run.seed=9 \
+  --set run.init_from="$tmp/avg.safetensors" >/dev/null 2>&1 || fail "the average's run failed"
+a=$("$cli" --db "$db" show "$ema" |
+  awk '$1 ~ /^eval_ema\.(accuracy|loss)$/ {sub("eval_ema", "eval", $1); print $1, $2}')
+b=$(last_eval $((ema + 1)))
+[ -n "$a" ] || fail "run $ema shows no eval_ema metrics"
+[ "$a" = "$b" ] || fail "the average evaluates otherwise: run $ema: $a; run $((ema + 1)): $b"
+out=$("$cli" --db "$db" weights 1 --average -o "$tmp/x.safetensors" 2>&1) &&
+  fail "weights --average of a run without an average succeeded: $out"
+case $out in *"run 1 keeps no SWA/EMA average (swa.kind = \"none\")"*) ;;
+  *) fail "unexpected error: $out" ;; esac
 echo "PASS: weights_roundtrip: exported weights evaluate as stored ($(echo $a))"

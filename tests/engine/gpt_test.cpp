@@ -518,6 +518,33 @@ TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {
   b.eval();
   EXPECT_EQ(tb::train::load_weights(b, path).layout, "trainbench");
   EXPECT_EQ(b.forward(x).to_vector<double>(), a.forward(x).to_vector<double>());
+
+  // An AveragedModel's state_dict (a checkpoint's average.safetensors, torch.optim.swa_utils):
+  // the "module." weights load, its n_averaged count is left and said ("Unexpected key(s) in
+  // state_dict: n_averaged" before).
+  tb::train::TensorList averaged = {
+      {"n_averaged", tb::ops::full({}, 7.0, tb::core::ScalarType::Int64)}};
+  for (const auto& [name, t] : a.state_dict())
+    averaged.emplace_back("module." + name, t);
+  const auto avg_path = tmp.path() / "average.safetensors";
+  tb::train::save_safetensors(avg_path, averaged);
+  gen.manual_seed(3);
+  nn::Cnn c(cc, &gen);
+  c.eval();
+  const auto loaded = tb::train::load_weights(c, avg_path);
+  ASSERT_EQ(loaded.ignored.size(), 1u);
+  EXPECT_NE(loaded.ignored[0].find("n_averaged"), std::string::npos);
+  EXPECT_EQ(c.forward(x).to_vector<double>(), a.forward(x).to_vector<double>());
+  // A file whose other names are not an AveragedModel's keeps n_averaged as a stranger.
+  tb::train::TensorList stray = {
+      {"n_averaged", tb::ops::full({}, 7.0, tb::core::ScalarType::Int64)}};
+  for (const auto& [name, t] : a.state_dict())
+    stray.emplace_back(name, t);
+  tb::train::save_safetensors(tmp.path() / "stray.safetensors", stray);
+  EXPECT_NE(error_of([&] {
+              tb::train::load_weights(c, tmp.path() / "stray.safetensors");
+            }).find("n_averaged"),
+            std::string::npos);
 }
 
 }  // namespace
