@@ -254,6 +254,57 @@ class TestSweepView : public QObject {
   // The sweep report is well-formed XHTML whose every plot is an embedded PNG that decodes to
   // the drawn size — the learning-rate curve and the parallel coordinates among them — with the
   // points, every trial and the best configs; its PDF is written.
+  // Points early stopping stopped are drawn too, at their seeds' mean at the rung, as hollow
+  // markers in their group's colour: a group whose points all stopped drew no line at all.
+  void stoppedPointsAreDrawnAtTheirRung() {
+    QFile grid(QStringLiteral(TB_SOURCE_DIR "/tests/data/sweep_grid.toml"));
+    QVERIFY(grid.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(grid.readAll());
+    text.replace(QStringLiteral("name = \"opt-lr\""), QStringLiteral("name = \"opt-lr-es\""));
+    text += QStringLiteral(
+        "\n[sweep.early_stopping]\nmethod = \"successive_halving\"\nsteps = [10]\n"
+        "reduction_factor = 4\n");
+    QTemporaryDir own;  // a store of its own: the other tests count the shared one's sweeps
+    const QString db = own.filePath(QStringLiteral("runs.sqlite"));
+    const QString config = own.filePath(QStringLiteral("es.toml"));
+    QFile out(config);
+    QVERIFY(out.open(QIODevice::WriteOnly));
+    out.write(text.toUtf8());
+    out.close();
+    QProcess p;
+    p.start(QStringLiteral(TB_CLI_PATH),
+            {QStringLiteral("--db"), db, QStringLiteral("sweep"), config,
+             QStringLiteral("--parallel"), QStringLiteral("2")});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    api::StoreReader store(db.toStdString());
+    const api::SweepResult result = store.sweep("opt-lr-es");
+    std::map<double, double> want;  // mean at the rung of each stopped point, by its x
+    int stopped = 0;
+    for (const auto& pt : result.points)
+      if (pt.stopped && pt.stopped_value) ++stopped;
+    QVERIFY(stopped >= 2);
+    const auto curves = ui::sweepCurves(result, ui::kAnyLearningRate);
+    int drawn = 0;
+    for (const auto& c : curves) {
+      if (!c.stopped) continue;
+      drawn += static_cast<int>(c.x.size());
+      QCOMPARE(c.low, c.mean);
+      QCOMPARE(c.high, c.mean);
+    }
+    QCOMPARE(drawn, stopped);
+    ui::SweepView view;
+    view.resize(1400, 800);
+    view.setStore(&store);
+    view.showSweep(QStringLiteral("opt-lr-es"));
+    QVERIFY(view.setXKey(ui::kAnyLearningRate));
+    int hollow = 0;
+    for (int g = 0; g < view.curvePlot()->graphCount(); ++g)
+      if (view.curvePlot()->graph(g)->name().contains(QStringLiteral("stopped early")))
+        hollow += view.curvePlot()->graph(g)->data()->size();
+    QCOMPARE(hollow, stopped);
+  }
+
   void reportParsesAndEmbedsItsPlots() {
     api::StoreReader store(m_db.toStdString());
     ui::SweepReportOptions options;

@@ -3,6 +3,7 @@
 #include <qcustomplot.h>
 
 #include <QResizeEvent>
+#include <QTimer>
 
 #include <algorithm>
 #include <cmath>
@@ -196,6 +197,16 @@ void SweepView::fillParallel() {
 bool SweepView::eventFilter(QObject* watched, QEvent* event) {
   if (watched == m_parallel && event->type() == QEvent::Resize && m_parallelFitWidth == 0)
     refitParallelTitles(static_cast<QResizeEvent*>(event)->size().width());
+  // The legend's corner was chosen for the curve plot's size when it was filled (often hidden,
+  // at another size): chosen again for the size it is shown at, once the resize is done.
+  if (watched == m_curvePlot && event->type() == QEvent::Resize && !m_legendQueued) {
+    m_legendQueued = true;
+    QTimer::singleShot(0, this, [this] {
+      m_legendQueued = false;
+      placeLegend();
+      m_curvePlot->replot(QCustomPlot::rpQueuedReplot);
+    });
+  }
   return QWidget::eventFilter(watched, event);
 }
 

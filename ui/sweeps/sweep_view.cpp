@@ -72,9 +72,8 @@ std::vector<SweepCurve> sweepCurves(const api::SweepResult& sweep, const QString
   std::map<std::int64_t, std::vector<double>> bests;
   for (const auto& t : sweep.trials)
     if (t.best) bests[t.trial.point].push_back(*t.best);
-  // group -> x -> values (points of a group sharing an x pool their trials)
-  std::map<QString, std::map<double, std::vector<double>>> groups;
-  for (const auto& [point, values] : bests) {
+  // A point's x and its group's name (the other swept values).
+  const auto place = [&](std::int64_t point) -> std::optional<std::pair<double, QString>> {
     std::optional<double> x;
     QStringList group;
     for (const auto& [k, v] : valuesOf(sweep, point)) {
@@ -86,25 +85,40 @@ std::vector<SweepCurve> sweepCurves(const api::SweepResult& sweep, const QString
                                        : display(v));
       }
     }
-    if (!x) continue;
-    auto& at = groups[group.isEmpty() ? QStringLiteral("all") : group.join(QStringLiteral(", "))];
-    at[*x].insert(at[*x].end(), values.begin(), values.end());
-  }
-  std::vector<SweepCurve> curves;
-  for (const auto& [name, byX] : groups) {
-    SweepCurve c;
-    c.name = name;
-    for (const auto& [x, vs] : byX) {
-      double sum = 0;
-      for (double v : vs)
-        sum += v;
-      c.x.push_back(x);
-      c.mean.push_back(sum / static_cast<double>(vs.size()));
-      c.low.push_back(*std::min_element(vs.begin(), vs.end()));
-      c.high.push_back(*std::max_element(vs.begin(), vs.end()));
+    if (!x) return std::nullopt;
+    return std::make_pair(
+        *x, group.isEmpty() ? QStringLiteral("all") : group.join(QStringLiteral(", ")));
+  };
+  // group -> x -> values (points of a group sharing an x pool their trials)
+  std::map<QString, std::map<double, std::vector<double>>> groups, stoppedGroups;
+  for (const auto& [point, values] : bests)
+    if (const auto at = place(point)) {
+      auto& vs = groups[at->second][at->first];
+      vs.insert(vs.end(), values.begin(), values.end());
     }
-    curves.push_back(std::move(c));
-  }
+  // Points early stopping stopped have no finished seed: their value at the rung (a sweep whose
+  // AdamW points all stopped drew no AdamW line at all, as if they had not been tried).
+  for (const auto& p : sweep.points)
+    if (p.stopped && p.stopped_value && !bests.count(p.point))
+      if (const auto at = place(p.point))
+        stoppedGroups[at->second][at->first].push_back(*p.stopped_value);
+  std::vector<SweepCurve> curves;
+  for (const auto* set : {&groups, &stoppedGroups})
+    for (const auto& [name, byX] : *set) {
+      SweepCurve c;
+      c.name = name;
+      c.stopped = set == &stoppedGroups;
+      for (const auto& [x, vs] : byX) {
+        double sum = 0;
+        for (double v : vs)
+          sum += v;
+        c.x.push_back(x);
+        c.mean.push_back(sum / static_cast<double>(vs.size()));
+        c.low.push_back(*std::min_element(vs.begin(), vs.end()));
+        c.high.push_back(*std::max_element(vs.begin(), vs.end()));
+      }
+      curves.push_back(std::move(c));
+    }
   return curves;
 }
 
@@ -176,7 +190,8 @@ SweepView::SweepView(QWidget* parent) : QWidget(parent) {
   auto* plots = new QSplitter(Qt::Horizontal, this);
   plots->addWidget(m_curvePlot);
   plots->addWidget(m_parallel);
-  m_parallel->installEventFilter(this);  // titles on one row or two, by its width
+  m_parallel->installEventFilter(this);   // titles on one row or two, by its width
+  m_curvePlot->installEventFilter(this);  // the legend's corner, by its size
 
   m_points = new QTableWidget(this);
   m_trials = new QTableWidget(this);
@@ -401,9 +416,28 @@ void SweepView::fillCurves() {
   bool first = true;
   for (std::size_t i = 0; i < m_curves.size(); ++i) {
     const SweepCurve& c = m_curves[i];
-    const QColor color = runColor(static_cast<int>(i));
+    // A group's stopped points in its finished line's colour (else the next one of their own).
+    int colorIndex = static_cast<int>(i);
+    if (c.stopped)
+      for (std::size_t j = 0; j < i; ++j)
+        if (!m_curves[j].stopped && m_curves[j].name == c.name) colorIndex = static_cast<int>(j);
+    const QColor color = runColor(colorIndex);
     QVector<double> x(c.x.begin(), c.x.end());
     QCPGraph* line = plot->addGraph();
+    if (c.stopped) {
+      line->setName(c.name + tr(" (stopped early)"));  // its value at the rung it stopped at
+      line->setLineStyle(QCPGraph::lsNone);
+      line->setPen(QPen(color, 1.5));
+      line->setScatterStyle(
+          QCPScatterStyle(QCPScatterStyle::ssCircle, QPen(color, 1.5), Qt::NoBrush, 8));
+      line->setData(x, QVector<double>(c.mean.begin(), c.mean.end()), true);
+      for (double v : c.x) {
+        lo = first ? v : std::min(lo, v);
+        hi = first ? v : std::max(hi, v);
+        first = false;
+      }
+      continue;
+    }
     line->setName(c.name);
     line->setPen(QPen(color, 2));
     line->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
@@ -468,11 +502,26 @@ void SweepView::placeLegend() {
   const QRect legend = plot->legend->outerRect();
   std::vector<double> px, py;
   for (const auto& c : m_curves)
-    for (std::size_t i = 0; i < c.x.size(); ++i)
+    for (std::size_t i = 0; i < c.x.size(); ++i) {
       for (const double v : {c.mean[i], c.low[i], c.high[i]}) {
         px.push_back(plot->xAxis->coordToPixel(c.x[i]) - area.left());
         py.push_back(plot->yAxis->coordToPixel(v) - area.top());
       }
+      // The line between two points too (a corner free of points could still hide a line
+      // crossing it: the Muon line behind the legend once stopped AdamW points filled the
+      // other corner): points along it every few pixels.
+      if (c.stopped || i + 1 == c.x.size()) continue;
+      const double x0 = plot->xAxis->coordToPixel(c.x[i]),
+                   x1 = plot->xAxis->coordToPixel(c.x[i + 1]);
+      const double y0 = plot->yAxis->coordToPixel(c.mean[i]);
+      const double y1 = plot->yAxis->coordToPixel(c.mean[i + 1]);
+      const int steps = std::clamp(static_cast<int>(std::hypot(x1 - x0, y1 - y0) / 8), 1, 200);
+      for (int k = 1; k < steps; ++k) {
+        const double t = static_cast<double>(k) / steps;
+        px.push_back(x0 + t * (x1 - x0) - area.left());
+        py.push_back(y0 + t * (y1 - y0) - area.top());
+      }
+    }
   // The legend's size with the inset layout's margin from the plot's edge.
   const double w = legend.width() + (area.right() - legend.right());
   const double h = legend.height() + (legend.top() - area.top());

@@ -33,6 +33,9 @@ struct SweepCurve {
   std::vector<double> mean;  ///< the point's mean over its finished seeds of the best metric
   std::vector<double> low;   ///< the smallest of them
   std::vector<double> high;  ///< the largest
+  /// The points early stopping stopped: their seeds' mean metric at the rung they stopped at
+  /// (low = high = mean), drawn as hollow markers without a line or band.
+  bool stopped = false;
 };
 
 /// The x choice that merges every swept key ending in "lr" (optimizer.lr, optimizer.muon.lr):
@@ -135,6 +138,7 @@ class SweepView : public QWidget {
   QFont m_parallelTitleFont;
   bool m_parallelStaggered = false;  // titles on two rows, alternating
   int m_parallelFitWidth = 0;        // fitParallelTo()'s width; 0: the widget's
+  bool m_legendQueued = false;       // a resize asked placeLegend() for the new size
   QTableWidget* m_points = nullptr;
   QTableWidget* m_trials = nullptr;
   bool m_filling = false;
