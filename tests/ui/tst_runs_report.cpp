@@ -962,6 +962,13 @@ class TestRunsReport : public QObject {
     QTemporaryDir dir;
     const QString db = dir.filePath(QStringLiteral("runs.sqlite"));
     const qint64 plain = train(db, test::blobsConfig(10, QStringLiteral("plain")));
+    {
+      // Without a data-parallel run the always-blank column is not shown.
+      ui::RunsModel only(db, 0);
+      ui::RunsView view(&only);
+      QVERIFY(view.table()->isColumnHidden(ui::RunsModel::Ranks));
+      QCOMPARE(view.table()->textElideMode(), Qt::ElideMiddle);  // "... p5 s2" stays in view
+    }
     // One rank through the distributed path (a process not started by a launcher is rank 0 of 1).
     const qint64 ddp = train(db, test::blobsConfig(10, QStringLiteral("ddp")) +
                                      QStringLiteral("\n[distributed]\nbackend = \"mpi\"\n"));
@@ -974,6 +981,8 @@ class TestRunsReport : public QObject {
     QVERIFY(model.data(p, Qt::DisplayRole).toString().isEmpty());
     QCOMPARE(model.data(d, Qt::DisplayRole).toString(), QStringLiteral("1 (mpi)"));
     QCOMPARE(model.data(d, Qt::UserRole + 1).toInt(), 1);  // sorts by the number of ranks
+    ui::RunsView view(&model);
+    QVERIFY(!view.table()->isColumnHidden(ui::RunsModel::Ranks));
   }
 
   void manyRunsOnScreenGetOneKeyInsteadOfALegendUnderEveryPlot() {

@@ -375,6 +375,9 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   // One line per run, cut with an ellipsis (the tooltip and the columns' drag handles show the
   // rest): a wrapped name doubled the rows' text in a row of one line's height.
   m_table->setWordWrap(false);
+  // Cut in the middle: a sweep's trials differ at the end of their names ("... p5 s2"), which a
+  // cut at the right made all read alike.
+  m_table->setTextElideMode(Qt::ElideMiddle);
   m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 8);
   m_table->horizontalHeader()->setStretchLastSection(true);
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Interactive);
@@ -393,6 +396,18 @@ RunsView::RunsView(RunsModel* model, QWidget* parent)
   fitNames();
   connect(m_filter, &QAbstractItemModel::rowsInserted, this, fitNames);
   connect(m_filter, &QAbstractItemModel::modelReset, this, fitNames);
+  // The ranks column only while some run of the store is data-parallel (always blank otherwise,
+  // it took a column's width from the names and tags).
+  auto fitRanks = [this] {
+    bool any = false;
+    for (int r = 0; r < m_model->rowCount() && !any; ++r)
+      any = !m_model->run(r).dist_backend.empty();
+    m_table->setColumnHidden(RunsModel::Ranks, !any);
+  };
+  fitRanks();
+  connect(model, &QAbstractItemModel::modelReset, this, fitRanks);
+  connect(model, &QAbstractItemModel::rowsInserted, this, fitRanks);
+  connect(model, &QAbstractItemModel::rowsRemoved, this, fitRanks);
   connect(m_table->horizontalHeader(), &QHeaderView::sectionResized, this,
           [this](int section, int, int) {
             if (section == RunsModel::Name && m_filter->rowCount() > 0) m_namesFitted = true;
