@@ -561,11 +561,50 @@ void ConfigEditor::updateSplit(const api::ParsedConfig& config) {
   }
   if (key == m_splitKey) return;
   m_splitKey = key;
-  std::vector<api::SplitRow> rows;
-  try {
-    rows = api::parameter_split(config);
-  } catch (const std::exception& e) {
-    markError({}, tr("parameters: ") + QString::fromUtf8(e.what()));
+  startSplit(config);
+}
+
+ConfigEditor::~ConfigEditor() {
+  if (m_splitThread.joinable()) m_splitThread.join();
+}
+
+void ConfigEditor::startSplit(const api::ParsedConfig& config) {
+  // Off the GUI thread: the model is built (and initialised) to list its parameters, which took
+  // the window away on every edit of a large model. One build at a time; the newest config
+  // edited meanwhile goes next.
+  if (m_splitBusy) {
+    m_splitNext = config;
+    return;
+  }
+  if (m_splitThread.joinable()) m_splitThread.join();  // the last one has posted its result
+  m_splitBusy = true;
+  m_splitThread = std::thread([this, config] {
+    std::vector<api::SplitRow> rows;
+    QString error;
+    try {
+      rows = api::parameter_split(config);
+    } catch (const std::exception& e) {
+      error = QString::fromUtf8(e.what());
+    }
+    // Delivered on the GUI thread; the destructor joins this thread first, and an event for a
+    // deleted editor is dropped.
+    QMetaObject::invokeMethod(
+        this, [this, rows = std::move(rows), error] { showSplit(rows, error); },
+        Qt::QueuedConnection);
+  });
+}
+
+void ConfigEditor::showSplit(const std::vector<api::SplitRow>& rows, const QString& error) {
+  m_splitBusy = false;
+  if (m_splitNext) {  // a newer config: its table, not this one
+    const api::ParsedConfig next = *m_splitNext;
+    m_splitNext.reset();
+    startSplit(next);
+    return;
+  }
+  if (!error.isEmpty()) {
+    // (Not over the message of a config made invalid since: that one is the news.)
+    if (m_valid) markError({}, tr("parameters: ") + error);
     return;
   }
   m_split->setRowCount(static_cast<int>(rows.size()));

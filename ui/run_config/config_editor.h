@@ -10,6 +10,8 @@
 #include <QTimer>
 #include <QWidget>
 
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "engine/api/workbench_api.h"
@@ -32,6 +34,8 @@ class ConfigEditor : public QWidget {
 
  public:
   explicit ConfigEditor(QWidget* parent = nullptr);
+  /// Waits for a parameter split still being computed.
+  ~ConfigEditor() override;
 
   /// Loads a config text (`source` names it in messages). Returns false and shows the message
   /// when it does not validate (the form is left as it was).
@@ -61,8 +65,11 @@ class ConfigEditor : public QWidget {
   void showPage(QWidget* page);
   /// The LR preview plot.
   MetricPlot* previewPlot() const { return m_preview; }
-  /// The parameter-split table.
+  /// The parameter-split table. It is filled off the GUI thread (the model is built to list its
+  /// parameters: half a second for GPT-2 small, more for larger ones); splitPending() says
+  /// whether it is being computed.
   QTableWidget* splitTable() const { return m_split; }
+  bool splitPending() const { return m_splitBusy; }
   /// Steps drawn in the LR preview (0 = the run's steps).
   void setPreviewSteps(int steps);
   /// The LR values drawn in the preview, per group name ("lr.adamw"), one per step 0..N.
@@ -99,6 +106,12 @@ class ConfigEditor : public QWidget {
   QVBoxLayout* m_formLayout = nullptr;
   QPlainTextEdit* m_toml = nullptr;
   QTableWidget* m_split = nullptr;
+  // The split's worker: one at a time; a config edited meanwhile waits in m_splitNext.
+  void startSplit(const api::ParsedConfig& config);
+  void showSplit(const std::vector<api::SplitRow>& rows, const QString& error);
+  std::thread m_splitThread;
+  bool m_splitBusy = false;
+  std::optional<api::ParsedConfig> m_splitNext;
   QLabel* m_status = nullptr;
   MetricPlot* m_preview = nullptr;
   QSpinBox* m_previewSteps = nullptr;
