@@ -310,25 +310,6 @@ std::optional<double> finite(double v) {
   return std::isnan(v) ? std::nullopt : std::optional<double>(v);
 }
 
-// `m` extended by `points` (later steps than any it holds), as RunStore::get_run summarises a
-// series: the last point, and the extremes over the non-NaN values.
-void absorb(store::MetricSummary& m, const std::vector<store::SeriesPoint>& points) {
-  for (const store::SeriesPoint& p : points) {
-    if (m.count++ == 0) m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
-    m.last_step = p.step;
-    m.last_value = p.value;
-    if (std::isnan(p.value)) continue;
-    if (std::isnan(m.min_value) || p.value < m.min_value) {
-      m.min_value = p.value;
-      m.min_step = p.step;
-    }
-    if (std::isnan(m.max_value) || p.value > m.max_value) {
-      m.max_value = p.value;
-      m.max_step = p.step;
-    }
-  }
-}
-
 void derive_metrics(RunFacts& f) {
   const auto value = [&](const char* key, double store::MetricSummary::*field) {
     const auto it = f.tracked.find(key);
@@ -373,7 +354,7 @@ RunFacts read_facts(const store::RunStore& st, std::int64_t run) {
   for (const char* key : kTableMetrics) {
     store::MetricSummary& m = f.tracked[key];
     m.key = key;
-    absorb(m, st.series(run, key));
+    store::extend_summary(m, st.series(run, key));
   }
   derive_metrics(f);
   return f;
@@ -386,7 +367,7 @@ bool follow_facts(const store::RunStore& st, const store::RunSummary& s, RunFact
       f.created_at != s.created_at || !f.last_step || !s.last_step || *s.last_step < *f.last_step)
     return false;
   for (const char* key : kTableMetrics)
-    absorb(f.tracked[key], st.series(s.id, key, *f.last_step + 1));
+    store::extend_summary(f.tracked[key], st.series(s.id, key, *f.last_step + 1));
   f.last_step = s.last_step;
   derive_metrics(f);
   return true;

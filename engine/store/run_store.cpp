@@ -406,6 +406,23 @@ std::string RunStore::store_id() const {
   return st.text(0);
 }
 
+void extend_summary(MetricSummary& m, const std::vector<SeriesPoint>& points) {
+  for (const SeriesPoint& p : points) {
+    if (m.count++ == 0) m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
+    m.last_step = p.step;
+    m.last_value = p.value;
+    if (std::isnan(p.value)) continue;
+    if (std::isnan(m.min_value) || p.value < m.min_value) {
+      m.min_value = p.value;
+      m.min_step = p.step;
+    }
+    if (std::isnan(m.max_value) || p.value > m.max_value) {
+      m.max_value = p.value;
+      m.max_step = p.step;
+    }
+  }
+}
+
 RunDetails RunStore::get_run(std::int64_t run, Metrics metrics) const {
   detail::Statement st = db_->prepare(
       str_cat("SELECT ", kSummaryColumns,
@@ -435,21 +452,7 @@ RunDetails RunStore::get_run(std::int64_t run, Metrics metrics) const {
     if (points.empty()) continue;
     MetricSummary m;
     m.key = name;
-    m.count = static_cast<std::int64_t>(points.size());
-    m.last_step = points.back().step;
-    m.last_value = points.back().value;
-    m.min_value = m.max_value = std::numeric_limits<double>::quiet_NaN();
-    for (const SeriesPoint& p : points) {
-      if (std::isnan(p.value)) continue;
-      if (std::isnan(m.min_value) || p.value < m.min_value) {
-        m.min_value = p.value;
-        m.min_step = p.step;
-      }
-      if (std::isnan(m.max_value) || p.value > m.max_value) {
-        m.max_value = p.value;
-        m.max_step = p.step;
-      }
-    }
+    extend_summary(m, points);
     d.metrics.push_back(std::move(m));
   }
   return d;

@@ -42,6 +42,11 @@ struct StoreOptions {
   int busy_timeout_ms = 5000;
 };
 
+/// `m` extended by `points`, later steps than any it holds: its count, final point, and the
+/// extremes over the non-NaN values (the earliest step among equal extremes). RunStore::get_run's
+/// summaries, and those a reader keeps up to date from a training run's new points.
+void extend_summary(MetricSummary& m, const std::vector<SeriesPoint>& points);
+
 /// A connection to a run database with the operations of the runs list, run details and export.
 class RunStore {
  public:

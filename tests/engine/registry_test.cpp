@@ -197,7 +197,8 @@ TEST(Registries, ToyKindsRunFromTomlThroughTrainerEffectiveConfigAndForm) {
   EXPECT_NE(eff.find("[model]\nkind = \"toy-linear\"\nclasses = 4\ninput = 16\n"),
             std::string::npos)
       << eff;
-  EXPECT_NE(eff.find("[optimizer]\nkind = \"toy-descent\"\nlr = 0.2\nshrink = 0.75\n"),
+  EXPECT_NE(eff.find("[optimizer]\nkind = \"toy-descent\"\nweight_decay_params = \"all\"\nlr = "
+                     "0.2\nshrink = 0.75\n"),
             std::string::npos)
       << eff;
   EXPECT_NE(eff.find("kind = \"toy-halving\"\nevery = 4\n"), std::string::npos) << eff;

@@ -73,6 +73,18 @@ qint64 train(const QString& db, const QString& config) {
 
 }  // namespace
 
+// The first value of `table` its column cuts ("'finished' in 40 px"), "" when every one reads
+// whole.
+static QString firstCutValue(const QTableWidget* table) {
+  for (int r = 0; r < table->rowCount(); ++r)
+    for (int c = 0; c < table->columnCount(); ++c) {
+      const QString text = table->item(r, c)->text();
+      if (table->fontMetrics().horizontalAdvance(text) + 6 > table->columnWidth(c))
+        return QStringLiteral("'%1' in %2 px").arg(text).arg(table->columnWidth(c));
+    }
+  return {};
+}
+
 class TestRunsReport : public QObject {
   Q_OBJECT
 
@@ -1030,13 +1042,10 @@ class TestRunsReport : public QObject {
     QTest::qWait(50);
     QTableWidget* summary = view.summaryTable();
     QCOMPARE(summary->columnCount(), 8);
-    for (int r = 0; r < summary->rowCount(); ++r)
-      for (int c = 0; c < summary->columnCount(); ++c) {
-        const QString text = summary->item(r, c)->text();
-        QVERIFY2(
-            summary->fontMetrics().horizontalAdvance(text) + 6 <= summary->columnWidth(c),
-            qPrintable(QStringLiteral("'%1' in %2 px").arg(text).arg(summary->columnWidth(c))));
-      }
+    {
+      const QString cut = firstCutValue(summary);
+      QVERIFY2(cut.isEmpty(), qPrintable(cut));
+    }
   }
 
   void compareReadsAtAGlance() {
@@ -1108,13 +1117,10 @@ class TestRunsReport : public QObject {
     view.splitter()->setSizes(
         {1200 - ui::CompareView::kSideComfort, ui::CompareView::kSideComfort});
     QTest::qWait(50);
-    for (int r = 0; r < summary->rowCount(); ++r)
-      for (int c = 0; c < summary->columnCount(); ++c) {
-        const QString text = summary->item(r, c)->text();
-        QVERIFY2(
-            summary->fontMetrics().horizontalAdvance(text) + 6 <= summary->columnWidth(c),
-            qPrintable(QStringLiteral("'%1' in %2 px").arg(text).arg(summary->columnWidth(c))));
-      }
+    {
+      const QString cut = firstCutValue(summary);
+      QVERIFY2(cut.isEmpty(), qPrintable(cut));
+    }
     QCOMPARE(summary->verticalHeaderItem(0)->toolTip(), summary->verticalHeaderItem(0)->text());
     view.resize(700, 700);
 
