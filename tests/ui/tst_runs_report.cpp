@@ -1086,6 +1086,13 @@ class TestRunsReport : public QObject {
         if (phase == QStringLiteral("optimizer")) optimizer = v;
       QVERIFY(std::abs(optimizer - (mean("time.optimizer_ms") - mean("time.newton_schulz_ms"))) <
               1e-9);
+      // The evaluation's time too (the product's step-time breakdown has it): one
+      // evaluation's mean, beside the step's phases.
+      double evaluation = -1;
+      for (const auto& [phase, v] : rows[0].meanPhaseMs)
+        if (phase == QStringLiteral("evaluation")) evaluation = v;
+      QVERIFY(evaluation > 0);
+      QVERIFY(std::abs(evaluation - mean("time.eval_ms")) < 1e-9);
       QVERIFY(rows[0].logsTarget);
       const auto none =
           ui::summarizeRuns(store, {muon}, ui::Target{QStringLiteral("eval.perplexity"), 5});

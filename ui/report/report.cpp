@@ -112,7 +112,9 @@ const QList<QPair<QString, QString>> kPhases = {
     {QStringLiteral("optimizer"), QLatin1String(api::metric::kOptimizerMs)},
     {QStringLiteral("Newton–Schulz"), QLatin1String(api::metric::kNewtonSchulzMs)},
     {QStringLiteral("communication"), QLatin1String(api::metric::kCommMs)},
-    {QStringLiteral("step"), QLatin1String(api::metric::kStepMs)}};
+    {QStringLiteral("step"), QLatin1String(api::metric::kStepMs)},
+    // Not a part of the step: one evaluation's time, at each eval.interval.
+    {QStringLiteral("evaluation"), QLatin1String(api::metric::kEvalMs)}};
 
 }  // namespace
 
@@ -294,7 +296,8 @@ Report buildReport(const api::StoreReader& store, const QList<qint64>& given,
   }
   body += QStringLiteral(
       "</table>\n<p class=\"meta\">optimizer: without Muon's Newton–Schulz, which has its own "
-      "column; the phases add up to the step.</p>\n");
+      "column; the phases add up to the step. evaluation: one evaluation (each eval.interval), "
+      "outside the steps.</p>\n");
 
   // Config diff.
   std::vector<std::string> configs;
