@@ -23,6 +23,7 @@
 #include "engine/store/sweeps.h"
 #include "engine/store/tensorboard.h"
 #include "engine/train/run_config.h"
+#include "engine/train/safetensors.h"
 #include "engine/train/sample.h"
 #include "engine/train/trainer_state.h"
 #include "engine/train/weights_io.h"
@@ -495,9 +496,17 @@ std::string export_weights(const std::string& db_path, std::int64_t run_id, cons
            " keeps no SWA/EMA average (swa.kind = \"none\"); its trained weights are written "
            "without --average");
   const std::filesystem::path file = dir / (average ? "average.safetensors" : "model.safetensors");
-  TB_CHECK(!average || std::filesystem::exists(file), "[weights] --average: ", dir.string(),
-           " holds no average.safetensors (it was written before swa.start_step = ",
-           config.swa.start_step, ")");
+  if (average) {
+    // Every checkpoint holds the average's file; before swa.start_step its count is 0 and its
+    // weights the initial ones.
+    const train::SafetensorsFile f = train::load_safetensors(file);
+    const auto n = std::find_if(f.tensors.begin(), f.tensors.end(),
+                                [](const auto& e) { return e.first == "n_averaged"; });
+    TB_CHECK(n != f.tensors.end() && n->second.item() > 0, "[weights] --average: ", from,
+             " of run ", run_id, " holds no ", config.swa.kind,
+             " average yet (it was saved before swa.start_step = ", config.swa.start_step,
+             "); a later checkpoint has one");
+  }
   rng::CpuGenerator gen;  // the weights are replaced; the init only gives the shapes
   const auto model = nn::build_model(config.model, &gen);
   (void)train::load_weights(*model, file);

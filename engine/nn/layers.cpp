@@ -139,17 +139,29 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   TB_CHECK(x.defined(), "[nn] ", describe(), ": input is an undefined tensor");
   TB_CHECK(x.dim() >= 2 && x.size(1) == channels_, "[nn] ", describe(), ": input of shape ",
            shape_str(x), " should be [N, ", channels_, ", ...] (num_features = ", channels_, ")");
+  double factor = momentum_.value_or(0.0);
   if (is_training()) {
     autograd::NoGradGuard no_grad;
     ops::add_(num_batches_tracked_,
               ops::ones({}, core::ScalarType::Int64, num_batches_tracked_.device()));
+    // momentum None: the cumulative average (torch.nn.modules.batchnorm, exponential_average_
+    // factor = 1 / num_batches_tracked), what update_bn recomputes an average's statistics with.
+    if (!momentum_)
+      factor = 1.0 / num_batches_tracked_.item();  // item() copies a device's value back
   }
-  return ops::batch_norm(x, running_mean_, running_var_, weight_, bias_, is_training(), momentum_,
+  return ops::batch_norm(x, running_mean_, running_var_, weight_, bias_, is_training(), factor,
                          eps_);
 }
 
+void BatchNorm2d::set_momentum(std::optional<double> momentum) {
+  TB_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
+           "[nn] BatchNorm2d: momentum must be in [0, 1], got ", momentum.value_or(0));
+  momentum_ = momentum;
+}
+
 std::string BatchNorm2d::extra_repr() const {
-  return tb::detail::str_cat(channels_, ", eps=", eps_, ", momentum=", momentum_,
+  return tb::detail::str_cat(channels_, ", eps=", eps_, ", momentum=",
+                             momentum_ ? tb::detail::str_cat(*momentum_) : std::string("None"),
                              weight_.defined() ? "" : ", affine=false");
 }
 

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "engine/nn/module.h"
+#include "engine/nn/running_stats.h"
 
 namespace tb::rng {
 class Generator;
@@ -200,13 +202,17 @@ class Conv2d : public Module {
 /// [N, C]): weight = 1, bias = 0; buffers running_mean = 0, running_var = 1 and
 /// num_batches_tracked (int64), as in PyTorch's state_dict. Training normalises with the batch's
 /// statistics and updates the running ones; eval mode uses the running ones.
-class BatchNorm2d : public Module {
+class BatchNorm2d : public Module, public RunningStatsMomentum {
  public:
   /// `channels` features; momentum of the running statistics, eps added to the variance.
   explicit BatchNorm2d(std::int64_t channels, double eps = 1e-5, double momentum = 0.1,
                        bool affine = true);
   /// x [N, C, ...] -> same shape.
   Tensor forward(const Tensor& x) override;
+  /// The momentum; nullopt: a cumulative average over the batches seen (factor
+  /// 1 / num_batches_tracked), as PyTorch's momentum=None, which update_bn sets.
+  std::optional<double> momentum() const override { return momentum_; }
+  void set_momentum(std::optional<double> momentum) override;
 
  protected:
   std::string extra_repr() const override;
@@ -214,7 +220,7 @@ class BatchNorm2d : public Module {
  private:
   std::int64_t channels_;
   double eps_;
-  double momentum_;
+  std::optional<double> momentum_;
   Tensor weight_, bias_;
   Tensor running_mean_, running_var_, num_batches_tracked_;
 };

@@ -10,6 +10,7 @@
 #include "engine/core/thread_pool.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/registry.h"
+#include "engine/optim/sgd_adam.h"
 
 namespace tb::optim {
 
@@ -370,11 +371,13 @@ OptimizerKind muon_kind() {
   k.help = "Muon for the 2-D hidden weight matrices, AdamW for the rest (torch.optim.Muon)";
   k.rest_kind = "adamw";
   k.fields = {
-      // The defaults are torch.optim.Muon's (MuonOptions): weight_decay 0.1, not AdamW's 0.01.
+      // torch.optim.Muon's defaults (MuonOptions), but for weight_decay: AdamW's 0.01 rather
+      // than Muon's 0.1, so that a Muon run and its AdamW twin (Queue Muon + AdamW, the shipped
+      // sweep, an optimizer.kind changed by --set) differ in the optimizer only.
       FieldSpec("lr", FieldType::kFloat, MuonOptions{}.lr, "learning rate (the schedule's base)")
           .at_least(0),
-      FieldSpec("weight_decay", FieldType::kFloat, MuonOptions{}.weight_decay,
-                "decoupled weight decay")
+      FieldSpec("weight_decay", FieldType::kFloat, AdamW::default_options().weight_decay,
+                "decoupled weight decay (torch.optim.Muon's default: 0.1)")
           .at_least(0),
       FieldSpec("momentum", FieldType::kFloat, MuonOptions{}.momentum, "momentum (EMA factor)")
           .at_least(0)

@@ -48,7 +48,7 @@ void write_settings(Writer& w, const OptimizerSettings& o) {
 
 std::string to_toml(const RunConfig& c) {
   Writer w;
-  w.os() << "# TrainBench run configuration (effective: every key, defaults filled in)\n";
+  w.os() << kEffectiveHeader << "\n";
   w.integer("threads", c.threads);
 
   w.header("run");

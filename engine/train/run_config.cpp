@@ -300,7 +300,7 @@ void read_amp(Section& s, AmpSection& a) {
   s.finish();
 }
 
-void read_swa(Section& s, SwaSection& w) {
+void read_swa(Section& s, SwaSection& w, bool stored_before_use_buffers) {
   s.read("kind", w.kind);
   s.check_enum("kind", w.kind, {"none", "swa", "ema"});
   s.read("ema_decay", w.ema_decay);
@@ -309,6 +309,9 @@ void read_swa(Section& s, SwaSection& w) {
   s.check_min("start_step", w.start_step, 0);
   s.read("every", w.every);
   s.check_min("every", w.every, 1);
+  // An effective config an earlier build stored (a run's, a checkpoint's) has every key but
+  // this one: its run copied the live model's buffers, as false does, and goes on so.
+  if (stored_before_use_buffers && s.peek("use_buffers") == nullptr) w.use_buffers = false;
   s.read("use_buffers", w.use_buffers);
   s.finish();
 }
@@ -448,7 +451,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
   }
   {
     Section s = section("swa");
-    read_swa(s, c.swa);
+    read_swa(s, c.swa, toml_text.rfind(kEffectiveHeader, 0) == 0);
   }
   {
     Section s = section("eval");

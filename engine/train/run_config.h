@@ -107,6 +107,11 @@ struct AmpSection {
 };
 
 /// [swa]
+/// The first line of an effective config (to_toml): a text that starts with it was written by a
+/// TrainBench build, with every key that build knew.
+inline constexpr const char* kEffectiveHeader =
+    "# TrainBench run configuration (effective: every key, defaults filled in)";
+
 struct SwaSection {
   std::string kind = "none";    ///< "none", "swa", "ema"
   double ema_decay = 0.999;     ///< EMA decay

@@ -263,6 +263,8 @@ void Trainer::recompute_batch_norm(nn::Model& model) {
   lo.batch_size = config_.data.batch_size;
   lo.seed = config_.run.seed + 3;
   data::DataLoader loader(s_->train_set, lo);
+  // Its dropout's masks the same at every evaluation, and after a resume.
+  s_->average_gen.manual_seed(config_.run.seed + 3);
   swa::update_bn(
       [&]() -> std::optional<Tensor> {
         auto b = loader.next();

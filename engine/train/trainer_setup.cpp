@@ -348,8 +348,8 @@ void setup_scaler_and_average(const RunConfig& c, Trainer::State& s) {
   // with update_bn: the live model's statistics do not fit the averaged weights.
   s.average = std::make_unique<swa::AveragedModel>(*s.model, std::nullopt, swa::AvgFn{},
                                                    std::move(fn), c.swa.use_buffers);
-  rng::CpuGenerator scratch;  // the copy's init is overwritten; the run's stream is untouched
-  s.average_model = nn::build_model(c.model, &scratch);
+  // Its own generator: the copy's init is overwritten, and the run's stream stays untouched.
+  s.average_model = nn::build_model(c.model, &s.average_gen);
   if (!s.device.is_cpu()) s.average_model->to(s.device);
 }
 

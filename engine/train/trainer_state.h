@@ -47,23 +47,27 @@ struct Trainer::State {
   std::string split_table;                      ///< the parameter (split) table, for display
   std::unique_ptr<amp::GradScaler> scaler;      ///< amp.grad_scaler
   std::unique_ptr<swa::AveragedModel> average;  ///< swa.kind != none
-  std::shared_ptr<nn::Model> average_model;     ///< evaluates the average (same architecture)
-  numa::SlotBinding binding;                    ///< binding.mode != none: the slot's CPUs, node
-  std::vector<int> binding_nodes;               ///< NUMA nodes of the bound CPUs
-  std::string binding_warning;                  ///< a failed binding that fell back to unbound
-  std::vector<std::string> setup_warnings;      ///< emitted when the run starts
-  std::vector<std::string> setup_notes;         ///< what the data read, info when it starts
-  bool placement_reported = false;              ///< the memory placement event was emitted
-  core::Device device;                          ///< run.device
-  std::int64_t step = 0;                        ///< optimizer steps done
-  std::int64_t scaler_skipped = 0;              ///< steps the scaler skipped for inf/NaN gradients
-  std::int64_t nonfinite_in_row = 0;            ///< consecutive non-finite losses
-  std::int64_t skipped = 0;                     ///< steps skipped for a non-finite loss
-  Metrics last_eval;                            ///< the last evaluation
-  std::unique_ptr<detail::DataParallel> ddp;    ///< distributed.backend != none
-  double last_comm_ms = 0;                      ///< data-parallel: the previous step's exchange
-  double last_optimizer_ms = 0;                 ///< data-parallel: the previous optimizer phase
-  std::vector<detail::RankTimes> ddp_times;     ///< data-parallel: every rank's, last exchange
+  /// The average's model's generator: its dropout draws from it while update_bn runs it in
+  /// training mode (swa.use_buffers = false), reseeded before each such pass. A member: the model
+  /// keeps a pointer to it (a local of the setup was gone by then).
+  rng::CpuGenerator average_gen;
+  std::shared_ptr<nn::Model> average_model;   ///< evaluates the average (same architecture)
+  numa::SlotBinding binding;                  ///< binding.mode != none: the slot's CPUs, node
+  std::vector<int> binding_nodes;             ///< NUMA nodes of the bound CPUs
+  std::string binding_warning;                ///< a failed binding that fell back to unbound
+  std::vector<std::string> setup_warnings;    ///< emitted when the run starts
+  std::vector<std::string> setup_notes;       ///< what the data read, info when it starts
+  bool placement_reported = false;            ///< the memory placement event was emitted
+  core::Device device;                        ///< run.device
+  std::int64_t step = 0;                      ///< optimizer steps done
+  std::int64_t scaler_skipped = 0;            ///< steps the scaler skipped for inf/NaN gradients
+  std::int64_t nonfinite_in_row = 0;          ///< consecutive non-finite losses
+  std::int64_t skipped = 0;                   ///< steps skipped for a non-finite loss
+  Metrics last_eval;                          ///< the last evaluation
+  std::unique_ptr<detail::DataParallel> ddp;  ///< distributed.backend != none
+  double last_comm_ms = 0;                    ///< data-parallel: the previous step's exchange
+  double last_optimizer_ms = 0;               ///< data-parallel: the previous optimizer phase
+  std::vector<detail::RankTimes> ddp_times;   ///< data-parallel: every rank's, last exchange
 };
 
 namespace detail {

@@ -134,6 +134,11 @@ WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
       std::all_of(f.tensors.begin(), f.tensors.end(), [](const auto& e) {
         return e.first == "n_averaged" || e.first.rfind("module.", 0) == 0;
       })) {
+    // A count of 0: the module is the copy made when averaging was set up (every checkpoint
+    // before swa.start_step holds one), the initial weights, not an average.
+    TB_CHECK(count->second.item() > 0, "[init_from] ", file.string(),
+             ": an AveragedModel's state with n_averaged = 0 holds no average yet (saved before "
+             "swa.start_step)");
     out.ignored.push_back("n_averaged (the count of an AveragedModel's average)");
     f.tensors.erase(count);
   }

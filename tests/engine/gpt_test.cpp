@@ -535,6 +535,14 @@ TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {
   ASSERT_EQ(loaded.ignored.size(), 1u);
   EXPECT_NE(loaded.ignored[0].find("n_averaged"), std::string::npos);
   EXPECT_EQ(c.forward(x).to_vector<double>(), a.forward(x).to_vector<double>());
+  // An average of nothing yet (a checkpoint before swa.start_step: the initial weights) is
+  // refused, not taken for trained weights.
+  averaged.front().second = tb::ops::full({}, 0.0, tb::core::ScalarType::Int64);
+  tb::train::save_safetensors(tmp.path() / "empty-average.safetensors", averaged);
+  EXPECT_NE(error_of([&] {
+              tb::train::load_weights(c, tmp.path() / "empty-average.safetensors");
+            }).find("n_averaged = 0 holds no average yet"),
+            std::string::npos);
   // A file whose other names are not an AveragedModel's keeps n_averaged as a stranger.
   tb::train::TensorList stray = {
       {"n_averaged", tb::ops::full({}, 7.0, tb::core::ScalarType::Int64)}};

@@ -174,6 +174,22 @@ TEST(RunConfigTest, TypeErrors) {
                         "language model"));
 }
 
+// swa.use_buffers is new: an effective config an earlier build stored (every key but this one)
+// goes on as its run did, copying the live buffers; a config a person writes gets the default.
+TEST(RunConfigTest, SwaUseBuffersOfAConfigStoredBeforeTheKey) {
+  const std::string swa = "[swa]\nkind = \"ema\"\n";
+  EXPECT_TRUE(tb::train::parse_run_config(swa, "run.toml").swa.use_buffers);
+  const std::string stored = std::string(tb::train::kEffectiveHeader) + "\n" + swa;
+  EXPECT_FALSE(tb::train::parse_run_config(stored, "run 1's stored config").swa.use_buffers);
+  EXPECT_TRUE(
+      tb::train::parse_run_config(stored + "use_buffers = true\n", "stored").swa.use_buffers);
+  EXPECT_TRUE(
+      tb::train::parse_run_config(stored, "stored", {"swa.use_buffers=true"}).swa.use_buffers);
+  // What this build stores keeps its value.
+  auto c = tb::train::parse_run_config(swa, "run.toml");
+  EXPECT_TRUE(tb::train::parse_run_config(tb::train::to_toml(c), "stored").swa.use_buffers);
+}
+
 TEST(RunConfigTest, WeightDecayParams) {
   EXPECT_EQ(tb::train::parse_run_config("", "run.toml").optimizer.weight_decay_params, "all");
   EXPECT_EQ(

@@ -600,6 +600,32 @@ TEST(Averaged, UpdateBnRecomputesRunningStatistics) {
   EXPECT_EQ(drawn, 0);
 }
 
+// nn::BatchNorm2d (the cnn's) takes update_bn's unset momentum: its statistics become the
+// cumulative average of the batches' (PyTorch's momentum=None), not a momentum-0.1 blend that
+// kept 0.9^k of the reset values.
+TEST(UpdateBn, BatchNorm2dAveragesTheBatchesStatistics) {
+  tb::nn::BatchNorm2d bn(2);
+  // [N = 2, C = 2, 1, 1]: channel means 2 and 3, then 6 and 7, then 1.5 and 1.5.
+  const std::vector<Tensor> batches = {tb::core::from_vector<float>({1, 2, 3, 4}, {2, 2, 1, 1}),
+                                       tb::core::from_vector<float>({5, 6, 7, 8}, {2, 2, 1, 1}),
+                                       tb::core::from_vector<float>({0, 0, 3, 3}, {2, 2, 1, 1})};
+  bn.eval();
+  swa::update_bn(batches, bn);
+  Tensor mean, var;
+  for (const auto& [name, t] : bn.state_dict()) {
+    if (name == "running_mean") mean = t;
+    if (name == "running_var") var = t;
+  }
+  ASSERT_TRUE(mean.defined() && var.defined());
+  const auto m = mean.to_vector<float>();
+  EXPECT_NEAR(m[0], (2.0 + 6.0 + 1.5) / 3, 1e-6);
+  EXPECT_NEAR(m[1], (3.0 + 7.0 + 1.5) / 3, 1e-6);
+  // Unbiased batch variances of channel 0: 2, 2 and 4.5.
+  EXPECT_NEAR(var.to_vector<float>()[0], (2.0 + 2.0 + 4.5) / 3, 1e-5);
+  EXPECT_EQ(bn.momentum(), std::optional<double>(0.1));  // restored
+  EXPECT_FALSE(bn.is_training());
+}
+
 // ---- autocast -----------------------------------------------------------------------------------
 
 TEST(Autocast, MatmulRunsInTheLowDtypeReductionsInFloat32) {

@@ -126,8 +126,13 @@ class TestConfigEditor : public QObject {
     QCOMPARE(editor.fieldText(QStringLiteral("scheduler.T_max")), QStringLiteral("200"));
     auto* opt = editor.findChild<QComboBox*>(QStringLiteral("field:optimizer.kind"));
     QVERIFY(opt);
+    QVERIFY(editor.setFieldText(QStringLiteral("optimizer.weight_decay_params"),
+                                QStringLiteral("matrices")));
     opt->setCurrentText(QStringLiteral("muon"));
     QVERIFY2(editor.isValid(), qPrintable(editor.errorText()));
+    // A setting of [optimizer] every kind reads survives the new kind's form.
+    QCOMPARE(editor.fieldText(QStringLiteral("optimizer.weight_decay_params")),
+             QStringLiteral("matrices"));
     QVERIFY(editor.keys().contains(QStringLiteral("optimizer.muon.lr")));
     QVERIFY(editor.keys().contains(QStringLiteral("optimizer.adamw.lr")));
     // The split table sends the hidden matrix to Muon and the rest to AdamW (computed off the

@@ -413,6 +413,12 @@ QString ConfigEditor::tomlWithKind(const QString& section, const QString& kind) 
         out += QStringLiteral("\n[") + section + QStringLiteral("]\nkind = ") + quoteToml(kind) +
                QLatin1Char('\n');
         if (section == QLatin1String("scheduler")) out += schedulerTemplate(kind, steps, lr);
+        // A setting of the section that every kind reads stays (weight_decay_params).
+        if (section == QLatin1String("optimizer"))
+          for (const auto& g : m_fields)
+            if (QString::fromStdString(g.spec.key) ==
+                QLatin1String("optimizer.weight_decay_params"))
+              out += QStringLiteral("weight_decay_params = ") + literal(g) + QLatin1Char('\n');
         wroteSection = true;
       }
       continue;
@@ -603,8 +609,12 @@ void ConfigEditor::showSplit(const std::vector<api::SplitRow>& rows, const QStri
     return;
   }
   if (!error.isEmpty()) {
-    // (Not over the message of a config made invalid since: that one is the news.)
-    if (m_valid) markError({}, tr("parameters: ") + error);
+    // (Not over the message of a config made invalid since: that one is the news; the table
+    // is computed again, and its error said, once the config is valid again.)
+    if (m_valid)
+      markError({}, tr("parameters: ") + error);
+    else
+      m_splitKey.clear();
     return;
   }
   m_split->setRowCount(static_cast<int>(rows.size()));
