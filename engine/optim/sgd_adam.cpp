@@ -195,15 +195,16 @@ FieldSpec lr_field() {
 
 // The config's defaults are the classes' (PyTorch's): Adam's weight_decay 0, AdamW's 1e-2.
 std::vector<FieldSpec> adam_fields(const AdamOptions& d, const char* decay_help) {
-  return {
-      lr_field(),
-      FieldSpec("weight_decay", FieldType::kFloat, d.weight_decay, decay_help).at_least(0),
-      FieldSpec("beta1", FieldType::kFloat, d.beta1, "first moment decay rate").at_least(0).below(1),
-      FieldSpec("beta2", FieldType::kFloat, d.beta2, "second moment decay rate")
-          .at_least(0)
-          .below(1),
-      FieldSpec("eps", FieldType::kFloat, d.eps, "added to the denominator").at_least(0),
-      FieldSpec("amsgrad", FieldType::kBool, d.amsgrad, "AMSGrad variant")};
+  return {lr_field(),
+          FieldSpec("weight_decay", FieldType::kFloat, d.weight_decay, decay_help).at_least(0),
+          FieldSpec("beta1", FieldType::kFloat, d.beta1, "first moment decay rate")
+              .at_least(0)
+              .below(1),
+          FieldSpec("beta2", FieldType::kFloat, d.beta2, "second moment decay rate")
+              .at_least(0)
+              .below(1),
+          FieldSpec("eps", FieldType::kFloat, d.eps, "added to the denominator").at_least(0),
+          FieldSpec("amsgrad", FieldType::kBool, d.amsgrad, "AMSGrad variant")};
 }
 
 AdamOptions adam_options(const nlohmann::json& s) {
