@@ -106,12 +106,12 @@ struct AmpSection {
   bool tf32 = false;           ///< float32 products on CUDA may use TF32 tensor cores
 };
 
-/// [swa]
 /// The first line of an effective config (to_toml): a text that starts with it was written by a
 /// TrainBench build, with every key that build knew.
 inline constexpr const char* kEffectiveHeader =
     "# TrainBench run configuration (effective: every key, defaults filled in)";
 
+/// [swa]
 struct SwaSection {
   std::string kind = "none";    ///< "none", "swa", "ema"
   double ema_decay = 0.999;     ///< EMA decay
