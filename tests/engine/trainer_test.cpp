@@ -75,6 +75,16 @@ train::RunConfig blobs_config() {
   return c;
 }
 
+// A CNN of one conv block on 4x4 synthetic blobs (4 classes): `channels` filters, without
+// pooling; the tests add their own sections.
+std::string tiny_cnn_toml(int steps, int seed, int channels, int batch_size) {
+  return "[run]\nsteps = " + std::to_string(steps) + "\nseed = " + std::to_string(seed) +
+         "\n[model]\nkind = \"cnn\"\ninput = [1, 4, 4]\nchannels = [" + std::to_string(channels) +
+         "]\nconvs_per_block = 1\npool = \"none\"\nclasses = 4\n[data]\nkind = "
+         "\"synthetic-blobs\"\nbatch_size = " +
+         std::to_string(batch_size) + "\nworkers = 0\n";
+}
+
 std::vector<std::pair<std::int64_t, double>> run_losses(train::RunConfig c,
                                                         const fs::path& ckdir = {},
                                                         const fs::path& resume = {}) {
@@ -397,21 +407,7 @@ TEST(Trainer, EmaWithDecayZeroEvaluatesTheModelItself) {
 // (update_bn). They were the live model's, so eval_swa/eval_ema said averaging hurt when it
 // helped.
 TEST(Trainer, AveragedWeightsOfABatchNormModelGetTheirOwnStatistics) {
-  const std::string toml = R"(
-[run]
-steps = 20
-seed = 3
-[model]
-kind = "cnn"
-input = [1, 4, 4]
-channels = [4]
-convs_per_block = 1
-pool = "none"
-classes = 4
-[data]
-kind = "synthetic-blobs"
-batch_size = 16
-workers = 0
+  const std::string toml = tiny_cnn_toml(20, 3, 4, 16) + R"(
 [eval]
 interval = 20
 [swa]
@@ -716,21 +712,7 @@ batches = 2
 
 // Muon with conv_filters = "flatten" trains a CNN's filters (the table says so).
 TEST(Trainer, MuonFlattensConvFiltersWhenAsked) {
-  const std::string toml = R"(
-[run]
-steps = 25
-seed = 2
-[model]
-kind = "cnn"
-input = [1, 4, 4]
-channels = [8]
-convs_per_block = 1
-pool = "none"
-classes = 4
-[data]
-kind = "synthetic-blobs"
-batch_size = 32
-workers = 0
+  const std::string toml = tiny_cnn_toml(25, 2, 8, 32) + R"(
 [optimizer]
 kind = "muon"
 [optimizer.muon]
