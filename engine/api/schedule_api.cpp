@@ -35,8 +35,9 @@ ScheduleTable run(const nlohmann::json& config, int steps) {
 }
 
 // Steps per epoch of the run's data (batches of data.batch_size per rank, as the trainer's
-// loader cuts them), remembered per [data] table and seed: the GUI previews on every edit.
-std::int64_t batches_per_epoch(const train::RunConfig& rc) {
+// loader cuts them, run.gradient_accumulation_steps of them a step), the data's size remembered
+// per [data] table and seed: the GUI previews on every edit.
+std::int64_t steps_per_epoch(const train::RunConfig& rc) {
   static std::mutex mu;
   static std::map<std::string, std::int64_t> samples_of;
   const nlohmann::json settings = train::data_settings(rc.data);
@@ -55,7 +56,7 @@ std::int64_t batches_per_epoch(const train::RunConfig& rc) {
                                  ? rc.distributed.world_size
                                  : 1;
   const std::int64_t batch = std::max<std::int64_t>(1, rc.data.batch_size * world);
-  return rc.data.drop_last ? n / batch : (n + batch - 1) / batch;
+  return train::steps_per_epoch(rc, rc.data.drop_last ? n / batch : (n + batch - 1) / batch);
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ std::optional<std::int64_t> detail::run_steps(const train::RunConfig& rc) {
   if (rc.run.steps > 0) return rc.run.steps;
   if (rc.run.epochs <= 0) return std::nullopt;
   try {
-    const std::int64_t steps = rc.run.epochs * batches_per_epoch(rc);
+    const std::int64_t steps = rc.run.epochs * steps_per_epoch(rc);
     if (steps > 0) return steps;
   } catch (const std::exception&) {
   }
@@ -79,7 +80,7 @@ int run_length(const train::RunConfig& rc, std::string& note) {
   if (rc.run.steps > 0) return static_cast<int>(rc.run.steps);
   if (rc.run.epochs <= 0) return 100;
   try {
-    const std::int64_t steps = rc.run.epochs * batches_per_epoch(rc);
+    const std::int64_t steps = rc.run.epochs * steps_per_epoch(rc);
     if (steps > 0) return static_cast<int>(std::min<std::int64_t>(steps, 10'000'000));
     note = "the preview shows 100 steps: the training data has no full batch";
   } catch (const std::exception& e) {

@@ -47,6 +47,11 @@ std::vector<SectionSchema> make_fixed_sections() {
         FieldSpec("grad_clip", FieldType::kFloat, 0.0,
                   "clip the global gradient norm to this (0 = off)")
             .at_least(0),
+        FieldSpec("gradient_accumulation_steps", FieldType::kInt, 1,
+                  "batches of data.batch_size whose gradients make one optimizer step (a step "
+                  "ends early at an epoch's end); the effective batch is their sum")
+            .at_least(1)
+            .at_most(1 << 20),
         FieldSpec("init_from", FieldType::kString, "",
                   "safetensors weights to start from (\"\" = random init); a gpt model also "
                   "takes GPT-2's from Hugging Face (model.safetensors) or nanoGPT (its "

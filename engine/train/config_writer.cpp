@@ -62,6 +62,7 @@ std::string to_toml(const RunConfig& c) {
   w.integer("log_interval", c.run.log_interval);
   w.integer("max_nonfinite", c.run.max_nonfinite);
   w.num("grad_clip", c.run.grad_clip);
+  w.integer("gradient_accumulation_steps", c.run.gradient_accumulation_steps);
   w.str("init_from", c.run.init_from);
 
   w.header("model");

@@ -164,13 +164,14 @@ void DataParallel::all_reduce_sum(Tensor& t, const std::string& what) {
 
 StepExchange DataParallel::exchange(const std::vector<Tensor>& params, double loss,
                                     bool loss_finite, bool cancel, bool pause,
-                                    const RankTimes& times) {
+                                    const RankTimes& times, std::optional<double> weight) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!flat_.defined() || offsets_.size() != params.size()) build_layout(params);
   const std::int64_t np = static_cast<std::int64_t>(params.size());
   // This rank's share of the global batch weighs its gradients and loss: the sum over the ranks
   // is then the gradient and loss of the global batch's mean (exact for one rank, w = 1).
-  const double w = shard_.global_rows > 0
+  const double w = weight ? *weight
+                   : shard_.global_rows > 0
                        ? static_cast<double>(shard_.rows) / static_cast<double>(shard_.global_rows)
                        : 1.0;
   std::vector<float> extras(static_cast<std::size_t>(flat_.numel() - grad_elems_), 0.0f);

@@ -13,6 +13,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/core/tensor.h"
@@ -69,9 +70,12 @@ class DataParallel {
   const nn::BatchShard& shard() const { return shard_; }
 
   /// The step's exchange (see the file comment). `loss` is this rank's loss over its rows
-  /// (ignored when `loss_finite` is false or the rank has no rows).
+  /// (ignored when `loss_finite` is false or the rank has no rows). `weight` weighs this rank's
+  /// gradients and loss in the sum; unset, it is the rank's share of the last take_shard's
+  /// global batch (a step of accumulated batches has weighed each batch's loss already: 1).
   StepExchange exchange(const std::vector<core::Tensor>& params, double loss, bool loss_finite,
-                        bool cancel, bool pause, const RankTimes& times);
+                        bool cancel, bool pause, const RankTimes& times,
+                        std::optional<double> weight = std::nullopt);
   /// On a logged step, after the optimizer: every rank's exchange and optimizer times of this
   /// step into `times` (a small all-reduce; the step's exchange could carry only the earlier
   /// phases, and the step before's of these two).

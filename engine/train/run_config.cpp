@@ -72,6 +72,9 @@ void read_run(Section& s, RunSection& r) {
   s.check_min("max_nonfinite", r.max_nonfinite, 1);
   s.read("grad_clip", r.grad_clip);
   s.check_min("grad_clip", r.grad_clip, 0.0);
+  s.read("gradient_accumulation_steps", r.gradient_accumulation_steps);
+  s.check_min("gradient_accumulation_steps", r.gradient_accumulation_steps, 1);
+  s.check_max("gradient_accumulation_steps", r.gradient_accumulation_steps, 1 << 20);
   s.read("init_from", r.init_from);
   s.finish();
 }
@@ -559,6 +562,11 @@ std::string read_config_file(const std::string& path, const std::string& what) {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_run_config(read_config_file(path), path, overrides);
+}
+
+std::int64_t steps_per_epoch(const RunConfig& config, std::int64_t batches) {
+  const std::int64_t k = std::max<std::int64_t>(1, config.run.gradient_accumulation_steps);
+  return (batches + k - 1) / k;
 }
 
 }  // namespace tb::train

@@ -1,5 +1,6 @@
 // Trainer::loop: the steps of a run, each through the phases of train_step.cpp (llm.c's
-// forward, zero_grad, backward, update), with what a step may end in — a pause or cancel, a
+// forward, zero_grad, backward, update; forward and backward once per accumulated batch), with
+// what a step may end in — a pause or cancel, a
 // non-finite loss, a data-parallel exchange, an evaluation, a checkpoint, a --stop-at step.
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/metric_names.h"
+#include "engine/ops/ops.h"
 #include "engine/train/data_parallel.h"
 #include "engine/train/trainer.h"
 #include "engine/train/trainer_state.h"
@@ -61,7 +63,10 @@ struct Trainer::Loop {
   std::int64_t last_logged = 0;  // the newest step whose metrics went to the sinks
   // The step under way.
   Clock::time_point t0;
-  data::Batch global;  // the whole batch (a data-parallel rank trains on its shard)
+  // The step's batches (run.gradient_accumulation_steps, fewer at an epoch's end), whole: a
+  // data-parallel rank trains on its shard of each.
+  std::vector<data::Batch> batches;
+  std::int64_t step_rows = 0;  // the samples of the step, over every batch and rank
   detail::StepTimes times;
   double loss_value = 0.0;
 
@@ -85,7 +90,8 @@ TrainResult Trainer::loop() {
                               " is past the run's last step, " + std::to_string(total_steps_) +
                               ": it trains to its end");
   s.model->train();
-  l.eval_every = config_.eval.interval > 0 ? config_.eval.interval : s.loader->num_batches();
+  l.eval_every = config_.eval.interval > 0 ? config_.eval.interval
+                                           : steps_per_epoch(config_, s.loader->num_batches());
   l.all_params = s.model->parameters();
   if (s.ddp) l.buffers = detail::persistent_buffers(*s.model);
   l.replicated = l.all_params;
@@ -154,34 +160,60 @@ Trainer::StepEnd Trainer::train_step(Loop& l) {
   if (s.ddp) s.ddp->group().set_context("step " + std::to_string(s.step + 1));
   l.times = {};
   l.t0 = Clock::now();
-  l.global = detail::next_batch(s);
-  const data::Batch batch = s.ddp ? s.ddp->take_shard(l.global) : l.global;
-  l.times.data_ms = ms_since(l.t0);
-  const auto t1 = Clock::now();
-  l.mark();
-  // A rank whose share of a short last batch is empty computes nothing and adds zeros.
-  const bool has_rows = batch.input.size(0) > 0;
-  Tensor loss;
-  l.loss_value = 0.0;
-  if (has_rows) {
-    std::optional<nn::ScopedBatchShard> shard;
-    if (s.ddp) shard.emplace(s.ddp->shard());
-    loss = detail::forward_loss(config_, s, batch);
-  } else if (s.ddp) {
-    detail::replay_random_draws(s, batch);
+  const std::int64_t micro = detail::batches_of_step(config_, s);
+  l.batches.clear();
+  l.step_rows = 0;
+  for (std::int64_t j = 0; j < micro; ++j) {
+    l.batches.push_back(detail::next_batch(s));
+    const data::Batch& g = l.batches.back();
+    l.step_rows += g.global_rows > 0 ? g.global_rows : g.input.size(0);
   }
+  l.times.data_ms = ms_since(l.t0);
   l.mark();
-  if (has_rows) l.loss_value = loss.item();
-  l.times.forward_ms = ms_since(t1);
-  const bool finite = std::isfinite(l.loss_value);
+  // Each batch's loss weighs its share of the step's samples, so that the accumulated gradient
+  // and the step's loss are those of one batch of all of them (a single batch: as it is).
+  bool finite = true;
+  double step_loss = 0.0;
+  double nonfinite_loss = 0.0;  // the first, for the skipped step's message
+  for (const data::Batch& global : l.batches) {
+    const auto tf = Clock::now();
+    const data::Batch batch = s.ddp ? s.ddp->take_shard(global) : global;
+    // A rank whose share of a short last batch is empty computes nothing and adds zeros.
+    const bool has_rows = batch.input.size(0) > 0;
+    Tensor loss;
+    if (has_rows) {
+      std::optional<nn::ScopedBatchShard> shard;
+      if (s.ddp) shard.emplace(s.ddp->shard());
+      loss = detail::forward_loss(config_, s, batch);
+    } else if (s.ddp) {
+      detail::replay_random_draws(s, batch);
+    }
+    l.mark();
+    const double value = has_rows ? loss.item() : 0.0;
+    l.times.forward_ms += ms_since(tf);
+    const double w = micro == 1 ? 1.0
+                                : static_cast<double>(batch.input.size(0)) /
+                                      static_cast<double>(std::max<std::int64_t>(1, l.step_rows));
+    if (finite && !std::isfinite(value)) nonfinite_loss = value;
+    finite = finite && std::isfinite(value);
+    step_loss += w * value;
+    const auto tb = Clock::now();
+    // The other batches of a step with a non-finite loss still run forward, so that every
+    // rank's dropout draws stay in step; none runs backward (the step is skipped).
+    if (has_rows && finite) {
+      Tensor weighted = micro == 1 ? loss : ops::mul(loss, core::Scalar(w));
+      autograd::backward(s.scaler ? s.scaler->scale(weighted) : weighted);
+    }
+    l.mark();
+    l.times.backward_ms += ms_since(tb);
+  }
+  l.loss_value = finite ? step_loss : nonfinite_loss;
   if (!s.ddp && !finite) {
     l.forget_marks();
+    for (auto& o : s.opts)
+      o->zero_grad();
     return end_nonfinite_step(l);
   }
-  const auto t2 = Clock::now();
-  if (has_rows && finite) autograd::backward(s.scaler ? s.scaler->scale(loss) : loss);
-  l.mark();
-  l.times.backward_ms = ms_since(t2);
   if (s.ddp && !exchange_with_ranks(l, finite)) return end_nonfinite_step(l);
   s.nonfinite_in_row = 0;
   return update_and_log(l);
@@ -204,7 +236,8 @@ bool Trainer::exchange_with_ranks(Loop& l, bool finite) {
   const detail::RankTimes mine = {l.times.data_ms, l.times.forward_ms, l.times.backward_ms,
                                   s.last_comm_ms, s.last_optimizer_ms};
   const detail::StepExchange ex =
-      s.ddp->exchange(l.all_params, l.loss_value, finite, cancel_.load(), pause_requested, mine);
+      s.ddp->exchange(l.all_params, l.loss_value, finite, cancel_.load(), pause_requested, mine,
+                      l.batches.size() == 1 ? std::nullopt : std::optional<double>(1.0));
   l.ranks_cancel = ex.cancel;
   l.ranks_pause = ex.pause;
   l.times.comm_ms = ex.comm_ms;
@@ -245,11 +278,16 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
   s.last_optimizer_ms = l.times.optimizer_ms;
   if (l.timer) {
     l.mark();
-    const std::vector<double> d = l.timer->elapsed_ms();  // forward, backward, optimizer
-    if (d.size() == 3) {
-      l.times.forward_ms = d[0];
-      l.times.backward_ms = d[1];
-      l.times.optimizer_ms = d[2];
+    // Forward, backward for each of the step's batches, then the optimizer.
+    const std::vector<double> d = l.timer->elapsed_ms();
+    if (d.size() == 2 * l.batches.size() + 1) {
+      l.times.forward_ms = 0;
+      l.times.backward_ms = 0;
+      for (std::size_t j = 0; j + 1 < d.size(); j += 2) {
+        l.times.forward_ms += d[j];
+        l.times.backward_ms += d[j + 1];
+      }
+      l.times.optimizer_ms = d.back();
     }
   }
   after_optimizer_step();
@@ -260,7 +298,9 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
   if (s.ddp && config_.distributed.check_replicas && log_now)
     s.ddp->check_replicas(l.replicated, s.step);
   if (s.ddp && log_now) s.ddp->share_late_times(s.ddp_times, l.times.comm_ms, l.times.optimizer_ms);
-  if (log_now) detail::append_step_metrics(s, l.times, grad_norm, opt, l.global, ms_since(l.t0), m);
+  if (log_now)
+    detail::append_step_metrics(s, l.times, grad_norm, opt, l.batches.front(), l.step_rows,
+                                ms_since(l.t0), m);
   if (eval_now) evaluate_into(l, m);
   l.r.last_loss = l.loss_value;
   if (log_now) {

@@ -24,6 +24,14 @@ data::Batch next_batch(Trainer::State& s) {
   return std::move(*batch);
 }
 
+std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s) {
+  const std::int64_t k = c.run.gradient_accumulation_steps;
+  if (k <= 1) return 1;
+  const std::int64_t n = s.loader->num_batches();
+  const std::int64_t taken = s.loader->next_batch_index();
+  return std::min(k, taken >= n ? n : n - taken);
+}
+
 Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch) {
   std::optional<amp::AutocastGuard> autocast;
   if (c.amp.enabled)
@@ -131,8 +139,8 @@ OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics) {
 }
 
 void append_step_metrics(const Trainer::State& s, const StepTimes& t, double grad_norm,
-                         const OptimizerStepResult& o, const data::Batch& batch, double step_ms,
-                         Metrics& m) {
+                         const OptimizerStepResult& o, const data::Batch& batch,
+                         std::int64_t step_rows, double step_ms, Metrics& m) {
   namespace metric = core::metric;
   m.emplace_back(metric::kGradNorm, grad_norm);
   m.emplace_back(metric::kDataMs, t.data_ms);
@@ -153,9 +161,8 @@ void append_step_metrics(const Trainer::State& s, const StepTimes& t, double gra
   for (const auto& [k, v] : o.optimizer_metrics)
     if (v > 0.0) m.emplace_back(k, v);
   m.emplace_back(metric::kStepMs, step_ms);
-  // The global batch's samples (a data-parallel rank's loader built only its share).
-  const auto rows = static_cast<double>(batch.input.size(0));
-  const double global_rows = batch.global_rows > 0 ? static_cast<double>(batch.global_rows) : rows;
+  // The step's samples: every accumulated batch's, of every rank.
+  const auto global_rows = static_cast<double>(step_rows);
   m.emplace_back(metric::kSamplesPerS, global_rows / (step_ms / 1000.0));
   if (s.language_model) {
     double per_row = 1.0;  // tokens per row

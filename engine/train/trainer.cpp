@@ -65,10 +65,10 @@ Trainer::Trainer(RunConfig config, std::filesystem::path checkpoint_dir,
   detail::setup_optimizers(config_, *s_);
   detail::setup_scaler_and_average(config_, *s_);
   const RunSection& run = config_.run;
-  const std::int64_t per_epoch = s_->loader->num_batches();
+  const std::int64_t per_epoch = steps_per_epoch(config_, s_->loader->num_batches());
   total_steps_ = run.steps > 0 ? run.steps : run.epochs * per_epoch;
   TB_CHECK(total_steps_ > 0, "[trainer] the run has no steps (run.steps = ", run.steps,
-           ", run.epochs = ", run.epochs, ", ", per_epoch, " batches per epoch)");
+           ", run.epochs = ", run.epochs, ", ", per_epoch, " steps per epoch)");
   detail::check_schedule_length(config_, total_steps_, *s_);
   // The checkpoint folder is made once the run is set up, so that one that cannot be made fails the
   // run before its first step rather than after all of them.
@@ -152,8 +152,14 @@ void Trainer::report_ranks() {
   const std::vector<std::string> all = g.all_gather_strings(mine, "every rank's binding");
   std::ostringstream os;
   os << "data-parallel: " << g.size() << (g.size() == 1 ? " rank over " : " ranks over ")
-     << g.backend() << ", " << config_.data.batch_size << " samples per rank and step ("
-     << config_.data.batch_size * g.size() << " global)";
+     << g.backend() << ", ";
+  const std::int64_t k = config_.run.gradient_accumulation_steps;
+  if (k > 1)
+    os << k << " batches of " << config_.data.batch_size << " samples per rank and step ("
+       << k * config_.data.batch_size * g.size() << " global)";
+  else
+    os << config_.data.batch_size << " samples per rank and step ("
+       << config_.data.batch_size * g.size() << " global)";
   for (int r = 0; r < g.size(); ++r)
     os << "; " << g.describe_rank(r) << " " << all[static_cast<std::size_t>(r)];
   for (const auto& o : s_->opts) {

@@ -300,9 +300,10 @@ void check_stepped(const nlohmann::json& sc, std::int64_t stepped, std::int64_t 
 
 void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::State& s) {
   const std::string run_length =
-      c.run.steps > 0 ? "run.steps = " + std::to_string(steps)
-                      : "run.epochs = " + std::to_string(c.run.epochs) + " x " +
-                            std::to_string(s.loader->num_batches()) + " steps per epoch";
+      c.run.steps > 0
+          ? "run.steps = " + std::to_string(steps)
+          : "run.epochs = " + std::to_string(c.run.epochs) + " x " +
+                std::to_string(steps_per_epoch(c, s.loader->num_batches())) + " steps per epoch";
   for (auto& w : train::check_schedule_length(c, steps, run_length))
     s.setup_warnings.push_back(std::move(w));
   // An average that starts after the run's last step averages nothing.
@@ -314,7 +315,8 @@ void check_schedule_length(const RunConfig& c, std::int64_t steps, Trainer::Stat
   // A plateau steps after each evaluation but the last: with none before it, the LR never moves.
   const auto& sc = c.scheduler.config;
   if (sc.is_object() && sc.value("kind", std::string()) == "plateau") {
-    const std::int64_t every = c.eval.interval > 0 ? c.eval.interval : s.loader->num_batches();
+    const std::int64_t every =
+        c.eval.interval > 0 ? c.eval.interval : steps_per_epoch(c, s.loader->num_batches());
     if (every >= steps)
       s.setup_warnings.push_back(
           "scheduler.kind = \"plateau\" steps on eval.loss after each evaluation, and the first "

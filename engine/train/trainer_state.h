@@ -106,6 +106,9 @@ struct StepTimes {
 
 /// The next training batch (across an epoch boundary).
 data::Batch next_batch(Trainer::State& s);
+/// The batches the next step accumulates: run.gradient_accumulation_steps, or what is left of
+/// the epoch when fewer (the loader at an epoch's end: a whole one).
+std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s);
 /// The forward pass and the loss, under autocast when amp.enabled.
 core::Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch);
 /// Data-parallel, a rank whose share of a short last batch is empty: runs the model's forward
@@ -131,8 +134,8 @@ struct OptimizerStepResult {
 OptimizerStepResult optimizer_step(Trainer::State& s, bool with_metrics);
 /// The step's metrics after the optimizer phase, in their logging order.
 void append_step_metrics(const Trainer::State& s, const StepTimes& t, double grad_norm,
-                         const OptimizerStepResult& o, const data::Batch& batch, double step_ms,
-                         Metrics& m);
+                         const OptimizerStepResult& o, const data::Batch& batch,
+                         std::int64_t step_rows, double step_ms, Metrics& m);
 
 // ---- checkpoints (checkpoint_io.cpp) -----------------------------------------------------------
 

@@ -5,7 +5,8 @@
 #                bit; 2 ranks x batch b log the losses of 1 process x batch 2b (same seed) within
 #                rtol 1e-5 for 10 steps (SGD, AdamW, Muon distributed and replicated — and
 #                the two bit for bit; with dropout) and 1e-4 for 50 steps (and for 3 ranks
-#                across an epoch whose last batch leaves one rank no rows); distributed.check_replicas compares the ranks' parameters bit for bit at
+#                across an epoch whose last batch leaves one rank no rows; with gradient
+#                accumulation, 2 and 3 ranks); distributed.check_replicas compares the ranks' parameters bit for bit at
 #                every step (a difference fails the run).
 #   env          2 ranks started by a torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR,
 #                MASTER_PORT; no mpirun) log the mpirun launch's losses bit for bit; rank 0
@@ -206,6 +207,16 @@ case $mode in
     # share is empty at step 63; it replays the forward pass for Dropout's draws, and the next
     # epoch's masks still match the one-process run's.
     NPROC=3 B=11 run_pair empty_shard "$config" 70 1e-4 model.dropout=0.3 eval.interval=0
+    # Gradient accumulation: 2 ranks x 16 x 2 batches a step against 1 process x 32 x 2; and 3
+    # ranks x 11 x 2 across an epoch (63 global batches: its last step is the 2-row batch alone,
+    # rank 2's share empty), each batch weighted by its rows.
+    B=16 run_pair accumulation "$config" 30 1e-4 run.gradient_accumulation_steps=2
+    NPROC=3 B=11 run_pair accumulation_epoch "$config" 70 1e-4 \
+      run.gradient_accumulation_steps=2 eval.interval=0
+    rows=$("$cli" --db "$tmp/accumulation-2.sqlite" export 1 --format csv | awk -F, '
+      NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "samples_per_s") a = i; if ($i == "time.step_ms") b = i }; next }
+      $a != "" && $b != "" { printf "%.0f\n", $a * $b / 1000 }' | sort -u)
+    [ "$rows" = 64 ] || fail "accumulation: '$rows' samples per step, not 2 ranks x 16 x 2 = 64"
     "$cli" --db "$tmp/adamw-2.sqlite" show 1 | grep -q 'info: data-parallel: 2 ranks over mpi' ||
       fail "the run did not record its ranks"
     # A finished run is not resumed: said before mpirun starts.

@@ -369,6 +369,11 @@ TEST(WorkbenchConfig, PreviewOfAnEpochRunCoversItsSteps) {
   EXPECT_EQ(api::preview_config_text(ragged, 0, groups).rows.size(), 3u * 68u + 1u);
   ragged.replace(ragged.find("drop_last = true"), 16, "drop_last = false");
   EXPECT_EQ(api::preview_config_text(ragged, 0, groups).rows.size(), 3u * 69u + 1u);
+  // Accumulating 4 batches a step: ceil(69 / 4) = 18 steps an epoch.
+  std::string accumulated = ragged;
+  accumulated.replace(accumulated.find("epochs = 3"), 10,
+                      "epochs = 3\ngradient_accumulation_steps = 4");
+  EXPECT_EQ(api::preview_config_text(accumulated, 0, groups).rows.size(), 3u * 18u + 1u);
 
   const std::string fmnist = kConfigDir + "/fmnist-mlp-adamw.toml";
   if (std::filesystem::exists(tb::data::FashionMnist::labels_file(
