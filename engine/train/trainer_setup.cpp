@@ -237,8 +237,24 @@ void setup_optimizers(const RunConfig& c, Trainer::State& s) {
     for (auto& o : s.opts)
       if (auto* m = dynamic_cast<optim::Muon*>(o.get())) s.ddp->partition_muon(*m);
   if (c.scheduler.config.is_null()) return;
-  for (std::size_t i = 0; i < s.opts.size(); ++i)
-    s.scheds.push_back(sched::make_scheduler(*s.opts[i], scheduler_for(c, s.opt_names[i])));
+  for (std::size_t i = 0; i < s.opts.size(); ++i) {
+    try {
+      s.scheds.push_back(sched::make_scheduler(*s.opts[i], scheduler_for(c, s.opt_names[i])));
+    } catch (const Error& e) {
+      // A per-group list of the wrong length (PyTorch's message names param_groups): say which
+      // groups the run made, which the config does not show.
+      const std::string what = e.what();
+      if (what.find("param_groups") == std::string::npos) throw;
+      const std::size_t n = s.opts[i]->param_groups().size();
+      throw ValueError(
+          "[scheduler] " + what + " A list gives one value per parameter group, in order; " +
+          s.opt_names[i] + " has " + std::to_string(n) +
+          (n == 1 ? " group (every parameter it trains)"
+                  : " groups: the tensors of 2 or more dimensions with weight decay, then the "
+                    "rest without (optimizer.weight_decay_params = \"matrices\")") +
+          (s.opts.size() > 1 ? "; each optimizer of the split takes the same list" : "") + ".");
+    }
+  }
 }
 
 namespace {

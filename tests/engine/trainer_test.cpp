@@ -764,6 +764,16 @@ TEST(Trainer, ConfigurationErrorsBeforeAnyStep) {
   const std::string e = error_of([&] { train::Trainer t(cfg); });
   EXPECT_NE(e.find("binding.mode 'exclusive' (slot 7 of 4096)"), std::string::npos) << e;
   EXPECT_NE(e.find("binding.fallback = true"), std::string::npos) << e;
+  // A scheduler's per-group list against groups the config does not show: they are named.
+  cfg = blobs_config();
+  cfg.optimizer.weight_decay_params = "matrices";
+  cfg.scheduler.config = {{"kind", "cyclic"}, {"base_lr", {0.001}}, {"max_lr", {0.01}}};
+  const std::string groups = error_of([&] { train::Trainer t(cfg); });
+  EXPECT_NE(groups.find("base_lr has 1 values, param_groups has 2. A list gives one value per "
+                        "parameter group, in order; adamw has 2 groups: the tensors of 2 or more "
+                        "dimensions with weight decay, then the rest without"),
+            std::string::npos)
+      << groups;
 }
 
 // The warnings a run of `c` gives ("warning: ..." events), after it finished.
