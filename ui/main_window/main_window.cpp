@@ -328,7 +328,7 @@ void MainWindow::buildDocks() {
   queueDock->setObjectName(QStringLiteral("queueDock"));
   auto* queueHost = new QWidget(queueDock);
   auto* queueLayout = new QVBoxLayout(queueHost);
-  m_queueList = new QListWidget(queueHost);
+  m_queueList = new QueueList(queueHost);
   m_queueList->setObjectName(QStringLiteral("queueList"));
   queueLayout->addWidget(m_queueList, 1);
   auto* queueRow = new QHBoxLayout;
@@ -352,16 +352,22 @@ void MainWindow::buildDocks() {
   procRow->addStretch(1);
   queueLayout->addLayout(procRow);
   auto* startQueue = new QPushButton(tr("Start queue"), queueHost);
+  auto* removeQueued = new QPushButton(tr("Remove"), queueHost);
+  removeQueued->setObjectName(QStringLiteral("removeQueued"));
+  removeQueued->setToolTip(tr("Remove the selected configs from the queue (Delete)"));
+  removeQueued->setEnabled(false);
   auto* clearQueue = new QPushButton(tr("Clear"), queueHost);
   queueRow->addWidget(startQueue);
+  queueRow->addWidget(removeQueued);
   queueRow->addWidget(clearQueue);
   queueLayout->addLayout(queueRow);
   queueDock->setWidget(queueHost);
   addDockWidget(Qt::RightDockWidgetArea, queueDock);
   connect(startQueue, &QPushButton::clicked, this, &MainWindow::startQueue);
-  connect(clearQueue, &QPushButton::clicked, this, [this] {
-    m_queue.clear();
-    m_queueList->clear();
+  connect(clearQueue, &QPushButton::clicked, m_queueList, &QueueList::clear);
+  connect(removeQueued, &QPushButton::clicked, m_queueList, &QueueList::removeSelected);
+  connect(m_queueList, &QListWidget::itemSelectionChanged, removeQueued, [this, removeQueued] {
+    removeQueued->setEnabled(!m_queueList->selectedItems().isEmpty());
   });
 
   auto* topoDock = new QDockWidget(tr("Topology"), this);

@@ -19,12 +19,13 @@
 #include <thread>
 #include <vector>
 
+#include "ui/main_window/queue_list.h"
+
 class QAction;
 class QCheckBox;
 class QComboBox;
 class QTemporaryDir;
 class QLabel;
-class QListWidget;
 class QMessageBox;
 class QPlainTextEdit;
 class QScrollArea;
@@ -51,13 +52,6 @@ class RunWorker;
 class RunsModel;
 class RunsView;
 class TopologyView;
-
-/// A queued run.
-struct QueueEntry {
-  QString configText;    ///< TOML ("" when resuming: the run's stored config)
-  QString label;         ///< shown in the queue
-  qint64 resumeRun = 0;  ///< > 0: continue this stored run from its newest checkpoint
-};
 
 /// The main window.
 class MainWindow : public QMainWindow {
@@ -143,7 +137,9 @@ class MainWindow : public QMainWindow {
   /// Sets how many queued runs go at a time.
   void setQueueParallel(int n);
   /// How many configs wait in the queue.
-  int queuedCount() const { return static_cast<int>(m_queue.size()); }
+  int queuedCount() const { return m_queueList->count(); }
+  /// The queue's list (its order is the order the configs start in).
+  QueueList* queueList() const { return m_queueList; }
   /// The trainbench-cli used for separate processes (default: next to this program).
   void setCliPath(const QString& path) { m_cliPath = path; }
   /// Whether a launched batch is still running.
@@ -205,7 +201,7 @@ class MainWindow : public QMainWindow {
   RunsView* m_runsView = nullptr;
   TopologyView* m_topology = nullptr;
   QTabWidget* m_tabs = nullptr;
-  QListWidget* m_queueList = nullptr;
+  QueueList* m_queueList = nullptr;
   QSpinBox* m_parallel = nullptr;
   QPlainTextEdit* m_log = nullptr;
   QLabel* m_statusLabel = nullptr;
@@ -213,7 +209,6 @@ class MainWindow : public QMainWindow {
   QAction* m_cancelAction = nullptr;
   QAction* m_pauseAction = nullptr;
   QAction* m_exportAction = nullptr;
-  std::vector<QueueEntry> m_queue;
   QList<QPointer<RunWorker>> m_workers;
   QTimer m_drainTimer;
   QTimer m_pollTimer;

@@ -318,8 +318,7 @@ void MainWindow::enqueueCurrent() {
     return;
   }
   QueueEntry e{m_editor->toToml(), m_editor->fieldText(QStringLiteral("run.name"))};
-  m_queue.push_back(e);
-  m_queueList->addItem(e.label);
+  m_queueList->append(e);
 }
 
 void MainWindow::enqueueMuonAndAdamw() {
@@ -338,8 +337,7 @@ void MainWindow::enqueueMuonAndAdamw() {
       return;
     }
     QueueEntry e{QString::fromStdString(c.effective_toml), name + QLatin1Char('-') + kind};
-    m_queue.push_back(e);
-    m_queueList->addItem(e.label);
+    m_queueList->append(e);
   }
 }
 
@@ -364,7 +362,7 @@ QString MainWindow::cliPath() const {
 void MainWindow::launchBatch() {
   // Up to N queued configs as processes bound to slots 0..N-1, on a helper thread (the launcher
   // waits for its children); the runs appear through the store.
-  if (m_launching || m_queue.empty()) return;
+  if (m_launching || m_queueList->count() == 0) return;
   const QString cli = cliPath();
   if (cli.isEmpty()) {
     log(QStringLiteral("error"),
@@ -383,7 +381,7 @@ void MainWindow::launchBatch() {
     const std::lock_guard<std::mutex> lock(m_launchedMutex);
     m_launchedPids.erase(pid);
   };
-  const int n = std::min<int>(m_parallel->value(), static_cast<int>(m_queue.size()));
+  const int n = std::min<int>(m_parallel->value(), m_queueList->count());
   ++m_launchBatch;
   // The configs leave the queue only once the batch is on its way: a file that cannot be
   // written, or no thread to launch from, keeps them queued.
@@ -392,7 +390,7 @@ void MainWindow::launchBatch() {
         m_launchDir->filePath(QStringLiteral("batch%1-slot%2.toml").arg(m_launchBatch).arg(k));
     QFile f(file);
     if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate) ||
-        f.write(m_queue[static_cast<std::size_t>(k)].configText.toUtf8()) < 0) {
+        f.write(m_queueList->entryAt(k).configText.toUtf8()) < 0) {
       log(QStringLiteral("error"),
           tr("[launch] cannot write %1: %2; the queue is kept").arg(file, f.errorString()));
       return;
@@ -411,10 +409,8 @@ void MainWindow::launchBatch() {
                                      .arg(QString::fromUtf8(e.what())));
     return;
   }
-  for (int k = 0; k < n; ++k) {
-    m_queue.erase(m_queue.begin());
-    delete m_queueList->takeItem(0);
-  }
+  for (int k = 0; k < n; ++k)
+    m_queueList->dropFront();
   updateActions();
   log(QStringLiteral("info"),
       tr("launching %1 process(es), binding %2").arg(n).arg(m_queueBinding->currentText()));
@@ -465,11 +461,9 @@ void MainWindow::startQueue() {
     launchBatch();
     return;
   }
-  while (!m_queue.empty() && activeRuns() < m_parallel->value()) {
-    const QueueEntry e = m_queue.front();
-    if (!startEntry(e)) break;  // said in the Events dock; the entry stays queued
-    m_queue.erase(m_queue.begin());
-    delete m_queueList->takeItem(0);
+  while (m_queueList->count() > 0 && activeRuns() < m_parallel->value()) {
+    if (!startEntry(m_queueList->entryAt(0))) break;  // said in the Events dock; it stays queued
+    m_queueList->dropFront();
   }
 }
 
