@@ -34,7 +34,8 @@ ScheduleTable preview_schedule(const std::string& kind, const std::vector<std::s
 /// The schedule of a run config (TOML file, with "key.path=value" overrides): its [scheduler]
 /// on one group per optimizer ("lr.adamw", or "lr.muon" and "lr.adamw" for a Muon run) with
 /// the configured learning rates, for `steps` steps (0 = the run's length: run.steps, or
-/// run.epochs times the batches per epoch of its training data, read from the data's header
+/// run.epochs times the steps per epoch of its training data (batches over
+/// run.gradient_accumulation_steps), read from the data's header
 /// where the kind can; 100 with a warning when the data cannot be read here). `group_names`
 /// receives the column names. Throws the config's errors.
 ScheduleTable preview_run_config(const std::string& toml_path,

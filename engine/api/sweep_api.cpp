@@ -34,14 +34,12 @@ namespace {
 void check_rungs(const train::SweepPlan& plan) {
   const auto& es = plan.spec.early_stopping;
   if (es.method == "none" || es.steps.empty()) return;
-  std::map<std::string, std::optional<std::int64_t>> seen;  // trials share [run]/[data] mostly
   for (const auto& t : plan.trials) {
+    // Each trial's own length (run_steps remembers the data's size per [data] table and seed,
+    // so trials that share them read it once): a sweep over the seed, the ranks or the
+    // gradient accumulation has trials of other lengths.
     const train::RunConfig rc = train::parse_run_config(t.config, "trial", {});
-    const std::string key = std::to_string(rc.run.steps) + "|" + std::to_string(rc.run.epochs) +
-                            "|" + train::data_settings(rc.data).dump() + "|" + rc.data.kind;
-    auto it = seen.find(key);
-    if (it == seen.end()) it = seen.emplace(key, detail::run_steps(rc)).first;
-    const std::optional<std::int64_t> steps = it->second;
+    const std::optional<std::int64_t> steps = detail::run_steps(rc);
     if (!steps) continue;
     TB_CHECK(es.steps.back() < *steps, "[sweep] sweep.early_stopping.steps: step ", es.steps.back(),
              " is not before the end of trial ", t.index, "'s run (", *steps,

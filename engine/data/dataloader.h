@@ -3,6 +3,7 @@
 // and restored exactly.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -145,6 +146,11 @@ class DataLoader {
   std::int64_t next_batch_index() const { return next_batch_; }
   /// Batches per epoch: ceil(N / batch_size), or floor with drop_last.
   std::int64_t num_batches() const { return num_batches_; }
+  /// The samples of batch `batch` of an epoch (0 <= batch < num_batches()), of every shard:
+  /// batch_size, the last one what is left when it is short.
+  std::int64_t batch_rows(std::int64_t batch) const {
+    return std::min(options_.batch_size, size_ - batch * options_.batch_size);
+  }
   /// The options (seed as restored by load_state).
   const DataLoaderOptions& options() const { return options_; }
   /// The dataset read.

@@ -63,10 +63,10 @@ struct Trainer::Loop {
   std::int64_t last_logged = 0;  // the newest step whose metrics went to the sinks
   // The step under way.
   Clock::time_point t0;
-  // The step's batches (run.gradient_accumulation_steps, fewer at an epoch's end), whole: a
-  // data-parallel rank trains on its shard of each.
-  std::vector<data::Batch> batches;
+  // The step's batches: run.gradient_accumulation_steps, fewer at an epoch's end.
+  std::int64_t micro = 1;
   std::int64_t step_rows = 0;  // the samples of the step, over every batch and rank
+  data::Batch first;           // its first batch, whole (a data-parallel rank trains on a shard)
   detail::StepTimes times;
   double loss_value = 0.0;
 
@@ -160,24 +160,25 @@ Trainer::StepEnd Trainer::train_step(Loop& l) {
   if (s.ddp) s.ddp->group().set_context("step " + std::to_string(s.step + 1));
   l.times = {};
   l.t0 = Clock::now();
-  const std::int64_t micro = detail::batches_of_step(config_, s);
-  l.batches.clear();
-  l.step_rows = 0;
-  for (std::int64_t j = 0; j < micro; ++j) {
-    l.batches.push_back(detail::next_batch(s));
-    const data::Batch& g = l.batches.back();
-    l.step_rows += g.global_rows > 0 ? g.global_rows : g.input.size(0);
-  }
-  l.times.data_ms = ms_since(l.t0);
-  l.mark();
-  // Each batch's loss weighs its share of the step's samples, so that the accumulated gradient
-  // and the step's loss are those of one batch of all of them (a single batch: as it is).
-  bool finite = true;
-  double step_loss = 0.0;
-  double nonfinite_loss = 0.0;  // the first, for the skipped step's message
-  for (const data::Batch& global : l.batches) {
-    const auto tf = Clock::now();
+  l.micro = detail::batches_of_step(config_, s);
+  l.step_rows = detail::rows_of_step(s, l.micro);
+  const bool accumulate = l.micro > 1;
+  // One batch: its loss read after the forward (a non-finite one skips the backward). Several:
+  // each loss weighted by its batch's share of the step's samples, so that the summed gradient
+  // and loss are those of one batch of all of them (as for a loss averaged over samples; a
+  // token-weighted loss with ignored targets would weigh by targets instead), summed on the
+  // device and read once after the last backward, without a synchronisation per batch.
+  Tensor loss_sum;
+  std::int64_t rows_seen = 0;
+  for (std::int64_t j = 0; j < l.micro; ++j) {
+    const auto td = Clock::now();
+    data::Batch global = detail::next_batch(s);
+    rows_seen += global.global_rows > 0 ? global.global_rows : global.input.size(0);
     const data::Batch batch = s.ddp ? s.ddp->take_shard(global) : global;
+    if (j == 0) l.first = std::move(global);
+    l.times.data_ms += ms_since(td);
+    const auto tf = Clock::now();
+    l.mark();
     // A rank whose share of a short last batch is empty computes nothing and adds zeros.
     const bool has_rows = batch.input.size(0) > 0;
     Tensor loss;
@@ -189,26 +190,31 @@ Trainer::StepEnd Trainer::train_step(Loop& l) {
       detail::replay_random_draws(s, batch);
     }
     l.mark();
-    const double value = has_rows ? loss.item() : 0.0;
+    if (!accumulate) l.loss_value = has_rows ? loss.item() : 0.0;
     l.times.forward_ms += ms_since(tf);
-    const double w = micro == 1 ? 1.0
-                                : static_cast<double>(batch.input.size(0)) /
-                                      static_cast<double>(std::max<std::int64_t>(1, l.step_rows));
-    if (finite && !std::isfinite(value)) nonfinite_loss = value;
-    finite = finite && std::isfinite(value);
-    step_loss += w * value;
+    if (!accumulate && !s.ddp && !std::isfinite(l.loss_value)) {
+      l.forget_marks();
+      return end_nonfinite_step(l);
+    }
     const auto tb = Clock::now();
-    // The other batches of a step with a non-finite loss still run forward, so that every
-    // rank's dropout draws stay in step; none runs backward (the step is skipped).
-    if (has_rows && finite) {
-      Tensor weighted = micro == 1 ? loss : ops::mul(loss, core::Scalar(w));
+    if (has_rows && (accumulate || std::isfinite(l.loss_value))) {
+      Tensor weighted = loss;
+      if (accumulate) {
+        weighted = ops::mul(loss, core::Scalar(static_cast<double>(batch.input.size(0)) /
+                                               static_cast<double>(l.step_rows)));
+        autograd::NoGradGuard no_grad;
+        loss_sum = loss_sum.defined() ? ops::add(loss_sum, weighted) : weighted.clone();
+      }
       autograd::backward(s.scaler ? s.scaler->scale(weighted) : weighted);
     }
     l.mark();
     l.times.backward_ms += ms_since(tb);
   }
-  l.loss_value = finite ? step_loss : nonfinite_loss;
-  if (!s.ddp && !finite) {
+  TB_CHECK(rows_seen == l.step_rows, "[trainer] step ", s.step + 1, " read ", rows_seen,
+           " samples where the loader's batches hold ", l.step_rows);
+  if (accumulate) l.loss_value = loss_sum.defined() ? loss_sum.item() : 0.0;
+  const bool finite = std::isfinite(l.loss_value);
+  if (!s.ddp && !finite) {  // several batches: their gradients are dropped with the step
     l.forget_marks();
     for (auto& o : s.opts)
       o->zero_grad();
@@ -237,7 +243,7 @@ bool Trainer::exchange_with_ranks(Loop& l, bool finite) {
                                   s.last_comm_ms, s.last_optimizer_ms};
   const detail::StepExchange ex =
       s.ddp->exchange(l.all_params, l.loss_value, finite, cancel_.load(), pause_requested, mine,
-                      l.batches.size() == 1 ? std::nullopt : std::optional<double>(1.0));
+                      l.micro == 1 ? std::nullopt : std::optional<double>(1.0));
   l.ranks_cancel = ex.cancel;
   l.ranks_pause = ex.pause;
   l.times.comm_ms = ex.comm_ms;
@@ -278,12 +284,13 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
   s.last_optimizer_ms = l.times.optimizer_ms;
   if (l.timer) {
     l.mark();
-    // Forward, backward for each of the step's batches, then the optimizer.
+    // Per batch: forward, backward, then the time to the next batch's forward (its loading) or,
+    // after the last, the exchange and optimizer.
     const std::vector<double> d = l.timer->elapsed_ms();
-    if (d.size() == 2 * l.batches.size() + 1) {
+    if (d.size() == 3 * static_cast<std::size_t>(l.micro)) {
       l.times.forward_ms = 0;
       l.times.backward_ms = 0;
-      for (std::size_t j = 0; j + 1 < d.size(); j += 2) {
+      for (std::size_t j = 0; j < d.size(); j += 3) {
         l.times.forward_ms += d[j];
         l.times.backward_ms += d[j + 1];
       }
@@ -299,8 +306,8 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
     s.ddp->check_replicas(l.replicated, s.step);
   if (s.ddp && log_now) s.ddp->share_late_times(s.ddp_times, l.times.comm_ms, l.times.optimizer_ms);
   if (log_now)
-    detail::append_step_metrics(s, l.times, grad_norm, opt, l.batches.front(), l.step_rows,
-                                ms_since(l.t0), m);
+    detail::append_step_metrics(s, l.times, grad_norm, opt, l.first, l.step_rows, ms_since(l.t0),
+                                m);
   if (eval_now) evaluate_into(l, m);
   l.r.last_loss = l.loss_value;
   if (log_now) {

@@ -32,6 +32,16 @@ std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s) {
   return std::min(k, taken >= n ? n : n - taken);
 }
 
+std::int64_t rows_of_step(const Trainer::State& s, std::int64_t batches) {
+  const std::int64_t n = s.loader->num_batches();
+  std::int64_t b = s.loader->next_batch_index();
+  if (b >= n) b = 0;  // the epoch is over: the next one's first batches
+  std::int64_t rows = 0;
+  for (std::int64_t j = 0; j < batches; ++j)
+    rows += s.loader->batch_rows(b + j);
+  return rows;
+}
+
 Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch) {
   std::optional<amp::AutocastGuard> autocast;
   if (c.amp.enabled)

@@ -425,7 +425,7 @@ bool Trainer::skip_nonfinite_step(double loss_value, TrainResult& r) {
   // The 1st, 2nd, 4th, 8th, ... skip in a row are reported: a run that has diverged for good
   // says so in a few lines, not in run.max_nonfinite identical ones.
   const std::int64_t k = s.nonfinite_in_row;
-  // The step does not count: its number stays, and the next batch tries it again.
+  // The step does not count: its number stays, and the next batch (or batches) tries it again.
   if ((k & (k - 1)) == 0) {
     const std::string value = std::isnan(loss_value) ? "nan" : loss_value > 0 ? "inf" : "-inf";
     emit_event("warning",
@@ -434,7 +434,9 @@ bool Trainer::skip_nonfinite_step(double loss_value, TrainResult& r) {
                    (k > 1 ? " (" + std::to_string(k) + " in a row; the run stops at " +
                                 std::to_string(config_.run.max_nonfinite) + ", run.max_nonfinite)"
                           : std::string()) +
-                   "; the next batch tries step " + std::to_string(s.step + 1) + " again");
+                   (config_.run.gradient_accumulation_steps > 1 ? "; the next batches try step "
+                                                                : "; the next batch tries step ") +
+                   std::to_string(s.step + 1) + " again");
   }
   if (s.nonfinite_in_row < config_.run.max_nonfinite) return false;
   r.outcome = RunOutcome::kDiverged;

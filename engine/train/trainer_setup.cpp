@@ -164,7 +164,7 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   // keys, not as "the data loader produced no batch" at the first step.
   TB_CHECK(s.train_set->size() >= lo.batch_size || !d.drop_last,
            "[data] data.batch_size = ", d.batch_size,
-           s.ddp ? " per rank (" + std::to_string(lo.batch_size) + " a step)" : "",
+           s.ddp ? " per rank (" + std::to_string(lo.batch_size) + " a global batch)" : "",
            " with data.drop_last = true leaves no batch of the ", s.train_set->size(),
            " training samples: lower data.batch_size, or set data.drop_last = false");
   s.loader = std::make_unique<data::DataLoader>(s.train_set, lo);

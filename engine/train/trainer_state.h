@@ -109,6 +109,8 @@ data::Batch next_batch(Trainer::State& s);
 /// The batches the next step accumulates: run.gradient_accumulation_steps, or what is left of
 /// the epoch when fewer (the loader at an epoch's end: a whole one).
 std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s);
+/// The samples of the next `batches` batches (of every rank), from the loader's batch sizes.
+std::int64_t rows_of_step(const Trainer::State& s, std::int64_t batches);
 /// The forward pass and the loss, under autocast when amp.enabled.
 core::Tensor forward_loss(const RunConfig& c, Trainer::State& s, const data::Batch& batch);
 /// Data-parallel, a rank whose share of a short last batch is empty: runs the model's forward

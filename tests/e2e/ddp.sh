@@ -208,11 +208,11 @@ case $mode in
     # epoch's masks still match the one-process run's.
     NPROC=3 B=11 run_pair empty_shard "$config" 70 1e-4 model.dropout=0.3 eval.interval=0
     # Gradient accumulation: 2 ranks x 16 x 2 batches a step against 1 process x 32 x 2; and 3
-    # ranks x 11 x 2 across an epoch (63 global batches: its last step is the 2-row batch alone,
-    # rank 2's share empty), each batch weighted by its rows.
+    # ranks x 11 x 3 with dropout across epochs (63 global batches, 21 steps: the last step's
+    # third batch has 2 rows, rank 2's share empty), each batch weighted by its rows.
     B=16 run_pair accumulation "$config" 30 1e-4 run.gradient_accumulation_steps=2
     NPROC=3 B=11 run_pair accumulation_epoch "$config" 70 1e-4 \
-      run.gradient_accumulation_steps=2 eval.interval=0
+      run.gradient_accumulation_steps=3 model.dropout=0.3 eval.interval=0
     rows=$("$cli" --db "$tmp/accumulation-2.sqlite" export 1 --format csv | awk -F, '
       NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "samples_per_s") a = i; if ($i == "time.step_ms") b = i }; next }
       $a != "" && $b != "" { printf "%.0f\n", $a * $b / 1000 }' | sort -u)

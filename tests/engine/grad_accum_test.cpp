@@ -108,10 +108,6 @@ TEST(GradientAccumulation, AStepOfThreeBatchesIsTheStepOfOneBatchOfTheirSamples)
   const auto uneven = run(accum_config(96, 2));
   expect_close(values(uneven->losses), values(big->losses), 1e-4, "loss (uneven)");
   expect_close(uneven->eval_losses, big->eval_losses, 1e-4, "eval_loss (uneven)");
-  // One batch a step is the run without accumulation, bit for bit.
-  auto one = accum_config(192, 1);
-  one.run.gradient_accumulation_steps = 1;
-  EXPECT_EQ(run(one)->losses, big->losses);
 }
 
 TEST(GradientAccumulation, AResumeBetweenAccumulatedStepsEqualsTheUninterruptedRun) {
@@ -136,19 +132,19 @@ TEST(GradientAccumulation, AResumeBetweenAccumulatedStepsEqualsTheUninterruptedR
   fs::remove_all(dir);
 }
 
-// synthetic-blobs whose training sample 44 has NaN features (tests only).
+// synthetic-blobs whose training sample 60 has NaN features (tests only).
 void register_nan_blobs() {
   static const bool registered = [] {
     tb::data::DatasetKind k = *tb::data::dataset_registry().at("synthetic-blobs");
     k.name = "test-accum-nan-blobs";
-    k.help = "synthetic-blobs with NaN features in training sample 44 (tests only)";
+    k.help = "synthetic-blobs with NaN features in training sample 60 (tests only)";
     const auto make = k.make;
     k.make = [make](const nlohmann::json& d, std::uint64_t seed) {
       tb::data::DataSplits s = make(d, seed);
       auto* train_set = dynamic_cast<tb::data::TensorDataset*>(s.train.get());
       tb::core::Tensor input = train_set->input().clone();
       for (int f = 0; f < 16; ++f)
-        input.data_ptr<float>()[44 * 16 + f] = NAN;
+        input.data_ptr<float>()[60 * 16 + f] = NAN;
       s.train = std::make_shared<tb::data::TensorDataset>(input, train_set->target());
       return s;
     };
@@ -160,8 +156,9 @@ void register_nan_blobs() {
 
 TEST(GradientAccumulation, ANonFiniteLossInOneBatchSkipsTheWholeStep) {
   register_nan_blobs();
-  // No shuffle: sample 44 is in batch 2 of 16 samples (32..47), the first of step 2 (batches 2
-  // and 3), and in batch 1 of 32 (32..63) of the run without accumulation: both skip that step.
+  // No shuffle: sample 60 is in batch 3 of 16 samples (48..63), the second of step 2 (batches 2
+  // and 3), and in batch 1 of 32 (32..63) of the run without accumulation: both skip that step,
+  // the first batch's gradients, already computed, dropped with it.
   auto base = accum_config(16, 2);
   base.data.kind = "test-accum-nan-blobs";
   base.data.shuffle = false;

@@ -260,6 +260,25 @@ TEST(Sweep, EarlyStoppingStepsComeBeforeTheEndOfTheRuns) {
   EXPECT_CONTAINS(message,
                   "sweep.early_stopping.steps: step 20 is not before the end of trial 0's "
                   "run (20 steps)");
+  // Each trial's own length, whatever order the values come in: 2 epochs of the 2,048 blobs in
+  // batches of 32 are 128 steps, 16 with 8 batches a step (a rung at 20 is past that trial).
+  std::string epochs = kBase;
+  epochs.replace(epochs.find("steps = 20"), 10, "epochs = 2");
+  for (const char* values : {"[1, 8]", "[8, 1]"}) {
+    std::string m;
+    try {
+      (void)tb::api::preview_sweep_text(epochs +
+                                            "[sweep]\n[sweep.parameters]\n"
+                                            "\"run.gradient_accumulation_steps\" = " +
+                                            values +
+                                            "\n[sweep.early_stopping]\nmethod = \"median\"\n"
+                                            "steps = [20]\n",
+                                        "s.toml");
+    } catch (const tb::ValueError& e) {
+      m = e.what();
+    }
+    EXPECT_CONTAINS(m, "run (16 steps)");
+  }
 }
 
 }  // namespace
