@@ -4,6 +4,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/fields.h"
+#include "engine/nn/init.h"
 #include "engine/nn/models.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
@@ -34,6 +35,7 @@ std::string model_toml(const nlohmann::json& given, const nlohmann::json& resolv
 ModelSummary describe_model(const std::string& kind, const std::vector<std::string>& settings) {
   const nlohmann::json j = train::settings_object(kind, settings, "model");
   const nn::ModelConfig cfg = nn::model_config_from_json(j);
+  nn::init::SkipInitGuard shapes_only;  // the names and shapes are all that is shown
   const auto model = nn::build_model(cfg);
   ModelSummary out;
   out.kind = nn::model_kind(cfg);
@@ -49,6 +51,7 @@ ModelSummary describe_config_model(const std::string& toml_path,
   const train::RunConfig c = train::load_run_config(toml_path, overrides);
   rng::CpuGenerator gen;  // a private generator: the default one's state is left alone
   gen.manual_seed(c.run.seed);
+  nn::init::SkipInitGuard shapes_only;  // the names and shapes are all that is shown
   const auto model = nn::build_model(c.model, &gen);
   ModelSummary out;
   out.kind = nn::model_kind(c.model);

@@ -16,6 +16,7 @@
 #include "engine/core/device.h"
 #include "engine/core/error.h"
 #include "engine/core/metric_names.h"
+#include "engine/nn/init.h"
 #include "engine/nn/model_registry.h"
 #include "engine/optim/param_split.h"
 #include "engine/optim/registry.h"
@@ -194,6 +195,7 @@ std::vector<SplitRow> parameter_split(const ParsedConfig& config) {
   const train::RunConfig& c = parsed(config);
   rng::CpuGenerator gen;  // a private generator: the default one's state is left alone
   gen.manual_seed(c.run.seed);
+  nn::init::SkipInitGuard shapes_only;  // the names and shapes are all that is shown
   const auto model = nn::build_model(c.model, &gen);
   std::vector<SplitRow> out;
   if (!optim::optimizer_registry().at(c.optimizer.main.kind)->rest_kind.empty()) {

@@ -151,7 +151,7 @@ Gpt::Gpt(const GptConfig& cfg, rng::Generator* gen) : Model("Gpt"), cfg_(cfg) {
     // Padded rows: zero, never looked up, their logits dropped.
     autograd::NoGradGuard no_grad;
     Tensor pad = wte_->weight().narrow(0, cfg_.vocab, cfg_.padded_vocab - cfg_.vocab);
-    ops::mul_(pad, 0.0);
+    pad.zero_();
   }
 }
 

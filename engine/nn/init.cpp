@@ -8,6 +8,22 @@
 
 namespace tb::nn::init {
 
+namespace {
+thread_local bool skip_init = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : previous_(skip_init) {
+  skip_init = true;
+}
+
+SkipInitGuard::~SkipInitGuard() {
+  skip_init = previous_;
+}
+
+bool init_skipped() {
+  return skip_init;
+}
+
 std::pair<std::int64_t, std::int64_t> fan_in_and_fan_out(const Tensor& t) {
   TB_CHECK(t.dim() >= 2,
            "[nn.init] fan in and fan out need a tensor with at least 2 dimensions, "
@@ -20,6 +36,7 @@ std::pair<std::int64_t, std::int64_t> fan_in_and_fan_out(const Tensor& t) {
 }
 
 Tensor uniform_(const Tensor& t, double low, double high, rng::Generator* gen) {
+  if (skip_init) return t;
   autograd::NoGradGuard no_grad;
   Tensor x = t;
   ops::uniform_(x, low, high, gen);
@@ -27,6 +44,7 @@ Tensor uniform_(const Tensor& t, double low, double high, rng::Generator* gen) {
 }
 
 Tensor normal_(const Tensor& t, double mean, double std, rng::Generator* gen) {
+  if (skip_init) return t;
   autograd::NoGradGuard no_grad;
   Tensor x = t;
   ops::normal_(x, mean, std, gen);
@@ -34,6 +52,7 @@ Tensor normal_(const Tensor& t, double mean, double std, rng::Generator* gen) {
 }
 
 Tensor constant_(const Tensor& t, double value) {
+  if (skip_init) return t;
   autograd::NoGradGuard no_grad;
   Tensor x = t;
   x.fill_(value);

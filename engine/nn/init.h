@@ -27,4 +27,23 @@ Tensor constant_(const Tensor& t, double value);
 /// gain = √(2/(1 + a²)). nn.Linear uses a = √5 (then b = 1/√fan_in).
 Tensor kaiming_uniform_(const Tensor& t, double a, rng::Generator* gen = nullptr);
 
+/// While one is alive on a thread, the functions above leave their tensors as they are
+/// (uninitialised, no random number drawn): a model built only for its parameters' names and
+/// shapes — the parameter tables of `trainbench-cli model` and the workbench — costs neither
+/// the initialisation nor the memory, whose fresh pages are never touched (GPT-2 medium's
+/// 1.4 GB). As PyTorch's torch.nn.utils.skip_init, for a whole model. Nests.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// True while a SkipInitGuard is alive on this thread.
+bool init_skipped();
+
 }  // namespace tb::nn::init

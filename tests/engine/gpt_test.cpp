@@ -20,6 +20,7 @@
 #include "engine/core/error.h"
 #include "engine/nn/cnn.h"
 #include "engine/nn/gpt.h"
+#include "engine/nn/init.h"
 #include "engine/nn/models.h"
 #include "engine/ops/ops.h"
 #include "engine/optim/param_split.h"
@@ -52,6 +53,40 @@ TEST(Gpt, Gpt2SmallParameterCounts) {
   tiny.n_heads = 4;
   tiny.d_model = 64;
   EXPECT_EQ(nn::Gpt(tiny).num_parameters(), nn::gpt_parameter_count(tiny));
+}
+
+// A model built for its table under SkipInitGuard: the same names and shapes, no random number
+// drawn (the generator is where it was), the padded rows still zero; the guard nests and ends.
+TEST(Gpt, ASkipInitBuildHasTheShapesAndDrawsNothing) {
+  nn::GptConfig c;
+  c.vocab = 300;
+  c.padded_vocab = 384;
+  c.context_length = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.d_model = 64;
+  tb::rng::CpuGenerator drawn(7), skipped(7);
+  const nn::Gpt full(c, &drawn);
+  std::vector<std::uint8_t> before = skipped.get_state();
+  {
+    nn::init::SkipInitGuard outer;
+    { nn::init::SkipInitGuard inner; }
+    EXPECT_TRUE(nn::init::init_skipped());  // the inner guard restored the outer's state
+    const nn::Gpt shapes(c, &skipped);
+    EXPECT_EQ(skipped.get_state(), before);
+    const auto a = full.named_parameters();
+    const auto b = shapes.named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].first, b[i].first);
+      EXPECT_EQ(a[i].second.sizes().vec(), b[i].second.sizes().vec()) << a[i].first;
+    }
+    const Tensor pad = shapes.wte().narrow(0, 300, 84).contiguous();
+    for (std::int64_t k = 0; k < pad.numel(); ++k)
+      ASSERT_EQ(pad.data_ptr<float>()[k], 0.0f);
+  }
+  EXPECT_FALSE(nn::init::init_skipped());
+  EXPECT_NE(drawn.get_state(), before);  // a normal build draws its weights
 }
 
 TEST(Gpt, NamesAndShapesAreGpt2sWithLinearLayout) {
