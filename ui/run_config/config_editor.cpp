@@ -14,6 +14,7 @@
 #include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "engine/api/engine_api.h"
 #include "ui/common/vertical_scroll_area.h"
 #include "ui/live_plots/metric_plot.h"
 #include "ui/live_plots/plots_panel.h"
@@ -115,6 +117,40 @@ const QStringList kSchedulerKinds = {QStringLiteral("none"),
                                      QStringLiteral("chained"),
                                      QStringLiteral("plateau"),
                                      QStringLiteral("swa")};
+
+// The devices this process can train on, for run.device's list (asked once: a CUDA query
+// costs a driver start), and the others it knows with why they cannot be used here.
+const std::vector<api::DeviceInfo>& knownDevices() {
+  static const std::vector<api::DeviceInfo> devices = [] {
+    try {
+      return api::list_devices();
+    } catch (const std::exception&) {
+      return std::vector<api::DeviceInfo>{{"cpu", true, ""}};
+    }
+  }();
+  return devices;
+}
+
+// run.device: an editable list of this machine's devices (a config for another machine may
+// name one this has not, typed in; the run then says it cannot be used here).
+QComboBox* deviceCombo(QWidget* parent, const QString& current) {
+  auto* combo = new QComboBox(parent);
+  combo->setEditable(true);
+  combo->setInsertPolicy(QComboBox::NoInsert);
+  for (const auto& d : knownDevices()) {
+    const QString name = QString::fromStdString(d.name);
+    combo->addItem(name);
+    const int i = combo->count() - 1;
+    combo->setItemData(i, QString::fromStdString(d.detail), Qt::ToolTipRole);
+    if (!d.available) {
+      combo->setItemText(i, name + QObject::tr(" (not here)"));
+      if (auto* model = qobject_cast<QStandardItemModel*>(combo->model()))
+        model->item(i)->setEnabled(false);
+    }
+  }
+  combo->setCurrentText(current);
+  return combo;
+}
 
 }  // namespace
 
@@ -230,6 +266,10 @@ void ConfigEditor::buildForm(const std::vector<api::ConfigField>& fields) {
       cb->setChecked(value == QLatin1String("true"));
       connect(cb, &QCheckBox::toggled, this, [this, key] { onFieldEdited(key); });
       w = cb;
+    } else if (key == QLatin1String("run.device")) {
+      auto* combo = deviceCombo(m_formHost, unquoteToml(value));
+      connect(combo, &QComboBox::currentTextChanged, this, [this, key] { onFieldEdited(key); });
+      w = combo;
     } else if (!choices.empty()) {
       auto* combo = new QComboBox(m_formHost);
       for (const auto& c : choices)
@@ -447,7 +487,7 @@ bool ConfigEditor::setFieldText(const QString& key, const QString& text) {
     if (auto* cb = qobject_cast<QCheckBox*>(f.widget)) {
       cb->setChecked(text == QLatin1String("true"));
     } else if (auto* combo = qobject_cast<QComboBox*>(f.widget)) {
-      if (combo->findText(text) < 0) combo->addItem(text);
+      if (!combo->isEditable() && combo->findText(text) < 0) combo->addItem(text);
       combo->setCurrentText(text);
     } else if (auto* edit = qobject_cast<QLineEdit*>(f.widget)) {
       edit->setText(text);
