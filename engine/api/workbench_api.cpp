@@ -25,6 +25,7 @@
 #include "engine/store/run_store.h"
 #include "engine/store/run_writer.h"
 #include "engine/store/sweeps.h"
+#include "engine/train/config_effect.h"
 #include "engine/train/config_schema.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
@@ -182,6 +183,7 @@ std::vector<ConfigField> config_fields(const ParsedConfig& config) {
       if (f.type == "string") f.choices = spec->choices;
       f.help = spec->help;
     }
+    f.idle = train::idle_reason(c, key);
     out.push_back(std::move(f));
   }
   return out;

@@ -82,6 +82,8 @@ struct ConfigField {
   std::string value_toml;            ///< the value as TOML text: 5, 1e-3, "cpu", [1, 2], {...}
   std::vector<std::string> choices;  ///< the allowed strings of an enumerated string key
   std::string help;                  ///< one line: what it means (from the config reference)
+  /// Why it has no effect with the rest of this config ("amp.enabled is false"); "" when it has.
+  std::string idle;
 };
 
 /// The keys of the effective config of a valid config text (every key, defaults filled in), in

@@ -48,6 +48,7 @@ ImageAugment augment_of(const nlohmann::json& d) {
 DatasetKind fashion_mnist_kind() {
   DatasetKind k;
   k.name = "fashion-mnist";
+  k.reads = {"path", "normalize"};
   k.help = "Zalando's 28x28 clothing images, 10 classes (Debian's dataset-fashion-mnist)";
   k.task = core::kTaskClassification;
   k.shape = [](const nlohmann::json&) {
@@ -92,6 +93,7 @@ std::int64_t cifar_classes(CifarVariant v, const nlohmann::json& d) {
 DatasetKind cifar_kind(CifarVariant v) {
   DatasetKind k;
   k.name = cifar_name(v);
+  k.reads = {"path", "normalize"};
   k.help = v == CifarVariant::kCifar10
                ? "CIFAR-10's 32x32 colour images, 10 classes (binary version: data.path = the "
                  "cifar-10-batches-bin folder)"
@@ -186,6 +188,7 @@ DatasetKind image_folder_kind() {
   using core::FieldType;
   DatasetKind k;
   k.name = "image-folder";
+  k.reads = {"path", "val_fraction", "normalize"};
   k.help =
       "a folder of PNG/JPEG images, one subfolder per class (torchvision's ImageFolder layout), "
       "decoded once and resized to data.size";
@@ -386,6 +389,7 @@ DatasetKind text_kind() {
   using core::FieldType;
   DatasetKind k;
   k.name = "text";
+  k.reads = {"path", "context_length", "val_fraction"};
   k.help =
       "a text file or folder (default: Debian's fortunes), as bytes or SentencePiece pieces; "
       "next-token prediction";
@@ -488,6 +492,7 @@ DatasetKind tokens_kind() {
   using core::FieldType;
   DatasetKind k;
   k.name = "tokens";
+  k.reads = {"path", "context_length", "val_fraction"};
   k.help =
       "token files, memory-mapped: llm.c .bin shards or nanoGPT's raw uint16 train.bin "
       "(data.path: a file or a pattern such as fineweb_train_*.bin)";
@@ -591,6 +596,7 @@ DatasetKind synthetic_blobs_kind() {
 DatasetKind synthetic_text_kind() {
   DatasetKind k;
   k.name = "synthetic-text";
+  k.reads = {"context_length", "val_fraction"};
   k.help = "200,000 random bytes over a 10-letter alphabet drawn from run.seed";
   k.task = core::kTaskLanguageModel;
   k.shape = [](const nlohmann::json& d) { return text_shape("synthetic-text", d); };

@@ -40,6 +40,10 @@ struct DatasetKind {
   std::string help;                     ///< one line for the GUI and the reference
   std::string task;                     ///< core::kTaskClassification or kTaskLanguageModel
   std::vector<core::FieldSpec> fields;  ///< keys of its own, after the shared ones
+  /// The shared [data] keys it reads besides batch_size, workers, shuffle and drop_last (which
+  /// every kind's loader reads): of path, context_length, val_fraction, normalize. The
+  /// workbench greys the others for this kind.
+  std::vector<std::string> reads;
   /// What data.path must name when the kind has no default location ("" = it has one: an empty
   /// data.path is then that default). An empty data.path is a config error saying this.
   std::string path_required;

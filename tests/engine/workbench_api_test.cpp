@@ -204,6 +204,39 @@ TEST(WorkbenchConfig, FieldsHaveTypesChoicesAndHelp) {
 
 // The choice lists agree with the validator: every choice passes its enum check, a bogus value
 // fails, and every string key the validator enumerates has choices.
+// Keys the rest of the config makes idle carry the reason (the form greys them); the others none.
+TEST(WorkbenchConfig, IdleKeysSayWhatMakesThemIdle) {
+  const auto idle_of = [](const std::string& text) {
+    std::map<std::string, std::string> out;
+    for (const auto& f : api::config_fields(text))
+      if (!f.idle.empty()) out[f.key] = f.idle;
+    return out;
+  };
+  auto idle = idle_of(kBlobs);  // synthetic-blobs, no amp, no swa, one process, unbound
+  EXPECT_EQ(idle["data.path"], "data.kind = \"synthetic-blobs\" does not read it");
+  EXPECT_EQ(idle["data.context_length"], "data.kind = \"synthetic-blobs\" does not read it");
+  EXPECT_EQ(idle["amp.dtype"], "amp.enabled is false");
+  EXPECT_EQ(idle["amp.tf32"], "CUDA only: run.device is \"cpu\"");
+  EXPECT_EQ(idle["swa.ema_decay"], "swa.kind is \"none\"");
+  EXPECT_EQ(idle["eval.sample_tokens"], "eval.samples is 0");
+  EXPECT_EQ(idle["binding.slots"], "binding.mode is \"none\"");
+  EXPECT_EQ(idle["distributed.world_size"], "distributed.backend is \"none\"");
+  for (const char* active : {"run.steps", "data.batch_size", "amp.enabled", "swa.kind",
+                             "binding.mode", "binding.cpus", "distributed.backend", "data.shuffle"})
+    EXPECT_EQ(idle.count(active), 0u) << active;
+  // Turned on, they take effect; a text kind reads its window length, not images' normalisation.
+  idle = idle_of(kBlobs +
+                 "[amp]\nenabled = true\n[swa]\nkind = \"swa\"\n[binding]\nmode = \"node\"\n");
+  EXPECT_EQ(idle.count("amp.dtype"), 0u);
+  EXPECT_EQ(idle.count("binding.slots"), 0u);
+  EXPECT_EQ(idle.count("swa.start_step"), 0u);
+  EXPECT_EQ(idle["swa.ema_decay"], "swa.kind is \"swa\"");
+  const std::string text = tb::test::kTinyLm;
+  idle = idle_of(text);
+  EXPECT_EQ(idle.count("data.context_length"), 0u);
+  EXPECT_EQ(idle["data.normalize"], "data.kind = \"synthetic-text\" does not read it");
+}
+
 TEST(WorkbenchConfig, ChoicesMatchTheValidator) {
   const std::vector<std::string> bases = {
       read_text(kConfigDir + "/fmnist-mlp-muon.toml"), kBlobs,

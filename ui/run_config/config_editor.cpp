@@ -300,13 +300,31 @@ void ConfigEditor::buildForm(const std::vector<api::ConfigField>& fields) {
     QString tip = QString::fromStdString(f.help);
     if (!tip.isEmpty()) tip += QStringLiteral("\n");
     tip += key + QStringLiteral(" (") + QString::fromStdString(f.type) + QStringLiteral(")");
-    w->setToolTip(tip);
-    const QString label = key.section(QLatin1Char('.'), -1);
+    auto* label = new QLabel(key.section(QLatin1Char('.'), -1), m_formHost);
+    label->setBuddy(w);
     form->addRow(label, w);
     field.widget = w;
+    field.label = label;
+    field.tip = tip;
     m_fields.push_back(field);
   }
   m_formLayout->addStretch(1);
+  showIdle(fields);
+}
+
+void ConfigEditor::showIdle(const std::vector<api::ConfigField>& fields) {
+  for (auto& f : m_fields) {
+    const auto it = std::find_if(fields.begin(), fields.end(),
+                                 [&](const api::ConfigField& c) { return c.key == f.spec.key; });
+    const QString idle = it == fields.end() ? QString() : QString::fromStdString(it->idle);
+    f.spec.idle = idle.toStdString();
+    // A disabled label is drawn greyed; the field stays editable (set it first, enable later).
+    f.label->setEnabled(idle.isEmpty());
+    const QString tip =
+        idle.isEmpty() ? f.tip : f.tip + QStringLiteral("\n") + tr("No effect here: %1").arg(idle);
+    f.label->setToolTip(tip);
+    f.widget->setToolTip(tip);
+  }
 }
 
 QString ConfigEditor::literal(const Field& f) const {
@@ -555,6 +573,10 @@ bool ConfigEditor::validateNow() {
     markError(key, error);
   } else {
     markError({}, {});
+    try {
+      showIdle(api::config_fields(parsed));
+    } catch (const std::exception&) {  // the form keeps its last state
+    }
     updatePreview(parsed);
     updateSplit(parsed);
   }

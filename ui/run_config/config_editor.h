@@ -91,7 +91,11 @@ class ConfigEditor : public QWidget {
   struct Field {
     api::ConfigField spec;
     QWidget* widget = nullptr;
+    QLabel* label = nullptr;  // greyed while the key has no effect (spec.idle)
+    QString tip;              // the key's help, before any "no effect" note
   };
+  // Greys the labels of the keys the rest of the config makes idle, saying why in the tooltip.
+  void showIdle(const std::vector<api::ConfigField>& fields);
   void buildForm(const std::vector<api::ConfigField>& fields);
   void onFieldEdited(const QString& key);
   void kindChanged(const QString& key);
