@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/model_api.h"
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
 #include "engine/nn/cnn.h"
@@ -25,6 +26,7 @@
 #include "engine/ops/ops.h"
 #include "engine/optim/param_split.h"
 #include "engine/rng/cpu_generator.h"
+#include "engine/rng/generator.h"
 #include "engine/train/safetensors.h"
 #include "engine/train/weights_io.h"
 #include "tests/engine/test_util.h"
@@ -72,6 +74,11 @@ TEST(Gpt, ASkipInitBuildHasTheShapesAndDrawsNothing) {
     nn::init::SkipInitGuard outer;
     { nn::init::SkipInitGuard inner; }
     EXPECT_TRUE(nn::init::init_skipped());  // the inner guard restored the outer's state
+    {
+      // The table's memory is handed back NaN-filled by the allocator's cache: the padded rows
+      // must be written, not scaled (0 x NaN is NaN).
+      Tensor stale = tb::ops::full({384, 64}, std::nan(""));
+    }
     const nn::Gpt shapes(c, &skipped);
     EXPECT_EQ(skipped.get_state(), before);
     const auto a = full.named_parameters();
@@ -87,6 +94,14 @@ TEST(Gpt, ASkipInitBuildHasTheShapesAndDrawsNothing) {
   }
   EXPECT_FALSE(nn::init::init_skipped());
   EXPECT_NE(drawn.get_state(), before);  // a normal build draws its weights
+  // The parameter table of `trainbench-cli model` builds under the guard: the default generator
+  // (which a model built without one draws from) does not move.
+  auto& cpu_default = tb::rng::default_generator(tb::core::Device());
+  const std::vector<std::uint8_t> default_before = cpu_default.get_state();
+  const auto summary = tb::api::describe_model(
+      "gpt", {"vocab=300", "context_length=32", "n_layers=2", "n_heads=4", "d_model=64"});
+  EXPECT_EQ(summary.parameters, nn::gpt_parameter_count(c) - (384 - 300) * 64);
+  EXPECT_EQ(cpu_default.get_state(), default_before);
 }
 
 TEST(Gpt, NamesAndShapesAreGpt2sWithLinearLayout) {

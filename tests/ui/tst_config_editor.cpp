@@ -9,11 +9,14 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFile>
+#include <QLabel>
 #include <QLineEdit>
+#include <QStandardItemModel>
 #include <QTableWidget>
 
 #include <qcustomplot.h>
 
+#include "engine/api/engine_api.h"
 #include "engine/api/schedule_api.h"
 #include "engine/api/workbench_api.h"
 #include "tests/ui/ui_test_util.h"
@@ -76,6 +79,56 @@ class TestConfigEditor : public QObject {
     tf32->setChecked(true);
     QVERIFY(editor.validateNow());
     QVERIFY2(editor.toToml().contains(QStringLiteral("tf32 = true")), qPrintable(editor.toToml()));
+  }
+
+  // run.device: an editable list of this machine's devices (those it cannot use disabled); a
+  // device typed in, one this machine lacks included, is what the config gets.
+  void runDeviceIsAListOfThisMachinesDevices() {
+    ConfigEditor editor;
+    QVERIFY(editor.setToml(tb::test::blobsConfig()));
+    auto* device = editor.findChild<QComboBox*>(QStringLiteral("field:run.device"));
+    QVERIFY(device);
+    QVERIFY(device->isEditable());
+    QCOMPARE(device->currentText(), QStringLiteral("cpu"));
+    QTRY_VERIFY(device->findText(QStringLiteral("openreg:0")) >= 0);  // the query has answered
+    QVERIFY(device->findText(QStringLiteral("cpu")) >= 0);
+    QCOMPARE(device->currentText(), QStringLiteral("cpu"));  // filling kept the text
+    auto* items = qobject_cast<QStandardItemModel*>(device->model());
+    QVERIFY(items);
+    for (const auto& d : tb::api::list_devices()) {
+      const int i = device->findText(QString::fromStdString(d.name));
+      QVERIFY2(i >= 0, d.name.c_str());
+      QCOMPARE(items->item(i)->isEnabled(), d.available);
+    }
+    device->setEditText(QStringLiteral("openreg:1"));  // typed
+    QVERIFY(editor.validateNow());
+    QVERIFY2(editor.toToml().contains(QStringLiteral("device = \"openreg:1\"")),
+             qPrintable(editor.toToml()));
+    // One this machine cannot use is kept as typed, and the check names the key.
+    QVERIFY(editor.setFieldText(QStringLiteral("run.device"), QStringLiteral("cuda:3")));
+    QCOMPARE(device->currentText(), QStringLiteral("cuda:3"));
+    if (!editor.validateNow()) QCOMPARE(editor.errorKey(), QStringLiteral("run.device"));
+  }
+
+  // A key the rest of the config makes idle has a greyed label, saying why in its tooltip.
+  void idleKeysAreGreyed() {
+    ConfigEditor editor;
+    QVERIFY(editor.setToml(tb::test::blobsConfig()));
+    auto* dtype = editor.findChild<QComboBox*>(QStringLiteral("field:amp.dtype"));
+    auto* enabled = editor.findChild<QCheckBox*>(QStringLiteral("field:amp.enabled"));
+    QVERIFY(dtype && enabled);
+    QLabel* dtypeLabel = nullptr;
+    for (auto* l : editor.findChildren<QLabel*>())
+      if (l->buddy() == dtype) dtypeLabel = l;
+    QVERIFY(dtypeLabel);
+    QVERIFY(!dtypeLabel->isEnabled());
+    QVERIFY(dtype->isEnabled());  // still editable
+    QVERIFY2(dtype->toolTip().contains(QStringLiteral("No effect here: amp.enabled is false")),
+             qPrintable(dtype->toolTip()));
+    enabled->setChecked(true);
+    QVERIFY(editor.validateNow());
+    QVERIFY(dtypeLabel->isEnabled());
+    QVERIFY(!dtype->toolTip().contains(QStringLiteral("No effect")));
   }
 
   void invalidValuesNameTheKeyAndRecover() {

@@ -324,51 +324,7 @@ void MainWindow::buildDocks() {
     }
   });
 
-  auto* queueDock = new QDockWidget(tr("Queue"), this);
-  queueDock->setObjectName(QStringLiteral("queueDock"));
-  auto* queueHost = new QWidget(queueDock);
-  auto* queueLayout = new QVBoxLayout(queueHost);
-  m_queueList = new QueueList(queueHost);
-  m_queueList->setObjectName(QStringLiteral("queueList"));
-  queueLayout->addWidget(m_queueList, 1);
-  auto* queueRow = new QHBoxLayout;
-  queueRow->addWidget(new QLabel(tr("at a time:"), queueHost));
-  m_parallel = new QSpinBox(queueHost);
-  m_parallel->setRange(1, 16);
-  m_parallel->setValue(1);
-  queueRow->addWidget(m_parallel);
-  auto* procRow = new QHBoxLayout;
-  m_asProcesses = new QCheckBox(tr("as separate processes, binding:"), queueHost);
-  m_asProcesses->setToolTip(
-      tr("Run each queued config as its own trainbench-cli process bound to a CPU slot "
-         "(slot k of the batch), like trainbench-cli launch; they appear in Runs live"));
-  m_queueBinding = new QComboBox(queueHost);
-  m_queueBinding->addItems({QStringLiteral("none"), QStringLiteral("node"),
-                            QStringLiteral("socket"), QStringLiteral("exclusive"),
-                            QStringLiteral("core-complex")});
-  m_queueBinding->setCurrentText(QStringLiteral("exclusive"));
-  procRow->addWidget(m_asProcesses);
-  procRow->addWidget(m_queueBinding);
-  procRow->addStretch(1);
-  queueLayout->addLayout(procRow);
-  auto* startQueue = new QPushButton(tr("Start queue"), queueHost);
-  auto* removeQueued = new QPushButton(tr("Remove"), queueHost);
-  removeQueued->setObjectName(QStringLiteral("removeQueued"));
-  removeQueued->setToolTip(tr("Remove the selected configs from the queue (Delete)"));
-  removeQueued->setEnabled(false);
-  auto* clearQueue = new QPushButton(tr("Clear"), queueHost);
-  queueRow->addWidget(startQueue);
-  queueRow->addWidget(removeQueued);
-  queueRow->addWidget(clearQueue);
-  queueLayout->addLayout(queueRow);
-  queueDock->setWidget(queueHost);
-  addDockWidget(Qt::RightDockWidgetArea, queueDock);
-  connect(startQueue, &QPushButton::clicked, this, &MainWindow::startQueue);
-  connect(clearQueue, &QPushButton::clicked, m_queueList, &QueueList::clear);
-  connect(removeQueued, &QPushButton::clicked, m_queueList, &QueueList::removeSelected);
-  connect(m_queueList, &QListWidget::itemSelectionChanged, removeQueued, [this, removeQueued] {
-    removeQueued->setEnabled(!m_queueList->selectedItems().isEmpty());
-  });
+  QDockWidget* queueDock = buildQueueDock();
 
   auto* topoDock = new QDockWidget(tr("Topology"), this);
   topoDock->setObjectName(QStringLiteral("topologyDock"));

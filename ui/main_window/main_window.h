@@ -24,6 +24,7 @@
 class QAction;
 class QCheckBox;
 class QComboBox;
+class QDockWidget;
 class QTemporaryDir;
 class QLabel;
 class QMessageBox;
@@ -158,6 +159,7 @@ class MainWindow : public QMainWindow {
   QString askReportPath(const QString& title, const QString& baseName);
   void buildActions();
   void buildDocks();
+  QDockWidget* buildQueueDock();  // the Queue dock (main_window_runs.cpp)
   /// `content` in a frameless scroll area that lets it fill the area and scrolls only when the
   /// area is smaller than the content's least size.
   static QScrollArea* scrollable(QWidget* content, QWidget* parent);
@@ -194,6 +196,7 @@ class MainWindow : public QMainWindow {
   bool m_sweepStopping = false;        // asked to stop (closing the window), not ended yet
   bool m_askingToQuit = false;         // the quit question is open (its event loop runs)
   bool m_queueDeferred = false;        // the queue was to go on while the question was open
+  bool m_startAfterDrag = false;       // the queue was to go on while an entry was dragged
   bool m_quitting = false;             // the window is closing (asked and answered once)
   // How long closing the window waits for its sweep to stop its trials (then it is killed).
   static constexpr int kSweepStopWaitMs = 60000;

@@ -6,14 +6,17 @@
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QDir>
+#include <QDockWidget>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QProcess>
+#include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
 #include <QSplitter>
@@ -22,6 +25,7 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QTextCursor>
+#include <QVBoxLayout>
 #include <algorithm>
 #include <csignal>
 #include <exception>
@@ -312,6 +316,69 @@ void MainWindow::compareRuns(const QList<qint64>& ids) {
   showPage(m_compare);
 }
 
+QDockWidget* MainWindow::buildQueueDock() {
+  auto* queueDock = new QDockWidget(tr("Queue"), this);
+  queueDock->setObjectName(QStringLiteral("queueDock"));
+  auto* queueHost = new QWidget(queueDock);
+  auto* queueLayout = new QVBoxLayout(queueHost);
+  m_queueList = new QueueList(queueHost);
+  m_queueList->setObjectName(QStringLiteral("queueList"));
+  queueLayout->addWidget(m_queueList, 1);
+  auto* queueRow = new QHBoxLayout;
+  queueRow->addWidget(new QLabel(tr("at a time:"), queueHost));
+  m_parallel = new QSpinBox(queueHost);
+  m_parallel->setRange(1, 16);
+  m_parallel->setValue(1);
+  queueRow->addWidget(m_parallel);
+  auto* procRow = new QHBoxLayout;
+  m_asProcesses = new QCheckBox(tr("as separate processes, binding:"), queueHost);
+  m_asProcesses->setToolTip(
+      tr("Run each queued config as its own trainbench-cli process bound to a CPU slot "
+         "(slot k of the batch), like trainbench-cli launch; they appear in Runs live"));
+  m_queueBinding = new QComboBox(queueHost);
+  m_queueBinding->addItems({QStringLiteral("none"), QStringLiteral("node"),
+                            QStringLiteral("socket"), QStringLiteral("exclusive"),
+                            QStringLiteral("core-complex")});
+  m_queueBinding->setCurrentText(QStringLiteral("exclusive"));
+  procRow->addWidget(m_asProcesses);
+  procRow->addWidget(m_queueBinding);
+  procRow->addStretch(1);
+  queueLayout->addLayout(procRow);
+  auto* startQueue = new QPushButton(tr("Start queue"), queueHost);
+  auto* removeQueued = new QPushButton(tr("Remove"), queueHost);
+  removeQueued->setObjectName(QStringLiteral("removeQueued"));
+  removeQueued->setToolTip(tr("Remove the selected configs from the queue (Delete)"));
+  removeQueued->setEnabled(false);
+  auto* clearQueue = new QPushButton(tr("Clear"), queueHost);
+  queueRow->addWidget(startQueue);
+  queueRow->addWidget(removeQueued);
+  queueRow->addWidget(clearQueue);
+  queueLayout->addLayout(queueRow);
+  queueDock->setWidget(queueHost);
+  addDockWidget(Qt::RightDockWidgetArea, queueDock);
+  connect(startQueue, &QPushButton::clicked, this, &MainWindow::startQueue);
+  connect(clearQueue, &QPushButton::clicked, m_queueList, &QueueList::clearQueue);
+  // Start and Clear only with something queued.
+  startQueue->setEnabled(false);
+  clearQueue->setEnabled(false);
+  connect(m_queueList, &QueueList::queueChanged, this, [this, startQueue, clearQueue] {
+    startQueue->setEnabled(m_queueList->count() > 0);
+    clearQueue->setEnabled(m_queueList->count() > 0);
+  });
+  // A run that ended while an entry was dragged starts the next one once it is dropped.
+  connect(m_queueList, &QueueList::dragEnded, this, [this] {
+    if (m_startAfterDrag) {
+      m_startAfterDrag = false;
+      this->startQueue();
+    }
+  });
+  connect(removeQueued, &QPushButton::clicked, m_queueList, &QueueList::removeSelected);
+  connect(m_queueList, &QListWidget::itemSelectionChanged, removeQueued, [this, removeQueued] {
+    removeQueued->setEnabled(!m_queueList->selectedItems().isEmpty());
+  });
+  return queueDock;
+}
+
 void MainWindow::enqueueCurrent() {
   if (!m_editor->validateNow()) {
     log(QStringLiteral("error"), m_editor->errorText());
@@ -455,6 +522,10 @@ void MainWindow::startQueue() {
   if (m_quitting) return;  // a run cancelled by quitting ended: the queue is not started again
   if (m_askingToQuit) {    // the quit question's event loop: go on only if the answer is No
     m_queueDeferred = true;
+    return;
+  }
+  if (m_queueList->dragging()) {  // an entry is being moved: start after the drop
+    m_startAfterDrag = true;
     return;
   }
   if (m_asProcesses->isChecked()) {

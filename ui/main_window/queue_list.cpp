@@ -74,6 +74,23 @@ void QueueList::moveSelected(int delta) {
   emit queueChanged();
 }
 
+void QueueList::clearQueue() {
+  if (count() == 0) return;
+  clear();
+  emit queueChanged();
+}
+
+void QueueList::startDrag(Qt::DropActions actions) {
+  m_dragging = true;
+  QListWidget::startDrag(actions);
+  m_dragging = false;
+  emit dragEnded();
+}
+
+bool QueueList::dropMimeData(int, const QMimeData*, Qt::DropAction) {
+  return false;
+}
+
 void QueueList::keyPressEvent(QKeyEvent* event) {
   if (event->key() == Qt::Key_Delete || event->key() == Qt::Key_Backspace) {
     removeSelected();
@@ -93,9 +110,13 @@ void QueueList::keyPressEvent(QKeyEvent* event) {
 }
 
 void QueueList::contextMenuEvent(QContextMenuEvent* event) {
-  if (QListWidgetItem* it = itemAt(event->pos()); it != nullptr && !it->isSelected()) {
-    clearSelection();
-    it->setSelected(true);
+  // From the mouse: the item under it (alone, unless it is part of the selection); from the
+  // keyboard's menu key: the selection as it is.
+  if (event->reason() != QContextMenuEvent::Keyboard) {
+    if (QListWidgetItem* it = itemAt(event->pos()); it != nullptr && !it->isSelected()) {
+      clearSelection();
+      it->setSelected(true);
+    }
   }
   if (selectedItems().isEmpty()) return;
   QMenu menu(this);
@@ -111,7 +132,7 @@ void QueueList::contextMenuEvent(QContextMenuEvent* event) {
 
 void QueueList::dropEvent(QDropEvent* event) {
   QListWidget::dropEvent(event);
-  emit queueChanged();
+  if (event->isAccepted()) emit queueChanged();
 }
 
 }  // namespace tb::ui

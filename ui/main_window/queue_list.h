@@ -33,15 +33,29 @@ class QueueList : public QListWidget {
   int removeSelected();
   /// Moves the selected entries one place up (delta = -1) or down (+1), keeping them selected.
   void moveSelected(int delta);
+  /// Removes every entry.
+  void clearQueue();
+  /// True while the user drags an entry (a drag runs its own event loop: the queue must not
+  /// start entries under it).
+  bool dragging() const { return m_dragging; }
 
  signals:
   /// The entries or their order changed (also by dragging).
   void queueChanged();
+  /// A drag ended (dropped or not).
+  void dragEnded();
 
  protected:
   void keyPressEvent(QKeyEvent* event) override;
   void contextMenuEvent(QContextMenuEvent* event) override;
   void dropEvent(QDropEvent* event) override;
+  void startDrag(Qt::DropActions actions) override;
+  // Only moves: a drop whose items are no longer selected (started meanwhile) must not insert a
+  // copy of them, which QAbstractItemView's fallback would.
+  bool dropMimeData(int index, const QMimeData* data, Qt::DropAction action) override;
+
+ private:
+  bool m_dragging = false;
 };
 
 }  // namespace tb::ui

@@ -14,7 +14,6 @@
 #include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
-#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -22,10 +21,10 @@
 #include <algorithm>
 #include <exception>
 
-#include "engine/api/engine_api.h"
 #include "ui/common/vertical_scroll_area.h"
 #include "ui/live_plots/metric_plot.h"
 #include "ui/live_plots/plots_panel.h"
+#include "ui/run_config/device_combo.h"
 
 namespace tb::ui {
 
@@ -117,40 +116,6 @@ const QStringList kSchedulerKinds = {QStringLiteral("none"),
                                      QStringLiteral("chained"),
                                      QStringLiteral("plateau"),
                                      QStringLiteral("swa")};
-
-// The devices this process can train on, for run.device's list (asked once: a CUDA query
-// costs a driver start), and the others it knows with why they cannot be used here.
-const std::vector<api::DeviceInfo>& knownDevices() {
-  static const std::vector<api::DeviceInfo> devices = [] {
-    try {
-      return api::list_devices();
-    } catch (const std::exception&) {
-      return std::vector<api::DeviceInfo>{{"cpu", true, ""}};
-    }
-  }();
-  return devices;
-}
-
-// run.device: an editable list of this machine's devices (a config for another machine may
-// name one this has not, typed in; the run then says it cannot be used here).
-QComboBox* deviceCombo(QWidget* parent, const QString& current) {
-  auto* combo = new QComboBox(parent);
-  combo->setEditable(true);
-  combo->setInsertPolicy(QComboBox::NoInsert);
-  for (const auto& d : knownDevices()) {
-    const QString name = QString::fromStdString(d.name);
-    combo->addItem(name);
-    const int i = combo->count() - 1;
-    combo->setItemData(i, QString::fromStdString(d.detail), Qt::ToolTipRole);
-    if (!d.available) {
-      combo->setItemText(i, name + QObject::tr(" (not here)"));
-      if (auto* model = qobject_cast<QStandardItemModel*>(combo->model()))
-        model->item(i)->setEnabled(false);
-    }
-  }
-  combo->setCurrentText(current);
-  return combo;
-}
 
 }  // namespace
 
@@ -267,7 +232,7 @@ void ConfigEditor::buildForm(const std::vector<api::ConfigField>& fields) {
       connect(cb, &QCheckBox::toggled, this, [this, key] { onFieldEdited(key); });
       w = cb;
     } else if (key == QLatin1String("run.device")) {
-      auto* combo = deviceCombo(m_formHost, unquoteToml(value));
+      auto* combo = new DeviceCombo(unquoteToml(value), m_formHost);
       connect(combo, &QComboBox::currentTextChanged, this, [this, key] { onFieldEdited(key); });
       w = combo;
     } else if (!choices.empty()) {
