@@ -48,9 +48,9 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "clip the global gradient norm to this (0 = off)")
             .at_least(0),
         FieldSpec("gradient_accumulation_steps", FieldType::kInt, 1,
-                  "batches of data.batch_size whose gradients make one optimizer step (a step "
-                  "ends early at an epoch's end); per rank: a step is K x batch_size x ranks "
-                  "samples")
+                  "batches of data.batch_size whose gradients make one optimizer step; per rank: "
+                  "a step is K x batch_size x ranks samples (with run.epochs a step ends early at "
+                  "an epoch's end)")
             .at_least(1)
             .at_most(1 << 20),
         FieldSpec("init_from", FieldType::kString, "",

@@ -27,8 +27,9 @@ struct RunSection {
   std::int64_t log_interval = 1;    ///< metrics every N steps
   std::int64_t max_nonfinite = 20;  ///< consecutive non-finite losses before status diverged
   double grad_clip = 0.0;           ///< clip the global gradient norm to this (0 = off)
-  /// Batches whose gradients make one optimizer step (1 = none accumulated). A step ends early
-  /// at an epoch's end, and every sample of a step weighs the same in its gradient and loss.
+  /// Batches whose gradients make one optimizer step (1 = none accumulated); every sample of a
+  /// step weighs the same in its gradient and loss. In a run counted in epochs a step ends early
+  /// at an epoch's end; one counted in steps takes this many every step, across epoch ends.
   std::int64_t gradient_accumulation_steps = 1;
   /// A safetensors file the model starts from instead of its random initialisation ("" =
   /// none): TrainBench's names, or GPT-2's for a gpt model (train::load_weights).
@@ -208,7 +209,8 @@ void make_paths_absolute(RunConfig& config);
 std::string to_toml(const RunConfig& config);
 
 /// The optimizer steps of one epoch of `batches` batches:
-/// ceil(batches / run.gradient_accumulation_steps) (an epoch's last step takes what is left).
+/// ceil(batches / run.gradient_accumulation_steps) (in a run counted in epochs, an epoch's last
+/// step takes what is left; in one counted in steps, the evaluations of eval.interval = 0).
 std::int64_t steps_per_epoch(const RunConfig& config, std::int64_t batches);
 
 }  // namespace tb::train

@@ -26,7 +26,9 @@ data::Batch next_batch(Trainer::State& s) {
 
 std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s) {
   const std::int64_t k = c.run.gradient_accumulation_steps;
-  if (k <= 1) return 1;
+  // A run counted in steps takes K batches every step, across epoch ends (random windows of a
+  // token file have no natural epoch, and nanoGPT's steps are all alike).
+  if (k <= 1 || c.run.steps > 0) return std::max<std::int64_t>(k, 1);
   const std::int64_t n = s.loader->num_batches();
   const std::int64_t taken = s.loader->next_batch_index();
   return std::min(k, taken >= n ? n : n - taken);
@@ -38,7 +40,7 @@ std::int64_t rows_of_step(const Trainer::State& s, std::int64_t batches) {
   if (b >= n) b = 0;  // the epoch is over: the next one's first batches
   std::int64_t rows = 0;
   for (std::int64_t j = 0; j < batches; ++j)
-    rows += s.loader->batch_rows(b + j);
+    rows += s.loader->batch_rows((b + j) % n);  // past the epoch's end: the next one's
   return rows;
 }
 

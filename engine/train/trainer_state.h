@@ -106,8 +106,8 @@ struct StepTimes {
 
 /// The next training batch (across an epoch boundary).
 data::Batch next_batch(Trainer::State& s);
-/// The batches the next step accumulates: run.gradient_accumulation_steps, or what is left of
-/// the epoch when fewer (the loader at an epoch's end: a whole one).
+/// The batches the next step accumulates: run.gradient_accumulation_steps; in a run counted in
+/// epochs, what is left of the epoch when fewer (the loader at an epoch's end: a whole one).
 std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s);
 /// The samples of the next `batches` batches (of every rank), from the loader's batch sizes.
 std::int64_t rows_of_step(const Trainer::State& s, std::int64_t batches);

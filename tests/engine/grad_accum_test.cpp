@@ -132,6 +132,44 @@ TEST(GradientAccumulation, AResumeBetweenAccumulatedStepsEqualsTheUninterruptedR
   fs::remove_all(dir);
 }
 
+// A run counted in steps takes K batches every step, across epoch ends (nanoGPT's steps; an
+// epoch of random text windows is only a count): 32 batches of 64 an epoch, 3 a step, 12 steps
+// read 36 batches — step 11 the epoch's last two and the next one's first — each step 192
+// samples; and a resume from inside that stretch goes on alike.
+TEST(GradientAccumulation, ARunCountedInStepsTakesKBatchesAcrossEpochEnds) {
+  struct Samples final : train::MetricSink {
+    std::vector<double> per_step;
+    double rate = 0, ms = 0;
+    void on_metrics(std::int64_t, const train::Metrics& m) override {
+      for (const auto& [k, v] : m) {
+        if (k == "samples_per_s") rate = v;
+        if (k == "time.step_ms") ms = v;
+      }
+      per_step.push_back(rate * ms / 1000.0);
+    }
+  };
+  const fs::path dir = fs::temp_directory_path() / "tb_grad_accum_steps";
+  fs::remove_all(dir);
+  auto c = accum_config(64, 3);
+  c.run.epochs = 0;
+  c.run.steps = 12;
+  c.checkpoint.interval = 10;
+  train::Trainer t(c, dir);
+  auto samples = std::make_shared<Samples>();
+  auto rec = std::make_shared<Recorder>();
+  t.add_sink(samples);
+  t.add_sink(rec);
+  ASSERT_EQ(t.run().outcome, train::RunOutcome::kFinished);
+  ASSERT_EQ(samples->per_step.size(), 12u);
+  for (double n : samples->per_step)
+    EXPECT_NEAR(n, 192.0, 1e-6);
+  EXPECT_EQ(rec->eval_losses.size(), 2u);  // eval.interval = 0: every ceil(32 / 3) = 11 steps
+  const auto resumed = run(c, {}, dir / "step-00000010");
+  using Losses = std::vector<std::pair<std::int64_t, double>>;
+  EXPECT_EQ(resumed->losses, Losses(rec->losses.begin() + 10, rec->losses.end()));
+  fs::remove_all(dir);
+}
+
 // synthetic-blobs whose training sample 60 has NaN features (tests only).
 void register_nan_blobs() {
   static const bool registered = [] {
