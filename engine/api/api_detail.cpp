@@ -361,7 +361,7 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
   // A key that names one file (not a folder of data) refuses a folder, a FIFO or a device: reading
   // one would fail later with a vaguer error, or block forever.
   const auto need = [&at, &overrides](const std::string& path, const std::string& key,
-                                      bool one_file) {
+                                      bool one_file, const std::string& if_missing = "") {
     if (path.empty()) return;
     const std::string set = from_set(overrides, key);
     std::filesystem::path p(path);
@@ -375,7 +375,7 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
     TB_CHECK(std::filesystem::exists(st), at, key, ": ", p.string(), ": ",
              ec && ec != std::errc::no_such_file_or_directory
                  ? ec.message()
-                 : std::string("no such file or folder"),
+                 : std::string("no such file or folder") + if_missing,
              set);
     if (matching) {  // a pattern that matches nothing is said now, not once the run exists
       bool any = false;
@@ -393,7 +393,11 @@ void check_run_files(const train::RunConfig& c, const std::string& source,
              " is not a regular file", set);
   };
   need(c.data.path, "data.path", false);
-  need(c.run.init_from, "run.init_from", true);
+  // nanoGPT's init_from = 'gpt2' / 'resume' are names, not files: say where those come from.
+  need(c.run.init_from, "run.init_from", true,
+       " (a safetensors file: GPT-2's weights are the model.safetensors of "
+       "huggingface.co/openai-community/gpt2 and its -medium, -large, -xl; a run of this store "
+       "continues with `trainbench-cli run --resume RUN`)");
   // ... and is a safetensors file (a PyTorch .pt, a truncated download): said before the run is
   // created, not as its failure. Whether its tensors fit the model is known once it is built.
   if (!c.run.init_from.empty()) {

@@ -20,6 +20,7 @@ struct DataShape {
   std::int64_t classes = 0;         ///< classification: number of labels
   std::int64_t context_length = 0;  ///< language model: tokens per sample
   std::int64_t vocab = 0;           ///< language model: token ids are below this (0: not known yet)
+  std::string vocab_note;           ///< where that vocabulary comes from ("data.vocab = 50257")
 };
 
 }  // namespace tb::core

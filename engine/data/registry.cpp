@@ -518,6 +518,9 @@ DatasetKind tokens_kind() {
   k.shape = [](const nlohmann::json& d) {
     core::DataShape s = text_shape("tokens", d);
     s.vocab = d.value("vocab", std::int64_t{50257});
+    s.vocab_note = "data.vocab = " + std::to_string(s.vocab) +
+                   ", the ids the token files may hold (GPT-2's by default); set it to your "
+                   "vocabulary's size";
     return s;
   };
   k.tokenizer = tokens_tokenizer;

@@ -386,9 +386,11 @@ std::optional<core::FieldProblem> language_model_fit(std::int64_t context_length
         "expected at most model.context_length = " + std::to_string(context_length) + ", found " +
             std::to_string(d.context_length)};
   if (d.vocab > vocab)
-    return core::FieldProblem{"model.vocab", "expected at least " + std::to_string(d.vocab) +
-                                                 " for data.kind = " + core::quote_string(d.kind) +
-                                                 ", found " + std::to_string(vocab)};
+    return core::FieldProblem{
+        "model.vocab", "expected at least " + std::to_string(d.vocab) +
+                           " for data.kind = " + core::quote_string(d.kind) +
+                           (d.vocab_note.empty() ? "" : " (" + d.vocab_note + ")") + ", found " +
+                           std::to_string(vocab)};
   return std::nullopt;
 }
 

@@ -265,9 +265,12 @@ json read_scheduler(const Ctx& ctx, const toml::node* n) {
              "expected a string (a scheduler kind such as \"cosine\", or \"none\"), found " +
                  (j.contains("kind") ? describe(*n->as_table()->get("kind")) : "nothing"));
   if (j.at("kind") == "none") {
+    // `--set scheduler.kind=none` turns off the file's schedule: the file's other keys go with
+    // it (a key of the file is a mistake only when the file itself says "none").
+    const bool kind_set = !ctx.origin("scheduler.kind").empty();
     if (j.size() > 1) {
       for (const auto& [k, v] : j.items())
-        if (k != "kind")
+        if (k != "kind" && !(kind_set && ctx.origin("scheduler." + k).empty()))
           ctx.fail_at("scheduler." + k, "unknown key 'scheduler." + k +
                                             "' with scheduler.kind = \"none\"" +
                                             ctx.origin("scheduler." + k));

@@ -386,6 +386,12 @@ TrainResult Trainer::run() {
       r.message = s_->ddp->group().describe_rank(lost->missing_rank()) + " lost at step " +
                   std::to_string(s_->step + 1) + ": " + e.what();
     r.steps = s_->step;
+    // Failed before its first checkpoint (a token id outside the vocabulary at the first batch):
+    // no empty checkpoint folder is left behind (remove() takes only an empty folder).
+    if (!checkpoint_dir_.empty() && s_->step == 0) {
+      std::error_code ec;
+      std::filesystem::remove(checkpoint_dir_, ec);
+    }
     try {
       emit_event("error", r.message);
     } catch (...) {  // a failing sink must not hide the original error

@@ -194,9 +194,22 @@ void setup_model(const RunConfig& c, Trainer::State& s) {
   }
   // Pretrained weights replace the initialisation (the generator has drawn it all the same, so
   // the data order and dropout do not depend on whether weights are loaded).
-  if (!c.run.init_from.empty())
-    for (auto& w : load_weights(*s.model, c.run.init_from).warnings)
+  if (!c.run.init_from.empty()) {
+    WeightsLoad loaded = load_weights(*s.model, c.run.init_from);
+    // Said with the run: which file, read how, and what of it was left out.
+    std::string note = "run.init_from: " + std::to_string(loaded.tensors) + " tensors from " +
+                       c.run.init_from + " (" + loaded.layout + ")";
+    if (!loaded.ignored.empty()) {
+      note += "; not used: ";
+      for (std::size_t i = 0; i < loaded.ignored.size() && i < 4; ++i)
+        note += (i ? ", " : "") + loaded.ignored[i];
+      if (loaded.ignored.size() > 4)
+        note += " and " + std::to_string(loaded.ignored.size() - 4) + " more";
+    }
+    s.setup_notes.push_back(std::move(note));
+    for (auto& w : loaded.warnings)
       s.setup_warnings.push_back("run.init_from: " + std::move(w));
+  }
   // Data-parallel: every rank initialises from the same seed; rank 0's weights are broadcast
   // anyway, so the replicas start equal whatever the initialisation did.
   if (s.ddp) s.ddp->broadcast_model(*s.model);

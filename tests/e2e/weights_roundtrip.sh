@@ -69,6 +69,9 @@ a=$(last_eval 3)
 b=$(last_eval 4)
 [ -n "$a" ] || fail "run 3 shows no eval metrics"
 [ "$a" = "$b" ] || fail "gpt evaluations differ: run 3: $a; run 4: $b"
+# The run says where its weights came from and how they were read.
+"$cli" --db "$db" show 4 | grep -q "info: run.init_from: [0-9]* tensors from $tmp/gpt.safetensors (gpt2 (Conv1D" ||
+  fail "run 4 does not say what it loaded: $("$cli" --db "$db" show 4 | grep -a init_from)"
 out=$("$cli" --db "$db" weights 1 --layout hf-gpt2 -o "$tmp/x.safetensors" 2>&1) \
   && fail "hf-gpt2 of an mlp run succeeded: $out"
 case $out in *"layout hf-gpt2 is for gpt models, not model.kind = 'mlp'"*) ;;

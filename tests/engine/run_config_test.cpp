@@ -411,6 +411,15 @@ TEST(RunConfigTest, SchedulerIsValidatedAtLoad) {
               HasSubstr("scheduler.lr: is a preview-only field"));
   EXPECT_THAT(error_of("[scheduler]\nT_max = 10\n"),
               HasSubstr("scheduler.kind: expected a string"));
+  // --set scheduler.kind="none" turns the file's schedule off, its keys with it; a file that
+  // says "none" itself with other keys, or such a key from --set, is still a mistake.
+  const std::string cosine = "[scheduler]\nkind = \"cosine\"\nT_max = 10\n";
+  EXPECT_TRUE(
+      parse_run_config(cosine, "run.toml", {"scheduler.kind=\"none\""}).scheduler.config.is_null());
+  EXPECT_THAT(error_of("[scheduler]\nkind = \"none\"\nT_max = 10\n"),
+              HasSubstr("unknown key 'scheduler.T_max' with scheduler.kind = \"none\""));
+  EXPECT_THAT(error_of(cosine, {"scheduler.kind=\"none\"", "scheduler.gamma=0.5"}),
+              HasSubstr("unknown key 'scheduler.gamma' with scheduler.kind = \"none\""));
 }
 
 TEST(RunConfigTest, CrossSectionRules) {

@@ -712,7 +712,10 @@ TEST(WorkbenchRun, ABadConfigThrowsAndStoresNothing) {
       {"[data]\nkind = \"fashion-mnist\"\npath = \"/nonexistent/fmnist\"\n",
        "[config] <editor>: data.path: /nonexistent/fmnist: no such file or folder"},
       {"[run]\ninit_from = \"/nonexistent.safetensors\"\n",
-       "[config] <editor>: run.init_from: /nonexistent.safetensors: no such file or folder"},
+       "[config] <editor>: run.init_from: /nonexistent.safetensors: no such file or folder (a "
+       "safetensors file: GPT-2's weights are the model.safetensors of "
+       "huggingface.co/openai-community/gpt2 and its -medium, -large, -xl; a run of this store "
+       "continues with `trainbench-cli run --resume RUN`)"},
       {"[model]\nkind = \"qwen-tiny\"\n[data]\nkind = \"text\"\ntokenizer = \"sentencepiece\"\n"
        "tokenizer_model = \"/nonexistent.model\"\n",
        "[config] <editor>: data.tokenizer_model: /nonexistent.model: no such file or folder"}};
