@@ -188,8 +188,10 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path, bool data) {
                   (zip ? "a zip archive" : "a pickle") +
                   "), not safetensors; convert it once with PyTorch: sd = torch.load(FILE, "
                   "map_location=\"cpu\") (nanoGPT's ckpt.pt: sd = sd[\"model\"]), then "
-                  "safetensors.torch.save_file(sd, \"model.safetensors\"); Hugging Face "
-                  "publishes GPT-2 as model.safetensors");
+                  "safetensors.torch.save_file({k: v.clone() for k, v in sd.items()}, "
+                  "\"model.safetensors\") (clone: save_file refuses tensors that share memory, "
+                  "as a tied lm_head.weight does); Hugging Face publishes GPT-2 as "
+                  "model.safetensors");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | len[i];
