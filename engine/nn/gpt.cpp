@@ -1,6 +1,7 @@
 #include "engine/nn/gpt.h"
 
 #include <cmath>
+#include <limits>
 
 #include "engine/autograd/autograd.h"
 #include "engine/core/error.h"
@@ -39,7 +40,9 @@ nlohmann::json fields_of(const GptConfig& c) {
           {"n_heads", c.n_heads},
           {"d_model", c.d_model},
           {"norm_eps", c.norm_eps},
-          {"init_std", c.init_std}};
+          {"init_std", c.init_std},
+          {"bias", c.bias},
+          {"dropout", c.dropout}};
 }
 
 std::int64_t table_rows(const GptConfig& c) {
@@ -61,6 +64,8 @@ void validate_gpt(const GptConfig& c) {
               " is not divisible by n_heads ", c.n_heads);
   check_field(c.norm_eps > 0, "norm_eps", "norm_eps must be positive, got ", c.norm_eps);
   check_field(c.init_std >= 0, "init_std", "init_std must be >= 0, got ", c.init_std);
+  check_field(c.dropout >= 0 && c.dropout < 1, "dropout", "dropout must be in [0, 1), got ",
+              c.dropout);
 }
 
 GptConfig gpt_config(const nlohmann::json& f) {
@@ -73,17 +78,20 @@ GptConfig gpt_config(const nlohmann::json& f) {
   fields::read(f, "gpt", "d_model", c.d_model);
   fields::read(f, "gpt", "norm_eps", c.norm_eps);
   fields::read(f, "gpt", "init_std", c.init_std);
+  fields::read(f, "gpt", "bias", c.bias);
+  fields::read(f, "gpt", "dropout", c.dropout);
   return c;
 }
 
 std::int64_t gpt_parameter_count(const GptConfig& c) {
   const std::int64_t d = c.d_model;
-  const std::int64_t per_block = 2 * 2 * d            // ln_1, ln_2
-                                 + d * 3 * d + 3 * d  // c_attn
-                                 + d * d + d          // attn.c_proj
-                                 + d * 4 * d + 4 * d  // c_fc
-                                 + 4 * d * d + d;     // mlp.c_proj
-  return table_rows(c) * d + c.context_length * d + c.n_layers * per_block + 2 * d;
+  const std::int64_t b = c.bias ? 1 : 0;
+  const std::int64_t per_block = 2 * (1 + b) * d          // ln_1, ln_2
+                                 + d * 3 * d + b * 3 * d  // c_attn
+                                 + d * d + b * d          // attn.c_proj
+                                 + d * 4 * d + b * 4 * d  // c_fc
+                                 + 4 * d * d + b * d;     // mlp.c_proj
+  return table_rows(c) * d + c.context_length * d + c.n_layers * per_block + (1 + b) * d;
 }
 
 // ---- GptBlock -----------------------------------------------------------------------------------
@@ -91,15 +99,20 @@ std::int64_t gpt_parameter_count(const GptConfig& c) {
 GptBlock::GptBlock(const GptConfig& c, rng::Generator* gen)
     : Module("GptBlock"), n_heads_(c.n_heads) {
   const std::int64_t d = c.d_model;
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(d, c.norm_eps));
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(d, c.norm_eps, true, c.bias));
   auto attn = register_module("attn", std::make_shared<Group>("CausalSelfAttention"));
-  c_attn_ = attn->add("c_attn", std::make_shared<Linear>(d, 3 * d, true, gen));
-  attn_proj_ = attn->add("c_proj", std::make_shared<Linear>(d, d, true, gen));
+  c_attn_ = attn->add("c_attn", std::make_shared<Linear>(d, 3 * d, c.bias, gen));
+  attn_proj_ = attn->add("c_proj", std::make_shared<Linear>(d, d, c.bias, gen));
+  if (c.dropout > 0) {  // nanoGPT's names
+    attn_dropout_ = attn->add("attn_dropout", std::make_shared<Dropout>(c.dropout, gen));
+    resid_dropout_ = attn->add("resid_dropout", std::make_shared<Dropout>(c.dropout, gen));
+  }
   attn_ = attn;
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(d, c.norm_eps));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(d, c.norm_eps, true, c.bias));
   auto mlp = register_module("mlp", std::make_shared<Group>("MLP"));
-  c_fc_ = mlp->add("c_fc", std::make_shared<Linear>(d, 4 * d, true, gen));
-  mlp_proj_ = mlp->add("c_proj", std::make_shared<Linear>(4 * d, d, true, gen));
+  c_fc_ = mlp->add("c_fc", std::make_shared<Linear>(d, 4 * d, c.bias, gen));
+  mlp_proj_ = mlp->add("c_proj", std::make_shared<Linear>(4 * d, d, c.bias, gen));
+  if (c.dropout > 0) mlp_dropout_ = mlp->add("dropout", std::make_shared<Dropout>(c.dropout, gen));
   mlp_ = mlp;
 }
 
@@ -114,10 +127,31 @@ Tensor GptBlock::forward(const Tensor& x) {
   Tensor k = heads(1);
   Tensor v = heads(2);
   const bool causal = attend_to_cache(current_kv_cache(), k, v, t, describe());
-  const Tensor y = ops::scaled_dot_product_attention(heads(0), k, v, causal);
-  const Tensor h = ops::add(x, attn_proj_->forward(y.transpose(1, 2).reshape({b, t, d})));
+  Tensor y;
+  if (attn_dropout_ && is_training()) {
+    // Dropout on the attention weights (PyTorch's dropout_p): the weights are formed, so the
+    // fused kernel, which never holds them, is not used.
+    const Tensor q = heads(0);
+    const std::int64_t s = k.size(2);
+    Tensor scores = ops::mul(ops::matmul(q, k.transpose(-2, -1)),
+                             1.0 / std::sqrt(static_cast<double>(hd)));  // [B, H, T, S]
+    if (causal) {
+      const Tensor qpos = ops::arange(t, core::ScalarType::Int64, x.device());
+      const Tensor kpos = ops::arange(s, core::ScalarType::Int64, x.device());
+      scores = ops::masked_fill(scores, ops::gt(kpos.unsqueeze(0), qpos.unsqueeze(1)),
+                                -std::numeric_limits<double>::infinity());
+    }
+    y = ops::matmul(attn_dropout_->forward(ops::softmax(scores, -1)), v);
+  } else {
+    y = ops::scaled_dot_product_attention(heads(0), k, v, causal);
+  }
+  Tensor a = attn_proj_->forward(y.transpose(1, 2).reshape({b, t, d}));
+  if (resid_dropout_) a = resid_dropout_->forward(a);
+  const Tensor h = ops::add(x, a);
   // MLP: C -> 4C -> GELU (tanh approximation, as GPT-2) -> C.
-  return ops::add(h, mlp_proj_->forward(ops::gelu_tanh(c_fc_->forward(ln_2_->forward(h)))));
+  Tensor m = mlp_proj_->forward(ops::gelu_tanh(c_fc_->forward(ln_2_->forward(h))));
+  if (mlp_dropout_) m = mlp_dropout_->forward(m);
+  return ops::add(h, m);
 }
 
 // ---- Gpt ----------------------------------------------------------------------------------------
@@ -131,7 +165,9 @@ Gpt::Gpt(const GptConfig& cfg, rng::Generator* gen) : Model("Gpt"), cfg_(cfg) {
   h_ = body->add("h", std::make_shared<ModuleList>());
   for (std::int64_t i = 0; i < cfg_.n_layers; ++i)
     h_->push_back(std::make_shared<GptBlock>(cfg_, gen));
-  ln_f_ = body->add("ln_f", std::make_shared<LayerNorm>(cfg_.d_model, cfg_.norm_eps));
+  ln_f_ =
+      body->add("ln_f", std::make_shared<LayerNorm>(cfg_.d_model, cfg_.norm_eps, true, cfg_.bias));
+  if (cfg_.dropout > 0) drop_ = body->add("drop", std::make_shared<Dropout>(cfg_.dropout, gen));
   if (cfg_.init_std > 0) {
     // GPT-2's initialisation (llm.c train_gpt2.py _init_weights): matrices and embeddings
     // N(0, std), the projections into the residual stream N(0, std/√(2L)), biases 0; in
@@ -167,6 +203,7 @@ Tensor Gpt::forward(const Tensor& tokens) {
   const Tensor pos = wpe_->forward(
       ops::arange(past + t, core::ScalarType::Int64, tokens.device()).narrow(0, past, t));
   Tensor h = ops::add(wte_->forward(tokens), pos);
+  if (drop_) h = drop_->forward(h);
   for (std::size_t i = 0; i < h_->size(); ++i)
     h = (*h_)[i].forward(h);
   h = ln_f_->forward(h);
@@ -211,7 +248,15 @@ ModelKind gpt_kind() {
       FieldSpec("init_std", FieldType::kFloat, d.init_std,
                 "weights ~ N(0, init_std), residual projections N(0, init_std/sqrt(2 n_layers)); "
                 "0 keeps PyTorch's layer defaults")
-          .documented_as("", ">= 0")};
+          .documented_as("", ">= 0"),
+      FieldSpec("bias", FieldType::kBool, d.bias,
+                "biases in the Linear layers and LayerNorms (GPT-2); false: none, as nanoGPT's "
+                "bias = False"),
+      FieldSpec("dropout", FieldType::kFloat, d.dropout,
+                "training dropout after the embeddings, on the attention weights (then unfused) "
+                "and after each block's two output projections, as nanoGPT")
+          .at_least(0)
+          .below(1)};
   k.validate = [](const nlohmann::json& f) { validate_gpt(gpt_config(f)); };
   k.fit = [](const nlohmann::json& f, const core::DataShape& data) {
     const GptConfig c = gpt_config(f);

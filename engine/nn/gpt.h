@@ -30,6 +30,13 @@ struct GptConfig {
   /// Weights ~ N(0, init_std), the residual projections (c_proj) N(0, init_std/√(2·n_layers)),
   /// biases 0 (GPT-2's and llm.c's initialisation).
   double init_std = 0.02;
+  /// Biases in the Linear layers and LayerNorms (GPT-2's); false: none (nanoGPT's bias = False,
+  /// its train.py default).
+  bool bias = true;
+  /// Dropout probability in training, where nanoGPT has it: after the embeddings
+  /// (transformer.drop), on the attention weights, after the attention's and the MLP's output
+  /// projections. 0 = none.
+  double dropout = 0.0;
 };
 
 /// Checks a GptConfig; a bad value is a tb::FieldError naming the field ("gpt: d_model 100 is
@@ -53,6 +60,8 @@ class GptBlock : public Module {
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
   std::shared_ptr<Module> attn_, mlp_;
   std::shared_ptr<Linear> c_attn_, attn_proj_, c_fc_, mlp_proj_;
+  // GptConfig::dropout > 0: on the attention weights, after attn.c_proj, after mlp.c_proj.
+  std::shared_ptr<Dropout> attn_dropout_, resid_dropout_, mlp_dropout_;
 };
 
 /// The `gpt` model: tokens int64 [B, T] (T <= context_length) -> logits [B, T, vocab].
@@ -74,6 +83,7 @@ class Gpt : public Model {
   std::shared_ptr<Embedding> wte_, wpe_;
   std::shared_ptr<ModuleList> h_;
   std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Dropout> drop_;  // after the embeddings (GptConfig::dropout > 0)
 };
 
 /// The registry entry of `gpt`.

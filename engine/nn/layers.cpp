@@ -249,13 +249,13 @@ std::string Embedding::extra_repr() const {
 
 // ---- norms --------------------------------------------------------------------------------------
 
-LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine)
+LayerNorm::LayerNorm(std::int64_t dim, double eps, bool affine, bool bias)
     : Module("LayerNorm"), dim_(dim), eps_(eps) {
   check_positive("LayerNorm", "dim", dim);
   TB_CHECK(eps > 0, "[nn] LayerNorm: eps must be positive, got ", eps);
   if (affine) {
     weight_ = register_parameter("weight", ops::ones({dim_}));
-    bias_ = register_parameter("bias", ops::zeros({dim_}));
+    if (bias) bias_ = register_parameter("bias", ops::zeros({dim_}));
   }
 }
 

@@ -69,8 +69,9 @@ class Embedding : public Module {
 /// biased variance; weight = 1, bias = 0 initially.
 class LayerNorm : public Module {
  public:
-  /// Normalises vectors of size `dim`.
-  explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true);
+  /// Normalises vectors of size `dim`; `affine`: a learnt weight (1), and with `bias` a learnt
+  /// bias (0) — PyTorch's elementwise_affine and bias.
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5, bool affine = true, bool bias = true);
   /// x [..., dim] -> same shape.
   Tensor forward(const Tensor& x) override;
 

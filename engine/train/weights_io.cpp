@@ -183,6 +183,10 @@ WeightsSaved save_weights(const nn::Model& model, const std::filesystem::path& f
   TB_CHECK(layout != "hf-gpt2" || gpt != nullptr,
            "[weights] layout hf-gpt2 is for gpt models, not model.kind = '",
            nn::model_kind(model.config()), "'");
+  TB_CHECK(layout != "hf-gpt2" || gpt->gpt_config().bias,
+           "[weights] layout hf-gpt2 writes GPT2LMHeadModel, which has biases; this gpt has "
+           "model.bias = false: write layout trainbench (nanoGPT's names, which its bias = False "
+           "model loads)");
   TensorList out;
   std::map<std::string, std::string> meta = {{"format", "pt"}, {"layout", layout}};
   for (const auto& [name, t] : model.state_dict()) {

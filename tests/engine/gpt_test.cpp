@@ -605,4 +605,95 @@ TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {
             std::string::npos);
 }
 
+// nanoGPT's bias = False: no bias tensor anywhere, the parameter count says so, and the model is
+// the bias = True one with its biases at zero; its weights go out and back in nanoGPT's names,
+// and not as GPT2LMHeadModel (which has biases).
+TEST(Gpt, WithoutBiasesIsTheModelWithZeroBiases) {
+  nn::GptConfig c = tiny_gpt(16);
+  tb::rng::CpuGenerator g1(3), g2(3);
+  nn::Gpt with(c, &g1);
+  c.bias = false;
+  nn::Gpt without(c, &g2);
+  EXPECT_EQ(without.num_parameters(), nn::gpt_parameter_count(c));
+  EXPECT_EQ(with.num_parameters() - without.num_parameters(),
+            2 * (2 * 8 + 3 * 8 + 8 + 4 * 8 + 8) + 8);  // per block: 2 norms, 4 Linears; ln_f
+  for (const auto& [name, p] : without.named_parameters())
+    EXPECT_EQ(name.find(".bias"), std::string::npos) << name;
+  {
+    tb::autograd::NoGradGuard no_grad;
+    std::map<std::string, Tensor> own;
+    for (const auto& [name, p] : without.named_parameters())
+      own[name] = p;
+    for (auto& [name, p] : with.named_parameters()) {
+      if (own.count(name) != 0)
+        p.copy_(own[name]);
+      else
+        p.zero_();
+    }
+  }
+  const Tensor a = logits_of(with), b = logits_of(without);
+  ASSERT_EQ(a.sizes().vec(), b.sizes().vec());
+  const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
+  for (std::size_t i = 0; i < va.size(); ++i)
+    ASSERT_NEAR(va[i], vb[i], 1e-6) << i;
+  tb::test::TempDir tmp("tb_gpt_nobias");
+  const auto file = tmp.path() / "nobias.safetensors";
+  tb::train::save_weights(without, file);
+  nn::Gpt back(c);
+  EXPECT_EQ(tb::train::load_weights(back, file).layout, "trainbench");
+  EXPECT_EQ(logits_of(back).to_vector<float>(), vb);
+  // GPT-2's file has biases this model lacks: refused, naming them.
+  const auto biased = tmp.path() / "biased.safetensors";
+  tb::train::save_weights(with, biased);
+  EXPECT_NE(error_of([&] { (void)tb::train::load_weights(back, biased); }).find("ln_1.bias"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              (void)tb::train::save_weights(without, file, "hf-gpt2");
+            }).find("layout hf-gpt2 writes GPT2LMHeadModel, which has biases"),
+            std::string::npos);
+}
+
+// dropout: the same initial weights (dropout draws nothing at init) and, in evaluation, the same
+// logits as without it; in training, nearly no dropout (p = 1e-9) computes what the fused
+// attention does through the unfused path that drops attention weights, and p = 0.3 changes the
+// logits, reproducibly from the generator.
+TEST(Gpt, DropoutWhereNanoGptHasIt) {
+  nn::GptConfig c = tiny_gpt(16);
+  tb::rng::CpuGenerator g1(4), g2(4);
+  nn::Gpt plain(c, &g1);
+  c.dropout = 1e-9;
+  nn::Gpt dropped(c, &g2);
+  for (const char* name : {"transformer.drop", "transformer.h.0.attn.attn_dropout",
+                           "transformer.h.0.attn.resid_dropout", "transformer.h.1.mlp.dropout"}) {
+    bool found = false;
+    for (const auto& [path, m] : dropped.named_modules())
+      found |= path == name && dynamic_cast<nn::Dropout*>(m) != nullptr;
+    EXPECT_TRUE(found) << name;
+  }
+  plain.eval();
+  dropped.eval();
+  EXPECT_EQ(logits_of(plain).to_vector<float>(), logits_of(dropped).to_vector<float>());
+  plain.train();
+  dropped.train();
+  const auto fused = logits_of(plain).to_vector<float>();
+  const auto unfused = logits_of(dropped).to_vector<float>();
+  for (std::size_t i = 0; i < fused.size(); ++i)
+    ASSERT_NEAR(fused[i], unfused[i], 1e-5) << i;
+  c.dropout = 0.3;
+  tb::rng::CpuGenerator g3(4), g4(4);
+  nn::Gpt a(c, &g3), b(c, &g4);
+  const auto la = logits_of(a).to_vector<float>();
+  EXPECT_EQ(la, logits_of(b).to_vector<float>());  // same generator, same masks
+  bool differs = false;
+  for (std::size_t i = 0; i < la.size(); ++i)
+    differs |= std::abs(la[i] - fused[i]) > 1e-3;
+  EXPECT_TRUE(differs);
+  EXPECT_NE(error_of([] {
+              nn::GptConfig bad = tiny_gpt(0);
+              bad.dropout = 1.0;
+              nn::validate_gpt(bad);
+            }).find("dropout must be in [0, 1), got 1"),
+            std::string::npos);
+}
+
 }  // namespace
