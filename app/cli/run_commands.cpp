@@ -27,6 +27,25 @@ namespace tb::cli {
 
 namespace {
 
+// A model's parameter table as a run starts: whole for a small model, else its first rows and
+// its totals (GPT-2 small has 148 tensors; `trainbench-cli model CONFIG` lists them all).
+std::string condensed_table(const std::string& table) {
+  constexpr int kShown = 8;
+  std::istringstream in(table);
+  std::vector<std::string> rows, totals;
+  for (std::string line; std::getline(in, line);)
+    (line.find('[') != std::string::npos ? rows : totals).push_back(line);
+  if (rows.size() <= 3 * kShown) return table;
+  std::string out;
+  for (int i = 0; i < kShown; ++i)
+    out += rows[static_cast<std::size_t>(i)] + "\n";
+  out += "... and " + std::to_string(rows.size() - kShown) +
+         " more tensors (trainbench-cli model CONFIG lists each)\n";
+  for (const auto& t : totals)
+    out += t + "\n";
+  return out;
+}
+
 // Nanoseconds of CLOCK_MONOTONIC; async-signal-safe (the stop handlers call it).
 long long monotonic_ns() {
   timespec now{};
@@ -115,7 +134,7 @@ int cmd_run(tb::api::RunRequest req) {
   auto on_start = [&](std::int64_t id, const std::string& table) {
     std::cout << (resume > 0 ? "resuming run " : "run ") << id << " (store "
               << (db.empty() ? tb::api::default_store_path() : db) << ")\n"
-              << table << std::flush;
+              << condensed_table(table) << std::flush;
   };
   auto on_progress = [&](const tb::api::RunProgressInfo& p) {
     const double eta =

@@ -42,7 +42,8 @@ nlohmann::json fields_of(const GptConfig& c) {
           {"norm_eps", c.norm_eps},
           {"init_std", c.init_std},
           {"bias", c.bias},
-          {"dropout", c.dropout}};
+          {"dropout", c.dropout},
+          {"gelu", c.gelu}};
 }
 
 std::int64_t table_rows(const GptConfig& c) {
@@ -66,6 +67,8 @@ void validate_gpt(const GptConfig& c) {
   check_field(c.init_std >= 0, "init_std", "init_std must be >= 0, got ", c.init_std);
   check_field(c.dropout >= 0 && c.dropout < 1, "dropout", "dropout must be in [0, 1), got ",
               c.dropout);
+  check_field(c.gelu == "tanh" || c.gelu == "exact", "gelu",
+              "gelu must be \"tanh\" or \"exact\", got \"", c.gelu, "\"");
 }
 
 GptConfig gpt_config(const nlohmann::json& f) {
@@ -80,6 +83,7 @@ GptConfig gpt_config(const nlohmann::json& f) {
   fields::read(f, "gpt", "init_std", c.init_std);
   fields::read(f, "gpt", "bias", c.bias);
   fields::read(f, "gpt", "dropout", c.dropout);
+  fields::read(f, "gpt", "gelu", c.gelu);
   return c;
 }
 
@@ -97,7 +101,7 @@ std::int64_t gpt_parameter_count(const GptConfig& c) {
 // ---- GptBlock -----------------------------------------------------------------------------------
 
 GptBlock::GptBlock(const GptConfig& c, rng::Generator* gen)
-    : Module("GptBlock"), n_heads_(c.n_heads) {
+    : Module("GptBlock"), n_heads_(c.n_heads), exact_gelu_(c.gelu == "exact") {
   const std::int64_t d = c.d_model;
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(d, c.norm_eps, true, c.bias));
   auto attn = register_module("attn", std::make_shared<Group>("CausalSelfAttention"));
@@ -128,7 +132,9 @@ Tensor GptBlock::forward(const Tensor& x) {
   Tensor v = heads(2);
   const bool causal = attend_to_cache(current_kv_cache(), k, v, t, describe());
   Tensor y;
-  if (attn_dropout_ && is_training()) {
+  // The dropout's own mode, not the block's: a data-parallel rank with no rows replays the masks
+  // with only the Dropout layers in training mode (Trainer's replay_random_draws).
+  if (attn_dropout_ && attn_dropout_->is_training()) {
     // Dropout on the attention weights (PyTorch's dropout_p): the weights are formed, so the
     // fused kernel, which never holds them, is not used.
     const Tensor q = heads(0);
@@ -148,8 +154,9 @@ Tensor GptBlock::forward(const Tensor& x) {
   Tensor a = attn_proj_->forward(y.transpose(1, 2).reshape({b, t, d}));
   if (resid_dropout_) a = resid_dropout_->forward(a);
   const Tensor h = ops::add(x, a);
-  // MLP: C -> 4C -> GELU (tanh approximation, as GPT-2) -> C.
-  Tensor m = mlp_proj_->forward(ops::gelu_tanh(c_fc_->forward(ln_2_->forward(h))));
+  // MLP: C -> 4C -> GELU (GPT-2's tanh approximation, or nanoGPT's exact one) -> C.
+  const Tensor up = c_fc_->forward(ln_2_->forward(h));
+  Tensor m = mlp_proj_->forward(exact_gelu_ ? ops::gelu(up) : ops::gelu_tanh(up));
   if (mlp_dropout_) m = mlp_dropout_->forward(m);
   return ops::add(h, m);
 }
@@ -252,6 +259,10 @@ ModelKind gpt_kind() {
       FieldSpec("bias", FieldType::kBool, d.bias,
                 "biases in the Linear layers and LayerNorms (GPT-2); false: none, as nanoGPT's "
                 "bias = False"),
+      FieldSpec("gelu", FieldType::kString, d.gelu,
+                "MLP activation: tanh = GPT-2's approximation (Hugging Face gelu_new, llm.c); "
+                "exact = torch.nn.GELU(), nanoGPT's")
+          .one_of({"tanh", "exact"}),
       FieldSpec("dropout", FieldType::kFloat, d.dropout,
                 "training dropout after the embeddings, on the attention weights (then unfused) "
                 "and after each block's two output projections, as nanoGPT")

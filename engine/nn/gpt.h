@@ -1,13 +1,15 @@
 // The `gpt` model kind: a GPT-2-class decoder (Radford et al., "Language Models are
 // Unsupervised Multitask Learners", 2019) — learned token and position embeddings, pre-norm
-// blocks of LayerNorm, causal multi-head attention and a GELU (tanh) MLP, a final LayerNorm and
+// blocks of LayerNorm, causal multi-head attention and a GELU MLP, a final LayerNorm and
 // an output head tied to the token embedding. Parameter names and shapes are nanoGPT's
 // (karpathy/nanoGPT model.py), which are Hugging Face GPT-2's with torch.nn.Linear layout:
-// transformer.wte.weight, transformer.h.0.attn.c_attn.weight [3C, C], ..., transformer.ln_f.bias.
+// transformer.wte.weight, transformer.h.0.attn.c_attn.weight [3C, C], ..., transformer.ln_f.bias
+// (the biases unless GptConfig::bias is false).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "engine/nn/layers.h"
 #include "engine/nn/model_registry.h"
@@ -37,6 +39,9 @@ struct GptConfig {
   /// (transformer.drop), on the attention weights, after the attention's and the MLP's output
   /// projections. 0 = none.
   double dropout = 0.0;
+  /// The MLP's GELU: "tanh", GPT-2's approximation (Hugging Face's gelu_new, llm.c), or "exact",
+  /// the erf form (torch.nn.GELU(), nanoGPT's).
+  std::string gelu = "tanh";
 };
 
 /// Checks a GptConfig; a bad value is a tb::FieldError naming the field ("gpt: d_model 100 is
@@ -62,6 +67,7 @@ class GptBlock : public Module {
   std::shared_ptr<Linear> c_attn_, attn_proj_, c_fc_, mlp_proj_;
   // GptConfig::dropout > 0: on the attention weights, after attn.c_proj, after mlp.c_proj.
   std::shared_ptr<Dropout> attn_dropout_, resid_dropout_, mlp_dropout_;
+  bool exact_gelu_ = false;
 };
 
 /// The `gpt` model: tokens int64 [B, T] (T <= context_length) -> logits [B, T, vocab].

@@ -58,7 +58,7 @@ std::string idle_reason(const RunConfig& c, const std::string& key) {
   }
   if (section == "distributed") {
     if (name != "backend" && c.distributed.backend == "none")
-      return "distributed.backend is \"none\"";
+      return "distributed.backend is \"none\" (trainbench-cli launch --ddp sets it)";
     return "";
   }
   return "";

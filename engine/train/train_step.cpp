@@ -36,6 +36,7 @@ std::int64_t batches_of_step(const RunConfig& c, const Trainer::State& s) {
 
 std::int64_t rows_of_step(const Trainer::State& s, std::int64_t batches) {
   const std::int64_t n = s.loader->num_batches();
+  TB_CHECK(n > 0, "[trainer] the data loader has no batch (an empty training split)");
   std::int64_t b = s.loader->next_batch_index();
   if (b >= n) b = 0;  // the epoch is over: the next one's first batches
   std::int64_t rows = 0;

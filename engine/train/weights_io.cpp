@@ -169,7 +169,20 @@ WeightsLoad load_weights(nn::Model& model, const std::filesystem::path& file) {
     autograd::NoGradGuard no_grad;
     (void)model.load_state_dict(state, /*strict=*/true);
   } catch (const ValueError& e) {
-    throw ValueError("[init_from] " + file.string() + " (" + out.layout + "): " + e.what());
+    // nanoGPT trains without biases by default: a file and a gpt that disagree on them say which
+    // setting reads the file.
+    std::string hint;
+    if (const auto* gpt = dynamic_cast<const nn::Gpt*>(&model)) {
+      bool file_biases = false;
+      for (const auto& [name, t] : state)
+        file_biases |= name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 &&
+                       name.find(".attn.bias") == std::string::npos;
+      if (file_biases != gpt->gpt_config().bias)
+        hint = file_biases ? " (the file has biases: set model.bias = true)"
+                           : " (the file has no biases, as nanoGPT's bias = False: set "
+                             "model.bias = false)";
+    }
+    throw ValueError("[init_from] " + file.string() + " (" + out.layout + "): " + e.what() + hint);
   }
   out.tensors = static_cast<std::int64_t>(state.size());
   return out;

@@ -645,8 +645,19 @@ TEST(Gpt, WithoutBiasesIsTheModelWithZeroBiases) {
   // GPT-2's file has biases this model lacks: refused, naming them.
   const auto biased = tmp.path() / "biased.safetensors";
   tb::train::save_weights(with, biased);
-  EXPECT_NE(error_of([&] { (void)tb::train::load_weights(back, biased); }).find("ln_1.bias"),
-            std::string::npos);
+  const std::string refused = error_of([&] { (void)tb::train::load_weights(back, biased); });
+  EXPECT_NE(refused.find("ln_1.bias"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("(the file has biases: set model.bias = true)"), std::string::npos)
+      << refused;
+  // ... and the other way: nanoGPT's bias-free file into the default gpt.
+  nn::GptConfig biased_config = c;
+  biased_config.bias = true;
+  nn::Gpt default_gpt(biased_config);
+  const std::string missing = error_of([&] { (void)tb::train::load_weights(default_gpt, file); });
+  EXPECT_NE(missing.find("(the file has no biases, as nanoGPT's bias = False: set model.bias = "
+                         "false)"),
+            std::string::npos)
+      << missing;
   EXPECT_NE(error_of([&] {
               (void)tb::train::save_weights(without, file, "hf-gpt2");
             }).find("layout hf-gpt2 writes GPT2LMHeadModel, which has biases"),
@@ -693,6 +704,48 @@ TEST(Gpt, DropoutWhereNanoGptHasIt) {
               bad.dropout = 1.0;
               nn::validate_gpt(bad);
             }).find("dropout must be in [0, 1), got 1"),
+            std::string::npos);
+}
+
+// A data-parallel rank whose share of a short last batch is empty replays the forward pass with
+// only its Dropout layers in training mode (Trainer's replay_random_draws): the attention
+// weights' masks must be drawn then too, or its generator falls behind the other ranks'.
+TEST(Gpt, AnEmptyShardDrawsEveryDropoutMask) {
+  nn::GptConfig c = tiny_gpt(16);
+  c.dropout = 0.2;
+  tb::rng::CpuGenerator g1(8), g2(8);
+  nn::Gpt whole(c, &g1), empty(c, &g2);
+  const Tensor tokens = tb::core::from_vector(std::vector<std::int64_t>{3, 10, 0, 7, 7, 1}, {2, 3});
+  (void)whole.forward(tokens);  // one process: the 2 rows, in training
+  empty.eval();
+  for (auto& [path, m] : empty.named_modules())
+    if (dynamic_cast<nn::Dropout*>(m) != nullptr) m->train(true);
+  {
+    nn::ScopedBatchShard shard({2, 0, 2});  // rows [2, 2) of 2: none
+    (void)empty.forward(tokens.narrow(0, 0, 0));
+  }
+  EXPECT_EQ(g1.get_state(), g2.get_state());
+}
+
+// gelu = "exact" (nanoGPT's nn.GELU()) against "tanh" (GPT-2's): the same weights, logits that
+// differ a little; each is its op (checked against PyTorch in the ops tests).
+TEST(Gpt, ExactGeluIsNanoGptsActivation) {
+  nn::GptConfig c = tiny_gpt(16);
+  c.init_std = 0.5;  // activations of order 1, where the two forms differ by up to ~1e-3
+  tb::rng::CpuGenerator g1(6), g2(6);
+  nn::Gpt tanh_model(c, &g1);
+  c.gelu = "exact";
+  nn::Gpt exact_model(c, &g2);
+  EXPECT_EQ(exact_model.config().fields.at("gelu"), "exact");
+  const auto a = logits_of(tanh_model).to_vector<float>();
+  const auto b = logits_of(exact_model).to_vector<float>();
+  double most = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    most = std::max(most, static_cast<double>(std::abs(a[i] - b[i])));
+  EXPECT_GT(most, 1e-5);
+  EXPECT_LT(most, 0.5);
+  c.gelu = "erf";
+  EXPECT_NE(error_of([&] { nn::validate_gpt(c); }).find("gelu must be \"tanh\" or \"exact\""),
             std::string::npos);
 }
 

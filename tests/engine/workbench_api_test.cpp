@@ -220,7 +220,8 @@ TEST(WorkbenchConfig, IdleKeysSayWhatMakesThemIdle) {
   EXPECT_EQ(idle["swa.ema_decay"], "swa.kind is \"none\"");
   EXPECT_EQ(idle["eval.sample_tokens"], "eval.samples is 0");
   EXPECT_EQ(idle["binding.slots"], "binding.mode is \"none\"");
-  EXPECT_EQ(idle["distributed.world_size"], "distributed.backend is \"none\"");
+  EXPECT_EQ(idle["distributed.world_size"],
+            "distributed.backend is \"none\" (trainbench-cli launch --ddp sets it)");
   for (const char* active : {"run.steps", "data.batch_size", "amp.enabled", "swa.kind",
                              "binding.mode", "binding.cpus", "distributed.backend", "data.shuffle"})
     EXPECT_EQ(idle.count(active), 0u) << active;
