@@ -145,6 +145,17 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
     s.setup_warnings.push_back(std::move(w));
   s.train_set = std::move(splits.train);
   s.eval_set = std::move(splits.eval);
+  // More evaluation batches than the split holds: each evaluation reads the split once, said
+  // (an eval.batches chosen for another data set silently measured less than asked).
+  if (c.eval.batches > 0 && s.eval_set != nullptr) {
+    const std::int64_t per = d.batch_size * (s.ddp ? s.ddp->world() : 1);
+    const std::int64_t held = (s.eval_set->size() + per - 1) / per;
+    if (c.eval.batches > held)
+      s.setup_warnings.push_back("eval.batches = " + std::to_string(c.eval.batches) +
+                                 " is more than the evaluation split's " + std::to_string(held) +
+                                 " batches of " + std::to_string(per) +
+                                 ": each evaluation reads those " + std::to_string(held));
+  }
   s.language_model = kind->task == core::kTaskLanguageModel;
   s.tokenizer = data::tokenizer_of(*kind, data_settings(d));
   data::DataLoaderOptions lo;

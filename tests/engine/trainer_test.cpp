@@ -810,6 +810,13 @@ TEST(Trainer, SettingsThatDoNothingAreWarnedAbout) {
   cfg.swa.start_step = 30;  // the last step updates the average: one is taken
   EXPECT_TRUE(warnings_of(cfg).empty());
   cfg = blobs_config();
+  cfg.eval.batches = 50;  // 512 held-out blobs in batches of 32: 16
+  EXPECT_EQ(warnings_of(cfg), std::vector<std::string>{
+                                  "warning: eval.batches = 50 is more than the evaluation split's "
+                                  "16 batches of 32: each evaluation reads those 16"});
+  cfg.eval.batches = 16;
+  EXPECT_TRUE(warnings_of(cfg).empty());
+  cfg = blobs_config();
   cfg.amp.grad_scaler = true;
   EXPECT_EQ(warnings_of(cfg), std::vector<std::string>{
                                   "warning: amp.grad_scaler = true does nothing with amp.enabled = "
