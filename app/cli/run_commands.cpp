@@ -140,7 +140,11 @@ int cmd_run(tb::api::RunRequest req) {
     const double eta =
         p.steps_per_s > 0 ? static_cast<double>(p.total - p.step) / p.steps_per_s : 0.0;
     std::ostringstream line;
-    line << "step " << p.step << "/" << p.total << "  loss " << std::setprecision(4) << p.loss;
+    line << "step " << p.step << "/" << p.total << "  loss ";
+    if (std::isnan(p.loss))
+      line << "-";
+    else
+      line << std::setprecision(4) << p.loss;
     // (A step whose loss was not finite, and the last step of a cancelled or diverged run, may
     // be logged with its loss alone: "lr -" keeps the columns where they were.)
     if (std::isnan(p.lr))

@@ -73,8 +73,10 @@ RunOutcomeInfo run_training(const RunRequest& req,
         }
         if (k.rfind(core::metric::kEvalPrefix, 0) == 0) p.eval.emplace_back(k, v);
       }
-      if (first < 0) first = m.step - 1;
-      p.steps_per_s = m.wall_s > 0 ? static_cast<double>(m.step - first - 1) / m.wall_s : 0.0;
+      // The rate counts trained steps: not from the initial evaluation's report (step 0).
+      if (first < 0 && m.step > 0) first = m.step - 1;
+      p.steps_per_s =
+          m.wall_s > 0 && first >= 0 ? static_cast<double>(m.step - first - 1) / m.wall_s : 0.0;
       on_progress(p);
     };
   }

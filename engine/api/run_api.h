@@ -38,7 +38,8 @@ struct RunProgressInfo {
   std::int64_t run_id = 0;  ///< the stored run
   std::int64_t step = 0;    ///< optimizer steps done
   std::int64_t total = 0;   ///< steps in the run
-  double loss = 0;          ///< the step's loss
+  /// The step's loss (NaN: none logged — the initial evaluation of eval.at_start, step 0).
+  double loss = std::numeric_limits<double>::quiet_NaN();
   double lr =
       std::numeric_limits<double>::quiet_NaN();      ///< the first group's LR (NaN: none logged)
   double steps_per_s = 0;                            ///< recent rate

@@ -397,6 +397,7 @@ std::vector<std::string> check_resume_config(const std::filesystem::path& dir,
     c.run.tags.clear();
     c.run.log_interval = 1;
     c.run.init_from.clear();
+    c.eval.at_start = false;  // step 0's evaluation changes nothing after it
     if (c.run.device.rfind("cuda", 0) != 0) c.amp.tf32 = false;
     // Where the data is (a store moved to another machine finds it elsewhere): the loader's
     // state checks the sample count, and the run warns that the rest is taken on trust.
@@ -438,7 +439,8 @@ std::vector<std::string> check_resume_config(const std::filesystem::path& dir,
                      "; resume with that config (only where the run is placed and how it is "
                      "logged and saved may change: binding, threads, data.workers, "
                      "checkpoint.interval, checkpoint.keep, run.name, run.tags, "
-                     "run.log_interval, and where the data is: data.path, data.val_path, "
+                     "run.log_interval, eval.at_start, and where the data is: data.path, "
+                     "data.val_path, "
                      "data.tokenizer_model)");
   }
   return warnings;

@@ -116,7 +116,9 @@ std::vector<SectionSchema> make_fixed_sections() {
                   "language models: texts generated at each evaluation from the start "
                   "of the eval split, stored with the run (temperature 0.8, top-k 40)")
             .at_least(0),
-        FieldSpec("sample_tokens", FieldType::kInt, 64, "tokens per generated text").at_least(1)}});
+        FieldSpec("sample_tokens", FieldType::kInt, 64, "tokens per generated text").at_least(1),
+        FieldSpec("at_start", FieldType::kBool, false,
+                  "also evaluate the initial model, logged at step 0 (not on a resume)")}});
   out.push_back(
       {"checkpoint",
        {FieldSpec("interval", FieldType::kInt, 0, "steps between checkpoints (0 = only at the end)")

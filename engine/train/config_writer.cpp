@@ -136,6 +136,7 @@ std::string to_toml(const RunConfig& c) {
   w.integer("batches", c.eval.batches);
   w.integer("samples", c.eval.samples);
   w.integer("sample_tokens", c.eval.sample_tokens);
+  w.flag("at_start", c.eval.at_start);
 
   w.header("checkpoint");
   w.integer("interval", c.checkpoint.interval);

@@ -469,6 +469,7 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
     s.check_min("samples", c.eval.samples, 0);
     s.read("sample_tokens", c.eval.sample_tokens);
     s.check_min("sample_tokens", c.eval.sample_tokens, 1);
+    s.read("at_start", c.eval.at_start);
     s.finish();
   }
   {

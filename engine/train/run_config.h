@@ -132,6 +132,9 @@ struct EvalSection {
   std::int64_t batches = 0;         ///< batches per evaluation (0 = the whole eval split)
   std::int64_t samples = 0;         ///< language models: texts generated at each evaluation
   std::int64_t sample_tokens = 64;  ///< tokens per generated text
+  /// Also evaluate the initial model, logged at step 0 (nanoGPT's step-0 estimate: a new model's
+  /// loss should be about ln(vocab)); not on a resume.
+  bool at_start = false;
 };
 
 /// [checkpoint]

@@ -98,6 +98,7 @@ TrainResult Trainer::loop() {
   for (const auto& [name, t] : l.buffers)
     l.replicated.push_back(t);
   l.timer = core::make_device_timer(s.device);
+  if (config_.eval.at_start && s.step == 0) evaluate_at_start();
   while (s.step < total_steps_) {
     const bool go_on =
         !s.ddp ? wait_while_paused() : !l.ranks_cancel && (!l.ranks_pause || hold_with_ranks());
@@ -323,6 +324,19 @@ Trainer::StepEnd Trainer::update_and_log(Loop& l) {
     return StepEnd::kStop;
   }
   return StepEnd::kNext;
+}
+
+void Trainer::evaluate_at_start() {
+  // The initial model's evaluation, at step 0: no scheduler steps on it (a plateau's first
+  // comparison is with the first trained evaluation), no checkpoint is written.
+  State& s = *s_;
+  const auto te = Clock::now();
+  Metrics m = evaluate();
+  s.model->train();
+  m.emplace_back(core::metric::kEvalMs, ms_since(te));
+  for (auto& sink : sinks_)
+    sink->on_metrics(0, m);
+  if (config_.eval.samples > 0 && rank() == 0) emit_samples();
 }
 
 void Trainer::evaluate_into(Loop& l, Metrics& m) {

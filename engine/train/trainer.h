@@ -182,6 +182,7 @@ class Trainer {
   StepEnd end_nonfinite_step(Loop& l);             // skipped, or diverged after too many in a row
   StepEnd update_and_log(Loop& l);                 // optimizer, metrics, evaluation, checkpoint
   void evaluate_into(Loop& l, Metrics& m);
+  void evaluate_at_start();
   void end_cancelled(Loop& l);  // a cancelled run's checkpoint and message
   void log_last_loss(Loop& l);  // the loss of a step between logged ones the run ended after
   // Step phases of loop() that need the trainer (the others are in train_step.cpp).
