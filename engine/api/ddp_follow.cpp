@@ -232,7 +232,7 @@ RunOutcomeInfo follow_distributed_run(const RunSpec& spec, const RunObserver& ob
 
   RunOutcomeInfo out;
   std::int64_t run = 0;
-  std::int64_t last_step = 0;
+  std::int64_t last_step = -1;  // from step 0: eval.at_start's evaluation
   bool cancel_sent = false;
   bool paused = false;
   std::optional<StoreReader> store;

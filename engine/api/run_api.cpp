@@ -59,7 +59,8 @@ RunOutcomeInfo run_training(const RunRequest& req,
   if (req.on_warning)
     obs.on_event = [&req](const std::string&, const std::string& text) { req.on_warning(text); };
   if (on_progress) {
-    obs.on_metrics = [&on_progress, first = std::int64_t{-1}](const StepMetrics& m) mutable {
+    obs.on_metrics = [&on_progress, first = std::int64_t{-1},
+                      first_wall = 0.0](const StepMetrics& m) mutable {
       RunProgressInfo p;
       p.run_id = m.run_id;
       p.step = m.step;
@@ -73,10 +74,14 @@ RunOutcomeInfo run_training(const RunRequest& req,
         }
         if (k.rfind(core::metric::kEvalPrefix, 0) == 0) p.eval.emplace_back(k, v);
       }
-      // The rate counts trained steps: not from the initial evaluation's report (step 0).
-      if (first < 0 && m.step > 0) first = m.step - 1;
-      p.steps_per_s =
-          m.wall_s > 0 && first >= 0 ? static_cast<double>(m.step - first - 1) / m.wall_s : 0.0;
+      // The rate counts trained steps, from the first one reported (not from the initial
+      // evaluation's report, step 0, where the wall clock starts).
+      if (first < 0 && m.step > 0) {
+        first = m.step - 1;
+        first_wall = m.wall_s;
+      }
+      const double span = m.wall_s - first_wall;
+      p.steps_per_s = first >= 0 && span > 0 ? static_cast<double>(m.step - first - 1) / span : 0.0;
       on_progress(p);
     };
   }

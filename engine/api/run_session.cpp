@@ -97,8 +97,8 @@ class ControlBinding {
   RunControl* control_;
 };
 
-// Every logged step's metrics for the observer; wall_s counts from the first logged trained step
-// (not from the initial evaluation, step 0).
+// Every logged step's metrics for the observer; wall_s counts from the first logged point (the
+// store's origin too: live and stored points share the wall-time axis).
 class ObserverSink final : public train::MetricSink {
  public:
   ObserverSink(std::int64_t run, std::int64_t total, std::function<void(const StepMetrics&)> cb,
@@ -113,7 +113,7 @@ class ObserverSink final : public train::MetricSink {
   void on_metrics(std::int64_t step, const train::Metrics& m) override {
     if (!cb_) return;
     const auto now = std::chrono::steady_clock::now();
-    if (!started_ && step > 0) {
+    if (!started_) {
       t0_ = now;
       started_ = true;
     }
@@ -121,7 +121,7 @@ class ObserverSink final : public train::MetricSink {
     s.run_id = run_;
     s.step = step;
     s.total = total_;
-    s.wall_s = started_ ? std::chrono::duration<double>(now - t0_).count() : 0.0;
+    s.wall_s = std::chrono::duration<double>(now - t0_).count();
     s.values = m;
     cb_(s);
   }

@@ -118,7 +118,8 @@ std::vector<SectionSchema> make_fixed_sections() {
             .at_least(0),
         FieldSpec("sample_tokens", FieldType::kInt, 64, "tokens per generated text").at_least(1),
         FieldSpec("at_start", FieldType::kBool, false,
-                  "also evaluate the initial model, logged at step 0 (not on a resume)")}});
+                  "also evaluate the initial model, logged at step 0 (not on a resume; it counts "
+                  "in the run's best values)")}});
   out.push_back(
       {"checkpoint",
        {FieldSpec("interval", FieldType::kInt, 0, "steps between checkpoints (0 = only at the end)")

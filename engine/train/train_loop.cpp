@@ -333,6 +333,7 @@ void Trainer::evaluate_at_start() {
   const auto te = Clock::now();
   Metrics m = evaluate();
   s.model->train();
+  s.last_eval = m;  // what a run cancelled before its first trained evaluation ends with
   m.emplace_back(core::metric::kEvalMs, ms_since(te));
   for (auto& sink : sinks_)
     sink->on_metrics(0, m);

@@ -150,7 +150,7 @@ void setup_data(const RunConfig& c, Trainer::State& s) {
   if (c.eval.batches > 0 && s.eval_set != nullptr) {
     const std::int64_t per = d.batch_size * (s.ddp ? s.ddp->world() : 1);
     const std::int64_t held = (s.eval_set->size() + per - 1) / per;
-    if (c.eval.batches > held)
+    if (held > 0 && c.eval.batches > held)
       s.setup_warnings.push_back("eval.batches = " + std::to_string(c.eval.batches) +
                                  " is more than the evaluation split's " + std::to_string(held) +
                                  " batches of " + std::to_string(per) +

@@ -1069,7 +1069,7 @@ TEST(WorkbenchRun, DistributedRunIsFollowedLikeAnInProcessOne) {
   api::TrainRequest req;
   req.config_text = kBlobs + "\n[distributed]\nbackend = \"mpi\"\nworld_size = 2\n";
   req.db_path = dir.db();
-  req.overrides = {"threads=1"};
+  req.overrides = {"threads=1", "eval.at_start=true"};
   std::int64_t started = 0;
   std::vector<api::StepMetrics> seen;
   auto out = api::start_training(
@@ -1077,7 +1077,8 @@ TEST(WorkbenchRun, DistributedRunIsFollowedLikeAnInProcessOne) {
       [&](const api::StepMetrics& m) { seen.push_back(m); });
   EXPECT_EQ(out.status, "finished") << out.message;
   EXPECT_EQ(started, out.run_id);
-  ASSERT_EQ(seen.size(), 20u);
+  ASSERT_EQ(seen.size(), 21u);  // the initial evaluation (step 0), then steps 1..20
+  EXPECT_EQ(seen.front().step, 0);
   EXPECT_EQ(seen.back().step, 20);
   bool rank1 = false;
   for (const auto& [k, v] : seen.back().values)
