@@ -172,24 +172,16 @@ TEST(GradientAccumulation, ARunCountedInStepsTakesKBatchesAcrossEpochEnds) {
 
 // synthetic-blobs whose training sample 60 has NaN features (tests only).
 void register_nan_blobs() {
-  static const bool registered = [] {
-    tb::data::DatasetKind k = *tb::data::dataset_registry().at("synthetic-blobs");
-    k.name = "test-accum-nan-blobs";
-    k.help = "synthetic-blobs with NaN features in training sample 60 (tests only)";
-    const auto make = k.make;
-    k.make = [make](const nlohmann::json& d, std::uint64_t seed) {
-      tb::data::DataSplits s = make(d, seed);
-      auto* train_set = dynamic_cast<tb::data::TensorDataset*>(s.train.get());
-      tb::core::Tensor input = train_set->input().clone();
-      for (int f = 0; f < 16; ++f)
-        input.data_ptr<float>()[60 * 16 + f] = NAN;
-      s.train = std::make_shared<tb::data::TensorDataset>(input, train_set->target());
-      return s;
-    };
-    tb::data::dataset_registry().add(k);
-    return true;
-  }();
-  (void)registered;
+  tb::test::register_derived_data_kind(
+      "synthetic-blobs", "test-accum-nan-blobs",
+      "synthetic-blobs with NaN features in training sample 60 (tests only)",
+      [](tb::data::DataSplits& s) {
+        auto* train_set = dynamic_cast<tb::data::TensorDataset*>(s.train.get());
+        tb::core::Tensor input = train_set->input().clone();
+        for (int f = 0; f < 16; ++f)
+          input.data_ptr<float>()[60 * 16 + f] = NAN;
+        s.train = std::make_shared<tb::data::TensorDataset>(input, train_set->target());
+      });
 }
 
 TEST(GradientAccumulation, ANonFiniteLossInOneBatchSkipsTheWholeStep) {

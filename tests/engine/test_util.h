@@ -7,9 +7,12 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <system_error>
+
+#include "engine/data/registry.h"
 
 namespace tb::test {
 
@@ -117,6 +120,24 @@ inline std::string read_bytes(const std::filesystem::path& p) {
 /// Replaces file `p`'s contents with `bytes`.
 inline void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// Registers (once per process) the data kind `name`: the kind `base` with `change` applied to
+/// the splits it makes — a NaN sample, an unreadable training split — for tests of what a run
+/// does with such data.
+inline void register_derived_data_kind(const std::string& base, const std::string& name,
+                                       const std::string& help,
+                                       std::function<void(data::DataSplits&)> change) {
+  if (data::dataset_registry().find(name) != nullptr) return;
+  data::DatasetKind k = *data::dataset_registry().at(base);
+  k.name = name;
+  k.help = help;
+  k.make = [make = k.make, change](const nlohmann::json& d, std::uint64_t seed) {
+    data::DataSplits s = make(d, seed);
+    change(s);
+    return s;
+  };
+  data::dataset_registry().add(k);
 }
 
 }  // namespace tb::test

@@ -34,20 +34,12 @@ class UnreadableDataset final : public tb::data::Dataset {
 };
 
 void register_unreadable() {
-  static const bool registered = [] {
-    tb::data::DatasetKind k = *tb::data::dataset_registry().at("synthetic-blobs");
-    k.name = "test-unreadable";
-    k.help = "synthetic-blobs whose training batches cannot be read (tests only)";
-    const auto make = k.make;
-    k.make = [make](const nlohmann::json& d, std::uint64_t seed) {
-      tb::data::DataSplits s = make(d, seed);
-      s.train = std::make_shared<UnreadableDataset>(s.train->size());
-      return s;
-    };
-    tb::data::dataset_registry().add(k);
-    return true;
-  }();
-  (void)registered;
+  tb::test::register_derived_data_kind(
+      "synthetic-blobs", "test-unreadable",
+      "synthetic-blobs whose training batches cannot be read (tests only)",
+      [](tb::data::DataSplits& s) {
+        s.train = std::make_shared<UnreadableDataset>(s.train->size());
+      });
 }
 
 TEST(TrainerFailure, AFirstBatchThatCannotBeReadLeavesNoEmptyCheckpointFolder) {
