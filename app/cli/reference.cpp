@@ -67,6 +67,7 @@ std::map<std::string, std::string> reference_blocks() {
     out["section:" + name] =
         field_table(s.fields, s.name == "data" ? kind_row("data", "fashion-mnist") : "");
   }
+  out["section:optimizer"] = field_table(api::optimizer_section().fields, "");
   out["kinds:model"] = kinds_table("model", "task");
   out["kinds:data"] = kinds_table("data", "task");
   out["kinds:optimizer"] = kinds_table("optimizer", "the rest goes to");
@@ -94,6 +95,7 @@ void print_reference(std::ostream& out) {
   for (const auto& s : api::config_sections())
     block(s.name.empty() ? "## Top-level keys" : "## `[" + s.name + "]`",
           "section:" + (s.name.empty() ? std::string("top") : s.name));
+  block("## `[optimizer]` (beside the kind's settings)", "section:optimizer");
   for (const auto& family : api::config_families()) {
     block("## " + family + " kinds", "kinds:" + family);
     for (const auto& k : api::list_kinds(family))

@@ -68,4 +68,13 @@ std::vector<SectionInfo> config_sections() {
   return out;
 }
 
+SectionInfo optimizer_section() {
+  std::vector<core::FieldSpec> fields;
+  for (const char* key : {"kind", "weight_decay_params", "split"})
+    if (auto f = train::describe_key(std::string("optimizer.") + key, "mlp", "fashion-mnist",
+                                     "adamw", "none"))
+      fields.push_back(*f);
+  return {"optimizer", infos_of(fields)};
+}
+
 }  // namespace tb::api

@@ -45,4 +45,7 @@ struct SectionInfo {
 /// [binding], top-level `threads`).
 std::vector<SectionInfo> config_sections();
 
+/// [optimizer]'s own keys, beside its kind's settings: kind, weight_decay_params, split.
+SectionInfo optimizer_section();
+
 }  // namespace tb::api
