@@ -321,12 +321,16 @@ int cmd_sample(tb::api::SampleRequest req, const std::string& prompt_tokens) {
   }
   const auto r = tb::api::sample_run(req);
   std::cerr << "sampled from " << r.from << "\n";
-  if (r.has_text) {
-    std::cout << r.text << "\n";
-  } else {
-    for (std::size_t i = 0; i < r.tokens.size(); ++i)
-      std::cout << (i ? "," : "") << r.tokens[i];
-    std::cout << "\n";
+  for (std::size_t s = 0; s < r.all_tokens.size(); ++s) {
+    // Several samples: each followed by nanoGPT's sample.py separator line.
+    if (r.has_text) {
+      std::cout << r.texts[s] << "\n";
+    } else {
+      for (std::size_t i = 0; i < r.all_tokens[s].size(); ++i)
+        std::cout << (i ? "," : "") << r.all_tokens[s][i];
+      std::cout << "\n";
+    }
+    if (r.all_tokens.size() > 1) std::cout << "---------------\n";
   }
   return 0;
 }

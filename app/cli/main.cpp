@@ -321,7 +321,7 @@ int cli_main(int argc, char** argv) {
   sample
       ->add_option("--prompt-tokens", sample_ids,
                    "models of token files: comma-separated ids to continue (default: "
-                   "<|endoftext|>)")
+                   "<|endoftext|> for GPT-2's vocabulary, else id 0)")
       ->excludes(sample_prompt);  // one prompt, as text or as ids
   sample->add_option("--tokens", sample_req.tokens, "new tokens")
       ->capture_default_str()
@@ -332,7 +332,13 @@ int cli_main(int argc, char** argv) {
   sample->add_option("--top-k", sample_req.top_k, "keep the k most likely tokens (0 = all)")
       ->capture_default_str()
       ->check(kNonNegative);
-  sample->add_option("--seed", sample_req.seed, "the draws' seed")->capture_default_str();
+  sample->add_option("--seed", sample_req.seed, "the draws' seed (sample i: seed + i)")
+      ->capture_default_str();
+  sample
+      ->add_option("--num-samples", sample_req.num_samples,
+                   "texts from the same prompt, each followed by a line of dashes when several")
+      ->capture_default_str()
+      ->check(kPositive);
   sample->add_option("--tokenizer-model", sample_req.tokenizer_model,
                      "the tokenizer model file (SentencePiece .model, GPT-2 vocab.json), when "
                      "the run's data.tokenizer_model has moved");

@@ -614,14 +614,20 @@ SampleResult sample_run(const SampleRequest& req) {
     // GPT-2's <|endoftext|> starts a document; other vocabularies start from token 0.
     if (prompt.empty()) prompt.push_back(vocab >= 50257 ? 50256 : 0);
   }
+  TB_CHECK(req.num_samples >= 1, "[sample] --num-samples must be at least 1, got ",
+           req.num_samples);
   train::SampleOptions o;
   o.tokens = req.tokens;
   o.temperature = req.temperature;
   o.top_k = req.top_k;
-  o.seed = req.seed;
   if (tokenizer != nullptr) o.vocab_limit = tokenizer->vocab();
-  out.tokens = train::sample_tokens(*model, prompt, o);
-  if (tokenizer != nullptr) out.text = tokenizer->decode(out.tokens);
+  for (std::int64_t i = 0; i < req.num_samples; ++i) {
+    o.seed = req.seed + static_cast<std::uint64_t>(i);
+    out.all_tokens.push_back(train::sample_tokens(*model, prompt, o));
+    out.texts.push_back(tokenizer != nullptr ? tokenizer->decode(out.all_tokens.back()) : "");
+  }
+  out.tokens = out.all_tokens.front();
+  out.text = out.texts.front();
   return out;
 }
 

@@ -87,7 +87,8 @@ struct SampleRequest {
   std::int64_t tokens = 200;                ///< new tokens
   double temperature = 1.0;                 ///< 0 = greedy
   std::int64_t top_k = 0;                   ///< 0 = every token
-  std::uint64_t seed = 0;                   ///< the draws' seed
+  std::uint64_t seed = 0;                   ///< the draws' seed (sample i draws from seed + i)
+  std::int64_t num_samples = 1;             ///< texts, each from the same prompt
   /// The tokenizer model file instead of the stored data.tokenizer_model ("" = the stored one):
   /// where it is now, when it moved.
   std::string tokenizer_model;
@@ -99,6 +100,9 @@ struct SampleResult {
   std::string tokenizer;             ///< "bytes", "sentencepiece <model>" or "" (bare ids)
   std::vector<std::int64_t> tokens;  ///< prompt + continuation as ids
   std::string from;                  ///< "run 3, checkpoint of step 1200"
+  /// Every sample (the first is `text` / `tokens`): num_samples of them, the model loaded once.
+  std::vector<std::string> texts;
+  std::vector<std::vector<std::int64_t>> all_tokens;  ///< their ids
 };
 /// Loads the run's model from its newest checkpoint (or `checkpoint`) and samples from it. A run
 /// that is not a language model, has no checkpoint, or a prompt of the wrong form (text for a

@@ -264,6 +264,16 @@ TEST(Sample, AStoredRunContinuesFromItsCheckpoint) {
   EXPECT_EQ(a.text.substr(0, 3), "abc");
   EXPECT_NE(a.from.find("checkpoint of step 20"), std::string::npos) << a.from;
   EXPECT_EQ(api::sample_run(req).text, a.text);
+  // Several samples: the model loaded once, sample i drawn from seed + i.
+  req.num_samples = 3;
+  const auto three = api::sample_run(req);
+  ASSERT_EQ(three.texts.size(), 3u);
+  EXPECT_EQ(three.texts[0], a.text);
+  EXPECT_EQ(three.text, a.text);
+  req.num_samples = 1;
+  req.seed = 7;
+  EXPECT_EQ(api::sample_run(req).text, three.texts[2]);
+  req.seed = 5;
   req.prompt.clear();
   req.prompt_tokens = {1, 2};
   EXPECT_NE(error_of([&] { api::sample_run(req); }).find("give the prompt as text"),
