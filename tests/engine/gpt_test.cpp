@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -327,6 +328,25 @@ Tensor logits_of(nn::Model& m) {
   return m.forward(tb::core::from_vector(std::vector<std::int64_t>{3, 10, 0, 7, 7, 1}, {2, 3}));
 }
 
+// A gpt built from a generator of its own, seeded `seed`, which its dropout layers go on drawing
+// from: two built from one seed start with the same weights.
+struct SeededGpt {
+  SeededGpt(const nn::GptConfig& c, std::uint64_t seed) : gen(seed), model(c, &gen) {}
+  tb::rng::CpuGenerator gen;
+  nn::Gpt model;
+};
+
+// The largest difference between two models' logits_of (same shapes asserted).
+double logits_gap(nn::Model& a, nn::Model& b) {
+  const Tensor ta = logits_of(a), tb_ = logits_of(b);
+  EXPECT_EQ(ta.sizes().vec(), tb_.sizes().vec());
+  const auto va = ta.to_vector<float>(), vb = tb_.to_vector<float>();
+  double most = 0;
+  for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i)
+    most = std::max(most, static_cast<double>(std::abs(va[i] - vb[i])));
+  return most;
+}
+
 TEST(GptWeights, HuggingFaceLayoutRoundTripsAndFillsAPaddedTable) {
   tb::test::TempDir tmp("tb_gpt_weights");
   tb::rng::CpuGenerator gen;
@@ -610,10 +630,11 @@ TEST(GptWeights, CnnWeightsAndRunningStatisticsRoundTrip) {
 // and not as GPT2LMHeadModel (which has biases).
 TEST(Gpt, WithoutBiasesIsTheModelWithZeroBiases) {
   nn::GptConfig c = tiny_gpt(16);
-  tb::rng::CpuGenerator g1(3), g2(3);
-  nn::Gpt with(c, &g1);
+  SeededGpt with_biases(c, 3);
+  nn::Gpt& with = with_biases.model;
   c.bias = false;
-  nn::Gpt without(c, &g2);
+  SeededGpt bias_free(c, 3);
+  nn::Gpt& without = bias_free.model;
   EXPECT_EQ(without.num_parameters(), nn::gpt_parameter_count(c));
   EXPECT_EQ(with.num_parameters() - without.num_parameters(),
             2 * (2 * 8 + 3 * 8 + 8 + 4 * 8 + 8) + 8);  // per block: 2 norms, 4 Linears; ln_f
@@ -631,11 +652,8 @@ TEST(Gpt, WithoutBiasesIsTheModelWithZeroBiases) {
         p.zero_();
     }
   }
-  const Tensor a = logits_of(with), b = logits_of(without);
-  ASSERT_EQ(a.sizes().vec(), b.sizes().vec());
-  const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
-  for (std::size_t i = 0; i < va.size(); ++i)
-    ASSERT_NEAR(va[i], vb[i], 1e-6) << i;
+  EXPECT_LT(logits_gap(with, without), 1e-6);
+  const auto vb = logits_of(without).to_vector<float>();
   tb::test::TempDir tmp("tb_gpt_nobias");
   const auto file = tmp.path() / "nobias.safetensors";
   tb::train::save_weights(without, file);
@@ -670,10 +688,11 @@ TEST(Gpt, WithoutBiasesIsTheModelWithZeroBiases) {
 // logits, reproducibly from the generator.
 TEST(Gpt, DropoutWhereNanoGptHasIt) {
   nn::GptConfig c = tiny_gpt(16);
-  tb::rng::CpuGenerator g1(4), g2(4);
-  nn::Gpt plain(c, &g1);
+  SeededGpt without_dropout(c, 4);
+  nn::Gpt& plain = without_dropout.model;
   c.dropout = 1e-9;
-  nn::Gpt dropped(c, &g2);
+  SeededGpt with_dropout(c, 4);
+  nn::Gpt& dropped = with_dropout.model;
   for (const char* name : {"transformer.drop", "transformer.h.0.attn.attn_dropout",
                            "transformer.h.0.attn.resid_dropout", "transformer.h.1.mlp.dropout"}) {
     bool found = false;
@@ -683,22 +702,15 @@ TEST(Gpt, DropoutWhereNanoGptHasIt) {
   }
   plain.eval();
   dropped.eval();
-  EXPECT_EQ(logits_of(plain).to_vector<float>(), logits_of(dropped).to_vector<float>());
+  EXPECT_EQ(logits_gap(plain, dropped), 0.0);
   plain.train();
   dropped.train();
-  const auto fused = logits_of(plain).to_vector<float>();
-  const auto unfused = logits_of(dropped).to_vector<float>();
-  for (std::size_t i = 0; i < fused.size(); ++i)
-    ASSERT_NEAR(fused[i], unfused[i], 1e-5) << i;
+  EXPECT_LT(logits_gap(plain, dropped), 1e-5);  // fused against unfused attention
   c.dropout = 0.3;
-  tb::rng::CpuGenerator g3(4), g4(4);
-  nn::Gpt a(c, &g3), b(c, &g4);
-  const auto la = logits_of(a).to_vector<float>();
-  EXPECT_EQ(la, logits_of(b).to_vector<float>());  // same generator, same masks
-  bool differs = false;
-  for (std::size_t i = 0; i < la.size(); ++i)
-    differs |= std::abs(la[i] - fused[i]) > 1e-3;
-  EXPECT_TRUE(differs);
+  SeededGpt a(c, 4), b(c, 4);
+  EXPECT_EQ(logits_gap(a.model, b.model), 0.0);  // same generator, same masks
+  SeededGpt a_again(c, 4);
+  EXPECT_GT(logits_gap(a_again.model, plain), 1e-3);
   EXPECT_NE(error_of([] {
               nn::GptConfig bad = tiny_gpt(0);
               bad.dropout = 1.0;
@@ -713,8 +725,9 @@ TEST(Gpt, DropoutWhereNanoGptHasIt) {
 TEST(Gpt, AnEmptyShardDrawsEveryDropoutMask) {
   nn::GptConfig c = tiny_gpt(16);
   c.dropout = 0.2;
-  tb::rng::CpuGenerator g1(8), g2(8);
-  nn::Gpt whole(c, &g1), empty(c, &g2);
+  SeededGpt one_process(c, 8), rank(c, 8);
+  nn::Gpt& whole = one_process.model;
+  nn::Gpt& empty = rank.model;
   const Tensor tokens = tb::core::from_vector(std::vector<std::int64_t>{3, 10, 0, 7, 7, 1}, {2, 3});
   (void)whole.forward(tokens);  // one process: the 2 rows, in training
   empty.eval();
@@ -724,7 +737,7 @@ TEST(Gpt, AnEmptyShardDrawsEveryDropoutMask) {
     nn::ScopedBatchShard shard({2, 0, 2});  // rows [2, 2) of 2: none
     (void)empty.forward(tokens.narrow(0, 0, 0));
   }
-  EXPECT_EQ(g1.get_state(), g2.get_state());
+  EXPECT_EQ(one_process.gen.get_state(), rank.gen.get_state());
 }
 
 // gelu = "exact" (nanoGPT's nn.GELU()) against "tanh" (GPT-2's): the same weights, logits that
@@ -732,16 +745,11 @@ TEST(Gpt, AnEmptyShardDrawsEveryDropoutMask) {
 TEST(Gpt, ExactGeluIsNanoGptsActivation) {
   nn::GptConfig c = tiny_gpt(16);
   c.init_std = 0.5;  // activations of order 1, where the two forms differ by up to ~1e-3
-  tb::rng::CpuGenerator g1(6), g2(6);
-  nn::Gpt tanh_model(c, &g1);
+  SeededGpt tanh_gelu(c, 6);
   c.gelu = "exact";
-  nn::Gpt exact_model(c, &g2);
-  EXPECT_EQ(exact_model.config().fields.at("gelu"), "exact");
-  const auto a = logits_of(tanh_model).to_vector<float>();
-  const auto b = logits_of(exact_model).to_vector<float>();
-  double most = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    most = std::max(most, static_cast<double>(std::abs(a[i] - b[i])));
+  SeededGpt exact_gelu(c, 6);
+  EXPECT_EQ(exact_gelu.model.config().fields.at("gelu"), "exact");
+  const double most = logits_gap(tanh_gelu.model, exact_gelu.model);
   EXPECT_GT(most, 1e-5);
   EXPECT_LT(most, 0.5);
   c.gelu = "erf";

@@ -16,6 +16,7 @@
 #include "engine/data/registry.h"
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/run_test_util.h"
 #include "tests/engine/test_util.h"
 
 namespace {
@@ -43,35 +44,21 @@ struct Recorder final : train::MetricSink {
 // Two epochs of the 2,048 training blobs, AdamW, gradient norm clipped to 0.5 (the clip sees the
 // whole step's gradient), no dropout (its masks are drawn per batch), an evaluation per epoch.
 train::RunConfig accum_config(std::int64_t batch_size, std::int64_t accumulate) {
-  train::RunConfig c;
+  // The shared blobs config (MLP 16-32-4, AdamW lr 0.01, no dropout, loader in the run thread).
+  train::RunConfig c = train::parse_run_config(tb::test::kBlobs);
   c.run.seed = 11;
   c.run.steps = 0;
   c.run.epochs = 2;
   c.run.grad_clip = 0.5;
   c.run.gradient_accumulation_steps = accumulate;
-  c.data.kind = "synthetic-blobs";
   c.data.batch_size = batch_size;
-  c.data.workers = 0;
-  tb::nn::MlpConfig m;
-  m.input = 16;
-  m.hidden = {32};
-  m.classes = 4;
-  c.model = m;
-  c.optimizer.main = train::OptimizerSettings("adamw");
-  c.optimizer.main.set("lr", 1e-2);
   c.eval.interval = 0;
   return c;
 }
 
 std::shared_ptr<Recorder> run(const train::RunConfig& c, const fs::path& ckdir = {},
                               const fs::path& resume = {}) {
-  train::Trainer t(c, ckdir);
-  auto rec = std::make_shared<Recorder>();
-  t.add_sink(rec);
-  if (!resume.empty()) t.resume_from(resume);
-  const auto r = t.run();
-  EXPECT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
-  return rec;
+  return tb::test::run_recorded<Recorder>(c, ckdir, resume);
 }
 
 void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rtol,

@@ -11,6 +11,7 @@
 
 #include "engine/train/run_config.h"
 #include "engine/train/trainer.h"
+#include "tests/engine/run_test_util.h"
 #include "tests/engine/test_util.h"
 
 namespace {
@@ -34,13 +35,7 @@ struct Steps final : train::MetricSink {
 
 std::shared_ptr<Steps> run(const train::RunConfig& c, const fs::path& ckdir = {},
                            const fs::path& resume = {}) {
-  train::Trainer t(c, ckdir);
-  auto rec = std::make_shared<Steps>();
-  t.add_sink(rec);
-  if (!resume.empty()) t.resume_from(resume);
-  const auto r = t.run();
-  EXPECT_EQ(r.outcome, train::RunOutcome::kFinished) << r.message;
-  return rec;
+  return tb::test::run_recorded<Steps>(c, ckdir, resume);
 }
 
 TEST(EvalAtStart, TheInitialModelIsEvaluatedAtStepZeroAndNothingElseChanges) {
